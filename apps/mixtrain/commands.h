@@ -1,0 +1,29 @@
+// The subcommands of the CLI. Each register_* adds its CLI11 subcommand(s) and a Command entry
+// whose run() does the work once parsing succeeded.
+#pragma once
+#include <CLI/CLI.hpp>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace mixtrain::cli {
+
+struct GlobalOptions {
+  int threads = 0;  // 0: all cores
+};
+
+struct Command {
+  std::function<bool()> selected;
+  std::function<int()> run;
+};
+
+// Applies --threads (to OpenMP and oneDNN) before a command runs.
+void apply_global_options(const GlobalOptions& g);
+// Writes text to path atomically (temporary file + rename): never a half-written file.
+void write_file_atomic(const std::string& path, const std::string& text);
+
+void register_info(CLI::App& app, GlobalOptions& g, std::vector<Command>& commands);
+void register_bench(CLI::App& app, GlobalOptions& g, std::vector<Command>& commands);
+
+}  // namespace mixtrain::cli

@@ -1,0 +1,40 @@
+// The backend interface: one object per device type implements every op for tensors on that
+// device. Callers use kernels/ops.h, which validates and then dispatches here, so a CUDA backend
+// can be added later without touching callers. The CPU backend runs the fast kernels, or the
+// scalar references when force_reference() is on.
+#pragma once
+#include <string>
+
+#include "mixtrain/kernels/ops.h"
+
+namespace mixtrain {
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual Device device() const = 0;
+  virtual std::string name() const = 0;
+
+  virtual void gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmOptions& opt, const Tensor* bias) = 0;
+  virtual void add(const Tensor& a, const Tensor& b, Tensor& out) = 0;
+  virtual void mul(const Tensor& a, const Tensor& b, Tensor& out) = 0;
+  virtual void scale(const Tensor& a, float s, Tensor& out) = 0;
+  virtual void gelu(const Tensor& x, Tensor& out) = 0;
+  virtual double reduce(const Tensor& x, ReduceOp op) = 0;
+  virtual void reduce_last(const Tensor& x, ReduceOp op, Tensor& out) = 0;
+  virtual void sum_to_row(const Tensor& x, Tensor& out) = 0;
+  virtual void softmax_last(const Tensor& x, Tensor& out) = 0;
+  virtual void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps, Tensor& out,
+                          Tensor* mean, Tensor* rstd) = 0;
+  virtual void embedding(const Tensor& weight, const Tensor& ids, Tensor& out) = 0;
+  virtual double cross_entropy(const Tensor& logits, const Tensor& targets, Tensor* losses) = 0;
+};
+
+// The backend for a device; throws ArgumentError for a device this build has no backend for.
+Backend& backend_for(Device device);
+
+// Thread count used by every kernel (OpenMP and oneDNN). Default: all cores.
+void set_num_threads(int n);
+int num_threads();
+
+}  // namespace mixtrain

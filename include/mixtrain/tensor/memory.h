@@ -1,0 +1,58 @@
+// Memory accounting: every byte of tensor storage is charged to one category, and live and peak
+// bytes are tracked per category and in total. The memory report and benchmarks read this.
+#pragma once
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+namespace mixtrain {
+
+enum class MemCategory : uint8_t {
+  parameters,       // model weights in their working dtype
+  master_weights,   // fp32 copies of 16-bit parameters (mixed precision)
+  gradients,        // parameter gradients
+  optimizer_state,  // AdamW moments, momentum buffers, compensation buffers
+  activations,      // forward outputs saved for backward
+  workspace,        // temporaries freed within one op or one step
+  cast_cache,       // autocast's cached low-precision copies of weights
+  data,             // token batches, host buffers
+  other,
+  count_,
+};
+constexpr size_t kNumMemCategories = static_cast<size_t>(MemCategory::count_);
+std::string_view mem_category_name(MemCategory c);
+
+struct MemorySnapshot {
+  std::array<int64_t, kNumMemCategories> live{};
+  std::array<int64_t, kNumMemCategories> peak{};
+  int64_t live_total = 0;
+  int64_t peak_total = 0;  // peak of the sum (not the sum of per-category peaks)
+  int64_t allocations = 0;  // number of allocate() calls since start (or since reset_peaks)
+};
+
+// Process-wide counters (atomics: allocation can happen from any thread).
+class MemoryTracker {
+ public:
+  static MemoryTracker& global();
+  void on_allocate(MemCategory c, size_t bytes);
+  void on_free(MemCategory c, size_t bytes);
+  MemorySnapshot snapshot() const;
+  // Peaks restart from the current live values (e.g. to measure one phase).
+  void reset_peaks();
+
+ private:
+  static void raise_peak(std::atomic<int64_t>& peak, int64_t value);
+  std::array<std::atomic<int64_t>, kNumMemCategories> live_{};
+  std::array<std::atomic<int64_t>, kNumMemCategories> peak_{};
+  std::atomic<int64_t> live_total_{0};
+  std::atomic<int64_t> peak_total_{0};
+  std::atomic<int64_t> allocations_{0};
+};
+
+// The process's own peak resident set size in bytes (getrusage), for cross-checking.
+int64_t process_peak_rss_bytes();
+int64_t process_current_rss_bytes();
+
+}  // namespace mixtrain

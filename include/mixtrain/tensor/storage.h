@@ -1,0 +1,32 @@
+// A block of memory owned by one or more tensors (views share it). Freed, and uncharged from the
+// memory tracker, when the last tensor using it goes away.
+#pragma once
+#include <cstddef>
+#include <memory>
+
+#include "mixtrain/tensor/allocator.h"
+
+namespace mixtrain {
+
+class Storage {
+ public:
+  Storage(size_t bytes, MemCategory category, Allocator& allocator);
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+
+  void* data() const { return data_; }
+  size_t bytes() const { return bytes_; }
+  MemCategory category() const { return category_; }
+  Device device() const { return allocator_->device(); }
+  // Moves the bytes to another accounting category (e.g. a workspace buffer kept as activation).
+  void recharge(MemCategory category);
+
+ private:
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+  MemCategory category_;
+  Allocator* allocator_;
+};
+
+}  // namespace mixtrain

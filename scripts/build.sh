@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Configures and builds mixtrain. Usage: scripts/build.sh [release|asan]
+#   release (default): build/        (Release, -O3; build/mixtrain is the CLI)
+#   asan:              build-asan/   (AddressSanitizer + UndefinedBehaviorSanitizer)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+kind="${1:-release}"
+jobs="$(nproc)"
+GEN=()
+if command -v ninja >/dev/null 2>&1; then GEN=(-G Ninja); fi
+case "$kind" in
+  release)
+    dir=build
+    [ -f "$dir/CMakeCache.txt" ] && GEN=()  # keep the generator an existing build was made with
+    cmake -S . -B "$dir" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release >/dev/null ;;
+  asan)
+    dir=build-asan
+    [ -f "$dir/CMakeCache.txt" ] && GEN=()
+    cmake -S . -B "$dir" "${GEN[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMIXTRAIN_SANITIZE=ON >/dev/null ;;
+  *) echo "build.sh: unknown build kind '$kind' (valid: release, asan)" >&2; exit 2 ;;
+esac
+cmake --build "$dir" -j "$jobs"

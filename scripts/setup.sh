@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs everything mixtrain needs to build and test on Debian 12, from Debian's packages.
+# Idempotent: installs only what is missing; works as root (or with sudo).
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake g++ ninja-build pkg-config
+  libdnnl-dev          # oneDNN: bf16/fp32 GEMM (AVX512-BF16 / AMX kernels)
+  libcli11-dev         # command-line parsing
+  nlohmann-json3-dev   # JSON logs, summaries, configs
+  googletest libgtest-dev libgmock-dev
+  libbenchmark-dev     # Google Benchmark micro-benchmarks
+  fortunes             # the built-in default training corpus (English text)
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi

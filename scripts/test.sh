@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Quick start, part 2: set up, build, and run every test:
+#   1. Release build, the whole suite (including the tests labelled "slow": exhaustive 2^32 checks);
+#   2. AddressSanitizer + UndefinedBehaviorSanitizer build, every test but the "slow" ones
+#      (they would take hours under ASan; they are pure integer conversion loops and run above).
+# Any failure (a test or a sanitizer report) exits non-zero.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+jobs="$(nproc)"
+
+bash scripts/build.sh release
+ctest --test-dir build --output-on-failure -j "$jobs"
+
+if [ "${MIXTRAIN_SKIP_SANITIZE:-0}" != "1" ]; then
+  bash scripts/build.sh asan
+  export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:halt_on_error=1"
+  export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+  ctest --test-dir build-asan --output-on-failure -j "$jobs" -LE slow
+fi
