@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   std::vector<Command> commands;
   register_info(app, global, commands);
   register_bench(app, global, commands);
+  register_train(app, global, commands);
 
   try {
     app.parse(argc, argv);

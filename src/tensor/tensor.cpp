@@ -241,6 +241,27 @@ Tensor Tensor::unsqueeze(int d) const {
   return t;
 }
 
+Tensor Tensor::as_strided(const Shape& shape, const Strides& strides, int64_t offset) const {
+  if (shape.size() != strides.size())
+    throw ShapeError("Tensor::as_strided: shape " + shape.to_string() + " and strides " + strides.to_string() +
+                     " differ in rank");
+  const int64_t n = shape.numel();
+  int64_t lo = offset_ + offset, hi = offset_ + offset;
+  for (int d = 0; d < shape.size() && n > 0; ++d) {
+    const int64_t span = strides[d] * (shape[d] - 1);
+    (span < 0 ? lo : hi) += span;
+  }
+  const auto capacity = static_cast<int64_t>(storage_ ? storage_->bytes() / dtype_size(dtype_) : 0);
+  if (n > 0 && (lo < 0 || hi >= capacity))
+    throw ShapeError("Tensor::as_strided: view " + shape.to_string() + " strides " + strides.to_string() +
+                     " at offset " + std::to_string(offset) + " exceeds the storage of " + to_string());
+  Tensor t = *this;
+  t.offset_ += offset;
+  t.shape_ = shape;
+  t.strides_ = strides;
+  return t;
+}
+
 // ---- copies ----------------------------------------------------------------------------------------
 
 Tensor Tensor::contiguous() const {
@@ -266,6 +287,26 @@ void Tensor::copy_from(const Tensor& src) {
     throw ShapeError("Tensor::copy_from: shape mismatch, destination " + to_string() + " source " + src.to_string());
   if (is_contiguous() && src.is_contiguous()) {
     convert_any(src.raw_data(), src.dtype_, raw_data(), dtype_, static_cast<size_t>(numel()));
+    return;
+  }
+  // Both contiguous along the last dim: convert row by row through the bulk conversions.
+  if (dim() >= 1 && strides_.back() == 1 && src.strides_.back() == 1) {
+    Shape outer;
+    Strides so, dso;
+    for (int d = 0; d + 1 < dim(); ++d) {
+      outer.push_back(shape_[d]);
+      so.push_back(src.strides_[d]);
+      dso.push_back(strides_[d]);
+    }
+    const auto row = static_cast<size_t>(shape_.back());
+    const char* s = static_cast<const char*>(src.raw_data());
+    char* d = static_cast<char*>(raw_data());
+    const auto ses = static_cast<int64_t>(dtype_size(src.dtype_)), des = static_cast<int64_t>(dtype_size(dtype_));
+    std::vector<int64_t> src_off(static_cast<size_t>(outer.numel()));
+    for_each_offset(outer, so, [&](int64_t i, int64_t off) { src_off[static_cast<size_t>(i)] = off; });
+    for_each_offset(outer, dso, [&](int64_t i, int64_t off) {
+      convert_any(s + src_off[static_cast<size_t>(i)] * ses, src.dtype_, d + off * des, dtype_, row);
+    });
     return;
   }
   // Strided: gather the source row-major, then scatter into the destination.

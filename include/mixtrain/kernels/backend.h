@@ -6,6 +6,7 @@
 #include <string>
 
 #include "mixtrain/kernels/ops.h"
+#include "mixtrain/kernels/ops_backward.h"
 
 namespace mixtrain {
 
@@ -28,6 +29,20 @@ class Backend {
                           Tensor* mean, Tensor* rstd) = 0;
   virtual void embedding(const Tensor& weight, const Tensor& ids, Tensor& out) = 0;
   virtual double cross_entropy(const Tensor& logits, const Tensor& targets, Tensor* losses) = 0;
+
+  // Backward ops and the causal softmax (kernels/ops_backward.h).
+  virtual void gelu_backward(const Tensor& x, const Tensor& dout, Tensor& dx) = 0;
+  virtual void causal_softmax(const Tensor& x, float scale, Tensor& y) = 0;
+  virtual void causal_softmax_backward(const Tensor& y, const Tensor& dy, float scale, Tensor& dx) = 0;
+  virtual void softmax_last_backward(const Tensor& y, const Tensor& dy, Tensor& dx) = 0;
+  virtual void layer_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& mean,
+                                   const Tensor& rstd, const Tensor& dout, Tensor& dx, Tensor& dweight,
+                                   Tensor& dbias) = 0;
+  virtual void embedding_backward(const Tensor& ids, const Tensor& dout, Tensor& dweight) = 0;
+  virtual void cross_entropy_backward(const Tensor& logits, const Tensor& targets, float dloss,
+                                      Tensor& dlogits) = 0;
+  virtual void sum_to_row_accumulate(const Tensor& x, Tensor& out) = 0;
+  virtual void add_inplace(Tensor& acc, const Tensor& x) = 0;
 };
 
 // The backend for a device; throws ArgumentError for a device this build has no backend for.

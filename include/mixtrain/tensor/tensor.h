@@ -72,6 +72,9 @@ class Tensor {
   // One extent may be -1 (inferred).
   Tensor reshape(const Shape& shape) const;
   Tensor unsqueeze(int d) const;
+  // A view with explicit shape and strides (elements) starting `offset` elements after this
+  // view's first element; throws ShapeError if any element would fall outside the storage.
+  Tensor as_strided(const Shape& shape, const Strides& strides, int64_t offset = 0) const;
 
   // --- copies ---------------------------------------------------------------------------------
   Tensor contiguous() const;  // itself if already contiguous

@@ -25,6 +25,19 @@ class CpuBackend final : public Backend {
                   Tensor* mean, Tensor* rstd) override;
   void embedding(const Tensor& weight, const Tensor& ids, Tensor& out) override;
   double cross_entropy(const Tensor& logits, const Tensor& targets, Tensor* losses) override;
+
+  // backward_cpu.cpp
+  void gelu_backward(const Tensor& x, const Tensor& dout, Tensor& dx) override;
+  void causal_softmax(const Tensor& x, float scale, Tensor& y) override;
+  void causal_softmax_backward(const Tensor& y, const Tensor& dy, float scale, Tensor& dx) override;
+  void softmax_last_backward(const Tensor& y, const Tensor& dy, Tensor& dx) override;
+  void layer_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& mean, const Tensor& rstd,
+                           const Tensor& dout, Tensor& dx, Tensor& dweight, Tensor& dbias) override;
+  void embedding_backward(const Tensor& ids, const Tensor& dout, Tensor& dweight) override;
+  void cross_entropy_backward(const Tensor& logits, const Tensor& targets, float dloss,
+                              Tensor& dlogits) override;
+  void sum_to_row_accumulate(const Tensor& x, Tensor& out) override;
+  void add_inplace(Tensor& acc, const Tensor& x) override;
 };
 
 }  // namespace mixtrain

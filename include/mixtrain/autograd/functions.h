@@ -1,0 +1,37 @@
+// The differentiable ops. Each runs the forward kernel (kernels/ops.h) and, when gradients are
+// enabled and an input requires one, records a Node for backward. Outputs have the dtype of the
+// first floating input unless stated; all math is fp32 inside the kernels.
+//
+// Dimension letters: B batch, T sequence, C channels, H heads, D = C / H head size, V vocab.
+#pragma once
+#include "mixtrain/autograd/variable.h"
+
+namespace mixtrain::autograd {
+
+// a (M, K) or batched (Bt, M, K); b (K, N), (Bt, K, N) or 2-D shared; transposes as gemm.
+Var matmul(const Var& a, const Var& b, bool trans_a = false, bool trans_b = false);
+// x (..., IN), w (OUT, IN) (torch nn.Linear layout), b (OUT) or undefined -> (..., OUT).
+Var linear(const Var& x, const Var& w, const Var& b);
+Var add(const Var& a, const Var& b);  // b has a's shape or is a row (C) broadcast
+Var mul(const Var& a, const Var& b);
+Var scale(const Var& a, float s);
+Var gelu(const Var& x);
+// x (..., C), weight and bias (C); eps inside the square root; biased variance (as torch).
+Var layer_norm(const Var& x, const Var& weight, const Var& bias, float eps);
+// weight (V, C), ids (...) i32 -> (..., C).
+Var embedding(const Var& weight, const Tensor& ids);
+// x (..., Tq, Tk) -> softmax over the last dim of scale * x, row i seeing columns <= i + Tk - Tq.
+Var causal_softmax(const Var& x, float scale);
+// logits (..., V), targets (...) i32 (-1 ignored) -> scalar f32 mean loss.
+Var cross_entropy(const Var& logits, const Tensor& targets);
+Var reshape(const Var& x, const Shape& shape);  // x must be contiguous
+// qkv (B, T, 3C) -> q (which=0), k (1) or v (2) as (B*H, T, D), contiguous.
+Var split_heads(const Var& qkv, int which, int64_t n_head);
+// y (B*H, T, D) -> (B, T, C), contiguous.
+Var merge_heads(const Var& y, int64_t batch);
+// Inverted dropout with a counter-based mask: element i is kept iff rng(seed, offset + i) >= p.
+// p == 0 (or gradients disabled and `training` false) returns x itself.
+Var dropout(const Var& x, float p, uint64_t seed, uint64_t offset, bool training = true);
+Var cast(const Var& x, DType dtype);
+
+}  // namespace mixtrain::autograd

@@ -1,0 +1,53 @@
+// One recorded op of the autograd graph: its kind (the index into the backward-rule table), its
+// inputs, the tensors backward needs, and a few scalar attributes.
+#pragma once
+#include <memory>
+#include <string_view>
+#include <vector>
+
+#include "mixtrain/autograd/variable.h"
+
+namespace mixtrain::autograd {
+
+enum class OpKind : uint8_t {
+  matmul,          // out = op(a) @ op(b), batched
+  linear,          // out = x @ w^T (+ b)
+  add,             // out = a + b (b same shape or a row)
+  mul,             // out = a * b (b same shape or a row)
+  scale,           // out = s * a
+  gelu,            // tanh form
+  layer_norm,      // over the last dim
+  embedding,       // out = weight[ids]
+  causal_softmax,  // softmax(scale * x) with a causal mask, over the last dim
+  cross_entropy,   // mean loss from logits
+  reshape,         // view with another shape
+  split_heads,     // (B, T, 3C) -> one of q, k, v as (B*H, T, D), contiguous
+  merge_heads,     // (B*H, T, D) -> (B, T, C), contiguous
+  dropout,         // out = x * mask / (1 - p)
+  cast,            // out = x in another dtype; backward casts the gradient back
+  count_,
+};
+constexpr size_t kNumOpKinds = static_cast<size_t>(OpKind::count_);
+std::string_view op_kind_name(OpKind k);
+
+struct Node {
+  OpKind op;
+  std::vector<std::shared_ptr<VarImpl>> inputs;
+  std::vector<Tensor> saved;  // what backward needs (e.g. the GELU input, layer-norm mean/rstd)
+  Tensor ids;                 // integer input (embedding ids, cross-entropy targets)
+  Shape shape;                // e.g. the input shape of a reshape
+  double f = 0;               // scalar attribute (scale, eps, dropout p)
+  int64_t i0 = 0, i1 = 0, i2 = 0;  // integer attributes (heads, which of q/k/v, ...)
+  bool b0 = false, b1 = false;     // flags (transposes)
+};
+
+// The backward rule of each op: given the node and d(loss)/d(output), accumulates
+// d(loss)/d(input) into every input that requires a gradient.
+using BackwardRule = void (*)(Node& node, const Tensor& grad_out);
+const BackwardRule& backward_rule(OpKind k);
+
+// Adds g into the gradient of `in` (no-op if it does not require grad). Takes g without copying
+// when `in` has no gradient yet; never writes into a tensor it does not own.
+void accumulate_grad(VarImpl& in, const Tensor& g);
+
+}  // namespace mixtrain::autograd

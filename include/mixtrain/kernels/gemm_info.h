@@ -1,0 +1,34 @@
+// What the CPU GEMM runs on this machine: oneDNN's implementation name per input dtype (for
+// `mixtrain info`), whether fp16 inputs are converted to fp32 first, and the counters of the
+// oneDNN primitive cache (tests check that a steady state creates no primitives).
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "mixtrain/tensor/dtype.h"
+
+namespace mixtrain {
+
+// oneDNN's implementation name (primitive_desc::impl_info_str(), e.g. "brg:avx512_core_bf16") for
+// inputs of in_dtype and an f32 output at a typical shape (M = N = K = 256), plus a note where
+// the inputs are converted, e.g. "brg:avx512_core (fp16 converted to fp32: no fp16 arithmetic on
+// this CPU)". "reference (MIXTRAIN_FORCE_REFERENCE)" while force_reference() is on.
+std::string gemm_impl_name(DType in_dtype);
+
+// The same for one problem: op(a) (M, K) @ op(b) (K, N) -> (M, N), contiguous, in -> out dtypes.
+std::string gemm_impl_for(DType in_dtype, DType out_dtype, int64_t m, int64_t n, int64_t k);
+
+// True when fp16 inputs are converted to fp32 before an fp32 matmul (no avx512_fp16 on this CPU,
+// or oneDNN has no fp16 matmul for it).
+bool gemm_fp16_converts_to_f32();
+
+struct GemmCacheStats {
+  int64_t hits = 0;      // lookups that found a primitive (or a remembered "unsupported")
+  int64_t misses = 0;    // primitive descriptors created (successfully or not)
+  int64_t size = 0;      // entries held now
+  int64_t capacity = 0;  // least recently used entries are dropped beyond this
+};
+GemmCacheStats gemm_cache_stats();
+void gemm_cache_clear();
+
+}  // namespace mixtrain

@@ -1,0 +1,75 @@
+// GPT (GPT-2 architecture): learned token and position embeddings, pre-LN transformer blocks,
+// a final layer norm, and the output projection tied to the token embedding.
+// Parameter names are GPT-2's (transformer.wte.weight, transformer.h.0.attn.c_attn.weight, ...);
+// Linear weights are stored (OUT, IN) as torch nn.Linear (Hugging Face's Conv1D stores IN, OUT).
+//
+// Dimension letters: B batch, T sequence (<= block_size), C n_embd, H n_head, L n_layer, V vocab.
+#pragma once
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "mixtrain/nn/layers.h"
+
+namespace mixtrain {
+
+struct GptConfig {
+  std::string name = "custom";
+  int64_t vocab_size = 256;  // byte-level tokens by default
+  int64_t block_size = 128;  // longest sequence (rows of wpe)
+  int64_t n_layer = 4;
+  int64_t n_head = 4;
+  int64_t n_embd = 128;
+  float dropout = 0.f;
+  float ln_eps = 1e-5f;
+
+  // gpt-nano (L=4, C=128, H=4, T=128), gpt-mini (L=6, C=384, H=6, T=256),
+  // gpt2-small (L=12, C=768, H=12, T=1024, V=50257). Throws ArgumentError listing the presets.
+  static GptConfig preset(const std::string& name);
+  static std::vector<std::string> preset_names();
+  // A JSON object with any of the fields above; missing fields keep the defaults.
+  static GptConfig from_json(const nlohmann::json& j, const std::string& where);
+  static GptConfig from_json_file(const std::string& path);
+  // A preset name or a path to a .json file.
+  static GptConfig from_preset_or_file(const std::string& spec);
+  // Throws ArgumentError for impossible configurations (C not divisible by H, sizes <= 0, ...).
+  void validate() const;
+  nlohmann::json to_json() const;
+};
+
+class Gpt {
+ public:
+  // Declares and allocates every parameter (dtype for values, grad_dtype for gradients) and
+  // initialises them as GPT-2 does from `seed`.
+  Gpt(const GptConfig& cfg, uint64_t seed, DType dtype = DType::f32, DType grad_dtype = DType::f32);
+
+  const GptConfig& config() const { return cfg_; }
+  ParameterStore& params() { return store_; }
+  const ParameterStore& params() const { return store_; }
+
+  struct Output {
+    autograd::Var logits;  // (B, T, V)
+    autograd::Var loss;    // scalar f32 (undefined without targets)
+  };
+  // idx, targets (B, T) i32. training enables dropout (seeded by dropout_seed).
+  Output forward(const Tensor& idx, const Tensor* targets, bool training = false, uint64_t dropout_seed = 0);
+
+  // GPT-2 initialisation: N(0, 0.02) for embeddings and Linear weights, N(0, 0.02/sqrt(2L)) for the
+  // residual projections (attn.c_proj, mlp.c_proj), zero biases, unit layer-norm gains.
+  void init_weights(uint64_t seed);
+
+  int64_t num_parameters() const { return store_.numel(); }
+  // Training FLOPs per token: 6 * N (forward 2N + backward 4N for every parameter's multiply-add,
+  // N excluding the position embedding, which is a lookup) + attention 12 * L * T * C
+  // (QK^T and AV, forward and backward, causal mask not discounted) — PaLM appendix B's formula.
+  double flops_per_token(int64_t T) const;
+
+ private:
+  GptConfig cfg_;
+  ParameterStore store_;
+  nn::Embedding wte_, wpe_;
+  std::vector<nn::Block> blocks_;
+  nn::LayerNorm ln_f_;
+};
+
+}  // namespace mixtrain

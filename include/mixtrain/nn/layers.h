@@ -1,0 +1,89 @@
+// Layers: thin objects that bind named parameters of a ParameterStore to autograd Vars and apply
+// the differentiable ops. Two phases: declare(store, ...) registers names and shapes before the
+// store is finalized; bind(store) creates the Vars on the arena views afterwards.
+//
+// Dimension letters: B batch, T sequence, C channels, H heads, D = C / H, V vocab.
+#pragma once
+#include <string>
+
+#include "mixtrain/autograd/functions.h"
+#include "mixtrain/nn/parameters.h"
+
+namespace mixtrain::nn {
+
+using autograd::Var;
+
+// A parameter as an autograd leaf over its arena views (value and gradient).
+Var bind_parameter(const ParameterStore& store, const std::string& name);
+
+struct Linear {
+  std::string prefix;  // e.g. "transformer.h.0.attn.c_attn"
+  int64_t in = 0, out = 0;
+  bool has_bias = true;
+  Var weight;  // (OUT, IN)
+  Var bias;    // (OUT)
+  void declare(ParameterStore& s, std::string name, int64_t in_features, int64_t out_features, bool bias_ = true);
+  void bind(const ParameterStore& s);
+  Var operator()(const Var& x) const { return autograd::linear(x, weight, bias); }  // (..., IN) -> (..., OUT)
+};
+
+struct LayerNorm {
+  std::string prefix;
+  int64_t dim = 0;
+  float eps = 1e-5f;
+  Var weight;  // (C)
+  Var bias;    // (C)
+  void declare(ParameterStore& s, std::string name, int64_t channels, float eps_);
+  void bind(const ParameterStore& s);
+  Var operator()(const Var& x) const { return autograd::layer_norm(x, weight, bias, eps); }
+};
+
+struct Embedding {
+  std::string prefix;
+  int64_t num = 0, dim = 0;
+  Var weight;  // (NUM, C)
+  void declare(ParameterStore& s, std::string name, int64_t num_embeddings, int64_t channels);
+  void bind(const ParameterStore& s);
+  Var operator()(const Tensor& ids) const { return autograd::embedding(weight, ids); }  // (...) -> (..., C)
+};
+
+// Dropout settings for one forward pass: the seed and a running element offset so every dropout
+// site in the model draws from a distinct stream.
+struct DropoutState {
+  float p = 0.f;
+  bool training = false;
+  uint64_t seed = 0;
+  uint64_t offset = 0;
+  Var operator()(const Var& x);
+};
+
+// Causal multi-head self-attention (GPT-2): qkv = c_attn(x); per head softmax(q k^T / sqrt(D)) v
+// with a causal mask; c_proj over the merged heads.
+struct CausalSelfAttention {
+  Linear c_attn;  // C -> 3C
+  Linear c_proj;  // C -> C
+  int64_t n_head = 1;
+  void declare(ParameterStore& s, const std::string& prefix, int64_t C, int64_t H);
+  void bind(const ParameterStore& s);
+  Var operator()(const Var& x, DropoutState& drop) const;  // (B, T, C) -> (B, T, C)
+};
+
+struct Mlp {
+  Linear c_fc;    // C -> 4C
+  Linear c_proj;  // 4C -> C
+  void declare(ParameterStore& s, const std::string& prefix, int64_t C);
+  void bind(const ParameterStore& s);
+  Var operator()(const Var& x, DropoutState& drop) const;  // (B, T, C) -> (B, T, C)
+};
+
+// Pre-LN transformer block: x + attn(ln_1(x)), then + mlp(ln_2(x)).
+struct Block {
+  LayerNorm ln_1, ln_2;
+  CausalSelfAttention attn;
+  Mlp mlp;
+  void declare(ParameterStore& s, const std::string& prefix, int64_t C, int64_t H, float eps);
+  void bind(const ParameterStore& s);
+  Var operator()(const Var& x, DropoutState& drop) const;
+};
+
+}  // namespace mixtrain::nn

@@ -1,0 +1,88 @@
+// AdamW over the flat parameter arena: the same update as torch.optim.AdamW (amsgrad=False,
+// maximize=False, the single-tensor path), one pass over flat_params() / flat_grads() with the
+// moments m and v as two flat fp32 buffers of the same layout (STYLE lesson 9).
+//
+// Per element, step t counted from 1, in torch's order (every operation rounds to fp32):
+//   p = p * (1 - lr*wd)                          only where ParamInfo::weight_decay (decoupled)
+//   m = lerp(m, g, 1 - beta1)                    torch: exp_avg.lerp_(grad, 1 - beta1)
+//   v = v * beta2 + ((1 - beta2) * g) * g        torch: exp_avg_sq.mul_(beta2).addcmul_(g, g, 1 - beta2)
+//   denom = sqrt(v) / sqrt(1 - beta2^t) + eps
+//   p = p + (-(lr / (1 - beta1^t)) * m) / denom  torch: p.addcdiv_(m, denom, value=-step_size)
+// The scalars (1 - lr*wd, lr / (1 - beta1^t), sqrt(1 - beta2^t), ...) are computed in double
+// from the float config, then rounded once to fp32, as torch does with its Python floats.
+// lerp(a, b, w) = a + w*(b - a) for w < 0.5, else b - (b - a)*(1 - w) (torch's scalar lerp).
+// Agreement with PyTorch: bit for bit given the same fp32 inputs and the same float-rounded
+// hyper-parameters (betas=(float32(0.9), ...)), except that torch's AVX2 lerp fuses its
+// multiply-add, so exp_avg (and through it p) can differ from torch's by 1 ulp.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "mixtrain/nn/parameters.h"
+#include "mixtrain/optim/flat_spans.h"
+#include "mixtrain/tensor/tensor.h"
+
+namespace mixtrain {
+
+struct AdamWConfig {
+  float lr = 1e-3f;  // used by step(store); step(store, lr) overrides it (the schedule's value)
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float eps = 1e-8f;
+  float weight_decay = 1e-2f;
+};
+// Throws ArgumentError (one line, naming the field and value) unless lr >= 0, beta1 and beta2 in
+// [0, 1), eps > 0, weight_decay >= 0, all finite.
+void validate(const AdamWConfig& config);
+
+// The fp32 scalars of one AdamW step, derived in double as torch derives them.
+struct AdamWScalars {
+  float decay_factor;    // 1 - lr*wd       (applied where the span decays)
+  float beta1_weight;    // 1 - beta1       (lerp weight)
+  float beta2;           // beta2
+  float one_minus_beta2; // 1 - beta2
+  float bc2_sqrt;        // sqrt(1 - beta2^t)
+  float eps;             // eps
+  float neg_step_size;   // -lr / (1 - beta1^t)
+};
+AdamWScalars adamw_scalars(const AdamWConfig& config, float lr, int64_t step);
+
+// The flat kernels. p, g, m, v: (flat_numel) f32; only the elements inside `spans` are read or
+// written. adamw_update_ref is the plain scalar loop (the oracle); adamw_update is the OpenMP
+// (static schedule over fixed pieces) vectorisable version, bit-identical to the reference for
+// any thread count. Thread count never changes a result: every element is independent.
+void adamw_update_ref(float* p, const float* g, float* m, float* v, const std::vector<FlatSpan>& spans,
+                      const AdamWScalars& s);
+void adamw_update(float* p, const float* g, float* m, float* v, const std::vector<FlatSpan>& spans,
+                  const AdamWScalars& s);
+
+class AdamW {
+ public:
+  // Allocates zeroed m and v for the store's layout (the store must be finalized).
+  AdamW(const ParameterStore& store, AdamWConfig config = {});
+
+  // One update with learning rate lr (>= 0, finite). Parameters must be f32 (16-bit parameters
+  // come with master weights later) and gradients f32; otherwise DTypeError. The store must have
+  // the layout this optimizer was built for (ArgumentError). Uses adamw_update, or
+  // adamw_update_ref when force_reference() is on.
+  void step(ParameterStore& store, float lr);
+  void step(ParameterStore& store) { step(store, config_.lr); }
+
+  const AdamWConfig& config() const { return config_; }
+  int64_t steps() const { return steps_; }        // updates done so far (t of the last update)
+  const Tensor& exp_avg() const { return m_; }    // (flat_numel) f32, m
+  const Tensor& exp_avg_sq() const { return v_; } // (flat_numel) f32, v
+  // Checkpoint restore: copies the moments in and sets the step count. exp_avg and exp_avg_sq
+  // must have shape (flat_numel) (ShapeError) and any float dtype (values are cast to f32).
+  void set_state(int64_t steps, const Tensor& exp_avg, const Tensor& exp_avg_sq);
+
+ private:
+  AdamWConfig config_;
+  int64_t flat_numel_ = 0;
+  std::vector<FlatSpan> spans_;  // one per parameter
+  int64_t steps_ = 0;
+  Tensor m_;  // (flat_numel) f32 first moment
+  Tensor v_;  // (flat_numel) f32 second moment
+};
+
+}  // namespace mixtrain

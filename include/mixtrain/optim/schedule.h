@@ -1,0 +1,31 @@
+// The learning-rate schedule: linear warm-up then cosine decay, as nanoGPT's get_lr but with the
+// optimizer step counted from 1 (the value t of the update the rate is used for).
+//
+//   step <= warmup_steps:            lr = max_lr * step / warmup_steps
+//                                    (max_lr/warmup at step 1, max_lr at step warmup_steps)
+//   total_steps == 0 (no decay):     lr = max_lr after the warm-up (constant if warmup is 0 too)
+//   warmup < step <= total_steps:    r = (step - warmup) / (total - warmup)
+//                                    lr = min_lr + 0.5 * (1 + cos(pi * r)) * (max_lr - min_lr)
+//                                    (min_lr exactly at step total_steps)
+//   step > total_steps:              lr = min_lr
+// Computed in double, returned rounded to float.
+#pragma once
+#include <cstdint>
+
+namespace mixtrain {
+
+struct LrSchedule {
+  float max_lr = 1e-3f;
+  int64_t warmup_steps = 0;  // 0: no warm-up
+  int64_t total_steps = 0;   // 0: no decay; otherwise >= warmup_steps
+  float min_lr = 0.f;        // the floor of the decay, <= max_lr
+};
+
+// Throws ArgumentError (one line) unless 0 <= min_lr <= max_lr (finite), warmup_steps >= 0,
+// total_steps >= 0, and total_steps == 0 or total_steps >= warmup_steps.
+void validate(const LrSchedule& schedule);
+
+// The learning rate for optimizer step `step` (>= 1; ArgumentError otherwise). Validates.
+float lr_at(int64_t step, const LrSchedule& schedule);
+
+}  // namespace mixtrain

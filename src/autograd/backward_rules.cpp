@@ -1,0 +1,228 @@
+// The backward rules: one entry per op, in one table (STYLE lesson 8). Each rule receives the
+// gradient of the op's output and accumulates the gradient of each input that requires one.
+// Gradients have the dtype of the value they belong to; parameter gradients accumulate straight
+// into the parameter arena (GEMM with beta = 1, scatter-add, column sums) without temporaries.
+#include <array>
+#include <cmath>
+
+#include "internal.h"
+#include "mixtrain/autograd/node.h"
+#include "mixtrain/kernels/ops.h"
+#include "mixtrain/kernels/ops_backward.h"
+
+namespace mixtrain::autograd {
+namespace {
+
+// d(input) += op(a) @ op(b), straight into a gradient buffer when the input has one.
+void grad_gemm(VarImpl& in, const Tensor& a, const Tensor& b, bool ta, bool tb) {
+  if (!in.requires_grad) return;
+  GemmOptions o;
+  o.trans_a = ta;
+  o.trans_b = tb;
+  if (in.grad_is_buffer) {
+    o.beta = 1.f;
+    gemm(a, b, in.grad, o);
+    return;
+  }
+  accumulate_grad(in, mixtrain::matmul(a, b, ta, tb, in.value.dtype(), MemCategory::activations));
+}
+
+// d(input) += column sums of g, for a row (C) input broadcast over g (..., C).
+void grad_row_sum(VarImpl& in, const Tensor& g) {
+  if (!in.requires_grad) return;
+  if (in.grad_is_buffer) {
+    sum_to_row_accumulate(g, in.grad);
+    return;
+  }
+  Tensor s = Tensor::zeros(in.value.shape(), in.value.dtype());
+  sum_to_row_accumulate(g, s);
+  accumulate_grad(in, s);
+}
+
+bool is_row_broadcast(const VarImpl& a, const VarImpl& b) { return !(a.value.shape() == b.value.shape()); }
+
+void matmul_backward(Node& n, const Tensor& g) {
+  VarImpl& A = *n.inputs[0];
+  VarImpl& B = *n.inputs[1];
+  const Tensor& a = A.value;
+  const Tensor& b = B.value;
+  const bool ta = n.b0, tb = n.b1;
+  // C = op(A) op(B). The four cases of dA and dB, each one GEMM on the saved operands:
+  if (!ta && !tb) {  // C = A B:       dA = dC B^T,     dB = A^T dC
+    grad_gemm(A, g, b, false, true);
+    grad_gemm(B, a, g, true, false);
+  } else if (!ta && tb) {  // C = A B^T: dA = dC B,       dB = dC^T A
+    grad_gemm(A, g, b, false, false);
+    grad_gemm(B, g, a, true, false);
+  } else if (ta && !tb) {  // C = A^T B: dA = B dC^T,     dB = A dC
+    grad_gemm(A, b, g, false, true);
+    grad_gemm(B, a, g, false, false);
+  } else {  // C = A^T B^T:              dA = B^T dC^T,   dB = dC^T A^T
+    grad_gemm(A, b, g, true, true);
+    grad_gemm(B, g, a, true, true);
+  }
+}
+
+void linear_backward(Node& n, const Tensor& g) {
+  VarImpl& X = *n.inputs[0];
+  VarImpl& W = *n.inputs[1];
+  VarImpl& Bi = *n.inputs[2];
+  const int64_t in = W.value.size(1), out = W.value.size(0);
+  const Tensor g2 = g.contiguous().reshape({-1, out});  // (R, OUT)
+  if (X.requires_grad) {                                // dx = dy W       (R, IN)
+    Tensor dx = Tensor::empty(X.value.shape(), X.value.dtype());
+    Tensor dx2 = dx.reshape({-1, in});
+    gemm(g2, W.value, dx2);
+    accumulate_grad(X, dx);
+  }
+  if (W.requires_grad) grad_gemm(W, g2, X.value.contiguous().reshape({-1, in}), true, false);  // dW = dy^T x
+  grad_row_sum(Bi, g2);                                                                      // db = sum_rows dy
+}
+
+void add_backward(Node& n, const Tensor& g) {
+  VarImpl& A = *n.inputs[0];
+  VarImpl& B = *n.inputs[1];
+  accumulate_grad(A, g);
+  if (is_row_broadcast(A, B)) grad_row_sum(B, g);
+  else accumulate_grad(B, g);
+}
+
+void mul_backward(Node& n, const Tensor& g) {
+  VarImpl& A = *n.inputs[0];
+  VarImpl& B = *n.inputs[1];
+  if (A.requires_grad) {  // da = g * b (b broadcast as in forward)
+    Tensor da = Tensor::empty(A.value.shape(), A.value.dtype());
+    mul(g, B.value, da);
+    accumulate_grad(A, da);
+  }
+  if (B.requires_grad) {  // db = g * a, summed over the broadcast rows
+    Tensor ga = Tensor::empty(A.value.shape(), is_row_broadcast(A, B) ? DType::f32 : B.value.dtype());
+    mul(g, A.value, ga);
+    if (is_row_broadcast(A, B)) grad_row_sum(B, ga);
+    else accumulate_grad(B, ga);
+  }
+}
+
+void scale_backward(Node& n, const Tensor& g) {
+  VarImpl& A = *n.inputs[0];
+  Tensor da = Tensor::empty(A.value.shape(), A.value.dtype());
+  scale(g, static_cast<float>(n.f), da);
+  accumulate_grad(A, da);
+}
+
+void gelu_backward_rule(Node& n, const Tensor& g) {
+  VarImpl& X = *n.inputs[0];
+  Tensor dx = Tensor::empty(X.value.shape(), X.value.dtype());
+  gelu_backward(X.value, g, dx);
+  accumulate_grad(X, dx);
+}
+
+void layer_norm_backward_rule(Node& n, const Tensor& g) {
+  VarImpl& X = *n.inputs[0];
+  VarImpl& W = *n.inputs[1];
+  VarImpl& Bi = *n.inputs[2];
+  const int64_t C = X.value.size(-1);
+  const Tensor x2 = X.value.contiguous().reshape({-1, C});
+  const Tensor g2 = g.contiguous().reshape({-1, C});
+  Tensor dx = Tensor::empty(X.value.shape(), X.value.dtype());
+  Tensor dx2 = dx.reshape({-1, C});
+  // dweight / dbias accumulate: into the parameter buffers when there are, else into zeros.
+  Tensor dw = W.grad_is_buffer ? W.grad : Tensor::zeros({C}, W.value.dtype());
+  Tensor db = Bi.grad_is_buffer ? Bi.grad : Tensor::zeros({C}, Bi.value.dtype());
+  layer_norm_backward(x2, W.value, n.saved[0], n.saved[1], g2, dx2, dw, db);
+  accumulate_grad(X, dx);
+  if (!W.grad_is_buffer) accumulate_grad(W, dw);
+  if (!Bi.grad_is_buffer) accumulate_grad(Bi, db);
+}
+
+void embedding_backward_rule(Node& n, const Tensor& g) {
+  VarImpl& W = *n.inputs[0];
+  const int64_t C = W.value.size(1);
+  const Tensor ids = n.ids.contiguous().reshape({-1});
+  const Tensor g2 = g.contiguous().reshape({-1, C});
+  if (W.grad_is_buffer) {
+    embedding_backward(ids, g2, W.grad);
+    return;
+  }
+  Tensor dw = Tensor::zeros(W.value.shape(), W.value.dtype());
+  embedding_backward(ids, g2, dw);
+  accumulate_grad(W, dw);
+}
+
+void causal_softmax_backward_rule(Node& n, const Tensor& g) {
+  VarImpl& X = *n.inputs[0];
+  Tensor dx = Tensor::empty(X.value.shape(), X.value.dtype());
+  causal_softmax_backward(n.saved[0], g, static_cast<float>(n.f), dx);
+  accumulate_grad(X, dx);
+}
+
+void cross_entropy_backward_rule(Node& n, const Tensor& g) {
+  VarImpl& L = *n.inputs[0];
+  const int64_t V = L.value.size(-1);
+  Tensor dl = Tensor::empty(L.value.shape(), L.value.dtype());
+  Tensor dl2 = dl.reshape({-1, V});
+  cross_entropy_backward(L.value.contiguous().reshape({-1, V}), n.ids, static_cast<float>(g.item()), dl2);
+  accumulate_grad(L, dl);
+}
+
+void reshape_backward(Node& n, const Tensor& g) { accumulate_grad(*n.inputs[0], g.contiguous().reshape(n.shape)); }
+
+void split_heads_backward(Node& n, const Tensor& g) {
+  VarImpl& Q = *n.inputs[0];
+  const int64_t H = n.i1;
+  Tensor d = Tensor::zeros(Q.value.shape(), Q.value.dtype());  // (B, T, 3C), zero outside this part
+  const int64_t B = d.size(0), T = d.size(1), D = d.size(2) / 3 / H;
+  heads_view(d, static_cast<int>(n.i0), H).copy_from(g.contiguous().reshape({B, H, T, D}));
+  accumulate_grad(Q, d);
+}
+
+void merge_heads_backward(Node& n, const Tensor& g) {
+  VarImpl& Y = *n.inputs[0];
+  const int64_t B = n.i0, BH = Y.value.size(0), H = BH / B, T = Y.value.size(1), D = Y.value.size(2);
+  Tensor d = Tensor::empty({B, H, T, D}, Y.value.dtype());
+  d.copy_from(g.contiguous().reshape({B, T, H, D}).transpose(1, 2));
+  accumulate_grad(Y, d.reshape({BH, T, D}));
+}
+
+void dropout_backward(Node& n, const Tensor& g) {
+  VarImpl& X = *n.inputs[0];
+  Tensor dx = Tensor::empty(X.value.shape(), X.value.dtype());
+  apply_dropout_mask(g, static_cast<float>(n.f), static_cast<uint64_t>(n.i0), static_cast<uint64_t>(n.i1), dx);
+  accumulate_grad(X, dx);
+}
+
+void cast_backward(Node& n, const Tensor& g) {
+  VarImpl& X = *n.inputs[0];
+  accumulate_grad(X, g.dtype() == X.value.dtype() ? g : g.to(X.value.dtype(), MemCategory::activations));
+}
+
+// Indexed by OpKind; the static_assert keeps it in step with the enum.
+constexpr std::array<BackwardRule, kNumOpKinds> kRules = {
+    matmul_backward,              // matmul
+    linear_backward,              // linear
+    add_backward,                 // add
+    mul_backward,                 // mul
+    scale_backward,               // scale
+    gelu_backward_rule,           // gelu
+    layer_norm_backward_rule,     // layer_norm
+    embedding_backward_rule,      // embedding
+    causal_softmax_backward_rule, // causal_softmax
+    cross_entropy_backward_rule,  // cross_entropy
+    reshape_backward,             // reshape
+    split_heads_backward,         // split_heads
+    merge_heads_backward,         // merge_heads
+    dropout_backward,             // dropout
+    cast_backward,                // cast
+};
+static_assert(kRules.size() == kNumOpKinds);
+
+constexpr std::array<std::string_view, kNumOpKinds> kNames = {
+    "matmul", "linear",  "add",         "mul",         "scale",   "gelu",  "layer_norm", "embedding",
+    "causal_softmax", "cross_entropy", "reshape", "split_heads", "merge_heads", "dropout", "cast"};
+
+}  // namespace
+
+const BackwardRule& backward_rule(OpKind k) { return kRules[static_cast<size_t>(k)]; }
+std::string_view op_kind_name(OpKind k) { return kNames[static_cast<size_t>(k)]; }
+
+}  // namespace mixtrain::autograd

@@ -1,0 +1,101 @@
+// The autograd engine: Var, the grad-mode switch, gradient accumulation and the backward walk.
+#include <unordered_set>
+
+#include "mixtrain/autograd/node.h"
+#include "mixtrain/kernels/ops.h"
+#include "mixtrain/kernels/ops_backward.h"
+
+namespace mixtrain::autograd {
+
+namespace {
+thread_local bool g_grad_enabled = true;
+}
+
+bool grad_enabled() { return g_grad_enabled; }
+NoGradGuard::NoGradGuard() : prev_(g_grad_enabled) { g_grad_enabled = false; }
+NoGradGuard::~NoGradGuard() { g_grad_enabled = prev_; }
+
+Var::Var(Tensor value, bool requires_grad) : impl_(std::make_shared<VarImpl>()) {
+  impl_->value = std::move(value);
+  impl_->requires_grad = requires_grad;
+}
+
+Var Var::parameter(Tensor value, Tensor grad_buffer) {
+  if (!(value.shape() == grad_buffer.shape()))
+    throw ShapeError("Var::parameter: value " + value.to_string() + " and gradient buffer " +
+                     grad_buffer.to_string() + " differ in shape");
+  Var v(std::move(value), true);
+  v.impl_->grad = std::move(grad_buffer);
+  v.impl_->grad_is_buffer = true;
+  return v;
+}
+
+Var Var::from_impl(std::shared_ptr<VarImpl> impl) {
+  Var v;
+  v.impl_ = std::move(impl);
+  return v;
+}
+
+void accumulate_grad(VarImpl& in, const Tensor& g) {
+  if (!in.requires_grad) return;
+  if (!(g.shape() == in.value.shape()))
+    throw ShapeError("autograd: gradient " + g.to_string() + " does not match its input " + in.value.to_string());
+  if (in.grad_is_buffer) {
+    add_inplace(in.grad, g);
+    return;
+  }
+  if (!in.grad.defined()) {
+    // Take g as it is when it already has the input's dtype (it may be shared with another
+    // input's gradient, e.g. both operands of an add: never written in place, see below).
+    in.grad = g.dtype() == in.value.dtype() ? g : g.to(in.value.dtype(), MemCategory::activations);
+    return;
+  }
+  // Second contribution: a fresh sum, so a tensor shared with another gradient is not modified.
+  Tensor sum = in.grad.dtype() == DType::f32 ? in.grad.clone(MemCategory::activations)
+                                              : in.grad.to(in.grad.dtype(), MemCategory::activations);
+  add_inplace(sum, g);
+  in.grad = sum;
+}
+
+void Var::backward(double seed) const {
+  if (!impl_) throw ArgumentError("backward: undefined variable");
+  if (impl_->value.numel() != 1)
+    throw ShapeError("backward: needs a scalar (1-element) loss, got " + impl_->value.to_string());
+  if (!impl_->requires_grad) throw ArgumentError("backward: the loss does not require grad (no parameters in its graph)");
+
+  // Reverse topological order by an iterative depth-first search (no recursion: deep graphs).
+  // `order` holds strong references: freeing a node during the walk may drop the last other
+  // reference to one of its inputs, which is visited later.
+  std::vector<std::shared_ptr<VarImpl>> order;
+  std::unordered_set<VarImpl*> seen;
+  std::vector<std::pair<std::shared_ptr<VarImpl>, size_t>> stack{{impl_, 0}};
+  seen.insert(impl_.get());
+  while (!stack.empty()) {
+    auto& [v, next] = stack.back();
+    const Node* n = v->grad_fn.get();
+    if (n && next < n->inputs.size()) {
+      const std::shared_ptr<VarImpl>& child = n->inputs[next++];
+      if (child->requires_grad && seen.insert(child.get()).second) stack.push_back({child, 0});
+    } else {
+      order.push_back(std::move(v));
+      stack.pop_back();
+    }
+  }
+
+  Tensor seed_grad = Tensor::full(impl_->value.shape(), impl_->value.dtype() == DType::f64 ? DType::f64 : DType::f32,
+                                  seed, MemCategory::activations);
+  accumulate_grad(*impl_, seed_grad);
+  // Each variable comes after every op that consumed it, so once its own rule has run nothing
+  // needs it: dropping our reference frees its value (the activation) and its gradient.
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    VarImpl* v = it->get();
+    if (v->grad_fn) {
+      std::shared_ptr<Node> node = std::move(v->grad_fn);
+      if (v->grad.defined()) backward_rule(node->op)(*node, v->grad);
+      v->grad = Tensor();  // intermediate gradients are not kept (leaves keep theirs)
+    }
+    it->reset();
+  }
+}
+
+}  // namespace mixtrain::autograd

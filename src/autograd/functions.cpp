@@ -1,0 +1,307 @@
+// Forward passes of the differentiable ops: run the kernel, record the node.
+#include "mixtrain/autograd/functions.h"
+
+#include <cmath>
+
+#include "mixtrain/autograd/node.h"
+#include "mixtrain/kernels/ops.h"
+#include "mixtrain/kernels/ops_backward.h"
+#include "mixtrain/numeric/stochastic.h"
+#include "internal.h"
+
+namespace mixtrain::autograd {
+namespace {
+
+bool needs_grad(std::initializer_list<const Var*> inputs) {
+  if (!grad_enabled()) return false;
+  for (const Var* v : inputs)
+    if (v->defined() && v->requires_grad()) return true;
+  return false;
+}
+
+// Wraps a forward result; when recording, attaches a node with the given inputs.
+Var make_output(Tensor value, std::shared_ptr<Node> node) {
+  Var out(std::move(value), node != nullptr);
+  if (node) out.impl()->grad_fn = std::move(node);
+  return out;
+}
+
+std::shared_ptr<Node> make_node(OpKind op, std::initializer_list<const Var*> inputs) {
+  auto n = std::make_shared<Node>();
+  n->op = op;
+  for (const Var* v : inputs) n->inputs.push_back(v->defined() ? v->impl() : std::make_shared<VarImpl>());
+  return n;
+}
+
+void require(const Var& v, const char* op, const char* what) {
+  if (!v.defined()) throw ArgumentError(std::string(op) + ": " + what + " is undefined");
+}
+
+// Output shape of gemm for given operands (validation itself happens in the kernel).
+Shape matmul_shape(const Tensor& a, const Tensor& b, bool ta, bool tb) {
+  Shape s;
+  if (a.dim() == 3) s.push_back(a.size(0));
+  else if (b.dim() == 3) s.push_back(b.size(0));
+  if (a.dim() < 2 || b.dim() < 2)
+    throw ShapeError("matmul: operands must be 2-D or 3-D, got a " + a.to_string() + " b " + b.to_string());
+  s.push_back(ta ? a.size(-1) : a.size(-2));
+  s.push_back(tb ? b.size(-2) : b.size(-1));
+  return s;
+}
+
+}  // namespace
+
+Var matmul(const Var& a, const Var& b, bool trans_a, bool trans_b) {
+  require(a, "matmul", "a");
+  require(b, "matmul", "b");
+  // A batch of row blocks times one shared matrix is one 2-D GEMM over the stacked rows (and its
+  // backward then needs no sum over the batch).
+  if (a.value().dim() == 3 && b.value().dim() == 2 && !trans_a) {
+    const int64_t Bt = a.size(0), M = a.size(1);
+    Var out = matmul(reshape(a, {Bt * M, a.size(2)}), b, false, trans_b);
+    return reshape(out, {Bt, M, out.size(1)});
+  }
+  Tensor out = Tensor::empty(matmul_shape(a.value(), b.value(), trans_a, trans_b), a.dtype());
+  GemmOptions o;
+  o.trans_a = trans_a;
+  o.trans_b = trans_b;
+  gemm(a.value(), b.value(), out, o);
+  std::shared_ptr<Node> n;
+  if (needs_grad({&a, &b})) {
+    n = make_node(OpKind::matmul, {&a, &b});
+    n->b0 = trans_a;
+    n->b1 = trans_b;
+  }
+  return make_output(out, n);
+}
+
+Var linear(const Var& x, const Var& w, const Var& b) {
+  require(x, "linear", "x");
+  require(w, "linear", "w");
+  const Tensor& xv = x.value();
+  if (w.value().dim() != 2 || xv.dim() < 1 || xv.size(-1) != w.size(1))
+    throw ShapeError("linear: x " + xv.to_string() + " and weight " + w.value().to_string() +
+                     " (OUT, IN) do not match");
+  const int64_t in = w.size(1), outf = w.size(0);
+  const Tensor x2 = xv.contiguous().reshape({-1, in});
+  Shape out_shape = xv.shape();
+  out_shape[out_shape.size() - 1] = outf;
+  Tensor out = Tensor::empty(out_shape, x.dtype());
+  Tensor out2 = out.reshape({-1, outf});
+  GemmOptions o;
+  o.trans_b = true;
+  // The GEMM adds an f32 bias row in its epilogue; a 16-bit bias widens to f32 exactly. An f64
+  // bias (gradient checks) is added separately so no precision is lost.
+  if (b.defined() && b.dtype() == DType::f64) {
+    gemm(x2, w.value(), out2, o);
+    mixtrain::add(out2, b.value(), out2);
+  } else {
+    Tensor bias32;
+    if (b.defined()) bias32 = b.dtype() == DType::f32 ? b.value() : b.value().to(DType::f32, MemCategory::workspace);
+    gemm(x2, w.value(), out2, o, b.defined() ? &bias32 : nullptr);
+  }
+  std::shared_ptr<Node> n;
+  if (needs_grad({&x, &w, &b})) n = make_node(OpKind::linear, {&x, &w, &b});
+  return make_output(out, n);
+}
+
+Var add(const Var& a, const Var& b) {
+  require(a, "add", "a");
+  require(b, "add", "b");
+  Tensor out = Tensor::empty(a.shape(), a.dtype());
+  mixtrain::add(a.value(), b.value(), out);
+  std::shared_ptr<Node> n;
+  if (needs_grad({&a, &b})) n = make_node(OpKind::add, {&a, &b});
+  return make_output(out, n);
+}
+
+Var mul(const Var& a, const Var& b) {
+  require(a, "mul", "a");
+  require(b, "mul", "b");
+  Tensor out = Tensor::empty(a.shape(), a.dtype());
+  mixtrain::mul(a.value(), b.value(), out);
+  std::shared_ptr<Node> n;
+  if (needs_grad({&a, &b})) n = make_node(OpKind::mul, {&a, &b});
+  return make_output(out, n);
+}
+
+Var scale(const Var& a, float s) {
+  require(a, "scale", "a");
+  Tensor out = Tensor::empty(a.shape(), a.dtype());
+  mixtrain::scale(a.value(), s, out);
+  std::shared_ptr<Node> n;
+  if (needs_grad({&a})) {
+    n = make_node(OpKind::scale, {&a});
+    n->f = s;
+  }
+  return make_output(out, n);
+}
+
+Var gelu(const Var& x) {
+  require(x, "gelu", "x");
+  Tensor out = Tensor::empty(x.shape(), x.dtype());
+  mixtrain::gelu(x.value(), out);
+  std::shared_ptr<Node> n;
+  if (needs_grad({&x})) n = make_node(OpKind::gelu, {&x});
+  return make_output(out, n);
+}
+
+Var layer_norm(const Var& x, const Var& weight, const Var& bias, float eps) {
+  require(x, "layer_norm", "x");
+  require(weight, "layer_norm", "weight");
+  require(bias, "layer_norm", "bias");
+  const int64_t C = x.size(-1);
+  const Tensor x2 = x.value().contiguous().reshape({-1, C});
+  const int64_t R = x2.size(0);
+  Tensor out = Tensor::empty(x.shape(), x.dtype());
+  Tensor out2 = out.reshape({R, C});
+  Tensor mean = Tensor::empty({R}, DType::f32);
+  Tensor rstd = Tensor::empty({R}, DType::f32);
+  mixtrain::layer_norm(x2, weight.value(), bias.value(), eps, out2, &mean, &rstd);
+  std::shared_ptr<Node> n;
+  if (needs_grad({&x, &weight, &bias})) {
+    n = make_node(OpKind::layer_norm, {&x, &weight, &bias});
+    n->saved = {mean, rstd};
+  }
+  return make_output(out, n);
+}
+
+Var embedding(const Var& weight, const Tensor& ids) {
+  require(weight, "embedding", "weight");
+  Shape s = ids.shape();
+  s.push_back(weight.size(1));
+  Tensor out = Tensor::empty(s, weight.dtype());
+  Tensor out2 = out.reshape({-1, weight.size(1)});
+  mixtrain::embedding(weight.value(), ids.contiguous().reshape({-1}), out2);
+  std::shared_ptr<Node> n;
+  if (needs_grad({&weight})) {
+    n = make_node(OpKind::embedding, {&weight});
+    n->ids = ids;
+  }
+  return make_output(out, n);
+}
+
+Var causal_softmax(const Var& x, float scale_) {
+  require(x, "causal_softmax", "x");
+  Tensor out = Tensor::empty(x.shape(), x.dtype());
+  mixtrain::causal_softmax(x.value(), scale_, out);
+  std::shared_ptr<Node> n;
+  if (needs_grad({&x})) {
+    n = make_node(OpKind::causal_softmax, {&x});
+    n->saved = {out};
+    n->f = scale_;
+  }
+  return make_output(out, n);
+}
+
+Var cross_entropy(const Var& logits, const Tensor& targets) {
+  require(logits, "cross_entropy", "logits");
+  const int64_t V = logits.size(-1);
+  const Tensor l2 = logits.value().contiguous().reshape({-1, V});
+  const Tensor t1 = targets.contiguous().reshape({-1});
+  const double loss = mixtrain::cross_entropy(l2, t1, nullptr);
+  Tensor out = Tensor::full({1}, logits.dtype() == DType::f64 ? DType::f64 : DType::f32, loss);
+  std::shared_ptr<Node> n;
+  if (needs_grad({&logits})) {
+    n = make_node(OpKind::cross_entropy, {&logits});
+    n->ids = t1;
+  }
+  return make_output(out, n);
+}
+
+Var reshape(const Var& x, const Shape& shape) {
+  require(x, "reshape", "x");
+  Tensor out = x.value().contiguous().reshape(shape);
+  std::shared_ptr<Node> n;
+  if (needs_grad({&x})) {
+    n = make_node(OpKind::reshape, {&x});
+    n->shape = x.shape();
+  }
+  return make_output(out, n);
+}
+
+// The (B, H, T, D) strided view of q, k or v inside qkv (B, T, 3C).
+Tensor heads_view(const Tensor& qkv, int which, int64_t n_head) {
+  const int64_t B = qkv.size(0), T = qkv.size(1), C3 = qkv.size(2), C = C3 / 3, D = C / n_head;
+  return qkv.as_strided({B, n_head, T, D}, {T * C3, D, C3, 1}, which * C);
+}
+
+Var split_heads(const Var& qkv, int which, int64_t n_head) {
+  require(qkv, "split_heads", "qkv");
+  const Tensor v = qkv.value().contiguous();
+  if (v.dim() != 3 || n_head <= 0 || v.size(2) % (3 * n_head) != 0 || which < 0 || which > 2)
+    throw ShapeError("split_heads: qkv " + v.to_string() + " is not (B, T, 3C) with C divisible by " +
+                     std::to_string(n_head) + " heads");
+  const int64_t B = v.size(0), T = v.size(1), D = v.size(2) / 3 / n_head;
+  // (B, T, 3C) -> slice which*C.. -> (B, T, H, D) -> (B, H, T, D) -> contiguous (B*H, T, D)
+  Tensor heads = Tensor::empty({B, n_head, T, D}, v.dtype());
+  heads.copy_from(heads_view(v, which, n_head));
+  std::shared_ptr<Node> n;
+  if (needs_grad({&qkv})) {
+    n = make_node(OpKind::split_heads, {&qkv});
+    n->i0 = which;
+    n->i1 = n_head;
+  }
+  return make_output(heads.reshape({B * n_head, T, D}), n);
+}
+
+Var merge_heads(const Var& y, int64_t batch) {
+  require(y, "merge_heads", "y");
+  const Tensor& v = y.value();
+  if (v.dim() != 3 || batch <= 0 || v.size(0) % batch != 0)
+    throw ShapeError("merge_heads: y " + v.to_string() + " is not (B*H, T, D) for B=" + std::to_string(batch));
+  const int64_t H = v.size(0) / batch, T = v.size(1), D = v.size(2);
+  // (B*H, T, D) -> (B, H, T, D) -> (B, T, H, D) -> contiguous (B, T, C)
+  Tensor out = Tensor::empty({batch, T, H, D}, v.dtype());
+  out.copy_from(v.contiguous().reshape({batch, H, T, D}).transpose(1, 2));
+  std::shared_ptr<Node> n;
+  if (needs_grad({&y})) {
+    n = make_node(OpKind::merge_heads, {&y});
+    n->i0 = batch;
+  }
+  return make_output(out.reshape({batch, T, H * D}), n);
+}
+
+// Scales kept elements by 1/(1-p), zeroes the others; the mask is recomputed from (seed, offset)
+// in backward instead of being stored.
+void apply_dropout_mask(const Tensor& x, float p, uint64_t seed, uint64_t offset, Tensor& out) {
+  const Tensor xc = x.contiguous();
+  const int64_t n = xc.numel();
+  std::vector<float> buf = xc.to_floats();
+  const float keep_scale = 1.0f / (1.0f - p);
+  const auto threshold = static_cast<uint64_t>(static_cast<double>(p) * 4294967296.0);
+#pragma omp parallel for schedule(static) if (n > 65536)
+  for (int64_t i = 0; i < n; ++i) {
+    const bool keep = counter_rng(seed, offset + static_cast<uint64_t>(i)) >= threshold;
+    buf[static_cast<size_t>(i)] = keep ? buf[static_cast<size_t>(i)] * keep_scale : 0.0f;
+  }
+  Tensor tmp = Tensor::from_floats(buf, xc.shape(), out.dtype(), MemCategory::workspace);
+  out.copy_from(tmp);
+}
+
+Var dropout(const Var& x, float p, uint64_t seed, uint64_t offset, bool training) {
+  require(x, "dropout", "x");
+  if (!(p >= 0.f && p < 1.f)) throw ArgumentError("dropout: p must be in [0, 1), got " + std::to_string(p));
+  if (p == 0.f || !training) return x;
+  Tensor out = Tensor::empty(x.shape(), x.dtype());
+  apply_dropout_mask(x.value(), p, seed, offset, out);
+  std::shared_ptr<Node> n;
+  if (needs_grad({&x})) {
+    n = make_node(OpKind::dropout, {&x});
+    n->f = p;
+    n->i0 = static_cast<int64_t>(seed);
+    n->i1 = static_cast<int64_t>(offset);
+  }
+  return make_output(out, n);
+}
+
+Var cast(const Var& x, DType dtype) {
+  require(x, "cast", "x");
+  if (x.dtype() == dtype) return x;
+  Tensor out = x.value().to(dtype, MemCategory::activations);
+  std::shared_ptr<Node> n;
+  if (needs_grad({&x})) n = make_node(OpKind::cast, {&x});
+  return make_output(out, n);
+}
+
+}  // namespace mixtrain::autograd

@@ -1,0 +1,165 @@
+// Building blocks of the fast CPU kernels (cpu/*_cpu.cpp), shared by the forward kernels and the
+// backward kernels that follow them: (R, C) row views of tensors whose last dim is contiguous,
+// fp32 staging of 16-bit rows, the threading policy, a vectorisable exp, and the blocked sums.
+//
+// Precision: storage may be bf16/f16, every row is converted to fp32, all math and accumulation is
+// fp32, and the result is rounded once into the output's dtype.
+// Determinism: work is split into fixed pieces (rows, 4096-element blocks, column chunks) whose
+// results never depend on the thread count, so every kernel gives bit-identical results for any
+// number of threads.
+#pragma once
+#include <algorithm>
+#include <bit>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "mixtrain/kernels/backend.h"
+#include "mixtrain/tensor/tensor.h"
+
+// The library is built for plain x86-64; hot loops get AVX-512 and AVX2 (+FMA) clones, picked once
+// at load time by the dynamic loader (ifunc).
+#define MIXTRAIN_SIMD_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+
+namespace mixtrain::cpu {
+
+// The storage formats the fast kernels handle; f64 and fp8 go to the scalar reference.
+inline bool fast_dtype(DType t) { return t == DType::f32 || t == DType::bf16 || t == DType::f16; }
+
+// A tensor seen as R rows of C contiguous elements, row r at base + r * row_stride elements.
+struct RowView {
+  char* base = nullptr;
+  DType dtype = DType::f32;
+  int64_t rows = 1;        // R
+  int64_t cols = 1;        // C
+  int64_t row_stride = 0;  // in elements
+  void* row(int64_t r) const { return base + r * row_stride * static_cast<int64_t>(dtype_size(dtype)); }
+  void* at(int64_t r, int64_t c) const {
+    return base + (r * row_stride + c) * static_cast<int64_t>(dtype_size(dtype));
+  }
+};
+
+// The (R, C) view of t (..., C) when its last dim is contiguous and its leading dims collapse into
+// one stride (true for contiguous tensors and for slices of the last dim); false otherwise.
+inline bool as_rows(const Tensor& t, RowView& v) {
+  v.base = static_cast<char*>(t.raw_data());
+  v.dtype = t.dtype();
+  if (t.dim() == 0) {
+    v.rows = v.cols = 1;
+    v.row_stride = 1;
+    return true;
+  }
+  v.cols = t.size(-1);
+  if (v.cols > 1 && t.stride(-1) != 1) return false;
+  v.rows = 1;
+  v.row_stride = v.cols;
+  bool have_inner = false;
+  int64_t expect = 0;  // the stride the next outer non-trivial dim must have
+  for (int d = t.dim() - 2; d >= 0; --d) {
+    const int64_t n = t.size(d);
+    v.rows *= n;
+    if (n == 1) continue;
+    if (!have_inner) {
+      v.row_stride = t.stride(d);
+      have_inner = true;
+    } else if (t.stride(d) != expect) {
+      return false;
+    }
+    expect = t.stride(d) * n;
+  }
+  return true;
+}
+
+// The row view of t, or of a contiguous copy of it (returned, to keep it alive) when t's layout
+// has no row view. Returns t itself when no copy was needed.
+inline Tensor rows_or_copy(const Tensor& t, RowView& v) {
+  if (as_rows(t, v)) return t;
+  Tensor c = t.contiguous();
+  as_rows(c, v);
+  return c;
+}
+// A tensor to write the result of out into: out itself when it has a row view, else a contiguous
+// workspace tensor that finish_output() copies back.
+inline Tensor rows_for_output(const Tensor& out, RowView& v) {
+  if (as_rows(out, v)) return out;
+  Tensor o = Tensor::empty(out.shape(), out.dtype(), MemCategory::workspace);
+  as_rows(o, v);
+  return o;
+}
+inline void finish_output(const Tensor& written, Tensor& out) {
+  if (written.raw_data() != out.raw_data()) out.copy_from(written);
+}
+
+// Fast-path threading: split only when each thread gets at least kMinWorkPerThread elements, so
+// small tensors stay on the calling thread.
+constexpr int64_t kMinWorkPerThread = int64_t{1} << 15;
+inline int threads_for(int64_t work_elems) {
+  const int64_t by_work = work_elems / kMinWorkPerThread;
+  const int nt = num_threads();
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(nt, by_work)));
+}
+
+// Per-thread fp32 scratch rows, grown on demand and kept (one slot per simultaneous row).
+inline float* scratch(int slot, int64_t n) {
+  thread_local std::vector<float> bufs[4];
+  std::vector<float>& b = bufs[slot];
+  if (b.size() < static_cast<size_t>(n)) b.resize(static_cast<size_t>(n));
+  return b.data();
+}
+
+// n elements at src in dtype t as fp32: src itself when t is f32, else converted into buf.
+inline const float* load_row(const void* src, DType t, int64_t n, float* buf) {
+  if (t == DType::f32) return static_cast<const float*>(src);
+  convert_any(src, t, buf, DType::f32, static_cast<size_t>(n));
+  return buf;
+}
+// Where to compute an output row: the output itself when it is f32, else buf (then store_row).
+inline float* out_row(void* dst, DType t, float* buf) { return t == DType::f32 ? static_cast<float*>(dst) : buf; }
+// Rounds an fp32 row computed by out_row into the output's dtype (no-op when it was computed in place).
+inline void store_row(const float* src, void* dst, DType t, int64_t n) {
+  if (t != DType::f32)
+    convert_any(src, DType::f32, dst, t, static_cast<size_t>(n));
+  else if (src != dst)
+    std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+}
+
+// exp(x) in fp32, branch-free so loops that call it vectorise (Cephes expf: x = n ln2 + r with
+// a two-part ln2, degree-6 polynomial for exp(r), 2^n built in the exponent bits; ~1 ulp).
+// Overflow gives inf, underflow below the normal range gives 0, NaN stays NaN.
+[[gnu::always_inline]] inline float exp_f32(float x) {
+  constexpr float kHi = 88.72283935546875f, kLo = -87.3365478515625f;  // ~ln(FLT_MAX), ln(FLT_MIN)
+  const float xc = x > kHi ? kHi : (x < kLo ? kLo : x);
+  const float n = (xc * 1.44269504088896341f + 12582912.f) - 12582912.f;  // round(x / ln2), in [-126, 128]
+  const float r = xc - n * 0.693359375f - n * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.f;
+  // 2^n from the exponent bits; n = 128 has no exponent code, so it is taken as 2^127 * 2.
+  const int32_t ni = static_cast<int32_t>(n);
+  const int32_t top = ni > 127 ? 1 : 0;
+  const float pow2 = std::bit_cast<float>(static_cast<uint32_t>(ni - top + 127) << 23);
+  float y = p * pow2 * (top ? 2.f : 1.f);
+  y = x > kHi ? __builtin_inff() : y;
+  y = x < kLo ? 0.f : y;
+  return x != x ? x : y;
+}
+
+// ---- blocked sums (defined in reduce_cpu.cpp) ----------------------------------------------------
+// Sums run over fixed kSumBlock-element blocks (16 fp32 lanes inside a block), and the block sums
+// are added pairwise: error grows like log(n), and the result depends only on the data.
+constexpr int64_t kSumBlock = 4096;
+float sum_f32(const float* p, int64_t n);
+// sum of (p[i] - mu)^2: the variance pass of layer norm; mu = 0 gives the sum of squares.
+float sum_sq_dev_f32(const float* p, int64_t n, float mu);
+// Largest element; NaN if any element is NaN; -inf for n = 0.
+float max_f32(const float* p, int64_t n);
+// Adds per-block partial sums with the same pairwise tree sum_f32 uses over its blocks.
+float pairwise_sum(const float* partials, int64_t n);
+// out[i] = exp(x[i] - m); returns the blocked sum of out. (Softmax numerators, log-sum-exp.)
+float exp_sub_sum_f32(const float* x, float m, float* out, int64_t n);
+
+}  // namespace mixtrain::cpu

@@ -1,0 +1,123 @@
+// Fast CPU elementwise ops (CpuBackend::add, mul, scale, gelu): the tensors are walked as
+// (row, column chunk) work items; 16-bit chunks are staged through fp32 stack buffers, the math is
+// a vectorised fp32 loop, and each result is rounded once into out. Each element's value depends
+// only on its inputs, so results are identical for any thread count.
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/cpu_rows.h"
+#include "mixtrain/core/cpu_features.h"
+
+namespace mixtrain {
+namespace cpu {
+namespace {
+constexpr int64_t kChunk = 2048;  // elements per work item (fp32 staging buffers live on the stack)
+
+MIXTRAIN_SIMD_CLONES void add_f32(const float* a, const float* b, float* o, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) o[i] = a[i] + b[i];
+}
+MIXTRAIN_SIMD_CLONES void mul_f32(const float* a, const float* b, float* o, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) o[i] = a[i] * b[i];
+}
+MIXTRAIN_SIMD_CLONES void scale_f32(const float* a, float s, float* o, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) o[i] = s * a[i];
+}
+// GELU, tanh form, via 0.5 (1 + tanh(u)) = 1 / (1 + exp(-2u)) (no cancellation for x < 0; the
+// reference uses the same identity).
+MIXTRAIN_SIMD_CLONES void gelu_f32(const float* x, float* o, int64_t n) {
+  constexpr float k = 0.7978845608028654f;  // sqrt(2 / pi)
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = x[i];
+    const float u = k * (v + 0.044715f * v * v * v);
+    o[i] = v / (1.f + exp_f32(-2.f * u));
+  }
+}
+
+bool flat(const RowView& v) { return v.rows == 1 || v.row_stride == v.cols; }
+
+// out = f(in[0], ..., in[N-1]) over (R, C) views; an input with row_stride 0 is a row broadcast
+// over R. Contiguous operands are treated as one long row so that work items are full chunks.
+template <int N, typename F>
+void run_elementwise(RowView (&in)[N], RowView out, F f) {
+  bool all_flat = flat(out);
+  for (const RowView& v : in) all_flat = all_flat && flat(v) && v.row_stride != 0;
+  if (all_flat && out.rows > 1) {
+    for (RowView& v : in) v.cols *= v.rows, v.rows = 1;
+    out.cols *= out.rows;
+    out.rows = 1;
+  }
+  const int64_t R = out.rows, C = out.cols;
+  const int64_t chunks = (C + kChunk - 1) / kChunk;
+  const int nt = threads_for(R * C);
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+  for (int64_t item = 0; item < R * chunks; ++item) {
+    const int64_t r = item / chunks, c0 = (item % chunks) * kChunk, w = std::min(kChunk, C - c0);
+    float bufs[N][kChunk];
+    float obuf[kChunk];
+    const float* p[N];
+    for (int k = 0; k < N; ++k) p[k] = load_row(in[k].at(r, c0), in[k].dtype, w, bufs[k]);
+    float* o = out_row(out.at(r, c0), out.dtype, obuf);
+    f(p, o, w);
+    store_row(o, out.at(r, c0), out.dtype, w);
+  }
+}
+
+bool all_fast(std::initializer_list<const Tensor*> ts) {
+  if (force_reference()) return false;
+  for (const Tensor* t : ts)
+    if (!fast_dtype(t->dtype())) return false;
+  return true;
+}
+
+// add/mul: b has a's shape or is a row (C) broadcast over a's rows.
+template <typename F>
+void binary(const Tensor& a, const Tensor& b, Tensor& out, F f) {
+  RowView in[2], ov;
+  const Tensor ak = rows_or_copy(a, in[0]);
+  Tensor bk = b;
+  if (b.shape() == a.shape()) {
+    bk = rows_or_copy(b, in[1]);
+  } else {  // (C) row
+    if (b.stride(0) != 1 && b.numel() > 1) bk = b.contiguous();
+    as_rows(bk, in[1]);
+    in[1].rows = in[0].rows;
+    in[1].row_stride = 0;
+  }
+  Tensor o = rows_for_output(out, ov);
+  run_elementwise<2>(in, ov, f);
+  finish_output(o, out);
+}
+}  // namespace
+}  // namespace cpu
+
+void CpuBackend::add(const Tensor& a, const Tensor& b, Tensor& out) {
+  if (!cpu::all_fast({&a, &b, &out})) return ref::add(a, b, out);
+  cpu::binary(a, b, out, [](const float* const* p, float* o, int64_t n) { cpu::add_f32(p[0], p[1], o, n); });
+}
+
+void CpuBackend::mul(const Tensor& a, const Tensor& b, Tensor& out) {
+  if (!cpu::all_fast({&a, &b, &out})) return ref::mul(a, b, out);
+  cpu::binary(a, b, out, [](const float* const* p, float* o, int64_t n) { cpu::mul_f32(p[0], p[1], o, n); });
+}
+
+void CpuBackend::scale(const Tensor& a, float s, Tensor& out) {
+  if (!cpu::all_fast({&a, &out})) return ref::scale(a, s, out);
+  cpu::RowView in[1], ov;
+  const Tensor ak = cpu::rows_or_copy(a, in[0]);
+  Tensor o = cpu::rows_for_output(out, ov);
+  cpu::run_elementwise<1>(in, ov, [s](const float* const* p, float* dst, int64_t n) { cpu::scale_f32(p[0], s, dst, n); });
+  cpu::finish_output(o, out);
+}
+
+void CpuBackend::gelu(const Tensor& x, Tensor& out) {
+  if (!cpu::all_fast({&x, &out})) return ref::gelu(x, out);
+  cpu::RowView in[1], ov;
+  const Tensor xk = cpu::rows_or_copy(x, in[0]);
+  Tensor o = cpu::rows_for_output(out, ov);
+  cpu::run_elementwise<1>(in, ov, [](const float* const* p, float* dst, int64_t n) { cpu::gelu_f32(p[0], dst, n); });
+  cpu::finish_output(o, out);
+}
+
+}  // namespace mixtrain

@@ -1,0 +1,559 @@
+// CpuBackend::gemm through oneDNN's matmul primitive (fp32 accumulation for f32 and bf16 inputs).
+// The tensors' own memory is wrapped (no copies); transposes, leading dims and batch strides are
+// expressed as explicit strides in the memory descriptors; alpha is an output scale, beta a sum
+// post-op, the bias the matmul bias input (or, with alpha != 1, a binary-add post-op, because
+// oneDNN scales the bias input by alpha). Primitives are cached per (shapes, strides, dtypes,
+// attributes, threads) in an LRU map, so a training step's steady state creates none.
+//
+// Where oneDNN has no fast implementation for a combination, the problem is rewritten instead:
+//   - a column-major c (a transposed output view) is computed as c^T = op(b)^T @ op(a)^T;
+//   - an output dtype oneDNN cannot write (f32 -> bf16, bf16 -> f16, ...) goes through an f32
+//     temporary (c copied in first when beta != 0) that is rounded once into c;
+//   - fp16 inputs on a CPU without fp16 arithmetic (no avx512_fp16) are converted to fp32
+//     (keeping their orientation, so transposes stay free) and run through the fp32 matmul.
+// Temporaries live in per-thread buffers charged to MemCategory::workspace and reused across
+// calls (buffers over 64 MiB are freed after each call).
+#include <omp.h>
+
+#include <array>
+#include <atomic>
+#include <bit>
+#include <cstring>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "kernels/cpu/cpu_backend.h"
+#include "mixtrain/core/cpu_features.h"
+#include "mixtrain/kernels/gemm_info.h"
+
+namespace mixtrain {
+namespace {
+
+using ddt = dnnl::memory::data_type;
+
+dnnl::engine& cpu_engine() {
+  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
+  return e;
+}
+// CPU streams are cheap but not meant to be shared between threads.
+dnnl::stream& cpu_stream() {
+  thread_local dnnl::stream s(cpu_engine());
+  return s;
+}
+
+ddt to_dnnl(DType t) {
+  switch (t) {
+    case DType::f32:
+      return ddt::f32;
+    case DType::bf16:
+      return ddt::bf16;
+    case DType::f16:
+      return ddt::f16;
+    default:
+      throw DTypeError("gemm (oneDNN): unsupported dtype " + std::string(dtype_name(t)));
+  }
+}
+
+// ---- one matrix operand as oneDNN sees it ---------------------------------------------------
+// b matrices (r, c) with element strides (sb, sr, sc); b == 1 for an operand shared by all batches.
+struct Mat {
+  void* ptr = nullptr;
+  DType dtype = DType::f32;
+  int64_t b = 1, r = 1, c = 1;
+  int64_t sb = 1, sr = 1, sc = 1;
+
+  // After normalize(): sc == 1 (row-major, leading dim sr) or sr == 1 (column-major, leading dim sc).
+  bool row_major() const { return sc == 1; }
+
+  Mat transposed() const {
+    Mat m = *this;
+    std::swap(m.r, m.c);
+    std::swap(m.sr, m.sc);
+    m.normalize();
+    return m;
+  }
+
+  // The strides of extent-1 dims are meaningless; give them the values a dense layout would have
+  // so oneDNN recognises plain row-/column-major matrices (and so equal layouts get equal keys).
+  void normalize() {
+    if (r <= 1 && c <= 1) {
+      sr = sc = 1;
+    } else if (c <= 1) {
+      sc = 1;  // a column: row-major with leading dim sr
+    } else if (r <= 1) {
+      if (sc == 1)
+        sr = c;  // a dense row
+      else
+        sr = 1;  // a strided row: column-major with leading dim sc
+    }
+    if (b <= 1) sb = (r - 1) * sr + (c - 1) * sc + 1;
+  }
+
+  size_t bytes() const {
+    return static_cast<size_t>(((b - 1) * sb + (r - 1) * sr + (c - 1) * sc + 1)) * dtype_size(dtype);
+  }
+
+  dnnl::memory::desc desc(int nd) const {
+    if (nd == 2) return dnnl::memory::desc({r, c}, to_dnnl(dtype), dnnl::memory::dims{sr, sc});
+    return dnnl::memory::desc({b, r, c}, to_dnnl(dtype), dnnl::memory::dims{sb, sr, sc});
+  }
+};
+
+// Tensor (.., R, C) -> Mat, with op() applied.
+Mat mat_of(const Tensor& t, bool trans) {
+  Mat m;
+  m.ptr = t.raw_data();
+  m.dtype = t.dtype();
+  m.r = t.size(-2);
+  m.c = t.size(-1);
+  m.sr = t.stride(-2);
+  m.sc = t.stride(-1);
+  if (t.dim() == 3) {
+    m.b = t.size(0);
+    m.sb = t.stride(0);
+  }
+  if (trans) {
+    std::swap(m.r, m.c);
+    std::swap(m.sr, m.sc);
+  }
+  m.normalize();
+  return m;
+}
+
+// A dense layout for m's elements in dtype t: the same orientation as m (so a converted transposed
+// input stays a cheap transposed operand), or row-major when force_row_major.
+Mat dense_like(const Mat& m, DType t, bool force_row_major) {
+  Mat d = m;
+  d.ptr = nullptr;
+  d.dtype = t;
+  if (force_row_major || m.row_major()) {
+    d.sr = m.c;
+    d.sc = 1;
+  } else {
+    d.sr = 1;
+    d.sc = m.r;
+  }
+  d.sb = m.r * m.c;
+  d.normalize();
+  return d;
+}
+
+char* elem_ptr(const Mat& m, int64_t off) {
+  return static_cast<char*>(m.ptr) + off * static_cast<int64_t>(dtype_size(m.dtype));
+}
+
+// Copies from's elements into to (same extents), converting dtypes (one side is f32). Runs along
+// the unit-stride dim when both share it (bulk SIMD conversions), else element by element.
+void copy_convert(const Mat& from, const Mat& to) {
+  const bool rows = from.sc == 1 && to.sc == 1;
+  const bool cols = from.sr == 1 && to.sr == 1;
+  if (!rows && !cols) {  // orientations differ (a transposed output with a bias): rare, slow path
+    for (int64_t bi = 0; bi < from.b; ++bi)
+      for (int64_t i = 0; i < from.r; ++i)
+        for (int64_t j = 0; j < from.c; ++j)
+          store_from_f32(to.ptr, to.dtype, bi * to.sb + i * to.sr + j * to.sc,
+                         load_as_f32(from.ptr, from.dtype, bi * from.sb + i * from.sr + j * from.sc));
+    return;
+  }
+  // A line is one row (rows) or one column (cols); `ld` steps between lines.
+  const int64_t len = rows ? from.c : from.r;
+  const int64_t nlines = rows ? from.r : from.c;
+  const int64_t from_ld = rows ? from.sr : from.sc, to_ld = rows ? to.sr : to.sc;
+  const bool dense =
+      from_ld == len && to_ld == len && (from.b == 1 || (from.sb == len * nlines && to.sb == len * nlines));
+  if (dense) {  // one bulk conversion (parallel inside for large n)
+    convert_any(from.ptr, from.dtype, to.ptr, to.dtype, static_cast<size_t>(from.b * nlines * len));
+    return;
+  }
+  const int64_t total = from.b * nlines;
+  auto line = [&](int64_t l) {
+    const int64_t bi = l / nlines, i = l % nlines;
+    convert_any(elem_ptr(from, bi * from.sb + i * from_ld), from.dtype, elem_ptr(to, bi * to.sb + i * to_ld),
+                to.dtype, static_cast<size_t>(len));
+  };
+  if (len >= (1 << 15)) {  // long lines: each conversion is parallel by itself
+    for (int64_t l = 0; l < total; ++l) line(l);
+  } else {
+#pragma omp parallel for schedule(static) if (total * len >= (1 << 16))
+    for (int64_t l = 0; l < total; ++l) line(l);
+  }
+}
+
+// ---- per-thread temporaries ---------------------------------------------------------------------
+class ScratchBuffer {
+ public:
+  void* get(size_t bytes) {
+    if (!buf_.defined() || buf_.nbytes() < bytes) {
+      buf_ = Tensor();  // free first: peak memory is the new size, not old + new
+      buf_ = Tensor::empty({static_cast<int64_t>((bytes + 3) / 4 + 16)}, DType::f32, MemCategory::workspace);
+    }
+    return buf_.raw_data();
+  }
+  void trim(size_t keep_bytes) {
+    if (buf_.defined() && buf_.nbytes() > keep_bytes) buf_ = Tensor();
+  }
+
+ private:
+  Tensor buf_;
+};
+
+struct ThreadScratch {
+  ScratchBuffer pad, a, b, c;  // oneDNN scratchpad, converted src, converted weights, f32 dst
+  void trim() {
+    constexpr size_t keep = size_t{64} << 20;
+    for (ScratchBuffer* s : {&pad, &a, &b, &c}) s->trim(keep);
+  }
+};
+ThreadScratch& thread_scratch() {
+  thread_local ThreadScratch s;
+  return s;
+}
+struct TrimScratchOnExit {
+  ~TrimScratchOnExit() { thread_scratch().trim(); }
+};
+
+// ---- the problem in oneDNN's terms, and the primitive cache ---------------------------------------
+// dst (B, M, N) = alpha * src (B|1, M, K) @ wei (B|1, K, N) + beta * dst + bias (N).
+struct Problem {
+  int nd = 2;  // 2-D descriptors unless there is a batch
+  Mat src, wei, dst;
+  const float* bias = nullptr;
+  int64_t bias_stride = 1;
+  float alpha = 1.f, beta = 0.f;
+};
+
+enum class BiasMode : int64_t { none, input, post_op };
+
+BiasMode bias_mode(const Problem& p) {
+  if (!p.bias) return BiasMode::none;
+  // oneDNN computes alpha * (acc + bias) for the bias input; ours is alpha * acc + bias.
+  return p.alpha == 1.f ? BiasMode::input : BiasMode::post_op;
+}
+
+dnnl::memory::desc bias_desc(const Problem& p) {
+  const int64_t N = p.dst.c, s = p.bias_stride;
+  if (p.nd == 2) return dnnl::memory::desc({1, N}, ddt::f32, dnnl::memory::dims{N * s, s});
+  return dnnl::memory::desc({1, 1, N}, ddt::f32, dnnl::memory::dims{N * s, N * s, s});
+}
+
+struct Key {
+  std::array<int64_t, 32> v{};
+  friend bool operator==(const Key& x, const Key& y) { return x.v == y.v; }
+};
+struct KeyHash {
+  size_t operator()(const Key& k) const {
+    uint64_t h = 1469598103934665603ull;  // FNV-1a over the words
+    for (int64_t x : k.v) {
+      h ^= static_cast<uint64_t>(x);
+      h *= 1099511628211ull;
+    }
+    return static_cast<size_t>(h);
+  }
+};
+
+Key make_key(const Problem& p) {
+  Key k;
+  size_t i = 0;
+  auto put = [&](int64_t x) { k.v[i++] = x; };
+  put(p.nd);
+  for (const Mat* m : {&p.src, &p.wei, &p.dst}) {
+    put(static_cast<int64_t>(m->dtype));
+    for (int64_t x : {m->b, m->r, m->c, m->sb, m->sr, m->sc}) put(x);
+  }
+  put(static_cast<int64_t>(bias_mode(p)));
+  put(p.bias ? p.bias_stride : 0);
+  put(std::bit_cast<int32_t>(p.alpha));
+  put(std::bit_cast<int32_t>(p.beta));
+  put(omp_get_max_threads());  // oneDNN fixes its thread partition when the primitive is made
+  return k;
+}
+
+struct Entry {
+  bool ok = false;   // false: oneDNN has no implementation (remembered, so not retried)
+  std::string impl;  // impl_info_str(), e.g. "brg:avx512_core_bf16"
+  dnnl::matmul prim;
+  dnnl::memory::desc src_md, wei_md, dst_md, bias_md, scratch_md;
+  int bias_arg = 0;  // DNNL_ARG_BIAS, the binary post-op's argument, or 0
+};
+
+Entry make_entry(const Problem& p) {
+  Entry e;
+  e.src_md = p.src.desc(p.nd);
+  e.wei_md = p.wei.desc(p.nd);
+  e.dst_md = p.dst.desc(p.nd);
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);  // our per-thread buffer: thread-safe
+  if (p.alpha != 1.f) attr.set_output_scales(0, {p.alpha});
+  dnnl::post_ops ops;
+  int n_ops = 0;
+  if (p.beta != 0.f) {
+    ops.append_sum(p.beta);
+    ++n_ops;
+  }
+  const BiasMode bm = bias_mode(p);
+  if (bm != BiasMode::none) e.bias_md = bias_desc(p);
+  if (bm == BiasMode::post_op) {
+    ops.append_binary(dnnl::algorithm::binary_add, e.bias_md);
+    e.bias_arg = DNNL_ARG_ATTR_MULTIPLE_POST_OP(n_ops) | DNNL_ARG_SRC_1;
+  } else if (bm == BiasMode::input) {
+    e.bias_arg = DNNL_ARG_BIAS;
+  }
+  attr.set_post_ops(ops);
+  try {
+    const dnnl::memory::desc no_bias;
+    dnnl::matmul::desc d(e.src_md, e.wei_md, bm == BiasMode::input ? e.bias_md : no_bias, e.dst_md);
+    dnnl::matmul::primitive_desc pd(d, attr, cpu_engine());
+    e.impl = pd.impl_info_str();
+    e.scratch_md = pd.scratchpad_desc();
+    e.prim = dnnl::matmul(pd);
+    e.ok = true;
+  } catch (const dnnl::error&) {
+    e.ok = false;  // unimplemented for this combination: the caller rewrites the problem
+  }
+  return e;
+}
+
+class PrimitiveCache {
+ public:
+  static PrimitiveCache& instance() {
+    static PrimitiveCache c;
+    return c;
+  }
+  // The entry for p, made (under the lock, so never twice) on a miss.
+  std::shared_ptr<const Entry> get(const Problem& p) {
+    const Key k = make_key(p);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = map_.find(k); it != map_.end()) {
+      lru_.splice(lru_.begin(), lru_, it->second);
+      ++hits_;
+      return it->second->second;
+    }
+    ++misses_;
+    auto e = std::make_shared<const Entry>(make_entry(p));
+    lru_.emplace_front(k, e);
+    map_[k] = lru_.begin();
+    if (lru_.size() > capacity_) {  // in-flight users keep their shared_ptr
+      map_.erase(lru_.back().first);
+      lru_.pop_back();
+    }
+    return e;
+  }
+  GemmCacheStats stats() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return {hits_, misses_, static_cast<int64_t>(lru_.size()), static_cast<int64_t>(capacity_)};
+  }
+  void clear() {
+    std::lock_guard<std::mutex> lock(mu_);
+    map_.clear();
+    lru_.clear();
+    hits_ = misses_ = 0;
+  }
+
+ private:
+  using Item = std::pair<Key, std::shared_ptr<const Entry>>;
+  std::mutex mu_;
+  std::list<Item> lru_;
+  std::unordered_map<Key, std::list<Item>::iterator, KeyHash> map_;
+  size_t capacity_ = 1024;
+  int64_t hits_ = 0, misses_ = 0;
+};
+
+// ---- choosing how to run a problem ------------------------------------------------------------
+// Tried in order; the first oneDNN accepts with a non-reference implementation wins (the last one
+// is taken whatever its implementation).
+struct Variant {
+  bool convert_inputs = false;  // src/wei converted to dense f32
+  bool f32_dst = false;         // computed into a dense row-major f32 temporary
+};
+
+bool fp16_arithmetic() { return cpu_features().avx512_fp16; }
+
+struct Plan {
+  std::shared_ptr<const Entry> entry;  // null: nothing works, use the reference
+  Variant variant;
+  Problem run;  // the problem as executed (converted operands' layouts, temp dst layout)
+};
+
+Problem apply_variant(const Problem& p, Variant v) {
+  Problem q = p;
+  if (v.convert_inputs) {
+    q.src = dense_like(p.src, DType::f32, false);
+    q.wei = dense_like(p.wei, DType::f32, false);
+  }
+  if (v.f32_dst) q.dst = dense_like(p.dst, DType::f32, true);
+  return q;
+}
+
+Plan choose(const Problem& p) {
+  std::array<Variant, 4> tries;
+  size_t n = 0;
+  const bool must_convert = p.src.dtype == DType::f16 && !fp16_arithmetic();
+  if (!must_convert) {
+    tries[n++] = {false, false};
+    if (p.dst.dtype != DType::f32 || !p.dst.row_major()) tries[n++] = {false, true};
+  }
+  tries[n++] = {true, false};
+  tries[n++] = {true, true};
+  for (size_t i = 0; i < n; ++i) {
+    Plan plan;
+    plan.variant = tries[i];
+    plan.run = apply_variant(p, tries[i]);
+    plan.entry = PrimitiveCache::instance().get(plan.run);
+    const bool last = i + 1 == n;
+    if (plan.entry->ok && (last || plan.entry->impl.rfind("ref", 0) != 0)) return plan;
+  }
+  return Plan{};
+}
+
+// The dnnl::memory objects of one primitive's arguments, made once per thread and re-pointed at
+// each call's buffers (making them costs more than a small GEMM's arithmetic).
+struct BoundArgs {
+  std::shared_ptr<const Entry> entry;  // keeps the descriptors (and the map key) alive
+  std::unordered_map<int, dnnl::memory> args;
+  void set(int arg, void* ptr) { args.at(arg).set_data_handle(ptr); }
+};
+
+BoundArgs& bound_args(const std::shared_ptr<const Entry>& e) {
+  thread_local std::unordered_map<const Entry*, BoundArgs> per_thread;
+  if (auto it = per_thread.find(e.get()); it != per_thread.end()) return it->second;
+  if (per_thread.size() >= 256) per_thread.clear();  // bound the entries kept alive past eviction
+  BoundArgs& b = per_thread[e.get()];
+  b.entry = e;
+  dnnl::engine& eng = cpu_engine();
+  auto add = [&](int arg, const dnnl::memory::desc& md) {
+    b.args.emplace(arg, dnnl::memory(md, eng, DNNL_MEMORY_NONE));
+  };
+  add(DNNL_ARG_SRC, e->src_md);
+  add(DNNL_ARG_WEIGHTS, e->wei_md);
+  add(DNNL_ARG_DST, e->dst_md);
+  if (e->bias_arg) add(e->bias_arg, e->bias_md);
+  if (e->scratch_md.get_size() > 0) add(DNNL_ARG_SCRATCHPAD, e->scratch_md);
+  return b;
+}
+
+void execute(const Plan& plan, const Problem& p) {
+  const Entry& e = *plan.entry;
+  ThreadScratch& tls = thread_scratch();
+  TrimScratchOnExit trim;
+  Mat src = plan.run.src, wei = plan.run.wei, dst = plan.run.dst;
+  if (plan.variant.convert_inputs) {
+    src.ptr = tls.a.get(src.bytes());
+    copy_convert(p.src, src);
+    wei.ptr = tls.b.get(wei.bytes());
+    copy_convert(p.wei, wei);
+  }
+  if (plan.variant.f32_dst) {
+    dst.ptr = tls.c.get(dst.bytes());
+    if (p.beta != 0.f) copy_convert(p.dst, dst);  // the sum post-op reads it
+  }
+  BoundArgs& bound = bound_args(plan.entry);
+  bound.set(DNNL_ARG_SRC, src.ptr);
+  bound.set(DNNL_ARG_WEIGHTS, wei.ptr);
+  bound.set(DNNL_ARG_DST, dst.ptr);
+  if (e.bias_arg) bound.set(e.bias_arg, const_cast<float*>(p.bias));
+  if (const size_t sp = e.scratch_md.get_size(); sp > 0) bound.set(DNNL_ARG_SCRATCHPAD, tls.pad.get(sp));
+  dnnl::stream& s = cpu_stream();
+  e.prim.execute(s, bound.args);
+  s.wait();
+  if (plan.variant.f32_dst) copy_convert(dst, p.dst);  // the one rounding to c's dtype
+}
+
+// The oneDNN frame for gemm's arguments (already checked by the public gemm).
+Problem make_problem(const Tensor& a, const Tensor& b, Tensor& c, const GemmOptions& opt,
+                     const Tensor* bias) {
+  Problem p;
+  const Mat A = mat_of(a, opt.trans_a), B = mat_of(b, opt.trans_b), C = mat_of(c, false);
+  p.nd = (c.dim() == 3 && c.size(0) > 1) ? 3 : 2;
+  // A column-major output (a transposed view) would get oneDNN's reference kernel; compute its
+  // transpose instead: c^T = op(b)^T @ op(a)^T, which is row-major. (Not with a bias, which would
+  // then run along rows, again a reference-kernel case: that goes through an f32 temporary.)
+  if (!bias && !C.row_major()) {
+    p.src = B.transposed();
+    p.wei = A.transposed();
+    p.dst = C.transposed();
+  } else {
+    p.src = A;
+    p.wei = B;
+    p.dst = C;
+  }
+  if (bias) {
+    p.bias = bias->data<float>();
+    p.bias_stride = bias->size(0) > 1 ? bias->stride(0) : 1;
+  }
+  p.alpha = opt.alpha;
+  p.beta = opt.beta;
+  return p;
+}
+
+std::string describe_plan(const Plan& plan, DType in) {
+  if (!plan.entry) return "reference (no oneDNN implementation)";
+  std::string s = plan.entry->impl;
+  if (plan.variant.convert_inputs && in == DType::f16)
+    s += fp16_arithmetic() ? " (fp16 converted to fp32: oneDNN has no fp16 matmul here)"
+                           : " (fp16 converted to fp32: no fp16 arithmetic on this CPU)";
+  else if (plan.variant.convert_inputs)
+    s += " (inputs converted to fp32)";
+  if (plan.variant.f32_dst) s += " (fp32 output rounded afterwards)";
+  return s;
+}
+
+}  // namespace
+
+void CpuBackend::gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmOptions& opt,
+                      const Tensor* bias) {
+  const int64_t K = opt.trans_a ? a.size(-2) : a.size(-1);
+  // f64 is for gradient checks (no oneDNN f64 matmul); oneDNN rejects or crashes on zero sizes.
+  if (force_reference() || a.dtype() == DType::f64 || c.numel() == 0 || K == 0) {
+    ref::gemm(a, b, c, opt, bias);
+    return;
+  }
+  const Problem p = make_problem(a, b, c, opt, bias);
+  const Plan plan = choose(p);
+  if (!plan.entry) {
+    ref::gemm(a, b, c, opt, bias);
+    return;
+  }
+  execute(plan, p);
+}
+
+std::string gemm_impl_for(DType in_dtype, DType out_dtype, int64_t m, int64_t n, int64_t k) {
+  if (force_reference()) return "reference (MIXTRAIN_FORCE_REFERENCE)";
+  if (in_dtype == DType::f64) return "reference (f64)";
+  Problem p;
+  auto dense = [](DType t, int64_t r, int64_t c) {
+    Mat x;
+    x.dtype = t;
+    x.r = r;
+    x.c = c;
+    x.sr = c;
+    x.sc = 1;
+    x.normalize();
+    return x;
+  };
+  p.src = dense(in_dtype, m, k);
+  p.wei = dense(in_dtype, k, n);
+  p.dst = dense(out_dtype, m, n);
+  return describe_plan(choose(p), in_dtype);
+}
+
+bool gemm_fp16_converts_to_f32() {
+  Problem p;
+  for (Mat* x : {&p.src, &p.wei, &p.dst}) {
+    x->dtype = DType::f16;
+    x->r = x->c = x->sr = 256;
+    x->sc = 1;
+    x->normalize();
+  }
+  p.dst.dtype = DType::f32;
+  return choose(p).variant.convert_inputs;
+}
+
+GemmCacheStats gemm_cache_stats() { return PrimitiveCache::instance().stats(); }
+void gemm_cache_clear() { PrimitiveCache::instance().clear(); }
+
+}  // namespace mixtrain

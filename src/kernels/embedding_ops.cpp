@@ -1,0 +1,43 @@
+// Public embedding lookup: argument checks (including every id against the vocabulary), then the
+// device's backend.
+#include <string>
+
+#include "kernels/op_checks.h"
+#include "mixtrain/kernels/backend.h"
+#include "mixtrain/kernels/ops.h"
+#include "kernels/ref/ref_util.h"
+
+namespace mixtrain {
+
+void embedding(const Tensor& weight, const Tensor& ids, Tensor& out) {
+  const char* op = "embedding";
+  const Device dev = detail::check_defined_same_device(op, {{"weight", &weight}, {"ids", &ids}, {"out", &out}});
+  detail::check_float(op, {{"weight", &weight}, {"out", &out}});
+  detail::check_dtype(op, {"ids", &ids}, DType::i32);
+  if (weight.dim() != 2)
+    throw ShapeError(std::string(op) + ": weight " + weight.to_string() + " must be (V, C)");
+  const int64_t V = weight.size(0), C = weight.size(1), R = ids.numel();
+  // out is (R, C), or ids' shape followed by C.
+  Shape by_ids = ids.shape();
+  const bool ok_flat = out.dim() == 2 && out.size(0) == R && out.size(1) == C;
+  bool ok_ids = false;
+  if (ids.dim() < kMaxDims) {
+    by_ids.push_back(C);
+    ok_ids = out.shape() == by_ids;
+  }
+  if (!ok_flat && !ok_ids)
+    throw ShapeError(std::string(op) + ": out " + out.to_string() + " must be (" + std::to_string(R) + ", " +
+                     std::to_string(C) + ") for ids " + ids.to_string() + " and weight " + weight.to_string());
+  if (dev.type == DeviceType::cpu) {  // the ids are host data: check them here, before any kernel
+    const int32_t* id = static_cast<const int32_t*>(ids.raw_data());
+    for (int64_t r = 0; r < R; ++r) {
+      const int32_t v = id[ref::detail::elem_offset(ids, r)];
+      if (v < 0 || v >= V)
+        throw ArgumentError(std::string(op) + ": id " + std::to_string(v) + " at position " + std::to_string(r) +
+                            " is outside [0, " + std::to_string(V) + ") for weight " + weight.to_string());
+    }
+  }
+  backend_for(dev).embedding(weight, ids, out);
+}
+
+}  // namespace mixtrain

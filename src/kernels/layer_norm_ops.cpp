@@ -1,0 +1,38 @@
+// Public layer norm over the last dim: argument checks, then the device's backend.
+#include <cmath>
+#include <string>
+
+#include "kernels/op_checks.h"
+#include "mixtrain/kernels/backend.h"
+#include "mixtrain/kernels/ops.h"
+
+namespace mixtrain {
+
+void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps, Tensor& out, Tensor* mean,
+                Tensor* rstd) {
+  const char* op = "layer_norm";
+  using detail::Arg;
+  const Device dev = detail::check_defined_same_device(
+      op, {{"x", &x}, {"weight", &weight}, {"bias", &bias}, {"out", &out}, {"mean", mean ? mean : &x},
+           {"rstd", rstd ? rstd : &x}});
+  detail::check_float(op, {{"x", &x}, {"weight", &weight}, {"bias", &bias}, {"out", &out}});
+  if (mean) detail::check_f32_or_f64(op, {"mean", mean});
+  if (rstd) detail::check_f32_or_f64(op, {"rstd", rstd});
+  detail::check_min_dim(op, {"x", &x}, 1);
+  const int64_t C = x.size(-1);
+  for (const Arg& p : {Arg{"weight", &weight}, Arg{"bias", &bias}})
+    if (p.t->dim() != 1 || p.t->size(0) != C)
+      throw ShapeError(std::string(op) + ": " + p.name + " " + p.t->to_string() + " does not match x " +
+                       x.to_string() + " last dim " + std::to_string(C));
+  detail::check_same_shape(op, {"out", &out}, {"x", &x});
+  for (const Arg& s : {Arg{"mean", mean}, Arg{"rstd", rstd}})
+    if (s.t && !detail::is_per_row_shape(*s.t, x))
+      throw ShapeError(std::string(op) + ": " + s.name + " " + s.t->to_string() + " must have one element per row of x " +
+                       x.to_string());
+  if (!(eps >= 0.f) || !std::isfinite(eps))
+    throw ArgumentError(std::string(op) + ": eps " + std::to_string(eps) + " must be finite and >= 0 (x " +
+                        x.to_string() + ")");
+  backend_for(dev).layer_norm(x, weight, bias, eps, out, mean, rstd);
+}
+
+}  // namespace mixtrain

@@ -1,0 +1,17 @@
+// Public softmax over the last dim: argument checks, then the device's backend.
+#include "kernels/op_checks.h"
+#include "mixtrain/kernels/backend.h"
+#include "mixtrain/kernels/ops.h"
+
+namespace mixtrain {
+
+void softmax_last(const Tensor& x, Tensor& out) {
+  const char* op = "softmax_last";
+  const Device dev = detail::check_defined_same_device(op, {{"x", &x}, {"out", &out}});
+  detail::check_float(op, {{"x", &x}, {"out", &out}});
+  detail::check_min_dim(op, {"x", &x}, 1);
+  detail::check_same_shape(op, {"out", &out}, {"x", &x});
+  backend_for(dev).softmax_last(x, out);
+}
+
+}  // namespace mixtrain

@@ -1,0 +1,172 @@
+// GPT: configuration, presets, parameters, initialisation and the forward pass.
+#include "mixtrain/models/gpt.h"
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include "mixtrain/core/error.h"
+
+namespace mixtrain {
+
+std::vector<std::string> GptConfig::preset_names() { return {"gpt-nano", "gpt-mini", "gpt2-small"}; }
+
+GptConfig GptConfig::preset(const std::string& name) {
+  GptConfig c;
+  c.name = name;
+  if (name == "gpt-nano") {
+    c.n_layer = 4, c.n_embd = 128, c.n_head = 4, c.block_size = 128;
+  } else if (name == "gpt-mini") {
+    c.n_layer = 6, c.n_embd = 384, c.n_head = 6, c.block_size = 256;
+  } else if (name == "gpt2-small") {
+    c.n_layer = 12, c.n_embd = 768, c.n_head = 12, c.block_size = 1024, c.vocab_size = 50257;
+  } else {
+    std::string list;
+    for (const auto& p : preset_names()) list += (list.empty() ? "" : ", ") + p;
+    throw ArgumentError("unknown model preset '" + name + "' (valid: " + list + ", or a .json config file)");
+  }
+  return c;
+}
+
+GptConfig GptConfig::from_json(const nlohmann::json& j, const std::string& where) {
+  if (!j.is_object()) throw ArgumentError(where + ": model config must be a JSON object");
+  GptConfig c;
+  c.name = where;
+  const char* int_keys[] = {"vocab_size", "block_size", "n_layer", "n_head", "n_embd"};
+  int64_t* int_fields[] = {&c.vocab_size, &c.block_size, &c.n_layer, &c.n_head, &c.n_embd};
+  for (auto& [key, value] : j.items()) {
+    bool known = false;
+    for (size_t i = 0; i < 5; ++i)
+      if (key == int_keys[i]) {
+        if (!value.is_number_integer())
+          throw ArgumentError(where + ": '" + key + "' must be an integer, got " + value.dump());
+        *int_fields[i] = value.get<int64_t>();
+        known = true;
+      }
+    if (key == "dropout" || key == "ln_eps") {
+      if (!value.is_number()) throw ArgumentError(where + ": '" + key + "' must be a number, got " + value.dump());
+      (key == "dropout" ? c.dropout : c.ln_eps) = value.get<float>();
+      known = true;
+    }
+    if (key == "name") {
+      if (!value.is_string()) throw ArgumentError(where + ": 'name' must be a string");
+      c.name = value.get<std::string>();
+      known = true;
+    }
+    if (!known) throw ArgumentError(where + ": unknown model config key '" + key + "'");
+  }
+  c.validate();
+  return c;
+}
+
+GptConfig GptConfig::from_json_file(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) throw IoError("cannot read model config " + path);
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(f);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw IoError("model config " + path + " is not valid JSON: " + e.what());
+  }
+  return from_json(j, path);
+}
+
+GptConfig GptConfig::from_preset_or_file(const std::string& spec) {
+  if (spec.size() > 5 && spec.substr(spec.size() - 5) == ".json") return from_json_file(spec);
+  return preset(spec);
+}
+
+void GptConfig::validate() const {
+  auto positive = [&](int64_t v, const char* what) {
+    if (v <= 0) throw ArgumentError("model config " + name + ": " + what + " must be positive, got " + std::to_string(v));
+  };
+  positive(vocab_size, "vocab_size");
+  positive(block_size, "block_size");
+  positive(n_layer, "n_layer");
+  positive(n_head, "n_head");
+  positive(n_embd, "n_embd");
+  if (n_embd % n_head != 0)
+    throw ArgumentError("model config " + name + ": n_embd " + std::to_string(n_embd) + " is not divisible by n_head " +
+                        std::to_string(n_head));
+  if (!(dropout >= 0.f && dropout < 1.f))
+    throw ArgumentError("model config " + name + ": dropout must be in [0, 1), got " + std::to_string(dropout));
+  if (!(ln_eps > 0.f)) throw ArgumentError("model config " + name + ": ln_eps must be positive");
+  if (vocab_size > (1LL << 31) || n_embd > (1LL << 20) || block_size > (1LL << 20) || n_layer > 4096)
+    throw ArgumentError("model config " + name + ": sizes are impossibly large");
+}
+
+nlohmann::json GptConfig::to_json() const {
+  return {{"name", name},       {"vocab_size", vocab_size}, {"block_size", block_size}, {"n_layer", n_layer},
+          {"n_head", n_head},   {"n_embd", n_embd},         {"dropout", dropout},       {"ln_eps", ln_eps}};
+}
+
+Gpt::Gpt(const GptConfig& cfg, uint64_t seed, DType dtype, DType grad_dtype) : cfg_(cfg) {
+  cfg_.validate();
+  const int64_t C = cfg_.n_embd;
+  wte_.declare(store_, "transformer.wte", cfg_.vocab_size, C);
+  wpe_.declare(store_, "transformer.wpe", cfg_.block_size, C);
+  blocks_.resize(static_cast<size_t>(cfg_.n_layer));
+  for (int64_t l = 0; l < cfg_.n_layer; ++l)
+    blocks_[static_cast<size_t>(l)].declare(store_, "transformer.h." + std::to_string(l), C, cfg_.n_head, cfg_.ln_eps);
+  ln_f_.declare(store_, "transformer.ln_f", C, cfg_.ln_eps);
+  store_.finalize(dtype, grad_dtype);
+  wte_.bind(store_);
+  wpe_.bind(store_);
+  for (auto& b : blocks_) b.bind(store_);
+  ln_f_.bind(store_);
+  init_weights(seed);
+}
+
+void Gpt::init_weights(uint64_t seed) {
+  const float std_resid = 0.02f / std::sqrt(2.0f * static_cast<float>(cfg_.n_layer));
+  const auto& infos = store_.infos();
+  for (size_t i = 0; i < infos.size(); ++i) {
+    const std::string& n = infos[i].name;
+    Tensor p = store_.param(i);
+    const bool is_bias = n.size() > 5 && n.substr(n.size() - 5) == ".bias";
+    const bool is_ln = n.find(".ln_") != std::string::npos;
+    if (is_ln && !is_bias) {
+      p.fill(1.0);
+    } else if (is_bias) {
+      p.zero();
+    } else {
+      const bool resid = n.find(".c_proj.weight") != std::string::npos;
+      // A distinct stream per parameter: the seed mixed with the parameter's index.
+      p.copy_from(Tensor::randn(p.shape(), DType::f32, seed * 1000003ULL + i, 0.f, resid ? std_resid : 0.02f,
+                                MemCategory::workspace));
+    }
+  }
+}
+
+double Gpt::flops_per_token(int64_t T) const {
+  const double n = static_cast<double>(num_parameters() - cfg_.block_size * cfg_.n_embd);
+  return 6.0 * n + 12.0 * static_cast<double>(cfg_.n_layer) * static_cast<double>(T) * static_cast<double>(cfg_.n_embd);
+}
+
+Gpt::Output Gpt::forward(const Tensor& idx, const Tensor* targets, bool training, uint64_t dropout_seed) {
+  using namespace autograd;
+  if (idx.dim() != 2) throw ShapeError("gpt forward: idx must be (B, T), got " + idx.to_string());
+  idx.check_dtype(DType::i32, "gpt forward: idx");
+  const int64_t B = idx.size(0), T = idx.size(1);
+  if (T > cfg_.block_size)
+    throw ShapeError("gpt forward: sequence length " + std::to_string(T) + " exceeds block_size " +
+                     std::to_string(cfg_.block_size));
+  nn::DropoutState drop{cfg_.dropout, training, dropout_seed, 0};
+  // Positions 0..T-1 for every row: a gather of the first T rows of wpe per batch row, so the
+  // backward scatter-add sums the position gradient over the batch.
+  std::vector<int32_t> pos(static_cast<size_t>(B * T));
+  for (int64_t i = 0; i < B * T; ++i) pos[static_cast<size_t>(i)] = static_cast<int32_t>(i % T);
+  const Tensor pos_ids = Tensor::from_ints(pos, {B, T});
+  Var tok = wte_(idx);      // (B, T, C)
+  Var pe = wpe_(pos_ids);   // (B, T, C)
+  Var x = add(tok, pe);
+  x = drop(x);
+  for (const auto& b : blocks_) x = b(x, drop);
+  x = ln_f_(x);                                    // (B, T, C)
+  Var logits = matmul(x, wte_.weight, false, true);  // (B, T, V) = x wte^T (tied)
+  Output out{logits, Var()};
+  if (targets) out.loss = cross_entropy(logits, *targets);
+  return out;
+}
+
+}  // namespace mixtrain

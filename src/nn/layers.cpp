@@ -1,0 +1,115 @@
+// Layers: parameter declaration/binding and forward composition.
+#include "mixtrain/nn/layers.h"
+
+#include <cmath>
+
+namespace mixtrain::nn {
+
+Var bind_parameter(const ParameterStore& store, const std::string& name) {
+  const size_t i = store.index(name);
+  return Var::parameter(store.param(i), store.grad(i));
+}
+
+void Linear::declare(ParameterStore& s, std::string name, int64_t in_features, int64_t out_features, bool bias_) {
+  prefix = std::move(name);
+  in = in_features;
+  out = out_features;
+  has_bias = bias_;
+  s.declare(prefix + ".weight", {out, in}, /*weight_decay=*/true);
+  if (has_bias) s.declare(prefix + ".bias", {out}, /*weight_decay=*/false);
+}
+
+void Linear::bind(const ParameterStore& s) {
+  weight = bind_parameter(s, prefix + ".weight");
+  if (has_bias) bias = bind_parameter(s, prefix + ".bias");
+}
+
+void LayerNorm::declare(ParameterStore& s, std::string name, int64_t channels, float eps_) {
+  prefix = std::move(name);
+  dim = channels;
+  eps = eps_;
+  s.declare(prefix + ".weight", {dim}, false);
+  s.declare(prefix + ".bias", {dim}, false);
+}
+
+void LayerNorm::bind(const ParameterStore& s) {
+  weight = bind_parameter(s, prefix + ".weight");
+  bias = bind_parameter(s, prefix + ".bias");
+}
+
+void Embedding::declare(ParameterStore& s, std::string name, int64_t num_embeddings, int64_t channels) {
+  prefix = std::move(name);
+  num = num_embeddings;
+  dim = channels;
+  s.declare(prefix + ".weight", {num, dim}, true);
+}
+
+void Embedding::bind(const ParameterStore& s) { weight = bind_parameter(s, prefix + ".weight"); }
+
+Var DropoutState::operator()(const Var& x) {
+  if (p == 0.f || !training) return x;
+  Var y = autograd::dropout(x, p, seed, offset, training);
+  offset += static_cast<uint64_t>(x.value().numel());
+  return y;
+}
+
+void CausalSelfAttention::declare(ParameterStore& s, const std::string& prefix, int64_t C, int64_t H) {
+  n_head = H;
+  c_attn.declare(s, prefix + ".c_attn", C, 3 * C);
+  c_proj.declare(s, prefix + ".c_proj", C, C);
+}
+
+void CausalSelfAttention::bind(const ParameterStore& s) {
+  c_attn.bind(s);
+  c_proj.bind(s);
+}
+
+Var CausalSelfAttention::operator()(const Var& x, DropoutState& drop) const {
+  using namespace autograd;
+  const int64_t B = x.size(0), C = x.size(2), D = C / n_head;
+  Var qkv = c_attn(x);                    // (B, T, 3C)
+  Var q = split_heads(qkv, 0, n_head);    // (B*H, T, D)
+  Var k = split_heads(qkv, 1, n_head);    // (B*H, T, D)
+  Var v = split_heads(qkv, 2, n_head);    // (B*H, T, D)
+  Var att = matmul(q, k, false, true);    // (B*H, T, T) = q k^T
+  att = causal_softmax(att, 1.0f / std::sqrt(static_cast<float>(D)));
+  att = drop(att);
+  Var y = matmul(att, v);                 // (B*H, T, D)
+  y = merge_heads(y, B);                  // (B, T, C)
+  return drop(c_proj(y));
+}
+
+void Mlp::declare(ParameterStore& s, const std::string& prefix, int64_t C) {
+  c_fc.declare(s, prefix + ".c_fc", C, 4 * C);
+  c_proj.declare(s, prefix + ".c_proj", 4 * C, C);
+}
+
+void Mlp::bind(const ParameterStore& s) {
+  c_fc.bind(s);
+  c_proj.bind(s);
+}
+
+Var Mlp::operator()(const Var& x, DropoutState& drop) const {
+  return drop(c_proj(autograd::gelu(c_fc(x))));  // (B, T, C) -> (B, T, 4C) -> (B, T, C)
+}
+
+void Block::declare(ParameterStore& s, const std::string& prefix, int64_t C, int64_t H, float eps) {
+  ln_1.declare(s, prefix + ".ln_1", C, eps);
+  attn.declare(s, prefix + ".attn", C, H);
+  ln_2.declare(s, prefix + ".ln_2", C, eps);
+  mlp.declare(s, prefix + ".mlp", C);
+}
+
+void Block::bind(const ParameterStore& s) {
+  ln_1.bind(s);
+  attn.bind(s);
+  ln_2.bind(s);
+  mlp.bind(s);
+}
+
+Var Block::operator()(const Var& x, DropoutState& drop) const {
+  Var h = autograd::add(x, attn(ln_1(x), drop));
+  return autograd::add(h, mlp(ln_2(h), drop));
+}
+
+}  // namespace mixtrain::nn

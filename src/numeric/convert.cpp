@@ -1,0 +1,110 @@
+// Scalar bulk conversions (the oracles), the run-time dispatch to the SIMD variants and the fp8
+// bulk loops. The best variant is chosen once from cpu_features(); force_reference() is checked
+// on every call so it can be flipped mid-run.
+#include "mixtrain/numeric/convert.h"
+
+#include "mixtrain/core/cpu_features.h"
+#include "numeric/bulk.h"
+
+namespace mixtrain {
+
+void convert_f32_to_bf16_scalar(const float* src, bf16* dst, size_t n) {
+  for (size_t i = 0; i < n; ++i) dst[i] = bf16_from_f32(src[i]);
+}
+void convert_bf16_to_f32_scalar(const bf16* src, float* dst, size_t n) {
+  for (size_t i = 0; i < n; ++i) dst[i] = f32_from_bf16(src[i]);
+}
+void convert_f32_to_fp16_scalar(const float* src, fp16* dst, size_t n) {
+  for (size_t i = 0; i < n; ++i) dst[i] = fp16_from_f32(src[i]);
+}
+void convert_fp16_to_f32_scalar(const fp16* src, float* dst, size_t n) {
+  for (size_t i = 0; i < n; ++i) dst[i] = f32_from_fp16(src[i]);
+}
+
+namespace {
+
+template <class Fn>
+struct Variant {
+  Fn* fn;
+  const char* name;
+};
+
+struct Dispatch {
+  Variant<void(const float*, bf16*, size_t)> f32_to_bf16{convert_f32_to_bf16_scalar, "scalar"};
+  Variant<void(const bf16*, float*, size_t)> bf16_to_f32{convert_bf16_to_f32_scalar, "scalar"};
+  Variant<void(const float*, fp16*, size_t)> f32_to_fp16{convert_f32_to_fp16_scalar, "scalar"};
+  Variant<void(const fp16*, float*, size_t)> fp16_to_f32{convert_fp16_to_f32_scalar, "scalar"};
+};
+
+Dispatch choose() {
+  const CpuFeatures& cpu = cpu_features();
+  Dispatch d;
+  if (cpu.avx512f) {
+    d.f32_to_bf16 = {convert_f32_to_bf16_avx512, "avx512"};
+    d.bf16_to_f32 = {convert_bf16_to_f32_avx512, "avx512"};
+    d.f32_to_fp16 = {convert_f32_to_fp16_avx512, "avx512"};
+    d.fp16_to_f32 = {convert_fp16_to_f32_avx512, "avx512"};
+  } else if (cpu.f16c && cpu.avx2 && cpu.fma) {
+    d.f32_to_fp16 = {convert_f32_to_fp16_f16c, "f16c"};
+    d.fp16_to_f32 = {convert_fp16_to_f32_f16c, "f16c"};
+  }
+  if (cpu.avx512f && cpu.avx512bw && cpu.avx512vl && cpu.avx512_bf16) {
+    d.f32_to_bf16 = {convert_f32_to_bf16_avx512bf16, "avx512bf16"};
+  }
+  return d;
+}
+
+const Dispatch& best() {
+  static const Dispatch d = choose();
+  return d;
+}
+
+template <class Fn>
+Variant<Fn> pick(const Variant<Fn>& fast, Fn* scalar) {
+  return force_reference() ? Variant<Fn>{scalar, "scalar"} : fast;
+}
+
+}  // namespace
+
+void convert_f32_to_bf16(const float* src, bf16* dst, size_t n) {
+  detail::run_chunked(src, dst, n, pick(best().f32_to_bf16, convert_f32_to_bf16_scalar).fn);
+}
+void convert_bf16_to_f32(const bf16* src, float* dst, size_t n) {
+  detail::run_chunked(src, dst, n, pick(best().bf16_to_f32, convert_bf16_to_f32_scalar).fn);
+}
+void convert_f32_to_fp16(const float* src, fp16* dst, size_t n) {
+  detail::run_chunked(src, dst, n, pick(best().f32_to_fp16, convert_f32_to_fp16_scalar).fn);
+}
+void convert_fp16_to_f32(const fp16* src, float* dst, size_t n) {
+  detail::run_chunked(src, dst, n, pick(best().fp16_to_f32, convert_fp16_to_f32_scalar).fn);
+}
+
+const char* f32_to_bf16_impl_name() { return pick(best().f32_to_bf16, convert_f32_to_bf16_scalar).name; }
+const char* bf16_to_f32_impl_name() { return pick(best().bf16_to_f32, convert_bf16_to_f32_scalar).name; }
+const char* f32_to_fp16_impl_name() { return pick(best().f32_to_fp16, convert_f32_to_fp16_scalar).name; }
+const char* fp16_to_f32_impl_name() { return pick(best().fp16_to_f32, convert_fp16_to_f32_scalar).name; }
+
+// fp8 has no SIMD path yet (no x86 instruction converts to it); the scalar loops vectorise
+// poorly but fp8 tensors are converted once per scaling step, not per element op.
+void convert_f32_to_fp8_e4m3(const float* src, fp8_e4m3* dst, size_t n, Fp8Overflow overflow) {
+  detail::run_chunked(src, dst, n, [overflow](const float* s, fp8_e4m3* d, size_t m) {
+    for (size_t i = 0; i < m; ++i) d[i] = fp8_e4m3_from_f32(s[i], overflow);
+  });
+}
+void convert_fp8_e4m3_to_f32(const fp8_e4m3* src, float* dst, size_t n) {
+  detail::run_chunked(src, dst, n, [](const fp8_e4m3* s, float* d, size_t m) {
+    for (size_t i = 0; i < m; ++i) d[i] = f32_from_fp8_e4m3(s[i]);
+  });
+}
+void convert_f32_to_fp8_e5m2(const float* src, fp8_e5m2* dst, size_t n, Fp8Overflow overflow) {
+  detail::run_chunked(src, dst, n, [overflow](const float* s, fp8_e5m2* d, size_t m) {
+    for (size_t i = 0; i < m; ++i) d[i] = fp8_e5m2_from_f32(s[i], overflow);
+  });
+}
+void convert_fp8_e5m2_to_f32(const fp8_e5m2* src, float* dst, size_t n) {
+  detail::run_chunked(src, dst, n, [](const fp8_e5m2* s, float* d, size_t m) {
+    for (size_t i = 0; i < m; ++i) d[i] = f32_from_fp8_e5m2(s[i]);
+  });
+}
+
+}  // namespace mixtrain

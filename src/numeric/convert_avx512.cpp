@@ -1,0 +1,123 @@
+// AVX-512 bulk conversions: fp32 -> bf16 (VCVTNEPS2BF16 and a plain-AVX512F integer rounding
+// path), bf16 -> fp32, and fp32 <-> fp16 on 16 lanes. Compiled with per-function target
+// attributes (the library targets baseline x86-64) and reached only through run-time dispatch.
+// Tails use masked loads/stores or a small stack buffer, never a scalar fallback, so the
+// exhaustive tests exercise the same instructions on every element.
+#include <immintrin.h>
+
+#include <cstring>
+
+// GCC 12's AVX-512 intrinsics build their masked forms on _mm512_undefined_epi32(), which trips a
+// false -Wmaybe-uninitialized once inlined (GCC PR 105593, fixed in GCC 13).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+#include "mixtrain/numeric/convert.h"
+
+#define MIXTRAIN_TARGET_AVX512 __attribute__((target("avx512f")))
+#define MIXTRAIN_TARGET_AVX512BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+
+namespace mixtrain {
+namespace {
+
+// bf16_from_f32 on 16 lanes, result still in 32-bit lanes (low 16 bits meaningful):
+//   NaN lanes:   (x >> 16) | 0x40                     (quiet, top payload kept)
+//   other lanes: (x + 0x7fff + ((x >> 16) & 1)) >> 16 (round to nearest even)
+MIXTRAIN_TARGET_AVX512 inline __m512i bf16_round_epi32(__m512i x) {
+  const __m512i abs = _mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff));
+  const __mmask16 nan = _mm512_cmpgt_epu32_mask(abs, _mm512_set1_epi32(0x7f800000));
+  const __m512i hi = _mm512_srli_epi32(x, 16);
+  const __m512i lsb = _mm512_and_si512(hi, _mm512_set1_epi32(1));
+  const __m512i biased = _mm512_add_epi32(_mm512_add_epi32(x, _mm512_set1_epi32(0x7fff)), lsb);
+  const __m512i rounded = _mm512_srli_epi32(biased, 16);
+  return _mm512_mask_or_epi32(rounded, nan, hi, _mm512_set1_epi32(0x40));
+}
+
+// VCVTNEPS2BF16 rounds to nearest even and quiets NaNs exactly like bf16_from_f32, but treats
+// fp32 subnormal inputs as zero (DAZ, regardless of MXCSR). Those lanes -- exponent field 0,
+// mantissa non-zero -- are recomputed with the integer path and blended in; real data rarely
+// has any, so the fix-up is skipped when the mask is empty.
+MIXTRAIN_TARGET_AVX512BF16 inline __m256i bf16_vcvt(__m512 v) {
+  __m256i r = (__m256i)_mm512_cvtneps_pbh(v);
+  const __m512i x = _mm512_castps_si512(v);
+  const __mmask16 subnormal = _mm512_test_epi32_mask(x, _mm512_set1_epi32(0x007fffff)) &
+                              _mm512_testn_epi32_mask(x, _mm512_set1_epi32(0x7f800000));
+  if (subnormal) r = _mm256_mask_mov_epi16(r, subnormal, _mm512_cvtepi32_epi16(bf16_round_epi32(x)));
+  return r;
+}
+
+inline __mmask16 tail_mask(size_t remaining) { return __mmask16((1u << remaining) - 1); }
+
+}  // namespace
+
+MIXTRAIN_TARGET_AVX512BF16 void convert_f32_to_bf16_avx512bf16(const float* src, bf16* dst, size_t n) {
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), bf16_vcvt(_mm512_loadu_ps(src + i)));
+  }
+  if (i < n) {
+    const __mmask16 m = tail_mask(n - i);
+    _mm256_mask_storeu_epi16(dst + i, m, bf16_vcvt(_mm512_maskz_loadu_ps(m, src + i)));
+  }
+}
+
+MIXTRAIN_TARGET_AVX512 void convert_f32_to_bf16_avx512(const float* src, bf16* dst, size_t n) {
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512i x = _mm512_castps_si512(_mm512_loadu_ps(src + i));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), _mm512_cvtepi32_epi16(bf16_round_epi32(x)));
+  }
+  if (i < n) {
+    const __mmask16 m = tail_mask(n - i);
+    const __m512i x = _mm512_castps_si512(_mm512_maskz_loadu_ps(m, src + i));
+    _mm512_mask_cvtepi32_storeu_epi16(dst + i, m, bf16_round_epi32(x));  // VPMOVDW, AVX512F
+  }
+}
+
+// bf16 -> fp32: zero-extend to 32 bits and shift into the top half.
+MIXTRAIN_TARGET_AVX512 void convert_bf16_to_f32_avx512(const bf16* src, float* dst, size_t n) {
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
+    _mm512_storeu_ps(dst + i, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)));
+  }
+  if (i < n) {
+    // 16-bit masked loads need AVX512BW; a zeroed stack buffer keeps this path AVX512F-only.
+    alignas(32) uint16_t buf[16] = {};
+    std::memcpy(buf, src + i, (n - i) * sizeof(bf16));
+    const __m256i h = _mm256_load_si256(reinterpret_cast<const __m256i*>(buf));
+    _mm512_mask_storeu_ps(dst + i, tail_mask(n - i),
+                          _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)));
+  }
+}
+
+// fp32 -> fp16 with VCVTPS2PH: rounding from the immediate (nearest even) with exceptions
+// suppressed, so neither MXCSR.RC nor FTZ changes the result.
+MIXTRAIN_TARGET_AVX512 void convert_f32_to_fp16_avx512(const float* src, fp16* dst, size_t n) {
+  constexpr int kRound = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i),
+                        _mm512_cvtps_ph(_mm512_loadu_ps(src + i), kRound));
+  }
+  if (i < n) {
+    alignas(32) uint16_t buf[16];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(buf),
+                       _mm512_cvtps_ph(_mm512_maskz_loadu_ps(tail_mask(n - i), src + i), kRound));
+    std::memcpy(dst + i, buf, (n - i) * sizeof(fp16));
+  }
+}
+
+MIXTRAIN_TARGET_AVX512 void convert_fp16_to_f32_avx512(const fp16* src, float* dst, size_t n) {
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i))));
+  }
+  if (i < n) {
+    alignas(32) uint16_t buf[16] = {};
+    std::memcpy(buf, src + i, (n - i) * sizeof(fp16));
+    _mm512_mask_storeu_ps(dst + i, tail_mask(n - i),
+                          _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(buf))));
+  }
+}
+
+}  // namespace mixtrain

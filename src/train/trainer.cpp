@@ -1,0 +1,258 @@
+// The fp32 training loop (mixed precision joins in the amp layer).
+#include "mixtrain/train/trainer.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+
+#include "mixtrain/data/text_corpus.h"
+#include "mixtrain/kernels/backend.h"
+#include "mixtrain/kernels/ops.h"
+#include "mixtrain/optim/adamw.h"
+#include "mixtrain/optim/clip.h"
+#include "mixtrain/optim/schedule.h"
+#include "mixtrain/optim/sgd.h"
+
+namespace mixtrain {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// Mean validation loss over `batches` of the corpus's fixed windows, spread evenly over them.
+double evaluate(Gpt& model, const TextCorpus& corpus, int64_t B, int64_t T, int64_t batches) {
+  autograd::NoGradGuard no_grad;
+  const int64_t available = corpus.num_val_batches(B, T);
+  const int64_t n = std::min(batches, available);
+  Tensor idx, targets;
+  double total = 0, rows = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t bi = n == available ? i : i * available / n;
+    const int64_t real = corpus.val_batch(bi, B, T, idx, targets);
+    const auto out = model.forward(idx, &targets, false);
+    total += out.loss.value().item() * static_cast<double>(real);
+    rows += static_cast<double>(real);
+  }
+  return rows > 0 ? total / rows : std::nan("");
+}
+
+// Plain-text progress: a bar redrawn in place on a terminal, one line every log_every steps
+// otherwise (logs, CI).
+class Progress {
+ public:
+  Progress(int64_t total, int64_t every, bool quiet) : total_(total), every_(every), quiet_(quiet), tty_(isatty(1)) {}
+  void step(int64_t s, double loss, double tok_s, double lr) {
+    if (quiet_) return;
+    if (tty_) {
+      const int width = 30;
+      const int filled = static_cast<int>(width * s / total_);
+      std::printf("\r[%.*s%*s] %lld/%lld loss %.4f  %.0f tok/s  lr %.2e ", filled,
+                  "##############################", width - filled, "", static_cast<long long>(s),
+                  static_cast<long long>(total_), loss, tok_s, lr);
+      if (s == total_) std::printf("\n");
+      std::fflush(stdout);
+    } else if (s == 1 || s % every_ == 0 || s == total_) {
+      std::printf("step %lld/%lld loss %.4f tok/s %.0f lr %.3e\n", static_cast<long long>(s),
+                  static_cast<long long>(total_), loss, tok_s, lr);
+      std::fflush(stdout);
+    }
+  }
+  void line(const std::string& text) {
+    if (quiet_) return;
+    if (tty_) std::printf("\n");
+    std::printf("%s\n", text.c_str());
+    std::fflush(stdout);
+  }
+
+ private:
+  int64_t total_, every_;
+  bool quiet_, tty_;
+};
+
+// The JSONL step log: each line is written and flushed whole, so a run that stops keeps every
+// completed step.
+class StepLog {
+ public:
+  explicit StepLog(const std::string& path) {
+    if (path.empty()) return;
+    f_ = std::make_unique<std::ofstream>(path, std::ios::trunc);
+    if (!*f_) throw IoError("cannot write log " + path);
+  }
+  void write(const nlohmann::ordered_json& j) {
+    if (!f_) return;
+    *f_ << j.dump() << '\n';
+    f_->flush();
+  }
+
+ private:
+  std::unique_ptr<std::ofstream> f_;
+};
+
+}  // namespace
+
+void TrainOptions::validate() const {
+  auto positive = [](int64_t v, const char* what) {
+    if (v <= 0) throw ArgumentError(std::string("--") + what + " must be positive, got " + std::to_string(v));
+  };
+  positive(steps, "steps");
+  positive(batch_size, "batch-size");
+  if (seq_len < 0) throw ArgumentError("--seq-len must be positive, got " + std::to_string(seq_len));
+  if (!(lr > 0.f) || !std::isfinite(lr)) throw ArgumentError("--lr must be a positive number");
+  if (warmup < 0 || warmup > steps) throw ArgumentError("--warmup must be in [0, --steps]");
+  if (!(weight_decay >= 0.f)) throw ArgumentError("--weight-decay must be >= 0");
+  if (!(grad_clip >= 0.f)) throw ArgumentError("--grad-clip must be >= 0 (0 disables clipping)");
+  if (eval_every < 0) throw ArgumentError("--eval-every must be >= 0");
+  positive(eval_batches, "eval-batches");
+  positive(log_every, "log-every");
+  if (optimizer != "adamw" && optimizer != "sgd")
+    throw ArgumentError("--optimizer must be adamw or sgd, got '" + optimizer + "'");
+}
+
+NonFiniteLossError::NonFiniteLossError(int64_t s, double loss)
+    : Error("loss is " + std::string(std::isnan(loss) ? "NaN" : "infinite") + " at step " + std::to_string(s) +
+            " (fp32 training diverged; lower --lr or enable --grad-clip)"),
+      step(s) {}
+
+nlohmann::ordered_json TrainSummary::to_json() const {
+  nlohmann::ordered_json j;
+  j["steps"] = steps;
+  j["final_train_loss"] = final_train_loss;
+  j["val_loss"] = val_loss;
+  j["unigram_baseline"] = unigram_baseline;
+  j["tokens_per_s"] = tokens_per_s;
+  j["model_flops_per_s"] = model_flops_per_s;
+  j["gemm_flops_per_s"] = gemm_flops_per_s;
+  j["mfu"] = mfu;
+  j["parameters"] = parameters;
+  j["elapsed_s"] = elapsed_s;
+  const MemorySnapshot m = MemoryTracker::global().snapshot();
+  j["peak_bytes"] = m.peak_total;
+  nlohmann::ordered_json by;
+  for (size_t c = 0; c < kNumMemCategories; ++c)
+    if (m.peak[c] > 0) by[std::string(mem_category_name(static_cast<MemCategory>(c)))] = m.peak[c];
+  j["peak_bytes_by_category"] = by;
+  j["peak_rss_bytes"] = process_peak_rss_bytes();
+  return j;
+}
+
+double measure_gemm_flops(DType dtype, int64_t m, int64_t n, int64_t k, double seconds) {
+  Tensor a = Tensor::randn({m, k}, dtype, 1, 0.f, 1.f, MemCategory::workspace);
+  Tensor b = Tensor::randn({k, n}, dtype, 2, 0.f, 1.f, MemCategory::workspace);
+  Tensor c = Tensor::empty({m, n}, DType::f32, MemCategory::workspace);
+  gemm(a, b, c);  // warm-up (creates and caches the primitive)
+  double best = 1e30;
+  const auto t0 = Clock::now();
+  do {
+    const auto t = Clock::now();
+    gemm(a, b, c);
+    best = std::min(best, seconds_since(t));
+  } while (seconds_since(t0) < seconds);
+  return 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) / best;
+}
+
+TrainSummary train(const TrainOptions& opt) {
+  opt.validate();
+  const GptConfig cfg = GptConfig::from_preset_or_file(opt.model);
+  const int64_t T = opt.seq_len > 0 ? opt.seq_len : cfg.block_size;
+  const int64_t B = opt.batch_size;
+  if (T > cfg.block_size)
+    throw ArgumentError("--seq-len " + std::to_string(T) + " exceeds the model's block_size " +
+                        std::to_string(cfg.block_size));
+  const TextCorpus corpus = TextCorpus::load(opt.data.empty() ? TextCorpus::default_corpus_path() : opt.data);
+  corpus.check_window(T);
+  if (cfg.vocab_size < 256)
+    throw ArgumentError("model vocab_size " + std::to_string(cfg.vocab_size) + " is smaller than the 256 byte tokens");
+
+  Gpt model(cfg, opt.seed);
+  ParameterStore& params = model.params();
+  std::unique_ptr<AdamW> adamw;
+  std::unique_ptr<SGD> sgd;
+  if (opt.optimizer == "adamw") {
+    AdamWConfig ac;
+    ac.lr = opt.lr;
+    ac.beta1 = opt.beta1;
+    ac.beta2 = opt.beta2;
+    ac.eps = opt.eps;
+    ac.weight_decay = opt.weight_decay;
+    adamw = std::make_unique<AdamW>(params, ac);
+  } else {
+    SgdConfig sc;
+    sc.lr = opt.lr;
+    sc.momentum = opt.momentum;
+    sc.weight_decay = opt.weight_decay;
+    sgd = std::make_unique<SGD>(params, sc);
+  }
+  LrSchedule sched;
+  sched.max_lr = opt.lr;
+  sched.warmup_steps = opt.warmup;
+  sched.total_steps = opt.steps;
+  sched.min_lr = opt.lr * opt.min_lr_ratio;
+  validate(sched);
+
+  StepLog log(opt.log_jsonl);
+  Progress progress(opt.steps, opt.log_every, opt.quiet);
+  TrainSummary sum;
+  sum.parameters = model.num_parameters();
+  sum.unigram_baseline = corpus.unigram_entropy();
+  const double flops_per_token = model.flops_per_token(T);
+
+  Tensor idx, targets;
+  double train_time = 0;
+  const auto run_start = Clock::now();
+  for (int64_t step = 1; step <= opt.steps; ++step) {
+    const auto t0 = Clock::now();
+    const float lr = lr_at(step, sched);
+    corpus.train_batch(B, T, opt.seed, step, idx, targets);
+    params.zero_grads();
+    auto out = model.forward(idx, &targets, true, opt.seed ^ (static_cast<uint64_t>(step) << 20));
+    const double loss = out.loss.value().item();
+    if (!std::isfinite(loss)) {
+      nlohmann::ordered_json j{{"step", step}, {"loss", loss}, {"lr", lr}, {"error", "non-finite loss"}};
+      j["loss"] = std::isnan(loss) ? "NaN" : (loss > 0 ? "Infinity" : "-Infinity");
+      log.write(j);
+      throw NonFiniteLossError(step, loss);
+    }
+    out.loss.backward();
+    out = {};
+    const double grad_norm = opt.grad_clip > 0 ? clip_grad_norm(params, opt.grad_clip) : grad_global_norm(params);
+    if (adamw) adamw->step(params, lr);
+    else sgd->step(params, lr);
+    const double dt = seconds_since(t0);
+    train_time += dt;
+    const double tok_s = static_cast<double>(B * T) / dt;
+
+    nlohmann::ordered_json j;
+    j["step"] = step;
+    j["loss"] = loss;
+    j["lr"] = lr;
+    j["grad_norm"] = grad_norm;
+    j["tokens_per_s"] = tok_s;
+    j["elapsed_s"] = seconds_since(run_start);
+    if (opt.eval_every > 0 && step % opt.eval_every == 0 && step != opt.steps) {
+      const double vl = evaluate(model, corpus, B, T, opt.eval_batches);
+      j["val_loss"] = vl;
+      progress.line("step " + std::to_string(step) + " val_loss " + std::to_string(vl));
+    }
+    if (step == opt.steps) {
+      sum.val_loss = evaluate(model, corpus, B, T, opt.eval_batches);
+      j["val_loss"] = sum.val_loss;
+    }
+    log.write(j);
+    progress.step(step, loss, tok_s, lr);
+    sum.final_train_loss = loss;
+    sum.steps = step;
+  }
+  sum.elapsed_s = seconds_since(run_start);
+  sum.tokens_per_s = static_cast<double>(B * T * sum.steps) / train_time;
+  sum.model_flops_per_s = flops_per_token * sum.tokens_per_s;
+  // MFU against this machine's measured fp32 GEMM rate at a square 1024 GEMM.
+  sum.gemm_flops_per_s = measure_gemm_flops(DType::f32, 1024, 1024, 1024, 0.5);
+  sum.mfu = sum.model_flops_per_s / sum.gemm_flops_per_s;
+  return sum;
+}
+
+}  // namespace mixtrain

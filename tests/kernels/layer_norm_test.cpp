@@ -1,0 +1,135 @@
+// Layer norm over the last dim: fast CPU kernel vs the scalar reference (outputs, mean, rstd) over
+// odd and large shapes, f32/bf16/f16 storage, f32 or 16-bit parameters, strided inputs, inputs
+// with a large mean; f64 reference values; thread-count determinism.
+#include <cmath>
+#include <cstring>
+
+#include "kernels/op_harness.h"
+#include "mixtrain/kernels/backend.h"
+
+namespace mixtrain::test {
+namespace {
+
+Shape shape_of(const OpConfig& cfg) { return Shape(cfg.sizes.begin(), cfg.sizes.end()); }
+enum Flags { kParamsF32 = 1, kOffset = 2, kFlatStats = 4 };
+constexpr float kEps = 1e-5f;
+
+struct LayerNormTest : OpTest {
+  std::string name() const override { return "layer_norm"; }
+  std::vector<OpConfig> configs() const override {
+    std::vector<OpConfig> c;
+    uint64_t seed = 1;
+    auto push = [&](const Shape& s, DType in, DType out, bool nc, int flags) {
+      OpConfig k;
+      k.sizes.assign(s.begin(), s.end());
+      k.in = in;
+      k.out = out;
+      k.non_contiguous = nc;
+      k.flags = flags;
+      k.seed = seed++;
+      k.label = std::string(dtype_name(in)) + "->" + std::string(dtype_name(out)) + " " + s.to_string() +
+                (nc ? " strided" : "") + (flags & kParamsF32 ? " f32-params" : "") + (flags & kOffset ? " offset" : "") +
+                (flags & kFlatStats ? " flat-stats" : "");
+      c.push_back(k);
+    };
+    const std::pair<DType, DType> pairs[] = {{DType::f32, DType::f32}, {DType::bf16, DType::bf16},
+                                             {DType::f16, DType::f16}, {DType::bf16, DType::f32},
+                                             {DType::f32, DType::bf16}};
+    for (const Shape& s : {Shape{1}, Shape{3, 1}, Shape{7, 17}, Shape{33, 1003}, Shape{2, 3, 5}, Shape{0, 8}})
+      for (auto [in, out] : pairs) {
+        push(s, in, out, false, 0);
+        push(s, in, out, false, kParamsF32);
+      }
+    for (const Shape& s : {Shape{7, 17}, Shape{33, 1003}, Shape{2, 3, 5}})
+      for (DType t : {DType::f32, DType::bf16, DType::f16}) {
+        push(s, t, t, true, kParamsF32);
+        push(s, t, t, false, kOffset);
+        push(s, t, t, false, kFlatStats);
+      }
+    push({256, 4099}, DType::f32, DType::f32, false, 0);
+    push({256, 4099}, DType::bf16, DType::bf16, false, kParamsF32);
+    push({3, 20000}, DType::f32, DType::f32, false, kOffset);
+    return c;
+  }
+  std::vector<Tensor> run(const OpConfig& cfg, bool reference) const override {
+    const Shape s = shape_of(cfg);
+    const int64_t C = s.back();
+    const bool off = cfg.flags & kOffset;
+    const Tensor x = make_input(s, cfg.in, cfg.seed, cfg.non_contiguous, off ? 100.f : -2.f, off ? 104.f : 2.f);
+    const DType pt = (cfg.flags & kParamsF32) ? DType::f32 : cfg.in;
+    const Tensor w = make_input({C}, pt, cfg.seed + 1, false, 0.5f, 1.5f);
+    const Tensor b = make_input({C}, pt, cfg.seed + 2, false, -1.f, 1.f);
+    Tensor out = Tensor::empty(s, cfg.out);
+    const Shape lead(s.begin(), s.end() - 1);
+    const Shape stat = (cfg.flags & kFlatStats) ? Shape{lead.numel()} : lead;
+    Tensor mean = Tensor::empty(stat, DType::f32), rstd = Tensor::empty(stat, DType::f32);
+    (reference ? ref::layer_norm : mixtrain::layer_norm)(x, w, b, kEps, out, &mean, &rstd);
+    return {out, mean, rstd};
+  }
+  Tolerance tolerance(const OpConfig& cfg, size_t index) const override {
+    const int64_t C = cfg.sizes.back();
+    // With inputs in [100, 104] the fp32 mean carries ~ulp(100) = 7.6e-6 of rounding that the
+    // centred values (std ~1.15) see as a ~100x larger relative error: widen by |mean| / std.
+    const double offset = (cfg.flags & kOffset) ? 100.0 : 1.0;
+    if (index == 0) {
+      Tolerance t = default_tolerance(cfg.out, C, 3.0);  // |w * xhat + b| <~ 1.5 * 1.7 + 1
+      if (offset > 1) t.atol *= offset, t.rtol *= offset;
+      return t;
+    }
+    if (index == 1) return default_tolerance(DType::f32, C, offset > 1 ? 104.0 : 2.0);  // mean
+    Tolerance t = default_tolerance(DType::f32, C, 1.0);  // rstd: from the variance sum
+    if (offset > 1) t.atol *= offset, t.rtol *= offset;
+    return t;
+  }
+};
+MIXTRAIN_REGISTER_OP_TEST(LayerNormTest);
+
+TEST(LayerNormOps, FastMatchesReference) { run_registered_op_tests(); }
+
+TEST(LayerNormOps, ThreadCountDoesNotChangeResults) {
+  const int saved = num_threads();
+  for (const auto& op : op_registry())
+    for (const OpConfig& cfg : op->configs()) {
+      if (shape_of(cfg).numel() < 100000) continue;
+      SCOPED_TRACE(op->name() + " [" + cfg.label + "]");
+      set_num_threads(1);
+      const std::vector<Tensor> one = op->run(cfg, false);
+      set_num_threads(2);
+      const std::vector<Tensor> two = op->run(cfg, false);
+      for (size_t i = 0; i < one.size(); ++i) {
+        const std::vector<double> x = one[i].to_doubles(), y = two[i].to_doubles();
+        EXPECT_EQ(0, std::memcmp(x.data(), y.data(), x.size() * sizeof(double))) << "output " << i;
+      }
+    }
+  set_num_threads(saved);
+}
+
+TEST(LayerNormRef, KnownValuesF64) {
+  // x = [1, 2, 3, 4]: mean 2.5, biased variance 1.25, rstd = 1/sqrt(1.25); with weight 2, bias 1.
+  const Tensor x = Tensor::from_vector({1, 2, 3, 4, 7, 7, 7, 7}, {2, 4}, DType::f64);
+  const Tensor w = Tensor::full({4}, DType::f64, 2.0), b = Tensor::full({4}, DType::f64, 1.0);
+  Tensor out = Tensor::empty({2, 4}, DType::f64), mean = Tensor::empty({2}, DType::f64),
+         rstd = Tensor::empty({2}, DType::f64);
+  layer_norm(x, w, b, 0.f, out, &mean, &rstd);
+  const double rs = 1.0 / std::sqrt(1.25);
+  const std::vector<double> o = out.to_doubles();
+  EXPECT_NEAR(o[0], 1 + 2 * -1.5 * rs, 1e-15);
+  EXPECT_NEAR(o[1], 1 + 2 * -0.5 * rs, 1e-15);
+  EXPECT_NEAR(o[2], 1 + 2 * 0.5 * rs, 1e-15);
+  EXPECT_NEAR(o[3], 1 + 2 * 1.5 * rs, 1e-15);
+  EXPECT_EQ(mean.to_doubles(), (std::vector<double>{2.5, 7.0}));
+  EXPECT_NEAR(rstd.at({0}), rs, 1e-15);
+  EXPECT_EQ(rstd.at({1}), INFINITY);  // a constant row with eps = 0
+  // eps goes inside the square root: constant row, eps = 0.25 -> rstd = 2, out = bias.
+  layer_norm(x, w, b, 0.25f, out, &mean, &rstd);
+  EXPECT_EQ(rstd.at({1}), 2.0);
+  EXPECT_EQ(out.at({1, 2}), 1.0);
+  // The fast fp32 path: same values within fp32 rounding; mean/rstd optional.
+  Tensor of = Tensor::empty({2, 4}, DType::f32);
+  layer_norm(x.to(DType::f32), w.to(DType::f32), b.to(DType::f32), 0.25f, of);
+  EXPECT_NEAR(of.at({0, 0}), 1 + 2 * -1.5 / std::sqrt(1.5), 1e-6);
+  EXPECT_EQ(of.at({1, 3}), 1.0);
+}
+
+}  // namespace
+}  // namespace mixtrain::test
