@@ -1,0 +1,41 @@
+# Helpers for the CLI tests (sourced). $MIXTRAIN is the binary under test.
+set -u
+FAILS=0
+PASSES=0
+TMP="$(mktemp -d)"
+trap 'rm -rf "$TMP"' EXIT
+
+fail() { echo "FAIL: $*"; FAILS=$((FAILS + 1)); }
+pass() { PASSES=$((PASSES + 1)); }
+
+# expect_exit CODE DESCRIPTION -- command...: runs the command, checks its exit code, and for
+# errors (code 2/3) that stderr is exactly one line starting with "mixtrain: error:".
+expect_exit() {
+  local want="$1" what="$2"
+  shift 3
+  "$@" >"$TMP/out" 2>"$TMP/err"
+  local got=$?
+  if [ "$got" != "$want" ]; then
+    fail "$what: exit $got, expected $want; stderr: $(head -c 300 "$TMP/err")"
+    return
+  fi
+  if [ "$want" != 0 ]; then
+    local lines
+    lines=$(wc -l <"$TMP/err")
+    if [ "$lines" != 1 ] || ! grep -q '^mixtrain: error: ' "$TMP/err"; then
+      fail "$what: stderr is not one 'mixtrain: error:' line: $(head -c 300 "$TMP/err")"
+      return
+    fi
+  fi
+  pass
+}
+
+# expect_stderr_has TEXT DESCRIPTION: the last command's stderr mentions TEXT.
+expect_stderr_has() {
+  if grep -qF -- "$1" "$TMP/err"; then pass; else fail "$2: stderr lacks '$1': $(head -c 300 "$TMP/err")"; fi
+}
+
+finish() {
+  echo "$PASSES passed, $FAILS failed"
+  [ "$FAILS" = 0 ]
+}
