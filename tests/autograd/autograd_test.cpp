@@ -167,3 +167,27 @@ TEST(Autograd, ErrorsAreTyped) {
   EXPECT_THROW(c.backward(), ArgumentError);  // nothing requires grad
   EXPECT_THROW(split_heads(a, 0, 2), ShapeError);
 }
+
+TEST(Autograd, DropoutIsSeededScaledAndDifferentiable) {
+  Var x(Tensor::full({200, 50}, DType::f64, 1.0), true);
+  Var a = dropout(x, 0.25f, 9, 0);
+  Var b = dropout(x, 0.25f, 9, 0);
+  Var c = dropout(x, 0.25f, 10, 0);
+  EXPECT_EQ(a.value().to_doubles(), b.value().to_doubles());  // same seed, same mask
+  EXPECT_NE(a.value().to_doubles(), c.value().to_doubles());
+  int64_t kept = 0;
+  for (double v : a.value().to_doubles()) {
+    ASSERT_TRUE(v == 0.0 || std::fabs(v - 1.0 / 0.75) < 1e-12) << v;  // inverted dropout scaling
+    kept += v != 0.0;
+  }
+  // 10000 Bernoulli(0.75) draws: sd 43; 5 sd bounds.
+  EXPECT_NEAR(static_cast<double>(kept), 7500.0, 220.0);
+  // p = 0 and eval mode are the identity (no node recorded).
+  EXPECT_EQ(dropout(x, 0.f, 1, 0).impl(), x.impl());
+  EXPECT_EQ(dropout(x, 0.5f, 1, 0, /*training=*/false).impl(), x.impl());
+  EXPECT_THROW(dropout(x, 1.0f, 1, 0), ArgumentError);
+  // With the mask fixed by (seed, offset), dropout is linear: check its gradient numerically.
+  Var y(rand64({6, 7}, 11), true);
+  auto f = [&] { return cross_entropy(dropout(y, 0.3f, 5, 100), Tensor::from_ints({0, 1, 2, 3, 4, 5}, {6})); };
+  check_gradient(f, y, "dropout");
+}
