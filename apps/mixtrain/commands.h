@@ -26,5 +26,6 @@ void write_file_atomic(const std::string& path, const std::string& text);
 void register_info(CLI::App& app, GlobalOptions& g, std::vector<Command>& commands);
 void register_bench(CLI::App& app, GlobalOptions& g, std::vector<Command>& commands);
 void register_train(CLI::App& app, GlobalOptions& g, std::vector<Command>& commands);
+void register_compare(CLI::App& app, GlobalOptions& g, std::vector<Command>& commands);
 
 }  // namespace mixtrain::cli

@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
   register_info(app, global, commands);
   register_bench(app, global, commands);
   register_train(app, global, commands);
+  register_compare(app, global, commands);
 
   try {
     app.parse(argc, argv);

@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "mixtrain/amp/autocast.h"
 #include "mixtrain/autograd/node.h"
 #include "mixtrain/kernels/ops.h"
 #include "mixtrain/kernels/ops_backward.h"
@@ -33,6 +34,13 @@ std::shared_ptr<Node> make_node(OpKind op, std::initializer_list<const Var*> inp
   return n;
 }
 
+// Autocast (amp/autocast.h): inside an active region, replaces the op's inputs by their casts
+// under the op's policy, recorded as cast ops, so the node below sees the cast values and backward
+// runs the op in the dtype forward chose. Outside any region nothing changes.
+void autocast(OpKind op, std::initializer_list<Var*> inputs) {
+  if (autocast_active()) autocast_inputs(op, inputs);
+}
+
 void require(const Var& v, const char* op, const char* what) {
   if (!v.defined()) throw ArgumentError(std::string(op) + ": " + what + " is undefined");
 }
@@ -51,7 +59,9 @@ Shape matmul_shape(const Tensor& a, const Tensor& b, bool ta, bool tb) {
 
 }  // namespace
 
-Var matmul(const Var& a, const Var& b, bool trans_a, bool trans_b) {
+Var matmul(const Var& a_in, const Var& b_in, bool trans_a, bool trans_b) {
+  Var a = a_in, b = b_in;
+  autocast(OpKind::matmul, {&a, &b});
   require(a, "matmul", "a");
   require(b, "matmul", "b");
   // A batch of row blocks times one shared matrix is one 2-D GEMM over the stacked rows (and its
@@ -75,7 +85,9 @@ Var matmul(const Var& a, const Var& b, bool trans_a, bool trans_b) {
   return make_output(out, n);
 }
 
-Var linear(const Var& x, const Var& w, const Var& b) {
+Var linear(const Var& x_in, const Var& w_in, const Var& b_in) {
+  Var x = x_in, w = w_in, b = b_in;
+  autocast(OpKind::linear, {&x, &w, &b});
   require(x, "linear", "x");
   require(w, "linear", "w");
   const Tensor& xv = x.value();
@@ -105,7 +117,9 @@ Var linear(const Var& x, const Var& w, const Var& b) {
   return make_output(out, n);
 }
 
-Var add(const Var& a, const Var& b) {
+Var add(const Var& a_in, const Var& b_in) {
+  Var a = a_in, b = b_in;
+  autocast(OpKind::add, {&a, &b});
   require(a, "add", "a");
   require(b, "add", "b");
   Tensor out = Tensor::empty(a.shape(), a.dtype());
@@ -115,7 +129,9 @@ Var add(const Var& a, const Var& b) {
   return make_output(out, n);
 }
 
-Var mul(const Var& a, const Var& b) {
+Var mul(const Var& a_in, const Var& b_in) {
+  Var a = a_in, b = b_in;
+  autocast(OpKind::mul, {&a, &b});
   require(a, "mul", "a");
   require(b, "mul", "b");
   Tensor out = Tensor::empty(a.shape(), a.dtype());
@@ -125,7 +141,9 @@ Var mul(const Var& a, const Var& b) {
   return make_output(out, n);
 }
 
-Var scale(const Var& a, float s) {
+Var scale(const Var& a_in, float s) {
+  Var a = a_in;
+  autocast(OpKind::scale, {&a});
   require(a, "scale", "a");
   Tensor out = Tensor::empty(a.shape(), a.dtype());
   mixtrain::scale(a.value(), s, out);
@@ -137,7 +155,9 @@ Var scale(const Var& a, float s) {
   return make_output(out, n);
 }
 
-Var gelu(const Var& x) {
+Var gelu(const Var& x_in) {
+  Var x = x_in;
+  autocast(OpKind::gelu, {&x});
   require(x, "gelu", "x");
   Tensor out = Tensor::empty(x.shape(), x.dtype());
   mixtrain::gelu(x.value(), out);
@@ -146,7 +166,9 @@ Var gelu(const Var& x) {
   return make_output(out, n);
 }
 
-Var layer_norm(const Var& x, const Var& weight, const Var& bias, float eps) {
+Var layer_norm(const Var& x_in, const Var& weight_in, const Var& bias_in, float eps) {
+  Var x = x_in, weight = weight_in, bias = bias_in;
+  autocast(OpKind::layer_norm, {&x, &weight, &bias});
   require(x, "layer_norm", "x");
   require(weight, "layer_norm", "weight");
   require(bias, "layer_norm", "bias");
@@ -166,7 +188,9 @@ Var layer_norm(const Var& x, const Var& weight, const Var& bias, float eps) {
   return make_output(out, n);
 }
 
-Var embedding(const Var& weight, const Tensor& ids) {
+Var embedding(const Var& weight_in, const Tensor& ids) {
+  Var weight = weight_in;
+  autocast(OpKind::embedding, {&weight});
   require(weight, "embedding", "weight");
   Shape s = ids.shape();
   s.push_back(weight.size(1));
@@ -181,7 +205,9 @@ Var embedding(const Var& weight, const Tensor& ids) {
   return make_output(out, n);
 }
 
-Var causal_softmax(const Var& x, float scale_) {
+Var causal_softmax(const Var& x_in, float scale_) {
+  Var x = x_in;
+  autocast(OpKind::causal_softmax, {&x});
   require(x, "causal_softmax", "x");
   Tensor out = Tensor::empty(x.shape(), x.dtype());
   mixtrain::causal_softmax(x.value(), scale_, out);
@@ -194,7 +220,9 @@ Var causal_softmax(const Var& x, float scale_) {
   return make_output(out, n);
 }
 
-Var cross_entropy(const Var& logits, const Tensor& targets) {
+Var cross_entropy(const Var& logits_in, const Tensor& targets) {
+  Var logits = logits_in;
+  autocast(OpKind::cross_entropy, {&logits});
   require(logits, "cross_entropy", "logits");
   const int64_t V = logits.size(-1);
   const Tensor l2 = logits.value().contiguous().reshape({-1, V});
@@ -209,7 +237,9 @@ Var cross_entropy(const Var& logits, const Tensor& targets) {
   return make_output(out, n);
 }
 
-Var reshape(const Var& x, const Shape& shape) {
+Var reshape(const Var& x_in, const Shape& shape) {
+  Var x = x_in;
+  autocast(OpKind::reshape, {&x});
   require(x, "reshape", "x");
   Tensor out = x.value().contiguous().reshape(shape);
   std::shared_ptr<Node> n;
@@ -226,7 +256,9 @@ Tensor heads_view(const Tensor& qkv, int which, int64_t n_head) {
   return qkv.as_strided({B, n_head, T, D}, {T * C3, D, C3, 1}, which * C);
 }
 
-Var split_heads(const Var& qkv, int which, int64_t n_head) {
+Var split_heads(const Var& qkv_in, int which, int64_t n_head) {
+  Var qkv = qkv_in;
+  autocast(OpKind::split_heads, {&qkv});
   require(qkv, "split_heads", "qkv");
   const Tensor v = qkv.value().contiguous();
   if (v.dim() != 3 || n_head <= 0 || v.size(2) % (3 * n_head) != 0 || which < 0 || which > 2)
@@ -245,7 +277,9 @@ Var split_heads(const Var& qkv, int which, int64_t n_head) {
   return make_output(heads.reshape({B * n_head, T, D}), n);
 }
 
-Var merge_heads(const Var& y, int64_t batch) {
+Var merge_heads(const Var& y_in, int64_t batch) {
+  Var y = y_in;
+  autocast(OpKind::merge_heads, {&y});
   require(y, "merge_heads", "y");
   const Tensor& v = y.value();
   if (v.dim() != 3 || batch <= 0 || v.size(0) % batch != 0)
@@ -265,21 +299,30 @@ Var merge_heads(const Var& y, int64_t batch) {
 // Scales kept elements by 1/(1-p), zeroes the others; the mask is recomputed from (seed, offset)
 // in backward instead of being stored.
 void apply_dropout_mask(const Tensor& x, float p, uint64_t seed, uint64_t offset, Tensor& out) {
-  const Tensor xc = x.contiguous();
-  const int64_t n = xc.numel();
-  std::vector<float> buf = xc.to_floats();
-  const float keep_scale = 1.0f / (1.0f - p);
-  const auto threshold = static_cast<uint64_t>(static_cast<double>(p) * 4294967296.0);
+  // fp32 math for every float dtype, double for f64 (finite-difference checks need it).
+  auto run = [&](auto values, double keep_scale) {
+    const auto n = static_cast<int64_t>(values.size());
+    const auto threshold = static_cast<uint64_t>(static_cast<double>(p) * 4294967296.0);
 #pragma omp parallel for schedule(static) if (n > 65536)
-  for (int64_t i = 0; i < n; ++i) {
-    const bool keep = counter_rng(seed, offset + static_cast<uint64_t>(i)) >= threshold;
-    buf[static_cast<size_t>(i)] = keep ? buf[static_cast<size_t>(i)] * keep_scale : 0.0f;
-  }
-  Tensor tmp = Tensor::from_floats(buf, xc.shape(), out.dtype(), MemCategory::workspace);
+    for (int64_t i = 0; i < n; ++i) {
+      const bool keep = counter_rng(seed, offset + static_cast<uint64_t>(i)) >= threshold;
+      auto& v = values[static_cast<size_t>(i)];
+      v = keep ? static_cast<std::decay_t<decltype(v)>>(v * keep_scale) : 0;
+    }
+    return values;
+  };
+  const Tensor xc = x.contiguous();
+  Tensor tmp = x.dtype() == DType::f64
+                   ? Tensor::from_vector(run(xc.to_doubles(), 1.0 / (1.0 - p)), xc.shape(), out.dtype(),
+                                         MemCategory::workspace)
+                   : Tensor::from_floats(run(xc.to_floats(), 1.0f / (1.0f - p)), xc.shape(), out.dtype(),
+                                         MemCategory::workspace);
   out.copy_from(tmp);
 }
 
-Var dropout(const Var& x, float p, uint64_t seed, uint64_t offset, bool training) {
+Var dropout(const Var& x_in, float p, uint64_t seed, uint64_t offset, bool training) {
+  Var x = x_in;
+  autocast(OpKind::dropout, {&x});
   require(x, "dropout", "x");
   if (!(p >= 0.f && p < 1.f)) throw ArgumentError("dropout: p must be in [0, 1), got " + std::to_string(p));
   if (p == 0.f || !training) return x;
@@ -295,6 +338,7 @@ Var dropout(const Var& x, float p, uint64_t seed, uint64_t offset, bool training
   return make_output(out, n);
 }
 
+// An explicit dtype: never autocast (its policy is keep).
 Var cast(const Var& x, DType dtype) {
   require(x, "cast", "x");
   if (x.dtype() == dtype) return x;

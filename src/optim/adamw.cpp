@@ -1,19 +1,18 @@
-// AdamW: config checks, the per-step scalars, the scalar reference kernel and the fast kernel
-// (SSE2, 4 lanes, OpenMP over fixed pieces). The fast kernel does the same IEEE operations in the
-// same order as the reference, so it is bit-identical. Explicit intrinsics rather than
-// auto-vectorisation because std::sqrt only vectorises under -fno-math-errno, which the library
-// does not set. AdamW moves 28 bytes per element for a dozen flops: memory-bound, so 4 lanes keep
-// up with the memory system and wider vectors would buy little.
+// AdamW: config checks, the per-step scalars, the fp32 reference and fast kernels, and the class
+// (which picks the fp32 or the 16-bit kernels, adamw_lowp.cpp, by the store's dtype). The fast
+// kernel (SSE2, 4 lanes, OpenMP over fixed pieces; optim/adamw_kernel.h) does the same IEEE
+// operations in the same order as the reference, so it is bit-identical. Explicit intrinsics
+// rather than auto-vectorisation because std::sqrt only vectorises under -fno-math-errno, which
+// the library does not set. AdamW moves 28 bytes per element for a dozen flops: memory-bound, so
+// 4 lanes keep up with the memory system and wider vectors would buy little.
 #include "mixtrain/optim/adamw.h"
 
 #include <cmath>
 #include <string>
 
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
-
 #include "mixtrain/core/cpu_features.h"
+#include "optim/adamw_kernel.h"
+#include "optim/lowp_kernel.h"
 #include "optim/optim_util.h"
 
 namespace mixtrain {
@@ -29,6 +28,7 @@ void validate(const AdamWConfig& c) {
   if (!(c.eps > 0.f) || !std::isfinite(c.eps))
     throw ArgumentError("AdamW: eps must be > 0 and finite, got " + fmt(c.eps));
   optim_detail::check_nonneg("AdamW", "weight_decay", c.weight_decay);
+  optim_detail::check_rounding("AdamW", c.rounding);
 }
 
 AdamWScalars adamw_scalars(const AdamWConfig& c, float lr, int64_t step) {
@@ -48,128 +48,98 @@ AdamWScalars adamw_scalars(const AdamWConfig& c, float lr, int64_t step) {
   return s;
 }
 
-namespace {
-
-// One element, torch's operation order (see adamw.h). SmallW selects torch's lerp branch.
-template <bool Decay, bool SmallW>
-inline void adamw_element(float& p, float g, float& m, float& v, const AdamWScalars& s) {
-  float pp = p;
-  if constexpr (Decay) pp = pp * s.decay_factor;
-  const float mm = SmallW ? m + s.beta1_weight * (g - m) : g - (g - m) * (1.f - s.beta1_weight);
-  const float vv = v * s.beta2 + (s.one_minus_beta2 * g) * g;
-  const float denom = std::sqrt(vv) / s.bc2_sqrt + s.eps;
-  p = pp + (s.neg_step_size * mm) / denom;
-  m = mm;
-  v = vv;
-}
-
-template <bool Decay, bool SmallW>
-void adamw_span_ref(float* p, const float* g, float* m, float* v, int64_t n, const AdamWScalars& s) {
-  for (int64_t i = 0; i < n; ++i) adamw_element<Decay, SmallW>(p[i], g[i], m[i], v[i], s);
-}
-
-template <bool Decay, bool SmallW>
-void adamw_span_fast(float* p, const float* g, float* m, float* v, int64_t n, const AdamWScalars& s) {
-  int64_t i = 0;
-#if defined(__SSE2__)
-  const __m128 decay = _mm_set1_ps(s.decay_factor), w = _mm_set1_ps(s.beta1_weight);
-  const __m128 one_minus_w = _mm_set1_ps(1.f - s.beta1_weight), b2 = _mm_set1_ps(s.beta2);
-  const __m128 c2 = _mm_set1_ps(s.one_minus_beta2), bc2s = _mm_set1_ps(s.bc2_sqrt);
-  const __m128 eps = _mm_set1_ps(s.eps), nss = _mm_set1_ps(s.neg_step_size);
-  for (; i + 4 <= n; i += 4) {
-    __m128 pp = _mm_loadu_ps(p + i);
-    const __m128 gg = _mm_loadu_ps(g + i), m0 = _mm_loadu_ps(m + i), v0 = _mm_loadu_ps(v + i);
-    if constexpr (Decay) pp = _mm_mul_ps(pp, decay);
-    const __m128 d = _mm_sub_ps(gg, m0);
-    const __m128 mm = SmallW ? _mm_add_ps(m0, _mm_mul_ps(w, d)) : _mm_sub_ps(gg, _mm_mul_ps(d, one_minus_w));
-    const __m128 vv = _mm_add_ps(_mm_mul_ps(v0, b2), _mm_mul_ps(_mm_mul_ps(c2, gg), gg));
-    const __m128 denom = _mm_add_ps(_mm_div_ps(_mm_sqrt_ps(vv), bc2s), eps);
-    _mm_storeu_ps(p + i, _mm_add_ps(pp, _mm_div_ps(_mm_mul_ps(nss, mm), denom)));
-    _mm_storeu_ps(m + i, mm);
-    _mm_storeu_ps(v + i, vv);
-  }
-#endif
-  for (; i < n; ++i) adamw_element<Decay, SmallW>(p[i], g[i], m[i], v[i], s);  // tail
-}
-
-// Calls span_fn<Decay, SmallW> with the flags as compile-time constants.
-template <template <bool, bool> class F>
-void dispatch(bool decay, bool small_w, float* p, const float* g, float* m, float* v, int64_t n,
-              const AdamWScalars& s) {
-  if (decay) {
-    small_w ? F<true, true>::run(p, g, m, v, n, s) : F<true, false>::run(p, g, m, v, n, s);
-  } else {
-    small_w ? F<false, true>::run(p, g, m, v, n, s) : F<false, false>::run(p, g, m, v, n, s);
-  }
-}
-template <bool D, bool W>
-struct RefSpan {
-  static void run(float* p, const float* g, float* m, float* v, int64_t n, const AdamWScalars& s) {
-    adamw_span_ref<D, W>(p, g, m, v, n, s);
-  }
-};
-template <bool D, bool W>
-struct FastSpan {
-  static void run(float* p, const float* g, float* m, float* v, int64_t n, const AdamWScalars& s) {
-    adamw_span_fast<D, W>(p, g, m, v, n, s);
-  }
-};
-
-// torch's is_lerp_weight_small.
-bool lerp_weight_small(float w) { return std::abs(w) < 0.5f; }
-
-}  // namespace
-
 void adamw_update_ref(float* p, const float* g, float* m, float* v, const std::vector<FlatSpan>& spans,
                       const AdamWScalars& s) {
-  const bool small_w = lerp_weight_small(s.beta1_weight);
-  for (const FlatSpan& sp : spans)
-    dispatch<RefSpan>(sp.decay, small_w, p + sp.offset, g + sp.offset, m + sp.offset, v + sp.offset, sp.numel, s);
+  const bool small_w = optim_detail::lerp_weight_small(s.beta1_weight);
+  for (const FlatSpan& sp : spans) {
+    const int64_t o = sp.offset;
+    optim_detail::adamw_span_ref_f32(p + o, g + o, m + o, v + o, sp.numel, sp.decay, small_w, s);
+  }
 }
 
 void adamw_update(float* p, const float* g, float* m, float* v, const std::vector<FlatSpan>& spans,
                   const AdamWScalars& s) {
-  const bool small_w = lerp_weight_small(s.beta1_weight);
-  const std::vector<FlatSpan> pieces = split_spans(spans, optim_detail::kPieceNumel);
-  const int64_t n = int64_t(pieces.size());
-#pragma omp parallel for schedule(static) if (n > 1)
-  for (int64_t i = 0; i < n; ++i) {
-    const FlatSpan& sp = pieces[size_t(i)];
-    dispatch<FastSpan>(sp.decay, small_w, p + sp.offset, g + sp.offset, m + sp.offset, v + sp.offset, sp.numel, s);
-  }
+  const bool small_w = optim_detail::lerp_weight_small(s.beta1_weight);
+  optim_detail::for_each_piece(spans, [&](const FlatSpan& sp) {
+    const int64_t o = sp.offset;
+    optim_detail::adamw_span_fast_f32(p + o, g + o, m + o, v + o, sp.numel, sp.decay, small_w, s);
+  });
 }
 
 AdamW::AdamW(const ParameterStore& store, AdamWConfig config) : config_(config) {
   validate(config_);
   if (!store.finalized()) throw ArgumentError("AdamW: the parameter store is not finalized");
+  dtype_ = optim_detail::optimizer_param_dtype(store, "AdamW");
   flat_numel_ = store.flat_numel();
   spans_ = flat_spans(store);
-  m_ = Tensor::zeros({flat_numel_}, DType::f32, MemCategory::optimizer_state);
-  v_ = Tensor::zeros({flat_numel_}, DType::f32, MemCategory::optimizer_state);
+  m_ = Tensor::zeros({flat_numel_}, dtype_, MemCategory::optimizer_state);
+  v_ = Tensor::zeros({flat_numel_}, dtype_, MemCategory::optimizer_state);
+  if (dtype_ != DType::f32 && config_.rounding == UpdateRounding::kahan)
+    c_ = Tensor::zeros({flat_numel_}, dtype_, MemCategory::optimizer_state);
 }
+
+namespace {
+// The 16-bit step for storage type T.
+template <class T>
+void adamw_step_lowp(ParameterStore& store, const Tensor& m, const Tensor& v, const Tensor& c,
+                     const std::vector<FlatSpan>& spans, const AdamWScalars& s, const LowpWrite& w) {
+  T* p = store.flat_params().data<T>();
+  const T* g = store.flat_grads().data<T>();
+  T* cc = c.defined() ? c.data<T>() : nullptr;
+  if (force_reference())
+    adamw_update_ref(p, g, m.data<T>(), v.data<T>(), cc, spans, s, w);
+  else
+    adamw_update(p, g, m.data<T>(), v.data<T>(), cc, spans, s, w);
+}
+}  // namespace
 
 void AdamW::step(ParameterStore& store, float lr) {
   optim_detail::check_nonneg("AdamW::step", "lr", lr);
-  optim_detail::check_store(store, flat_numel_, "AdamW::step");
+  optim_detail::check_store(store, flat_numel_, dtype_, "AdamW::step");
   const int64_t t = steps_ + 1;
   const AdamWScalars s = adamw_scalars(config_, lr, t);
-  float* p = store.flat_params().data<float>();
-  const float* g = store.flat_grads().data<float>();
-  if (force_reference())
-    adamw_update_ref(p, g, m_.data<float>(), v_.data<float>(), spans_, s);
-  else
-    adamw_update(p, g, m_.data<float>(), v_.data<float>(), spans_, s);
+  if (dtype_ == DType::f32) {
+    float* p = store.flat_params().data<float>();
+    const float* g = store.flat_grads().data<float>();
+    if (force_reference())
+      adamw_update_ref(p, g, m_.data<float>(), v_.data<float>(), spans_, s);
+    else
+      adamw_update(p, g, m_.data<float>(), v_.data<float>(), spans_, s);
+  } else {
+    const LowpWrite w{config_.rounding, config_.seed, uint64_t(steps_) * uint64_t(flat_numel_)};
+    if (dtype_ == DType::bf16)
+      adamw_step_lowp<bf16>(store, m_, v_, c_, spans_, s, w);
+    else
+      adamw_step_lowp<fp16>(store, m_, v_, c_, spans_, s, w);
+  }
+  store.flat_params().storage()->bump_version();  // cached casts of the old weights are stale now
   steps_ = t;
 }
 
-void AdamW::set_state(int64_t steps, const Tensor& exp_avg, const Tensor& exp_avg_sq) {
+int64_t AdamW::state_bytes() const {
+  int64_t bytes = 0;
+  for (const Tensor* t : {&m_, &v_, &c_})
+    if (t->defined()) bytes += int64_t(t->nbytes());
+  return bytes;
+}
+
+void AdamW::set_state(int64_t steps, const Tensor& exp_avg, const Tensor& exp_avg_sq, const Tensor& compensation) {
   if (steps < 0) throw ArgumentError("AdamW::set_state: steps must be >= 0, got " + std::to_string(steps));
   for (const Tensor* t : {&exp_avg, &exp_avg_sq})
     if (!t->defined() || t->shape() != Shape{flat_numel_})
       throw ShapeError("AdamW::set_state: moments must have shape (" + std::to_string(flat_numel_) + "), got " +
                        (t->defined() ? t->to_string() : std::string("an undefined tensor")));
+  if (c_.defined() && compensation.defined() && compensation.shape() != Shape{flat_numel_})
+    throw ShapeError("AdamW::set_state: compensation must have shape (" + std::to_string(flat_numel_) + "), got " +
+                     compensation.to_string());
   m_.copy_from(exp_avg);
   v_.copy_from(exp_avg_sq);
+  if (c_.defined()) {
+    if (compensation.defined())
+      c_.copy_from(compensation);
+    else
+      c_.zero();
+  }
   steps_ = steps;
 }
 

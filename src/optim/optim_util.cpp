@@ -3,6 +3,8 @@
 
 #include <cstdio>
 
+#include "optim/lowp_kernel.h"
+
 namespace mixtrain::optim_detail {
 
 std::string fmt(double v) {
@@ -11,16 +13,36 @@ std::string fmt(double v) {
   return buf;
 }
 
-void check_store(const ParameterStore& store, int64_t flat_numel, const char* op) {
+void check_store(const ParameterStore& store, int64_t flat_numel, DType param_dtype, const char* op) {
   if (!store.finalized()) throw ArgumentError(std::string(op) + ": the parameter store is not finalized");
   if (store.flat_numel() != flat_numel)
     throw ArgumentError(std::string(op) + ": the parameter store has " + std::to_string(store.flat_numel()) +
                         " flat elements, the optimizer was built for " + std::to_string(flat_numel));
-  if (store.flat_params().dtype() != DType::f32)
-    throw DTypeError(std::string(op) + ": parameters must be f32 (16-bit parameters need master weights), got " +
+  const std::string want(dtype_name(param_dtype));
+  if (store.flat_params().dtype() != param_dtype)
+    throw DTypeError(std::string(op) + ": parameters must be " + want + " (the dtype the optimizer was built for), got " +
                      store.flat_params().to_string());
-  if (store.flat_grads().dtype() != DType::f32)
-    throw DTypeError(std::string(op) + ": gradients must be f32, got " + store.flat_grads().to_string());
+  if (store.flat_grads().dtype() != param_dtype)
+    throw DTypeError(std::string(op) + ": gradients must be " + want + " like the parameters, got " +
+                     store.flat_grads().to_string());
+}
+
+DType optimizer_param_dtype(const ParameterStore& store, const char* op) {
+  const DType d = store.flat_params().dtype();
+  if (d != DType::f32 && d != DType::bf16 && d != DType::f16)
+    throw DTypeError(std::string(op) + ": parameters must be f32, bf16 or f16, got " + store.flat_params().to_string());
+  return d;
+}
+
+void check_rounding(const char* op, UpdateRounding r) {
+  if (r != UpdateRounding::nearest && r != UpdateRounding::stochastic && r != UpdateRounding::kahan)
+    throw ArgumentError(std::string(op) + ": rounding must be nearest, stochastic or kahan, got " +
+                        std::to_string(int(r)));
+}
+
+void check_lowp_write(const void* c, const LowpWrite& w, const char* op) {
+  if (w.rounding == UpdateRounding::kahan && c == nullptr)
+    throw ArgumentError(std::string(op) + ": kahan rounding needs a compensation buffer");
 }
 
 void check_nonneg(const char* op, const char* what, double value) {

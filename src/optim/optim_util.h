@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "mixtrain/amp/precision.h"
 #include "mixtrain/nn/parameters.h"
 #include "mixtrain/optim/flat_spans.h"
 
@@ -13,12 +14,20 @@ namespace mixtrain::optim_detail {
 // that a static schedule balances a few large matrices against many small vectors.
 constexpr int64_t kPieceNumel = 16384;
 
-// Throws unless the store is finalized with the layout (flat_numel) the optimizer was built for,
-// f32 parameters and f32 gradients.
-void check_store(const ParameterStore& store, int64_t flat_numel, const char* op);
+// Throws unless the store is finalized with the layout (flat_numel) the optimizer was built for
+// (ArgumentError), parameters of param_dtype and gradients of the same dtype (DTypeError): f32 /
+// f32 (32-true and the fp32 masters of the *-mixed modes) or bf16 / bf16, f16 / f16 (*-true).
+void check_store(const ParameterStore& store, int64_t flat_numel, DType param_dtype, const char* op);
+
+// The parameter dtype of a finalized store if an optimizer supports it (f32, bf16, f16);
+// DTypeError otherwise. The optimizer state is kept in this dtype.
+DType optimizer_param_dtype(const ParameterStore& store, const char* op);
 
 // "lr must be >= 0 and finite, got -1"-style ArgumentError.
 void check_nonneg(const char* op, const char* what, double value);
+
+// ArgumentError unless r is one of the UpdateRounding values.
+void check_rounding(const char* op, UpdateRounding r);
 
 std::string fmt(double v);  // shortest round-trip form, for messages
 

@@ -3,12 +3,14 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <memory>
 
+#include "mixtrain/amp/autocast.h"
 #include "mixtrain/data/text_corpus.h"
 #include "mixtrain/kernels/backend.h"
 #include "mixtrain/kernels/ops.h"
@@ -108,20 +110,21 @@ void TrainOptions::validate() const {
   if (eval_every < 0) throw ArgumentError("--eval-every must be >= 0");
   positive(eval_batches, "eval-batches");
   positive(log_every, "log-every");
+  positive(grad_accum, "grad-accum");
+  for (int64_t s : inject_nonfinite)
+    if (s < 1) throw ArgumentError("--inject-nonfinite steps count from 1, got " + std::to_string(s));
+  if (max_bad_steps == 0 || max_bad_steps < -1) throw ArgumentError("--max-bad-steps must be positive");
   if (optimizer != "adamw" && optimizer != "sgd")
     throw ArgumentError("--optimizer must be adamw or sgd, got '" + optimizer + "'");
 }
 
-NonFiniteLossError::NonFiniteLossError(int64_t s, double loss)
-    : Error("loss is " + std::string(std::isnan(loss) ? "NaN" : "infinite") + " at step " + std::to_string(s) +
-            " (fp32 training diverged; lower --lr or enable --grad-clip)"),
-      step(s) {}
-
 nlohmann::ordered_json TrainSummary::to_json() const {
   nlohmann::ordered_json j;
   j["steps"] = steps;
-  j["final_train_loss"] = final_train_loss;
-  j["val_loss"] = val_loss;
+  if (std::isfinite(final_train_loss)) j["final_train_loss"] = final_train_loss;
+  else j["final_train_loss"] = nullptr;
+  if (std::isfinite(val_loss)) j["val_loss"] = val_loss;
+  else j["val_loss"] = nullptr;
   j["unigram_baseline"] = unigram_baseline;
   j["tokens_per_s"] = tokens_per_s;
   j["model_flops_per_s"] = model_flops_per_s;
@@ -136,6 +139,12 @@ nlohmann::ordered_json TrainSummary::to_json() const {
     if (m.peak[c] > 0) by[std::string(mem_category_name(static_cast<MemCategory>(c)))] = m.peak[c];
   j["peak_bytes_by_category"] = by;
   j["peak_rss_bytes"] = process_peak_rss_bytes();
+  j["precision"] = precision;
+  j["skipped_steps"] = skipped_steps;
+  j["overflows"] = overflows;
+  j["diverged"] = diverged;
+  j["final_loss_scale"] = final_loss_scale;
+  j["hit_min_scale"] = hit_min_scale;
   return j;
 }
 
@@ -154,20 +163,68 @@ double measure_gemm_flops(DType dtype, int64_t m, int64_t n, int64_t k, double s
   return 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) / best;
 }
 
+namespace {
+
+// Global gradient norm and in-place scaling for any gradient dtype: the fp32 path is the fused
+// blocked kernel of optim/clip.h; 16-bit gradients (the *-true modes) go through the generic
+// reduction and scale kernels (fp32 accumulation).
+double grad_norm_any(const ParameterStore& p) {
+  if (p.flat_grads().dtype() == DType::f32) return grad_global_norm(p);
+  return std::sqrt(reduce(p.flat_grads(), ReduceOp::sum_squares));
+}
+
+double clip_any(ParameterStore& p, double max_norm) {
+  if (p.flat_grads().dtype() == DType::f32) return clip_grad_norm(p, max_norm);
+  const double norm = grad_norm_any(p);
+  const double coef = max_norm / (norm + 1e-6);
+  if (std::isfinite(norm) && coef < 1.0) {
+    Tensor g = p.flat_grads();
+    scale(g, static_cast<float>(coef), g);
+  }
+  return norm;
+}
+
+bool contains(const std::vector<int64_t>& v, int64_t x) { return std::find(v.begin(), v.end(), x) != v.end(); }
+
+// Puts inf (or NaN at every second listed step) into the first gradient element.
+void inject_nonfinite(ParameterStore& p, const std::vector<int64_t>& steps, int64_t step) {
+  const auto pos = std::find(steps.begin(), steps.end(), step) - steps.begin();
+  const double bad = pos % 2 == 0 ? INFINITY : NAN;
+  store_from_f64(p.flat_grads().raw_data(), p.flat_grads().dtype(), 0, bad);
+}
+
+std::string json_number_or_null(double v) { return std::isfinite(v) ? std::to_string(v) : "null"; }
+
+}  // namespace
+
+DivergedError::DivergedError(int64_t s, double loss, int64_t bad, TrainSummary sum)
+    : Error("training diverged: loss is " + std::string(std::isnan(loss) ? "NaN" : "infinite") + " at step " +
+            std::to_string(s) + (bad > 1 ? " (" + std::to_string(bad) + " non-finite steps in a row)" : "") +
+            "; lower --lr, enable --grad-clip, or use a loss scale"),
+      step(s),
+      summary(std::move(sum)) {}
+
 TrainSummary train(const TrainOptions& opt) {
   opt.validate();
+  const PrecisionSpec& spec = precision_spec(opt.precision);
   const GptConfig cfg = GptConfig::from_preset_or_file(opt.model);
   const int64_t T = opt.seq_len > 0 ? opt.seq_len : cfg.block_size;
   const int64_t B = opt.batch_size;
   if (T > cfg.block_size)
     throw ArgumentError("--seq-len " + std::to_string(T) + " exceeds the model's block_size " +
                         std::to_string(cfg.block_size));
+  const bool use_scaler = spec.loss_scaling || opt.force_loss_scaling;
+  if (use_scaler && spec.grad_dtype != DType::f32)
+    throw ArgumentError("loss scaling needs fp32 gradients; precision " + std::string(spec.name) +
+                        " keeps 16-bit gradients (use 16-mixed or bf16-mixed)");
   const TextCorpus corpus = TextCorpus::load(opt.data.empty() ? TextCorpus::default_corpus_path() : opt.data);
   corpus.check_window(T);
   if (cfg.vocab_size < 256)
     throw ArgumentError("model vocab_size " + std::to_string(cfg.vocab_size) + " is smaller than the 256 byte tokens");
+  const int64_t max_bad = opt.max_bad_steps > 0 ? opt.max_bad_steps : (opt.precision == PrecisionMode::true32 ? 1 : 20);
 
-  Gpt model(cfg, opt.seed);
+  MemoryTracker::global().reset_peaks();
+  Gpt model(cfg, opt.seed, spec.param_dtype, spec.grad_dtype);
   ParameterStore& params = model.params();
   std::unique_ptr<AdamW> adamw;
   std::unique_ptr<SGD> sgd;
@@ -178,14 +235,21 @@ TrainSummary train(const TrainOptions& opt) {
     ac.beta2 = opt.beta2;
     ac.eps = opt.eps;
     ac.weight_decay = opt.weight_decay;
+    ac.rounding = opt.update_rounding;
+    ac.seed = opt.seed;
     adamw = std::make_unique<AdamW>(params, ac);
   } else {
     SgdConfig sc;
     sc.lr = opt.lr;
     sc.momentum = opt.momentum;
     sc.weight_decay = opt.weight_decay;
+    sc.rounding = opt.update_rounding;
+    sc.seed = opt.seed;
     sgd = std::make_unique<SGD>(params, sc);
   }
+  GradScalerConfig scfg = opt.scaler;
+  scfg.enabled = use_scaler;
+  GradScaler scaler(scfg);
   LrSchedule sched;
   sched.max_lr = opt.lr;
   sched.warmup_steps = opt.warmup;
@@ -196,61 +260,122 @@ TrainSummary train(const TrainOptions& opt) {
   StepLog log(opt.log_jsonl);
   Progress progress(opt.steps, opt.log_every, opt.quiet);
   TrainSummary sum;
+  sum.precision = std::string(spec.name);
   sum.parameters = model.num_parameters();
   sum.unigram_baseline = corpus.unigram_entropy();
   const double flops_per_token = model.flops_per_token(T);
+  const int64_t K = opt.grad_accum;
+
+  auto eval = [&] {
+    AutocastScope ac(spec.autocast, spec.compute_dtype);
+    return evaluate(model, corpus, B, T, opt.eval_batches);
+  };
 
   Tensor idx, targets;
   double train_time = 0;
+  int64_t bad_in_a_row = 0;
   const auto run_start = Clock::now();
   for (int64_t step = 1; step <= opt.steps; ++step) {
     const auto t0 = Clock::now();
     const float lr = lr_at(step, sched);
-    corpus.train_batch(B, T, opt.seed, step, idx, targets);
+    const double loss_scale = scaler.scale();
     params.zero_grads();
-    auto out = model.forward(idx, &targets, true, opt.seed ^ (static_cast<uint64_t>(step) << 20));
-    const double loss = out.loss.value().item();
-    if (!std::isfinite(loss)) {
-      nlohmann::ordered_json j{{"step", step}, {"loss", loss}, {"lr", lr}, {"error", "non-finite loss"}};
-      j["loss"] = std::isnan(loss) ? "NaN" : (loss > 0 ? "Infinity" : "-Infinity");
-      log.write(j);
-      throw NonFiniteLossError(step, loss);
+    // Micro-batches: each loss is divided by K and multiplied by the (constant) loss scale
+    // before backward, so the gradients sum to the scaled mean over the effective batch.
+    double loss = 0;
+    bool loss_finite = true;
+    for (int64_t micro = 0; micro < K; ++micro) {
+      corpus.train_batch(B, T, opt.seed, (step - 1) * K + micro + 1, idx, targets);
+      Gpt::Output out;
+      {
+        AutocastScope ac(spec.autocast, spec.compute_dtype);
+        out = model.forward(idx, &targets, true, opt.seed ^ (static_cast<uint64_t>((step - 1) * K + micro + 1) << 20));
+      }
+      const double l = out.loss.value().item();
+      loss += l / static_cast<double>(K);
+      if (!std::isfinite(l)) {
+        loss_finite = false;
+        break;  // nothing to learn from this step: it is skipped below
+      }
+      out.loss.backward(loss_scale / static_cast<double>(K));
     }
-    out.loss.backward();
-    out = {};
-    const double grad_norm = opt.grad_clip > 0 ? clip_grad_norm(params, opt.grad_clip) : grad_global_norm(params);
-    if (adamw) adamw->step(params, lr);
-    else sgd->step(params, lr);
+
+    bool found_inf = !loss_finite;
+    double grad_norm = NAN;
+    if (loss_finite) {
+      if (contains(opt.inject_nonfinite, step)) inject_nonfinite(params, opt.inject_nonfinite, step);
+      // unscale_ before clipping (pytorch/examples#1196); without a scaler, the norm pass is
+      // the non-finite check.
+      if (scaler.enabled()) found_inf = scaler.unscale(params);
+      if (!found_inf) {
+        grad_norm = opt.grad_clip > 0 ? clip_any(params, opt.grad_clip) : grad_norm_any(params);
+        found_inf = !std::isfinite(grad_norm);
+      }
+    }
+    const bool skipped = found_inf;
+    if (!skipped) {
+      if (adamw) adamw->step(params, lr);
+      else sgd->step(params, lr);
+    } else {
+      ++sum.skipped_steps;
+    }
+    if (found_inf && loss_finite) ++sum.overflows;
+    scaler.update(found_inf);
+    if (scaler.hit_min_scale()) sum.hit_min_scale = true;
     const double dt = seconds_since(t0);
     train_time += dt;
-    const double tok_s = static_cast<double>(B * T) / dt;
+    const double tok_s = static_cast<double>(B * T * K) / dt;
 
     nlohmann::ordered_json j;
     j["step"] = step;
-    j["loss"] = loss;
+    if (std::isfinite(loss)) j["loss"] = loss;
+    else j["loss"] = nullptr;
     j["lr"] = lr;
-    j["grad_norm"] = grad_norm;
+    if (std::isfinite(grad_norm)) j["grad_norm"] = grad_norm;
+    else j["grad_norm"] = nullptr;
     j["tokens_per_s"] = tok_s;
     j["elapsed_s"] = seconds_since(run_start);
+    j["loss_scale"] = loss_scale;
+    j["skipped"] = skipped;
+    j["found_inf"] = found_inf;
+    j["overflows"] = sum.overflows;
+    sum.steps = step;
+    sum.final_loss_scale = scaler.scale();
+    if (!loss_finite) {
+      ++bad_in_a_row;
+      if (bad_in_a_row >= max_bad) {
+        j["error"] = "non-finite loss";
+        j["diverged"] = true;
+        log.write(j);
+        sum.diverged = true;
+        sum.final_train_loss = loss;
+        sum.val_loss = NAN;
+        sum.elapsed_s = seconds_since(run_start);
+        throw DivergedError(step, loss, bad_in_a_row, sum);
+      }
+    } else {
+      bad_in_a_row = 0;
+    }
     if (opt.eval_every > 0 && step % opt.eval_every == 0 && step != opt.steps) {
-      const double vl = evaluate(model, corpus, B, T, opt.eval_batches);
+      const double vl = eval();
       j["val_loss"] = vl;
-      progress.line("step " + std::to_string(step) + " val_loss " + std::to_string(vl));
+      progress.line("step " + std::to_string(step) + " val_loss " + json_number_or_null(vl));
     }
     if (step == opt.steps) {
-      sum.val_loss = evaluate(model, corpus, B, T, opt.eval_batches);
+      sum.val_loss = eval();
       j["val_loss"] = sum.val_loss;
     }
     log.write(j);
     progress.step(step, loss, tok_s, lr);
+    if (skipped) progress.line("step " + std::to_string(step) + ": non-finite gradients, step skipped (loss scale " +
+                               std::to_string(loss_scale) + ")");
     sum.final_train_loss = loss;
-    sum.steps = step;
   }
   sum.elapsed_s = seconds_since(run_start);
-  sum.tokens_per_s = static_cast<double>(B * T * sum.steps) / train_time;
+  sum.tokens_per_s = static_cast<double>(B * T * K * sum.steps) / train_time;
   sum.model_flops_per_s = flops_per_token * sum.tokens_per_s;
-  // MFU against this machine's measured fp32 GEMM rate at a square 1024 GEMM.
-  sum.gemm_flops_per_s = measure_gemm_flops(DType::f32, 1024, 1024, 1024, 0.5);
+  // MFU against this machine's GEMM rate for the dtype the model's GEMMs run in, measured now.
+  sum.gemm_flops_per_s = measure_gemm_flops(spec.compute_dtype, 1024, 1024, 1024, 0.5);
   sum.mfu = sum.model_flops_per_s / sum.gemm_flops_per_s;
   return sum;
 }

@@ -143,23 +143,7 @@ TEST(ElementwiseOps, FastMatchesReference) { run_registered_op_tests(); }
 
 // Bit-identical outputs with 1 and 2 threads (elementwise results depend only on each element).
 TEST(ElementwiseOps, ThreadCountDoesNotChangeResults) {
-  const int saved = num_threads();
-  for (const auto& op : op_registry())
-    for (const OpConfig& cfg : op->configs()) {
-      if (cfg.sizes.size() < 2 || cfg.sizes[0] < 256) continue;  // only shapes large enough to split
-      SCOPED_TRACE(op->name() + " [" + cfg.label + "]");
-      set_num_threads(1);
-      const std::vector<Tensor> one = op->run(cfg, false);
-      set_num_threads(2);
-      const std::vector<Tensor> two = op->run(cfg, false);
-      ASSERT_EQ(one.size(), two.size());
-      for (size_t i = 0; i < one.size(); ++i) {
-        const std::vector<double> x = one[i].to_doubles(), y = two[i].to_doubles();
-        ASSERT_EQ(x.size(), y.size());
-        EXPECT_EQ(0, std::memcmp(x.data(), y.data(), x.size() * sizeof(double))) << "output " << i;
-      }
-    }
-  set_num_threads(saved);
+  run_thread_count_checks([](const OpConfig& cfg) { return cfg.sizes.size() >= 2 && cfg.sizes[0] >= 256; });
 }
 
 // f64 references against values computed by hand / with mpmath.

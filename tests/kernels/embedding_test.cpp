@@ -78,21 +78,7 @@ MIXTRAIN_REGISTER_OP_TEST(EmbeddingTest);
 TEST(EmbeddingOps, FastMatchesReference) { run_registered_op_tests(); }
 
 TEST(EmbeddingOps, ThreadCountDoesNotChangeResults) {
-  const int saved = num_threads();
-  for (const auto& op : op_registry())
-    for (const OpConfig& cfg : op->configs()) {
-      if (cfg.sizes[1] * cfg.sizes[2] < 100000) continue;
-      SCOPED_TRACE(op->name() + " [" + cfg.label + "]");
-      set_num_threads(1);
-      const std::vector<Tensor> one = op->run(cfg, false);
-      set_num_threads(2);
-      const std::vector<Tensor> two = op->run(cfg, false);
-      for (size_t i = 0; i < one.size(); ++i) {
-        const std::vector<double> x = one[i].to_doubles(), y = two[i].to_doubles();
-        EXPECT_EQ(0, std::memcmp(x.data(), y.data(), x.size() * sizeof(double))) << "output " << i;
-      }
-    }
-  set_num_threads(saved);
+  run_thread_count_checks([](const OpConfig& cfg) { return cfg.sizes[1] * cfg.sizes[2] >= 100000; });
 }
 
 TEST(EmbeddingOps, CopiesRowsExactly) {

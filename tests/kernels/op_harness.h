@@ -8,12 +8,14 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "mixtrain/kernels/backend.h"
 #include "mixtrain/kernels/ops.h"
 #include "mixtrain/tensor/tensor.h"
 
@@ -144,6 +146,29 @@ inline void run_registered_op_tests() {
       }
     }
   }
+}
+
+// Runs the fast path of every registered op with 1 and with 2 threads and requires the outputs to
+// be bit-identical (the kernels split work independently of the thread count). `include` picks
+// the configurations large enough to be split at all.
+inline void run_thread_count_checks(const std::function<bool(const OpConfig&)>& include) {
+  const int saved = num_threads();
+  for (const auto& op : op_registry())
+    for (const OpConfig& cfg : op->configs()) {
+      if (!include(cfg)) continue;
+      SCOPED_TRACE(op->name() + " [" + cfg.label + "]");
+      set_num_threads(1);
+      const std::vector<Tensor> one = op->run(cfg, false);
+      set_num_threads(2);
+      const std::vector<Tensor> two = op->run(cfg, false);
+      ASSERT_EQ(one.size(), two.size());
+      for (size_t i = 0; i < one.size(); ++i) {
+        const Tensor a = one[i].contiguous(), b = two[i].contiguous();
+        ASSERT_EQ(a.nbytes(), b.nbytes());
+        EXPECT_EQ(0, std::memcmp(a.raw_data(), b.raw_data(), a.nbytes())) << "output " << i;
+      }
+    }
+  set_num_threads(saved);
 }
 
 }  // namespace mixtrain::test

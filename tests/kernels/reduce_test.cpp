@@ -130,22 +130,7 @@ TEST(ReduceOps, FastMatchesReference) { run_registered_op_tests(); }
 
 // Bit-identical with 1 and 2 threads: the blocks and chunks are fixed, threads only pick them up.
 TEST(ReduceOps, ThreadCountDoesNotChangeResults) {
-  const int saved = num_threads();
-  for (const auto& op : op_registry())
-    for (const OpConfig& cfg : op->configs()) {
-      if (shape_of(cfg).numel() < 100000) continue;  // smaller ones never split
-      SCOPED_TRACE(op->name() + " [" + cfg.label + "]");
-      set_num_threads(1);
-      const std::vector<Tensor> one = op->run(cfg, false);
-      set_num_threads(2);
-      const std::vector<Tensor> two = op->run(cfg, false);
-      for (size_t i = 0; i < one.size(); ++i) {
-        const std::vector<double> x = one[i].to_doubles(), y = two[i].to_doubles();
-        ASSERT_EQ(x.size(), y.size());
-        EXPECT_EQ(0, std::memcmp(x.data(), y.data(), x.size() * sizeof(double))) << "output " << i;
-      }
-    }
-  set_num_threads(saved);
+  run_thread_count_checks([](const OpConfig& cfg) { return shape_of(cfg).numel() >= 100000; });
 }
 
 // A plain running fp32 sum of 10^7 copies of 0.1f is off by ~9%; the blocked sums must stay

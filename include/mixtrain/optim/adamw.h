@@ -14,12 +14,20 @@
 // Agreement with PyTorch: bit for bit given the same fp32 inputs and the same float-rounded
 // hyper-parameters (betas=(float32(0.9), ...)), except that torch's AVX2 lerp fuses its
 // multiply-add, so exp_avg (and through it p) can differ from torch's by 1 ulp.
+//
+// Precision modes: 32-true and the *-mixed modes hand the optimizer an fp32 store (in *-mixed the
+// parameters are the fp32 master weights) and the fp32 kernels run. The *-true modes (Lightning's
+// 16-true / bf16-true) hand it a store with 16-bit parameters AND gradients; m and v are then
+// 16-bit too, each element is loaded to fp32, updated by the same fp32 code, and rounded back as
+// optim/lowp.h describes (AdamWConfig::rounding for the parameter, nearest for m and v).
 #pragma once
 #include <cstdint>
 #include <vector>
 
+#include "mixtrain/amp/precision.h"
 #include "mixtrain/nn/parameters.h"
 #include "mixtrain/optim/flat_spans.h"
+#include "mixtrain/optim/lowp.h"
 #include "mixtrain/tensor/tensor.h"
 
 namespace mixtrain {
@@ -30,6 +38,10 @@ struct AdamWConfig {
   float beta2 = 0.999f;
   float eps = 1e-8f;
   float weight_decay = 1e-2f;
+  // 16-bit stores only (the fp32 path ignores both): how the new parameter is rounded back, and
+  // the random stream of stochastic rounding.
+  UpdateRounding rounding = UpdateRounding::nearest;
+  uint64_t seed = 0;
 };
 // Throws ArgumentError (one line, naming the field and value) unless lr >= 0, beta1 and beta2 in
 // [0, 1), eps > 0, weight_decay >= 0, all finite.
@@ -56,33 +68,60 @@ void adamw_update_ref(float* p, const float* g, float* m, float* v, const std::v
 void adamw_update(float* p, const float* g, float* m, float* v, const std::vector<FlatSpan>& spans,
                   const AdamWScalars& s);
 
+// The 16-bit kernels (*-true). p, g, m, v, c: (flat_numel) of one 16-bit type; c is the Kahan
+// compensation, read and written only when w.rounding is kahan (ArgumentError if null then),
+// otherwise it may be null. Same contract as above: _ref is the scalar oracle, the other the
+// OpenMP version, bit-identical to it for any thread count.
+void adamw_update_ref(bf16* p, const bf16* g, bf16* m, bf16* v, bf16* c, const std::vector<FlatSpan>& spans,
+                      const AdamWScalars& s, const LowpWrite& w);
+void adamw_update(bf16* p, const bf16* g, bf16* m, bf16* v, bf16* c, const std::vector<FlatSpan>& spans,
+                  const AdamWScalars& s, const LowpWrite& w);
+void adamw_update_ref(fp16* p, const fp16* g, fp16* m, fp16* v, fp16* c, const std::vector<FlatSpan>& spans,
+                      const AdamWScalars& s, const LowpWrite& w);
+void adamw_update(fp16* p, const fp16* g, fp16* m, fp16* v, fp16* c, const std::vector<FlatSpan>& spans,
+                  const AdamWScalars& s, const LowpWrite& w);
+
 class AdamW {
  public:
-  // Allocates zeroed m and v for the store's layout (the store must be finalized).
+  // Allocates zeroed m and v for the store's layout (the store must be finalized) in the dtype of
+  // its parameters: f32, or bf16 / f16 for the *-true modes (DTypeError for other dtypes); plus
+  // a zeroed compensation buffer when the parameters are 16-bit and config.rounding is kahan.
   AdamW(const ParameterStore& store, AdamWConfig config = {});
 
-  // One update with learning rate lr (>= 0, finite). Parameters must be f32 (16-bit parameters
-  // come with master weights later) and gradients f32; otherwise DTypeError. The store must have
-  // the layout this optimizer was built for (ArgumentError). Uses adamw_update, or
-  // adamw_update_ref when force_reference() is on.
+  // One update with learning rate lr (>= 0, finite), then bumps the parameters' storage version
+  // (autocast's weight-cast cache keys on it). Parameters and gradients must both have the
+  // parameter dtype the optimizer was built for (DTypeError), and the store its layout
+  // (ArgumentError). Uses adamw_update, or adamw_update_ref when force_reference() is on. With
+  // stochastic rounding, element i of update k (k = steps() before the call) draws
+  // counter_rng(seed, k * flat_numel + i).
   void step(ParameterStore& store, float lr);
   void step(ParameterStore& store) { step(store, config_.lr); }
 
   const AdamWConfig& config() const { return config_; }
   int64_t steps() const { return steps_; }        // updates done so far (t of the last update)
-  const Tensor& exp_avg() const { return m_; }    // (flat_numel) f32, m
-  const Tensor& exp_avg_sq() const { return v_; } // (flat_numel) f32, v
+  DType param_dtype() const { return dtype_; }    // f32, bf16 or f16: also the state's dtype
+  const Tensor& exp_avg() const { return m_; }    // (flat_numel) param_dtype(), m
+  const Tensor& exp_avg_sq() const { return v_; } // (flat_numel) param_dtype(), v
+  // (flat_numel) param_dtype() Kahan compensation; undefined unless 16-bit with kahan rounding.
+  const Tensor& compensation() const { return c_; }
+  // Bytes of optimizer state: m and v (8 per element in f32, 4 in 16 bits) plus the compensation
+  // (2 per element, kahan only).
+  int64_t state_bytes() const;
   // Checkpoint restore: copies the moments in and sets the step count. exp_avg and exp_avg_sq
-  // must have shape (flat_numel) (ShapeError) and any float dtype (values are cast to f32).
-  void set_state(int64_t steps, const Tensor& exp_avg, const Tensor& exp_avg_sq);
+  // must have shape (flat_numel) (ShapeError) and any float dtype (values are cast to
+  // param_dtype(), rounding to nearest). The Kahan compensation is copied from `compensation`
+  // when given (same rules), and reset to zero otherwise.
+  void set_state(int64_t steps, const Tensor& exp_avg, const Tensor& exp_avg_sq, const Tensor& compensation = {});
 
  private:
   AdamWConfig config_;
   int64_t flat_numel_ = 0;
   std::vector<FlatSpan> spans_;  // one per parameter
   int64_t steps_ = 0;
-  Tensor m_;  // (flat_numel) f32 first moment
-  Tensor v_;  // (flat_numel) f32 second moment
+  DType dtype_ = DType::f32;
+  Tensor m_;  // (flat_numel) dtype_ first moment
+  Tensor v_;  // (flat_numel) dtype_ second moment
+  Tensor c_;  // (flat_numel) dtype_ Kahan compensation, 16-bit kahan only
 };
 
 }  // namespace mixtrain

@@ -9,12 +9,19 @@
 //   d = nesterov ? d + momentum * buf : buf     (when momentum != 0)
 //   p = p + (-lr) * d
 // torch's AVX2 add(alpha=...) fuses its multiply-add, so results can differ from torch's by 1 ulp.
+//
+// Precision modes: fp32 stores (32-true, and the fp32 masters of the *-mixed modes) run the fp32
+// kernels. *-true stores (16-bit parameters and gradients) keep the momentum buffer in 16 bits
+// too; each element is loaded to fp32, updated by the same fp32 code, and rounded back as
+// optim/lowp.h describes (SgdConfig::rounding for the parameter, nearest for the momentum).
 #pragma once
 #include <cstdint>
 #include <vector>
 
+#include "mixtrain/amp/precision.h"
 #include "mixtrain/nn/parameters.h"
 #include "mixtrain/optim/flat_spans.h"
+#include "mixtrain/optim/lowp.h"
 #include "mixtrain/tensor/tensor.h"
 
 namespace mixtrain {
@@ -25,6 +32,10 @@ struct SgdConfig {
   float dampening = 0.f;
   float weight_decay = 0.f;
   bool nesterov = false;
+  // 16-bit stores only (the fp32 path ignores both): how the new parameter is rounded back, and
+  // the random stream of stochastic rounding.
+  UpdateRounding rounding = UpdateRounding::nearest;
+  uint64_t seed = 0;
 };
 // Throws ArgumentError unless lr, momentum, dampening, weight_decay are >= 0 and finite, and
 // nesterov has momentum > 0 and dampening == 0 (torch's rule).
@@ -46,28 +57,55 @@ struct SgdScalars {
 void sgd_update_ref(float* p, const float* g, float* buf, const std::vector<FlatSpan>& spans, const SgdScalars& s);
 void sgd_update(float* p, const float* g, float* buf, const std::vector<FlatSpan>& spans, const SgdScalars& s);
 
+// The 16-bit kernels (*-true). p, g, buf, c: (flat_numel) of one 16-bit type; buf may be null
+// when momentum == 0; c is the Kahan compensation, used only when w.rounding is kahan
+// (ArgumentError if null then). _ref is the scalar oracle; the other is the OpenMP version,
+// bit-identical to it for any thread count.
+void sgd_update_ref(bf16* p, const bf16* g, bf16* buf, bf16* c, const std::vector<FlatSpan>& spans,
+                    const SgdScalars& s, const LowpWrite& w);
+void sgd_update(bf16* p, const bf16* g, bf16* buf, bf16* c, const std::vector<FlatSpan>& spans, const SgdScalars& s,
+                const LowpWrite& w);
+void sgd_update_ref(fp16* p, const fp16* g, fp16* buf, fp16* c, const std::vector<FlatSpan>& spans,
+                    const SgdScalars& s, const LowpWrite& w);
+void sgd_update(fp16* p, const fp16* g, fp16* buf, fp16* c, const std::vector<FlatSpan>& spans, const SgdScalars& s,
+                const LowpWrite& w);
+
 class SGD {
  public:
+  // The momentum buffer (momentum != 0 only) and, for 16-bit parameters with kahan rounding, the
+  // compensation buffer are allocated zeroed in the store's parameter dtype (f32, bf16 or f16;
+  // DTypeError otherwise).
   SGD(const ParameterStore& store, SgdConfig config = {});
 
-  // One update with learning rate lr (>= 0, finite); f32 parameters and gradients (DTypeError).
+  // One update with learning rate lr (>= 0, finite), then bumps the parameters' storage version.
+  // Parameters and gradients must both have the dtype the optimizer was built for (DTypeError).
+  // Stochastic rounding: element i of update k (k = steps() before the call) draws
+  // counter_rng(seed, k * flat_numel + i).
   void step(ParameterStore& store, float lr);
   void step(ParameterStore& store) { step(store, config_.lr); }
 
   const SgdConfig& config() const { return config_; }
   int64_t steps() const { return steps_; }
-  // (flat_numel) f32; undefined when momentum == 0 (torch keeps no buffer either).
+  DType param_dtype() const { return dtype_; }  // f32, bf16 or f16: also the state's dtype
+  // (flat_numel) param_dtype(); undefined when momentum == 0 (torch keeps no buffer either).
   const Tensor& momentum_buffer() const { return buf_; }
+  // (flat_numel) param_dtype() Kahan compensation; undefined unless 16-bit with kahan rounding.
+  const Tensor& compensation() const { return c_; }
+  // Bytes of optimizer state: the momentum buffer (4 or 2 per element, momentum != 0 only) plus
+  // the compensation (2 per element, kahan only).
+  int64_t state_bytes() const;
   // Checkpoint restore; momentum_buffer must be (flat_numel) when momentum != 0 (ShapeError),
-  // and is ignored otherwise.
-  void set_state(int64_t steps, const Tensor& momentum_buffer);
+  // and is ignored otherwise. The compensation is copied when given, and reset to zero otherwise.
+  void set_state(int64_t steps, const Tensor& momentum_buffer, const Tensor& compensation = {});
 
  private:
   SgdConfig config_;
   int64_t flat_numel_ = 0;
   std::vector<FlatSpan> spans_;
   int64_t steps_ = 0;
-  Tensor buf_;  // (flat_numel) f32 momentum buffer
+  DType dtype_ = DType::f32;
+  Tensor buf_;  // (flat_numel) dtype_ momentum buffer
+  Tensor c_;    // (flat_numel) dtype_ Kahan compensation, 16-bit kahan only
 };
 
 }  // namespace mixtrain

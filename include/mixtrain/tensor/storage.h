@@ -2,6 +2,7 @@
 // memory tracker, when the last tensor using it goes away.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 
 #include "mixtrain/tensor/allocator.h"
@@ -21,12 +22,18 @@ class Storage {
   Device device() const { return allocator_->device(); }
   // Moves the bytes to another accounting category (e.g. a workspace buffer kept as activation).
   void recharge(MemCategory category);
+  // A counter bumped by every in-place update that others may have cached a copy of (the
+  // optimizer step bumps its parameters): autocast's weight-cast cache compares it, so a cached
+  // low-precision copy can never be stale.
+  uint64_t version() const { return version_; }
+  void bump_version() { ++version_; }
 
  private:
   void* data_ = nullptr;
   size_t bytes_ = 0;
   MemCategory category_;
   Allocator* allocator_;
+  uint64_t version_ = 0;
 };
 
 }  // namespace mixtrain

@@ -6,6 +6,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "mixtrain/amp/grad_scaler.h"
+#include "mixtrain/amp/precision.h"
 #include "mixtrain/models/gpt.h"
 
 namespace mixtrain {
@@ -32,6 +34,20 @@ struct TrainOptions {
   std::string log_jsonl;           // per-step JSON lines; empty: none
   int64_t log_every = 10;          // plain progress lines when stdout is not a terminal
   bool quiet = false;              // no progress output at all
+
+  // Precision (see amp/precision.h and README "Precision modes").
+  PrecisionMode precision = PrecisionMode::true32;
+  UpdateRounding update_rounding = UpdateRounding::nearest;  // *-true modes
+  int64_t grad_accum = 1;          // micro-batches per optimizer step (one loss scale per step)
+  // Loss scaling: on by default in 16-mixed; `force_loss_scaling` turns it on in other modes.
+  GradScalerConfig scaler;
+  bool force_loss_scaling = false;
+  // Fault injection: after backward at these optimizer steps (from 1) one gradient element is
+  // set to inf (NaN at every second listed step); the step must be skipped, never applied.
+  std::vector<int64_t> inject_nonfinite;
+  // Consecutive steps with a non-finite loss before the run is declared diverged and stops.
+  // -1: the mode's default, 1 in 32-true (nothing can recover an fp32 NaN) and 20 otherwise.
+  int64_t max_bad_steps = -1;
   void validate() const;           // throws ArgumentError
 };
 
@@ -46,17 +62,25 @@ struct TrainSummary {
   double mfu = 0;
   int64_t parameters = 0;
   double elapsed_s = 0;
+  std::string precision = "32-true";
+  int64_t skipped_steps = 0;       // optimizer steps not applied (non-finite gradients or loss)
+  int64_t overflows = 0;           // steps whose gradients held inf/NaN
+  bool diverged = false;
+  double final_loss_scale = 1.0;
+  bool hit_min_scale = false;      // the loss scale was clamped at --min-scale at least once
   nlohmann::ordered_json to_json() const;
 };
 
-// A non-finite loss in fp32 training: the run stops; the log up to that step is kept.
-class NonFiniteLossError : public Error {
+// The loss stayed non-finite for max_bad_steps steps in a row: the run stops; the step log up to
+// there is kept, and the summary (with diverged = true) travels in the exception.
+class DivergedError : public Error {
  public:
-  NonFiniteLossError(int64_t step, double loss);
+  DivergedError(int64_t step, double loss, int64_t bad_steps, TrainSummary summary);
   int64_t step;
+  TrainSummary summary;
 };
-// Exit code of `mixtrain train` for a non-finite loss (bad input is 2).
-constexpr int kExitNonFiniteLoss = 3;
+// Exit code of `mixtrain train` for a diverged run (bad input is 2).
+constexpr int kExitDiverged = 3;
 
 TrainSummary train(const TrainOptions& opt);
 

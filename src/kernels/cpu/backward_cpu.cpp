@@ -19,7 +19,6 @@
 namespace mixtrain {
 namespace cpu {
 namespace {
-constexpr int64_t kChunk = 2048;      // elements per elementwise work item (stack staging buffers)
 constexpr int64_t kLnGroupRows = 32;  // rows per layer-norm parameter-gradient partial sum
 
 bool all_fast(std::initializer_list<const Tensor*> ts) {
@@ -105,34 +104,6 @@ MIXTRAIN_SIMD_CLONES void ln_dx(const float* g, const float* xh, float mean_g, f
   for (int64_t i = 0; i < n; ++i) o[i] = rs * (g[i] - mean_g - xh[i] * mean_gx);
 }
 
-bool flat(const RowView& v) { return v.rows == 1 || v.row_stride == v.cols; }
-
-// out = f(in[0], ..., in[N-1]) elementwise over (R, C) views of one shape, in (row, column chunk)
-// work items; contiguous operands are treated as one long row.
-template <int N, typename F>
-void elementwise(RowView (&in)[N], RowView out, F f) {
-  bool all_flat = flat(out);
-  for (const RowView& v : in) all_flat = all_flat && flat(v);
-  if (all_flat && out.rows > 1) {
-    for (RowView& v : in) v.cols *= v.rows, v.rows = 1;
-    out.cols *= out.rows;
-    out.rows = 1;
-  }
-  const int64_t R = out.rows, C = out.cols;
-  const int64_t chunks = (C + kChunk - 1) / kChunk;
-  const int nt = threads_for(R * C);
-#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
-  for (int64_t item = 0; item < R * chunks; ++item) {
-    const int64_t r = item / chunks, c0 = (item % chunks) * kChunk, w = std::min(kChunk, C - c0);
-    float bufs[N][kChunk];
-    float obuf[kChunk];
-    const float* p[N];
-    for (int k = 0; k < N; ++k) p[k] = load_row(in[k].at(r, c0), in[k].dtype, w, bufs[k]);
-    float* o = out_row(out.at(r, c0), out.dtype, obuf);
-    f(p, o, w);
-    store_row(o, out.at(r, c0), out.dtype, w);
-  }
-}
 
 // Number of keys row r of a (..., Tq, Tk) tensor attends to (all C when not causal).
 inline int64_t allowed(int64_t r, int64_t Tq, int64_t Tk, bool causal) {

@@ -123,6 +123,39 @@ inline void store_row(const float* src, void* dst, DType t, int64_t n) {
     std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
 }
 
+constexpr int64_t kChunk = 2048;  // elements per elementwise work item
+
+inline bool flat(const RowView& v) { return v.rows == 1 || v.row_stride == v.cols; }
+
+// out = f(in[0], ..., in[N-1]) elementwise over (R, C) views, in (row, column chunk) work items of
+// kChunk elements staged in fp32 on the stack; an input with row_stride 0 is a row broadcast over R.
+// Contiguous operands are treated as one long row so that work items are full chunks. The split
+// does not depend on the thread count, so results do not either.
+template <int N, typename F>
+void elementwise(RowView (&in)[N], RowView out, F f) {
+  bool all_flat = flat(out);
+  for (const RowView& v : in) all_flat = all_flat && flat(v) && v.row_stride != 0;
+  if (all_flat && out.rows > 1) {
+    for (RowView& v : in) v.cols *= v.rows, v.rows = 1;
+    out.cols *= out.rows;
+    out.rows = 1;
+  }
+  const int64_t R = out.rows, C = out.cols;
+  const int64_t chunks = (C + kChunk - 1) / kChunk;
+  const int nt = threads_for(R * C);
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+  for (int64_t item = 0; item < R * chunks; ++item) {
+    const int64_t r = item / chunks, c0 = (item % chunks) * kChunk, w = std::min(kChunk, C - c0);
+    float bufs[N][kChunk];
+    float obuf[kChunk];
+    const float* p[N];
+    for (int k = 0; k < N; ++k) p[k] = load_row(in[k].at(r, c0), in[k].dtype, w, bufs[k]);
+    float* o = out_row(out.at(r, c0), out.dtype, obuf);
+    f(p, o, w);
+    store_row(o, out.at(r, c0), out.dtype, w);
+  }
+}
+
 // exp(x) in fp32, branch-free so loops that call it vectorise (Cephes expf: x = n ln2 + r with
 // a two-part ln2, degree-6 polynomial for exp(r), 2^n built in the exponent bits; ~1 ulp).
 // Overflow gives inf, underflow below the normal range gives 0, NaN stays NaN.

@@ -9,7 +9,6 @@
 namespace mixtrain {
 namespace cpu {
 namespace {
-constexpr int64_t kChunk = 2048;  // elements per work item (fp32 staging buffers live on the stack)
 
 MIXTRAIN_SIMD_CLONES void add_f32(const float* a, const float* b, float* o, int64_t n) {
 #pragma omp simd
@@ -35,34 +34,6 @@ MIXTRAIN_SIMD_CLONES void gelu_f32(const float* x, float* o, int64_t n) {
   }
 }
 
-bool flat(const RowView& v) { return v.rows == 1 || v.row_stride == v.cols; }
-
-// out = f(in[0], ..., in[N-1]) over (R, C) views; an input with row_stride 0 is a row broadcast
-// over R. Contiguous operands are treated as one long row so that work items are full chunks.
-template <int N, typename F>
-void run_elementwise(RowView (&in)[N], RowView out, F f) {
-  bool all_flat = flat(out);
-  for (const RowView& v : in) all_flat = all_flat && flat(v) && v.row_stride != 0;
-  if (all_flat && out.rows > 1) {
-    for (RowView& v : in) v.cols *= v.rows, v.rows = 1;
-    out.cols *= out.rows;
-    out.rows = 1;
-  }
-  const int64_t R = out.rows, C = out.cols;
-  const int64_t chunks = (C + kChunk - 1) / kChunk;
-  const int nt = threads_for(R * C);
-#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
-  for (int64_t item = 0; item < R * chunks; ++item) {
-    const int64_t r = item / chunks, c0 = (item % chunks) * kChunk, w = std::min(kChunk, C - c0);
-    float bufs[N][kChunk];
-    float obuf[kChunk];
-    const float* p[N];
-    for (int k = 0; k < N; ++k) p[k] = load_row(in[k].at(r, c0), in[k].dtype, w, bufs[k]);
-    float* o = out_row(out.at(r, c0), out.dtype, obuf);
-    f(p, o, w);
-    store_row(o, out.at(r, c0), out.dtype, w);
-  }
-}
 
 bool all_fast(std::initializer_list<const Tensor*> ts) {
   if (force_reference()) return false;
@@ -86,7 +57,7 @@ void binary(const Tensor& a, const Tensor& b, Tensor& out, F f) {
     in[1].row_stride = 0;
   }
   Tensor o = rows_for_output(out, ov);
-  run_elementwise<2>(in, ov, f);
+  elementwise<2>(in, ov, f);
   finish_output(o, out);
 }
 }  // namespace
@@ -107,7 +78,7 @@ void CpuBackend::scale(const Tensor& a, float s, Tensor& out) {
   cpu::RowView in[1], ov;
   const Tensor ak = cpu::rows_or_copy(a, in[0]);
   Tensor o = cpu::rows_for_output(out, ov);
-  cpu::run_elementwise<1>(in, ov, [s](const float* const* p, float* dst, int64_t n) { cpu::scale_f32(p[0], s, dst, n); });
+  cpu::elementwise<1>(in, ov, [s](const float* const* p, float* dst, int64_t n) { cpu::scale_f32(p[0], s, dst, n); });
   cpu::finish_output(o, out);
 }
 
@@ -116,7 +87,7 @@ void CpuBackend::gelu(const Tensor& x, Tensor& out) {
   cpu::RowView in[1], ov;
   const Tensor xk = cpu::rows_or_copy(x, in[0]);
   Tensor o = cpu::rows_for_output(out, ov);
-  cpu::run_elementwise<1>(in, ov, [](const float* const* p, float* dst, int64_t n) { cpu::gelu_f32(p[0], dst, n); });
+  cpu::elementwise<1>(in, ov, [](const float* const* p, float* dst, int64_t n) { cpu::gelu_f32(p[0], dst, n); });
   cpu::finish_output(o, out);
 }
 

@@ -1,0 +1,93 @@
+// Training flags shared by the commands that train.
+#include "train_options.h"
+
+#include <cmath>
+#include <sstream>
+
+namespace mixtrain::cli {
+
+void add_train_flags(CLI::App* sub, TrainFlags& f, bool with_precision) {
+  TrainOptions& o = f.opt;
+  sub->add_option("--model", o.model, "Preset (gpt-nano, gpt-mini, gpt2-small) or a JSON config file")
+      ->capture_default_str();
+  sub->add_option("--data", o.data, "UTF-8 text file (default: the built-in fortunes corpus)");
+  sub->add_option("--steps", o.steps, "Optimizer steps")->capture_default_str();
+  sub->add_option("--batch-size", o.batch_size, "Sequences per micro-batch")->capture_default_str();
+  sub->add_option("--seq-len", o.seq_len, "Tokens per sequence (default: the model's block size)");
+  sub->add_option("--lr", o.lr, "Peak learning rate")->capture_default_str();
+  sub->add_option("--min-lr-ratio", o.min_lr_ratio, "Cosine decay floor as a fraction of --lr")->capture_default_str();
+  sub->add_option("--warmup", o.warmup, "Linear warm-up steps")->capture_default_str();
+  sub->add_option("--weight-decay", o.weight_decay, "Decoupled weight decay (matrices only)")->capture_default_str();
+  sub->add_option("--beta1", o.beta1, "AdamW beta1")->capture_default_str();
+  sub->add_option("--beta2", o.beta2, "AdamW beta2")->capture_default_str();
+  sub->add_option("--grad-clip", o.grad_clip, "Clip the global gradient norm (0: off)")->capture_default_str();
+  sub->add_option("--optimizer", o.optimizer, "adamw or sgd")->capture_default_str();
+  sub->add_option("--momentum", o.momentum, "SGD momentum")->capture_default_str();
+  sub->add_option("--seed", o.seed, "Seed for weights, batches and dropout")->capture_default_str();
+  sub->add_option("--eval-every", o.eval_every, "Validation every K steps (0: only at the end)")->capture_default_str();
+  sub->add_option("--eval-batches", o.eval_batches, "Validation batches per evaluation")->capture_default_str();
+  sub->add_option("--log-jsonl", o.log_jsonl, "Write one JSON line per step to FILE");
+  sub->add_option("--log-every", o.log_every, "Progress line every K steps when not on a terminal")
+      ->capture_default_str();
+  if (with_precision)
+    sub->add_option("--precision", f.precision, "32-true, 16-mixed, bf16-mixed, 16-true or bf16-true")
+        ->capture_default_str();
+  sub->add_option("--update-rounding", f.update_rounding,
+                  "Rounding of 16-bit weight updates in *-true modes: nearest, stochastic or kahan")
+      ->capture_default_str();
+  sub->add_option("--grad-accum", o.grad_accum, "Micro-batches per optimizer step")->capture_default_str();
+  sub->add_option("--loss-scale", f.loss_scale,
+                  "dynamic, or a static scale (default: dynamic in 16-mixed, none elsewhere)");
+  sub->add_option("--init-scale", o.scaler.init_scale, "Initial loss scale")->capture_default_str();
+  sub->add_option("--growth-interval", o.scaler.growth_interval, "Clean steps before the scale grows")
+      ->capture_default_str();
+  sub->add_option("--growth-factor", o.scaler.growth_factor, "Loss scale growth factor")->capture_default_str();
+  sub->add_option("--backoff-factor", o.scaler.backoff_factor, "Loss scale backoff factor")->capture_default_str();
+  sub->add_option("--hysteresis", o.scaler.hysteresis, "Overflows tolerated before backing off (DeepSpeed)")
+      ->capture_default_str();
+  sub->add_option("--min-scale", o.scaler.min_scale, "Lower bound of the loss scale (reaching it is reported)");
+  sub->add_option("--max-scale", o.scaler.max_scale, "Upper bound of the loss scale");
+  sub->add_option("--inject-nonfinite", f.inject_nonfinite,
+                  "STEP[,STEP..]: put inf (NaN at every second) into a gradient at these steps");
+  sub->add_option("--max-bad-steps", o.max_bad_steps,
+                  "Non-finite losses in a row before the run stops as diverged (default 1 in 32-true, 20 otherwise)");
+}
+
+void TrainFlags::finish() {
+  opt.precision = parse_precision(precision);
+  opt.update_rounding = parse_update_rounding(update_rounding);
+  if (!loss_scale.empty()) {
+    opt.force_loss_scaling = true;
+    if (loss_scale == "dynamic") {
+      opt.scaler.dynamic = true;
+    } else {
+      double v = 0;
+      size_t used = 0;
+      try {
+        v = std::stod(loss_scale, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (used != loss_scale.size() || !(v > 0) || !std::isfinite(v))
+        throw ArgumentError("--loss-scale must be 'dynamic' or a positive number, got '" + loss_scale + "'");
+      opt.scaler.dynamic = false;
+      opt.scaler.init_scale = v;
+    }
+  }
+  opt.inject_nonfinite.clear();
+  std::stringstream ss(inject_nonfinite);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (item.empty()) continue;
+    try {
+      size_t used = 0;
+      const long long s = std::stoll(item, &used);
+      if (used != item.size()) throw std::invalid_argument(item);
+      opt.inject_nonfinite.push_back(s);
+    } catch (const std::exception&) {
+      throw ArgumentError("--inject-nonfinite takes step numbers like 3,7; got '" + item + "'");
+    }
+  }
+}
+
+}  // namespace mixtrain::cli

@@ -1,0 +1,75 @@
+// Autocast: inside an AutocastScope every autograd op casts its inputs according to one per-op
+// policy table (amp/autocast_policy.cpp), as torch.autocast does (shared/reference/
+// amp-semantics.md, "torch.autocast"): the GEMM family runs in the 16-bit dtype, normalisation,
+// softmax and the loss in fp32, binary elementwise ops in the widest input type, the rest in the
+// type of their inputs. The casts are recorded as differentiable cast ops, so backward runs each
+// op in the dtype forward chose and gradients reach fp32 parameters in fp32.
+//
+// Weight-cast cache: the 16-bit copy of an fp32 parameter (a leaf that requires grad) is made
+// once per outermost region and reused; unlike torch, an entry remembers the Storage version of
+// the parameter and is recast after an in-place update (Storage::bump_version), and casts made
+// under NoGradGuard are never cached (pytorch#112583).
+#pragma once
+#include <cstdint>
+#include <initializer_list>
+#include <string_view>
+
+#include "mixtrain/autograd/node.h"
+#include "mixtrain/tensor/dtype.h"
+
+namespace mixtrain {
+
+// RAII region, nestable, thread-local (like `with torch.autocast(...)`). Entering saves the
+// thread's (enabled, dtype, cache flag) and sets them; leaving (also by an exception) restores
+// them; leaving the outermost scope clears the weight-cast cache. enabled=false inside an
+// enabled region runs in fp32: 16-bit inputs that come from outside are cast up.
+// dtype must be bf16 or f16 when enabled (ArgumentError otherwise).
+class AutocastScope {
+ public:
+  explicit AutocastScope(bool enabled, DType dtype = DType::bf16, bool cache_enabled = true);
+  ~AutocastScope();
+  AutocastScope(const AutocastScope&) = delete;
+  AutocastScope& operator=(const AutocastScope&) = delete;
+
+ private:
+  bool prev_enabled_;
+  DType prev_dtype_;
+  bool prev_cache_enabled_;
+  bool prev_upcast_;
+};
+
+bool autocast_enabled();        // this thread is inside an enabled region
+DType autocast_dtype();         // the lower-precision dtype of the innermost region (bf16 outside any)
+bool autocast_cache_enabled();  // the innermost region's cache flag (true outside any)
+int autocast_depth();           // nesting depth of AutocastScopes on this thread (enabled or not)
+
+// What autocast does to an op's floating (non-f64) inputs.
+enum class CastPolicy : uint8_t {
+  lower_precision,  // cast to the autocast dtype (GEMM family)
+  fp32,             // cast to f32 (normalisation, softmax, losses, exp/log/sum-like ops)
+  promote,          // cast to the widest input type (binary elementwise)
+  keep,             // run in the input's type (shape ops, pointwise ops, explicit casts)
+};
+std::string_view cast_policy_name(CastPolicy p);
+
+// The policy table: one entry per autograd op (amp/autocast_policy.cpp).
+CastPolicy autocast_policy(autograd::OpKind op);
+
+// Called at the top of every autograd op (autograd/functions.cpp): when this thread's autocast
+// is active, replaces each defined, floating, non-f64 input by its cast under `op`'s policy.
+// A no-op outside any region. Inputs not eligible (i32, f64, undefined) are left alone.
+void autocast_inputs(autograd::OpKind op, std::initializer_list<autograd::Var*> inputs);
+// Whether autocast_inputs would do anything on this thread (cheap; checked before calling it).
+bool autocast_active();
+
+// Counters of this thread's weight-cast cache (for tests and the memory report). hits and misses
+// are cumulative over the thread's life; entries and bytes describe the cache now.
+struct AutocastCacheStats {
+  int64_t entries = 0;
+  int64_t bytes = 0;   // bytes of cached copies (also charged to MemCategory::cast_cache)
+  int64_t hits = 0;    // lookups answered from the cache
+  int64_t misses = 0;  // cacheable casts that had to be made (first use, or a stale version)
+};
+AutocastCacheStats autocast_cache_stats();
+
+}  // namespace mixtrain

@@ -1,0 +1,37 @@
+// The precision modes users know from Lightning Fabric ("32-true", "16-mixed", "bf16-mixed",
+// "16-true", "bf16-true") and what each one means for every tensor kind. One table, used by the
+// trainer, the C++ API and the memory report.
+#pragma once
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "mixtrain/tensor/dtype.h"
+
+namespace mixtrain {
+
+enum class PrecisionMode : uint8_t { true32, mixed16, mixed_bf16, true16, true_bf16 };
+
+// How a 16-bit weight update is rounded back to 16 bits in the *-true modes.
+enum class UpdateRounding : uint8_t { nearest, stochastic, kahan };
+
+struct PrecisionSpec {
+  PrecisionMode mode;
+  std::string_view name;   // "bf16-mixed"
+  DType param_dtype;       // parameters as stored (the fp32 master in the mixed modes)
+  DType grad_dtype;        // gradients reaching the optimizer
+  DType optim_state_dtype; // AdamW moments / momentum
+  DType compute_dtype;     // dtype of the GEMM family under autocast (f32: no autocast)
+  bool autocast;           // forward runs under autocast
+  bool loss_scaling;       // dynamic loss scaler on by default (16-mixed)
+};
+
+const PrecisionSpec& precision_spec(PrecisionMode m);
+// Throws ArgumentError "unknown precision 'x' (valid: 32-true, 16-mixed, bf16-mixed, 16-true, bf16-true)".
+PrecisionMode parse_precision(std::string_view s);
+std::vector<PrecisionMode> all_precision_modes();
+
+UpdateRounding parse_update_rounding(std::string_view s);  // nearest | stochastic | kahan
+std::string_view update_rounding_name(UpdateRounding r);
+
+}  // namespace mixtrain

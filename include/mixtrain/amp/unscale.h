@@ -1,0 +1,36 @@
+// The fused loss-scale kernel: one pass over a flat fp32 gradient buffer that unscales it
+// (g[i] = g[i] * inv_scale), detects inf/NaN, and sums the squares of the unscaled values, so the
+// trainer gets the clipping norm without a second pass (torch needs three: unscale_, then the
+// norm inside clip_grad_norm_). Used by GradScaler (amp/grad_scaler.h).
+//
+// Semantics, shared by both entry points below (they return the same bits):
+// - Every element becomes exactly fp32(g[i] * inv_scale), like torch's
+//   _amp_foreach_non_finite_check_and_unscale_. When inv_scale == 1 nothing is written (torch
+//   also skips the multiply then), so a disabled scaler only reads.
+// - found_inf: some unscaled element is inf or NaN. That is torch's test (a non-finite input)
+//   whenever inv_scale <= 1, i.e. scale >= 1; for scale < 1 it also catches a finite gradient
+//   that the multiply pushes past fp32's range, which torch lets through to the optimizer.
+// - sum_squares: the sum of the unscaled values squared, with the same blocking as
+//   global_norm_f32 (optim/clip.h: fp32 in 4096-element blocks of 16 lanes with a fixed
+//   combining tree, the block sums added in double in block order), so sqrt(sum_squares) is
+//   bit-identical to global_norm_f32 over the unscaled buffer, for any thread count. It is
+//   meaningless when found_inf.
+#pragma once
+#include <cstdint>
+
+namespace mixtrain {
+
+struct UnscaleResult {
+  bool found_inf = false;   // an unscaled element is inf or NaN
+  double sum_squares = 0;   // sum of unscaled g^2 (see above); n == 0 gives 0
+};
+
+// The scalar reference: a plain loop over the blocks (the oracle for the fast path).
+UnscaleResult unscale_and_check_ref(float* g, int64_t n, float inv_scale);  // g: (n)
+
+// The fast path: OpenMP over the fixed blocks, AVX-512 inside a block where the CPU has it
+// (chosen at run time; the library targets baseline x86-64). Same bits as the reference for any
+// thread count. Uses the reference when force_reference() is on.
+UnscaleResult unscale_and_check(float* g, int64_t n, float inv_scale);  // g: (n)
+
+}  // namespace mixtrain

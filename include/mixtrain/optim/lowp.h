@@ -1,0 +1,39 @@
+// How the optimizers write an fp32 result back into 16-bit parameters and state (the *-true
+// precision modes, Lightning's 16-true / bf16-true: parameters, gradients and optimizer state all
+// 16-bit). Every 16-bit element is loaded to fp32, updated exactly as the fp32 kernel does, then
+// rounded back:
+//   optimizer state (AdamW m, v; SGD momentum): always round-to-nearest-even.
+//   parameters, per UpdateRounding (amp/precision.h):
+//     nearest     round-to-nearest-even (Lightning's behaviour). An update below half an ulp of
+//                 the parameter is lost: bf16 at 1.0 drops every |update| < 2^-8.
+//     stochastic  round up with probability proportional to the distance (Zamirai et al. 2020,
+//                 "Revisiting BFloat16 Training"; llm.c): unbiased, so small updates survive in
+//                 expectation. Element i of step k (0-based) draws counter_rng(seed, k*flat_numel + i):
+//                 deterministic for any thread count.
+//     kahan       compensated summation (Kahan 1965; Zamirai et al. 2020): a 16-bit buffer c per
+//                 parameter (MemCategory::optimizer_state) carries what rounding dropped:
+//                   u = x - p            the fp32 update (x: the fp32 kernel's new value)
+//                   y = u + c
+//                   p' = rn16(p + y)     rn16: round to nearest even
+//                   c  = rn16(y - (p' - p))
+//                 (p' - p is exact in fp32). With c = 0 it reduces to nearest. In f16, a
+//                 compensation below 2^-14 is subnormal and keeps fewer bits (parameters
+//                 below ~2^-3 in magnitude); a non-finite update leaves c NaN, like p.
+// Why the state stays nearest under stochastic: m and v feed the update's direction and scale,
+// not an accumulation the user reads; rounding them stochastically would add noise to the
+// denominator and cost two more random draws per element, and it is what torchao's bf16
+// stochastic-rounding AdamW and llm.c do too (only the parameter is rounded stochastically).
+#pragma once
+#include <cstdint>
+
+#include "mixtrain/amp/precision.h"
+
+namespace mixtrain {
+
+struct LowpWrite {
+  UpdateRounding rounding = UpdateRounding::nearest;
+  uint64_t seed = 0;          // stochastic: the counter_rng stream
+  uint64_t counter_base = 0;  // stochastic: flat element i draws counter_rng(seed, counter_base + i)
+};
+
+}  // namespace mixtrain

@@ -1,0 +1,183 @@
+// Autocast state (thread-local, nestable, as torch/amp/autocast_mode.py), the input casts every
+// autograd op asks for, and the weight-cast cache (aten/src/ATen/autocast_mode.cpp cached_cast,
+// minus its two traps: stale copies after in-place updates, and no-grad copies, #112583).
+#include "mixtrain/amp/autocast.h"
+
+#include <memory>
+#include <string>
+#include <unordered_map>
+
+#include "mixtrain/autograd/functions.h"
+#include "mixtrain/core/error.h"
+
+namespace mixtrain {
+namespace {
+
+using autograd::Var;
+using autograd::VarImpl;
+
+struct State {
+  bool enabled = false;
+  DType dtype = DType::bf16;
+  bool cache_enabled = true;
+  // An enabled=false region nested (at any depth) in an enabled one: ops run in fp32, so the
+  // lower-precision policy targets f32 and 16-bit inputs from the outer region are cast up.
+  bool upcast = false;
+  int depth = 0;
+};
+thread_local State t_state;
+
+// One cached 16-bit copy of a parameter. The key's raw pointer is only compared while `source`
+// still points at it (the weak_ptr also keeps the address from being reused meanwhile); the
+// storage, offset and version say whether the copy still matches the parameter's values.
+struct CacheEntry {
+  std::weak_ptr<VarImpl> source;
+  const Storage* storage = nullptr;
+  int64_t offset = 0;
+  uint64_t version = 0;
+  Tensor value;  // charged to MemCategory::cast_cache
+};
+struct CacheKey {
+  const VarImpl* impl;
+  DType dtype;
+  bool operator==(const CacheKey&) const = default;
+};
+struct CacheKeyHash {
+  size_t operator()(const CacheKey& k) const {
+    return std::hash<const void*>()(k.impl) ^ (static_cast<size_t>(k.dtype) * 0x9e3779b97f4a7c15ULL);
+  }
+};
+struct Cache {
+  std::unordered_map<CacheKey, CacheEntry, CacheKeyHash> map;
+  int64_t hits = 0, misses = 0;
+};
+thread_local Cache t_cache;
+
+bool eligible(const Var& v) { return v.defined() && is_floating(v.dtype()) && v.dtype() != DType::f64; }
+
+// torch's type promotion among the eligible float types: the wider format wins; two different
+// formats of the same width (bf16 and f16) meet in f32.
+DType wider(DType a, DType b) {
+  if (a == b) return a;
+  if (dtype_size(a) != dtype_size(b)) return dtype_size(a) > dtype_size(b) ? a : b;
+  return DType::f32;
+}
+
+bool matches(const CacheEntry& e, const Var& x) {
+  const Tensor& v = x.value();
+  const std::shared_ptr<VarImpl> src = e.source.lock();
+  return src.get() == x.impl().get() && e.storage == v.storage().get() && e.offset == v.offset() &&
+         e.version == v.storage()->version() && e.value.shape() == v.shape();
+}
+
+// The output of a cast node whose input is the parameter leaf and whose value is the cached copy:
+// a fresh node per use, so every graph built in the region routes its own gradient to the
+// parameter (cast backward: back to f32, accumulated into the fp32 gradient buffer).
+Var cast_from_cache(const Var& x, const Tensor& cached) {
+  if (!autograd::grad_enabled()) return Var(cached, false);
+  auto n = std::make_shared<autograd::Node>();
+  n->op = autograd::OpKind::cast;
+  n->inputs = {x.impl()};
+  Var out(cached, true);
+  out.impl()->grad_fn = std::move(n);
+  return out;
+}
+
+Var autocast_cast(const Var& x, DType target) {
+  const State& s = t_state;
+  // Only the 16-bit copy of an fp32 leaf that requires grad (a parameter) is worth keeping.
+  const bool cacheable = s.cache_enabled && is_low_precision(target) && x.dtype() == DType::f32 &&
+                         x.requires_grad() && x.impl()->grad_fn == nullptr && x.value().storage() != nullptr;
+  if (!cacheable) return autograd::cast(x, target);
+  const CacheKey key{x.impl().get(), target};
+  auto it = t_cache.map.find(key);
+  if (it != t_cache.map.end() && matches(it->second, x)) {
+    ++t_cache.hits;
+    return cast_from_cache(x, it->second.value);
+  }
+  // A cast made with gradients off has no autograd link to the parameter; caching it would hand
+  // the unlinked copy to later, recording uses (pytorch#112583).
+  if (!autograd::grad_enabled()) return autograd::cast(x, target);
+  ++t_cache.misses;
+  CacheEntry e;
+  e.source = x.impl();
+  e.storage = x.value().storage().get();
+  e.offset = x.value().offset();
+  e.version = x.value().storage()->version();
+  e.value = x.value().to(target, MemCategory::cast_cache);
+  Tensor value = e.value;
+  t_cache.map.insert_or_assign(key, std::move(e));  // a stale entry's copy is dropped here
+  return cast_from_cache(x, value);
+}
+
+}  // namespace
+
+AutocastScope::AutocastScope(bool enabled, DType dtype, bool cache_enabled)
+    : prev_enabled_(t_state.enabled),
+      prev_dtype_(t_state.dtype),
+      prev_cache_enabled_(t_state.cache_enabled),
+      prev_upcast_(t_state.upcast) {
+  if (enabled && dtype != DType::bf16 && dtype != DType::f16)
+    throw ArgumentError("autocast: dtype must be bf16 or f16, got " + std::string(dtype_name(dtype)));
+  State& s = t_state;
+  s.upcast = !enabled && (s.enabled || s.upcast);
+  s.enabled = enabled;
+  s.dtype = dtype;
+  s.cache_enabled = cache_enabled;
+  ++s.depth;
+}
+
+AutocastScope::~AutocastScope() {
+  State& s = t_state;
+  // As torch: the cache lives until the outermost region (enabled or not) exits.
+  if (--s.depth == 0) t_cache.map.clear();
+  s.enabled = prev_enabled_;
+  s.dtype = prev_dtype_;
+  s.cache_enabled = prev_cache_enabled_;
+  s.upcast = prev_upcast_;
+}
+
+bool autocast_enabled() { return t_state.enabled; }
+DType autocast_dtype() { return t_state.dtype; }
+bool autocast_cache_enabled() { return t_state.cache_enabled; }
+int autocast_depth() { return t_state.depth; }
+bool autocast_active() { return t_state.enabled || t_state.upcast; }
+
+void autocast_inputs(autograd::OpKind op, std::initializer_list<Var*> inputs) {
+  const State& s = t_state;
+  if (!(s.enabled || s.upcast)) return;
+  DType target = DType::f32;
+  switch (autocast_policy(op)) {
+    case CastPolicy::keep:
+      return;
+    case CastPolicy::lower_precision:
+      target = s.enabled ? s.dtype : DType::f32;
+      break;
+    case CastPolicy::fp32:
+      target = DType::f32;
+      break;
+    case CastPolicy::promote: {
+      bool any = false;
+      for (const Var* v : inputs)
+        if (eligible(*v)) {
+          target = any ? wider(target, v->dtype()) : v->dtype();
+          any = true;
+        }
+      if (!any) return;
+      break;
+    }
+  }
+  for (Var* v : inputs)
+    if (eligible(*v) && v->dtype() != target) *v = autocast_cast(*v, target);
+}
+
+AutocastCacheStats autocast_cache_stats() {
+  AutocastCacheStats st;
+  st.entries = static_cast<int64_t>(t_cache.map.size());
+  for (const auto& [k, e] : t_cache.map) st.bytes += static_cast<int64_t>(e.value.nbytes());
+  st.hits = t_cache.hits;
+  st.misses = t_cache.misses;
+  return st;
+}
+
+}  // namespace mixtrain

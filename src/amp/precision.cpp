@@ -1,0 +1,55 @@
+// The precision-mode table (semantics: Lightning Fabric's precision plugins, see
+// shared/reference/amp-semantics.md).
+#include "mixtrain/amp/precision.h"
+
+#include <array>
+#include <string>
+
+#include "mixtrain/core/error.h"
+
+namespace mixtrain {
+namespace {
+
+//                         mode                     name          param        grad         optim state  compute      autocast scaler
+constexpr std::array<PrecisionSpec, 5> kSpecs = {{
+    {PrecisionMode::true32, "32-true", DType::f32, DType::f32, DType::f32, DType::f32, false, false},
+    {PrecisionMode::mixed16, "16-mixed", DType::f32, DType::f32, DType::f32, DType::f16, true, true},
+    {PrecisionMode::mixed_bf16, "bf16-mixed", DType::f32, DType::f32, DType::f32, DType::bf16, true, false},
+    {PrecisionMode::true16, "16-true", DType::f16, DType::f16, DType::f16, DType::f16, false, false},
+    {PrecisionMode::true_bf16, "bf16-true", DType::bf16, DType::bf16, DType::bf16, DType::bf16, false, false},
+}};
+
+}  // namespace
+
+const PrecisionSpec& precision_spec(PrecisionMode m) { return kSpecs[static_cast<size_t>(m)]; }
+
+std::vector<PrecisionMode> all_precision_modes() {
+  std::vector<PrecisionMode> v;
+  for (const auto& s : kSpecs) v.push_back(s.mode);
+  return v;
+}
+
+PrecisionMode parse_precision(std::string_view s) {
+  for (const auto& spec : kSpecs)
+    if (spec.name == s) return spec.mode;
+  throw ArgumentError("unknown precision '" + std::string(s) +
+                      "' (valid: 32-true, 16-mixed, bf16-mixed, 16-true, bf16-true)");
+}
+
+UpdateRounding parse_update_rounding(std::string_view s) {
+  if (s == "nearest") return UpdateRounding::nearest;
+  if (s == "stochastic") return UpdateRounding::stochastic;
+  if (s == "kahan") return UpdateRounding::kahan;
+  throw ArgumentError("unknown update rounding '" + std::string(s) + "' (valid: nearest, stochastic, kahan)");
+}
+
+std::string_view update_rounding_name(UpdateRounding r) {
+  switch (r) {
+    case UpdateRounding::nearest: return "nearest";
+    case UpdateRounding::stochastic: return "stochastic";
+    case UpdateRounding::kahan: return "kahan";
+  }
+  return "?";
+}
+
+}  // namespace mixtrain

@@ -1,0 +1,124 @@
+// The fused unscale + inf/NaN check + sum of squares (see amp/unscale.h): the scalar reference,
+// an AVX-512 block kernel (per-function target attribute, reached only by run-time dispatch) and
+// the OpenMP driver over fixed blocks. Both paths do the same fp32 operations on the same lanes in
+// the same order, so they agree bit for bit; the blocking is global_norm_f32's (src/optim/clip.cpp).
+#include "mixtrain/amp/unscale.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "mixtrain/core/cpu_features.h"
+
+// GCC 12's masked AVX-512 intrinsics trip a false -Wmaybe-uninitialized (GCC PR 105593).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+// fp-contract=off: AVX-512F has FMA on zmm and GCC's intrinsics are plain vector operators, so it
+// could fuse y*y + acc into one rounding; the reference (baseline x86-64, no FMA) rounds twice.
+#define MIXTRAIN_TARGET_AVX512 __attribute__((target("avx512f"), optimize("fp-contract=off")))
+
+namespace mixtrain {
+namespace {
+
+constexpr int64_t kBlock = 4096;  // = kNormBlock in src/optim/clip.cpp (same sums, same bits)
+constexpr int kLanes = 16;
+
+// The fixed combining tree of the 16 lane sums (as block_sum_squares in clip.cpp).
+float combine_lanes(float* acc) {
+  for (int w = kLanes / 2; w > 0; w /= 2)
+    for (int j = 0; j < w; ++j) acc[j] += acc[j + w];
+  return acc[0];
+}
+
+// One block (len <= kBlock), reference: element i goes to lane i % 16.
+template <bool Write>
+float block_ref(float* g, int64_t len, float inv_scale, bool& found_inf) {
+  float acc[kLanes] = {};
+  bool bad = false;
+  for (int64_t i = 0; i < len; ++i) {
+    float y = g[i];
+    if constexpr (Write) {
+      y = y * inv_scale;
+      g[i] = y;
+    }
+    bad |= !std::isfinite(y);
+    acc[i % kLanes] += y * y;
+  }
+  found_inf |= bad;
+  return combine_lanes(acc);
+}
+
+// One block, AVX-512: lane j of the accumulator is lane j of the reference; the tail is a masked
+// load / store (masked-off lanes add nothing).
+template <bool Write>
+MIXTRAIN_TARGET_AVX512 float block_avx512(float* g, int64_t len, float inv_scale, bool& found_inf) {
+  const __m512 s = _mm512_set1_ps(inv_scale);
+  const __m512i exp_mask = _mm512_set1_epi32(0x7f800000);  // inf/NaN: exponent all ones
+  __m512 acc = _mm512_setzero_ps();
+  __mmask16 bad = 0;
+  int64_t i = 0;
+  for (; i + kLanes <= len; i += kLanes) {
+    __m512 y = _mm512_loadu_ps(g + i);
+    if constexpr (Write) {
+      y = _mm512_mul_ps(y, s);
+      _mm512_storeu_ps(g + i, y);
+    }
+    bad |= _mm512_cmpeq_epi32_mask(_mm512_and_si512(_mm512_castps_si512(y), exp_mask), exp_mask);
+    acc = _mm512_add_ps(acc, _mm512_mul_ps(y, y));
+  }
+  if (i < len) {
+    const __mmask16 m = __mmask16((1u << (len - i)) - 1);
+    __m512 y = _mm512_maskz_loadu_ps(m, g + i);
+    if constexpr (Write) {
+      y = _mm512_mul_ps(y, s);
+      _mm512_mask_storeu_ps(g + i, m, y);
+    }
+    bad |= _mm512_mask_cmpeq_epi32_mask(m, _mm512_and_si512(_mm512_castps_si512(y), exp_mask), exp_mask);
+    acc = _mm512_mask_add_ps(acc, m, acc, _mm512_mul_ps(y, y));
+  }
+  found_inf |= bad != 0;
+  float lanes[kLanes];
+  _mm512_storeu_ps(lanes, acc);
+  return combine_lanes(lanes);
+}
+
+using BlockFn = float (*)(float*, int64_t, float, bool&);
+
+BlockFn pick_block(bool avx512, bool write) {
+  if (avx512) return write ? block_avx512<true> : block_avx512<false>;
+  return write ? block_ref<true> : block_ref<false>;
+}
+
+}  // namespace
+
+UnscaleResult unscale_and_check_ref(float* g, int64_t n, float inv_scale) {
+  UnscaleResult r;
+  const BlockFn block = pick_block(false, inv_scale != 1.f);  // torch skips the multiply by 1
+  for (int64_t start = 0; start < n; start += kBlock)
+    r.sum_squares += double(block(g + start, std::min(kBlock, n - start), inv_scale, r.found_inf));
+  return r;
+}
+
+UnscaleResult unscale_and_check(float* g, int64_t n, float inv_scale) {
+  if (force_reference()) return unscale_and_check_ref(g, n, inv_scale);
+  UnscaleResult r;
+  if (n <= 0) return r;
+  const BlockFn block = pick_block(cpu_features().avx512f, inv_scale != 1.f);
+  const int64_t blocks = (n + kBlock - 1) / kBlock;
+  std::vector<double> partial(size_t(blocks), 0.0);
+  bool found_inf = false;
+#pragma omp parallel for schedule(static) reduction(|| : found_inf) if (blocks > 4)
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t start = b * kBlock;
+    bool bad = false;
+    partial[size_t(b)] = double(block(g + start, std::min(kBlock, n - start), inv_scale, bad));
+    found_inf = found_inf || bad;
+  }
+  for (double v : partial) r.sum_squares += v;  // block order: independent of the thread count
+  r.found_inf = found_inf;
+  return r;
+}
+
+}  // namespace mixtrain
