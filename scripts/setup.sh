@@ -11,6 +11,7 @@ PACKAGES=(
   googletest libgtest-dev libgmock-dev
   libbenchmark-dev     # Google Benchmark micro-benchmarks
   fortunes             # the built-in default training corpus (English text)
+  python3              # the CLI tests read JSON with the standard library
 )
 
 missing=()

@@ -10,7 +10,7 @@
 #include <fstream>
 #include <memory>
 
-#include "mixtrain/amp/autocast.h"
+#include "mixtrain/amp/mixed_precision.h"
 #include "mixtrain/data/text_corpus.h"
 #include "mixtrain/kernels/backend.h"
 #include "mixtrain/kernels/ops.h"
@@ -165,25 +165,6 @@ double measure_gemm_flops(DType dtype, int64_t m, int64_t n, int64_t k, double s
 
 namespace {
 
-// Global gradient norm and in-place scaling for any gradient dtype: the fp32 path is the fused
-// blocked kernel of optim/clip.h; 16-bit gradients (the *-true modes) go through the generic
-// reduction and scale kernels (fp32 accumulation).
-double grad_norm_any(const ParameterStore& p) {
-  if (p.flat_grads().dtype() == DType::f32) return grad_global_norm(p);
-  return std::sqrt(reduce(p.flat_grads(), ReduceOp::sum_squares));
-}
-
-double clip_any(ParameterStore& p, double max_norm) {
-  if (p.flat_grads().dtype() == DType::f32) return clip_grad_norm(p, max_norm);
-  const double norm = grad_norm_any(p);
-  const double coef = max_norm / (norm + 1e-6);
-  if (std::isfinite(norm) && coef < 1.0) {
-    Tensor g = p.flat_grads();
-    scale(g, static_cast<float>(coef), g);
-  }
-  return norm;
-}
-
 bool contains(const std::vector<int64_t>& v, int64_t x) { return std::find(v.begin(), v.end(), x) != v.end(); }
 
 // Puts inf (or NaN at every second listed step) into the first gradient element.
@@ -213,10 +194,7 @@ TrainSummary train(const TrainOptions& opt) {
   if (T > cfg.block_size)
     throw ArgumentError("--seq-len " + std::to_string(T) + " exceeds the model's block_size " +
                         std::to_string(cfg.block_size));
-  const bool use_scaler = spec.loss_scaling || opt.force_loss_scaling;
-  if (use_scaler && spec.grad_dtype != DType::f32)
-    throw ArgumentError("loss scaling needs fp32 gradients; precision " + std::string(spec.name) +
-                        " keeps 16-bit gradients (use 16-mixed or bf16-mixed)");
+  MixedPrecision mp(spec.name, opt.scaler, opt.force_loss_scaling);
   const TextCorpus corpus = TextCorpus::load(opt.data.empty() ? TextCorpus::default_corpus_path() : opt.data);
   corpus.check_window(T);
   if (cfg.vocab_size < 256)
@@ -247,9 +225,6 @@ TrainSummary train(const TrainOptions& opt) {
     sc.seed = opt.seed;
     sgd = std::make_unique<SGD>(params, sc);
   }
-  GradScalerConfig scfg = opt.scaler;
-  scfg.enabled = use_scaler;
-  GradScaler scaler(scfg);
   LrSchedule sched;
   sched.max_lr = opt.lr;
   sched.warmup_steps = opt.warmup;
@@ -266,10 +241,7 @@ TrainSummary train(const TrainOptions& opt) {
   const double flops_per_token = model.flops_per_token(T);
   const int64_t K = opt.grad_accum;
 
-  auto eval = [&] {
-    AutocastScope ac(spec.autocast, spec.compute_dtype);
-    return evaluate(model, corpus, B, T, opt.eval_batches);
-  };
+  auto eval = [&] { return mp.forward([&] { return evaluate(model, corpus, B, T, opt.eval_batches); }); };
 
   Tensor idx, targets;
   double train_time = 0;
@@ -278,50 +250,42 @@ TrainSummary train(const TrainOptions& opt) {
   for (int64_t step = 1; step <= opt.steps; ++step) {
     const auto t0 = Clock::now();
     const float lr = lr_at(step, sched);
-    const double loss_scale = scaler.scale();
     params.zero_grads();
     // Micro-batches: each loss is divided by K and multiplied by the (constant) loss scale
     // before backward, so the gradients sum to the scaled mean over the effective batch.
     double loss = 0;
     bool loss_finite = true;
     for (int64_t micro = 0; micro < K; ++micro) {
-      corpus.train_batch(B, T, opt.seed, (step - 1) * K + micro + 1, idx, targets);
-      Gpt::Output out;
-      {
-        AutocastScope ac(spec.autocast, spec.compute_dtype);
-        out = model.forward(idx, &targets, true, opt.seed ^ (static_cast<uint64_t>((step - 1) * K + micro + 1) << 20));
-      }
+      const int64_t position = (step - 1) * K + micro + 1;  // data and dropout stream position
+      corpus.train_batch(B, T, opt.seed, position, idx, targets);
+      Gpt::Output out = mp.forward(
+          [&] { return model.forward(idx, &targets, true, opt.seed ^ (static_cast<uint64_t>(position) << 20)); });
       const double l = out.loss.value().item();
       loss += l / static_cast<double>(K);
       if (!std::isfinite(l)) {
         loss_finite = false;
         break;  // nothing to learn from this step: it is skipped below
       }
-      out.loss.backward(loss_scale / static_cast<double>(K));
+      mp.backward(out.loss, K);
     }
 
-    bool found_inf = !loss_finite;
-    double grad_norm = NAN;
+    StepResult r;
+    r.loss_scale = mp.scaler().scale();
+    r.found_inf = true;
     if (loss_finite) {
       if (contains(opt.inject_nonfinite, step)) inject_nonfinite(params, opt.inject_nonfinite, step);
-      // unscale_ before clipping (pytorch/examples#1196); without a scaler, the norm pass is
-      // the non-finite check.
-      if (scaler.enabled()) found_inf = scaler.unscale(params);
-      if (!found_inf) {
-        grad_norm = opt.grad_clip > 0 ? clip_any(params, opt.grad_clip) : grad_norm_any(params);
-        found_inf = !std::isfinite(grad_norm);
+      r = mp.prepare_step(params, opt.grad_clip);
+      if (!r.found_inf) {
+        if (adamw) adamw->step(params, lr);
+        else sgd->step(params, lr);
       }
     }
-    const bool skipped = found_inf;
-    if (!skipped) {
-      if (adamw) adamw->step(params, lr);
-      else sgd->step(params, lr);
-    } else {
-      ++sum.skipped_steps;
-    }
+    mp.scaler().update(r.found_inf);
+    const bool found_inf = r.found_inf, skipped = r.found_inf;
+    const double grad_norm = r.grad_norm, loss_scale = r.loss_scale;
+    if (skipped) ++sum.skipped_steps;
     if (found_inf && loss_finite) ++sum.overflows;
-    scaler.update(found_inf);
-    if (scaler.hit_min_scale()) sum.hit_min_scale = true;
+    if (mp.scaler().hit_min_scale()) sum.hit_min_scale = true;
     const double dt = seconds_since(t0);
     train_time += dt;
     const double tok_s = static_cast<double>(B * T * K) / dt;
@@ -340,7 +304,7 @@ TrainSummary train(const TrainOptions& opt) {
     j["found_inf"] = found_inf;
     j["overflows"] = sum.overflows;
     sum.steps = step;
-    sum.final_loss_scale = scaler.scale();
+    sum.final_loss_scale = mp.scaler().scale();
     if (!loss_finite) {
       ++bad_in_a_row;
       if (bad_in_a_row >= max_bad) {

@@ -1,0 +1,82 @@
+// One object that gives a model a precision mode, the way Lightning Fabric does with one string:
+// it owns the mode's autocast settings, the loss scaler and the step discipline
+//   forward under autocast -> backward of the scaled loss -> unscale -> clip -> step or skip
+//   -> scaler update
+// (torch.amp semantics, shared/reference/amp-semantics.md). The fp32 master weights of the mixed
+// modes are the ParameterStore itself (finalized with param_dtype()); autocast casts them down
+// per op and caches the casts.
+//
+//   MixedPrecision mp("16-mixed");
+//   store.finalize(mp.param_dtype(), mp.grad_dtype());
+//   AdamW opt(store, {});
+//   auto loss = mp.forward([&] { return model(x, y); });   // autocast region
+//   mp.backward(loss);                                      // loss * scale
+//   StepResult r = mp.step(opt, store, lr, /*max_norm=*/1.0);  // skipped if inf/NaN
+#pragma once
+#include <cmath>
+#include <string_view>
+
+#include "mixtrain/amp/autocast.h"
+#include "mixtrain/amp/grad_scaler.h"
+#include "mixtrain/amp/precision.h"
+#include "mixtrain/autograd/variable.h"
+#include "mixtrain/nn/parameters.h"
+
+namespace mixtrain {
+
+struct StepResult {
+  bool applied = false;     // the optimizer step ran
+  bool found_inf = false;   // a gradient held inf/NaN (the step was skipped)
+  double grad_norm = NAN;   // global norm of the unscaled gradients (NaN when found_inf)
+  double loss_scale = 1.0;  // the scale this iteration's loss was multiplied by
+};
+
+class MixedPrecision {
+ public:
+  // precision: "32-true", "16-mixed", "bf16-mixed", "16-true" or "bf16-true". The scaler runs
+  // when the mode uses one (16-mixed) or when force_loss_scaling is set (mixed modes only).
+  explicit MixedPrecision(std::string_view precision, GradScalerConfig scaler = {}, bool force_loss_scaling = false);
+
+  const PrecisionSpec& spec() const { return spec_; }
+  DType param_dtype() const { return spec_.param_dtype; }
+  DType grad_dtype() const { return spec_.grad_dtype; }
+  GradScaler& scaler() { return scaler_; }
+  const GradScaler& scaler() const { return scaler_; }
+
+  // Runs f() (forward pass and loss) under the mode's autocast.
+  template <typename F>
+  auto forward(F&& f) {
+    AutocastScope scope(spec_.autocast, spec_.compute_dtype);
+    return f();
+  }
+  // Backpropagates loss * scale / accum_steps (one call per micro-batch; the scale stays the same
+  // until step()).
+  void backward(const autograd::Var& loss, int64_t accum_steps = 1);
+
+  // Unscales (when scaling), clips the global norm to max_norm (0: no clipping), steps the
+  // optimizer unless a gradient is non-finite, and updates the scaler. Works for any optimizer
+  // with step(ParameterStore&, float lr).
+  template <typename Optimizer>
+  StepResult step(Optimizer& opt, ParameterStore& store, float lr, double max_norm = 0) {
+    StepResult r = prepare_step(store, max_norm);
+    if (!r.found_inf) opt.step(store, lr);
+    r.applied = !r.found_inf;
+    scaler_.update(r.found_inf);
+    return r;
+  }
+
+  // The first half of step(): unscale, non-finite check, clipping. For callers that drive the
+  // optimizer themselves; they must then call scaler().update(result.found_inf).
+  StepResult prepare_step(ParameterStore& store, double max_norm);
+
+ private:
+  const PrecisionSpec& spec_;
+  GradScaler scaler_;
+};
+
+// Global gradient norm and clipping (torch.nn.utils.clip_grad_norm_ semantics) for gradients of
+// any float dtype: fp32 through the fused blocked kernel, 16-bit through the generic kernels.
+double grad_norm_any_dtype(const ParameterStore& store);
+double clip_grad_norm_any_dtype(ParameterStore& store, double max_norm);
+
+}  // namespace mixtrain

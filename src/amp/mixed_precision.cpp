@@ -1,0 +1,59 @@
+// MixedPrecision: the precision mode's step discipline (see the header).
+#include "mixtrain/amp/mixed_precision.h"
+
+#include "mixtrain/kernels/ops.h"
+#include "mixtrain/optim/clip.h"
+
+namespace mixtrain {
+namespace {
+
+GradScalerConfig scaler_config(const PrecisionSpec& spec, GradScalerConfig c, bool force) {
+  c.enabled = spec.loss_scaling || force;
+  if (c.enabled && spec.grad_dtype != DType::f32)
+    throw ArgumentError("loss scaling needs fp32 gradients; precision " + std::string(spec.name) +
+                        " keeps 16-bit gradients (use 16-mixed or bf16-mixed)");
+  return c;
+}
+
+}  // namespace
+
+MixedPrecision::MixedPrecision(std::string_view precision, GradScalerConfig scaler, bool force_loss_scaling)
+    : spec_(precision_spec(parse_precision(precision))),
+      scaler_(scaler_config(precision_spec(parse_precision(precision)), scaler, force_loss_scaling)) {}
+
+void MixedPrecision::backward(const autograd::Var& loss, int64_t accum_steps) {
+  if (accum_steps < 1) throw ArgumentError("MixedPrecision::backward: accum_steps must be >= 1");
+  // The scale goes in before anything is cast down: it seeds backward at the fp32 loss.
+  loss.backward(static_cast<double>(scaler_.scale()) / static_cast<double>(accum_steps));
+}
+
+StepResult MixedPrecision::prepare_step(ParameterStore& store, double max_norm) {
+  StepResult r;
+  r.loss_scale = scaler_.scale();
+  // unscale_ before clipping (pytorch/examples#1196); without a scaler the norm pass is the
+  // non-finite check.
+  if (scaler_.enabled()) r.found_inf = scaler_.unscale(store);
+  if (!r.found_inf) {
+    r.grad_norm = max_norm > 0 ? clip_grad_norm_any_dtype(store, max_norm) : grad_norm_any_dtype(store);
+    r.found_inf = !std::isfinite(r.grad_norm);
+  }
+  return r;
+}
+
+double grad_norm_any_dtype(const ParameterStore& p) {
+  if (p.flat_grads().dtype() == DType::f32) return grad_global_norm(p);
+  return std::sqrt(reduce(p.flat_grads(), ReduceOp::sum_squares));
+}
+
+double clip_grad_norm_any_dtype(ParameterStore& p, double max_norm) {
+  if (p.flat_grads().dtype() == DType::f32) return clip_grad_norm(p, max_norm);
+  const double norm = grad_norm_any_dtype(p);
+  const double coef = max_norm / (norm + 1e-6);
+  if (std::isfinite(norm) && coef < 1.0) {
+    Tensor g = p.flat_grads();
+    scale(g, static_cast<float>(coef), g);
+  }
+  return norm;
+}
+
+}  // namespace mixtrain
