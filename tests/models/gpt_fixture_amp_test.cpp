@@ -31,31 +31,21 @@
 #include <cmath>
 #include <cstdio>
 
-#include "fixtures/fixture.h"
+#include "gpt_fixture_util.h"
 #include "mixtrain/amp/autocast.h"
-#include "mixtrain/models/gpt.h"
 
 using namespace mixtrain;
 using autograd::NoGradGuard;
 using autograd::Var;
+using test::fixture_config;
+using test::kGptFixture;
+using test::load_weights;
 
 namespace {
 
-const char* kFixture = MIXTRAIN_SOURCE_DIR "/tests/fixtures/gpt_tiny.mtfx";
 
 constexpr double kLogitK = 1.5;  // logits: 1.5 eps of max|logit|
 constexpr double kGradK = 4.0;   // each gradient tensor: 4 eps of its max element
-
-GptConfig fixture_config(const test::Fixture& fx) {
-  const auto& c = fx.header.at("config");
-  GptConfig cfg;
-  cfg.vocab_size = c.at("vocab_size").get<int64_t>();
-  cfg.block_size = c.at("block_size").get<int64_t>();
-  cfg.n_layer = c.at("n_layer").get<int64_t>();
-  cfg.n_head = c.at("n_head").get<int64_t>();
-  cfg.n_embd = c.at("n_embd").get<int64_t>();
-  return cfg;
-}
 
 double max_abs(const std::vector<float>& v) {
   double mx = 0;
@@ -92,21 +82,12 @@ struct RunErrors {
   }
 };
 
-void load_weights(Gpt& model, const test::Fixture& fx) {
-  for (size_t i = 0; i < model.params().size(); ++i) {
-    const auto& info = model.params().infos()[i];
-    model.params().param(i).copy_from(Tensor::from_floats(fx.f32(info.name), info.shape, DType::f32));
-  }
-}
-
 // Forward under autocast (plain fp32 when `ac` is f32), backward outside the region as torch
 // recommends; errors against the fp32 PyTorch reference.
 RunErrors run_with_backward(const test::Fixture& fx, DType ac) {
   Gpt model(fixture_config(fx), 1);
   load_weights(model, fx);
-  const auto& shape = fx.at("idx").shape;
-  const Tensor idx = Tensor::from_ints(fx.i32("idx"), {shape[0], shape[1]});
-  const Tensor tgt = Tensor::from_ints(fx.i32("targets"), {shape[0], shape[1]});
+  const auto [idx, tgt] = test::fixture_batch(fx);
   model.params().zero_grads();
   RunErrors e;
   Var loss;
@@ -130,7 +111,7 @@ RunErrors run_with_backward(const test::Fixture& fx, DType ac) {
 }
 
 void check_against_fixture(DType ac) {
-  const test::Fixture fx = test::load_fixture(kFixture);
+  const test::Fixture fx = test::load_fixture(kGptFixture);
   const double eps = dtype_epsilon(ac);
   const RunErrors f32 = run_with_backward(fx, DType::f32);
   const RunErrors amp = run_with_backward(fx, ac);
@@ -161,12 +142,11 @@ TEST(GptFixtureAmp, AutocastBf16LogitsLossAndGradientsWithinBf16Bounds) { check_
 TEST(GptFixtureAmp, AutocastF16LogitsLossAndGradientsWithinF16Bounds) { check_against_fixture(DType::f16); }
 
 TEST(GptFixtureAmp, CastCacheHoldsEachGemmWeightOnceAndIsFreedAfterTheRegion) {
-  const test::Fixture fx = test::load_fixture(kFixture);
+  const test::Fixture fx = test::load_fixture(kGptFixture);
   const int64_t before = MemoryTracker::global().snapshot().live[static_cast<size_t>(MemCategory::cast_cache)];
   Gpt model(fixture_config(fx), 1);
   load_weights(model, fx);
-  const auto& shape = fx.at("idx").shape;
-  const Tensor idx = Tensor::from_ints(fx.i32("idx"), {shape[0], shape[1]});
+  const Tensor idx = test::fixture_batch(fx).first;
   {
     AutocastScope scope(true, DType::bf16);
     NoGradGuard ng;  // evaluation: nothing is cached, nothing recorded

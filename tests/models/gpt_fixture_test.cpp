@@ -19,36 +19,17 @@
 
 #include <cmath>
 
-#include "fixtures/fixture.h"
-#include "mixtrain/models/gpt.h"
+#include "gpt_fixture_util.h"
 #include "mixtrain/optim/adamw.h"
 #include "mixtrain/optim/clip.h"
 
 using namespace mixtrain;
+using mixtrain::test::fixture_batch;
+using mixtrain::test::fixture_config;
+using mixtrain::test::kGptFixture;
+using mixtrain::test::load_weights;
 
 namespace {
-
-const char* kFixture = MIXTRAIN_SOURCE_DIR "/tests/fixtures/gpt_tiny.mtfx";
-
-GptConfig fixture_config(const test::Fixture& fx) {
-  const auto& c = fx.header.at("config");
-  GptConfig cfg;
-  cfg.vocab_size = c.at("vocab_size").get<int64_t>();
-  cfg.block_size = c.at("block_size").get<int64_t>();
-  cfg.n_layer = c.at("n_layer").get<int64_t>();
-  cfg.n_head = c.at("n_head").get<int64_t>();
-  cfg.n_embd = c.at("n_embd").get<int64_t>();
-  return cfg;
-}
-
-void load_weights(Gpt& model, const test::Fixture& fx, const std::string& prefix = "") {
-  for (size_t i = 0; i < model.params().size(); ++i) {
-    const auto& info = model.params().infos()[i];
-    const auto& v = fx.f32(prefix + info.name);
-    ASSERT_EQ(static_cast<int64_t>(v.size()), info.numel) << info.name;
-    model.params().param(i).copy_from(Tensor::from_floats(v, info.shape, DType::f32));
-  }
-}
 
 ::testing::AssertionResult close(const std::vector<float>& got, const std::vector<float>& ref, double abs_of_max,
                                  double rel, const std::string& what) {
@@ -74,12 +55,10 @@ void load_weights(Gpt& model, const test::Fixture& fx, const std::string& prefix
 }  // namespace
 
 TEST(GptFixture, LogitsLossAndEveryGradientMatchPyTorch) {
-  const test::Fixture fx = test::load_fixture(kFixture);
+  const test::Fixture fx = test::load_fixture(kGptFixture);
   Gpt model(fixture_config(fx), 1);
   load_weights(model, fx);
-  const auto& shape = fx.at("idx").shape;
-  const Tensor idx = Tensor::from_ints(fx.i32("idx"), {shape[0], shape[1]});
-  const Tensor tgt = Tensor::from_ints(fx.i32("targets"), {shape[0], shape[1]});
+  const auto [idx, tgt] = fixture_batch(fx);
 
   model.params().zero_grads();
   auto out = model.forward(idx, &tgt);
@@ -94,13 +73,11 @@ TEST(GptFixture, LogitsLossAndEveryGradientMatchPyTorch) {
 }
 
 TEST(GptFixture, TenAdamWStepsWithClippingMatchPyTorch) {
-  const test::Fixture fx = test::load_fixture(kFixture);
+  const test::Fixture fx = test::load_fixture(kGptFixture);
   const auto& hyper = fx.header.at("hyper");
   Gpt model(fixture_config(fx), 1);
   load_weights(model, fx);
-  const auto& shape = fx.at("idx").shape;
-  const Tensor idx = Tensor::from_ints(fx.i32("idx"), {shape[0], shape[1]});
-  const Tensor tgt = Tensor::from_ints(fx.i32("targets"), {shape[0], shape[1]});
+  const auto [idx, tgt] = fixture_batch(fx);
   AdamWConfig ac;
   ac.lr = hyper.at("lr").get<float>();
   ac.beta1 = hyper.at("beta1").get<float>();
