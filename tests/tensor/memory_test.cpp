@@ -67,3 +67,24 @@ TEST(Memory, TrackedPeakAgreesWithProcessRss) {
   EXPECT_NEAR(static_cast<double>(rss), static_cast<double>(tracked), margin)
       << "tracked " << tracked << " bytes, RSS grew " << rss << " bytes";
 }
+
+// Freed blocks are reused by exact size (no new system allocation), are not counted as live
+// bytes, and can be given back.
+TEST(Memory, AllocatorReusesFreedBlocksOfTheSameSize) {
+#ifdef __SANITIZE_ADDRESS__
+  GTEST_SKIP() << "the block cache is off under AddressSanitizer (so use-after-free stays detectable)";
+#else
+  cpu_allocator_release_cached();
+  const int64_t live0 = MemoryTracker::global().snapshot().live_total;
+  { Tensor a = Tensor::empty({12345}, DType::f32, MemCategory::workspace); }
+  const AllocatorStats s1 = cpu_allocator_stats();
+  EXPECT_GE(s1.cached_bytes, 12345 * 4);
+  EXPECT_EQ(MemoryTracker::global().snapshot().live_total, live0);  // cached bytes are not live
+  { Tensor b = Tensor::empty({12345}, DType::f32, MemCategory::activations); }
+  const AllocatorStats s2 = cpu_allocator_stats();
+  EXPECT_EQ(s2.system_allocations, s1.system_allocations);  // served from the cache
+  EXPECT_EQ(s2.cache_hits, s1.cache_hits + 1);
+  cpu_allocator_release_cached();
+  EXPECT_EQ(cpu_allocator_stats().cached_bytes, 0);
+#endif
+}

@@ -2,6 +2,7 @@
 // 64-byte aligned blocks (one cache line, one AVX-512 vector).
 #pragma once
 #include <cstddef>
+#include <cstdint>
 
 #include "mixtrain/tensor/device.h"
 #include "mixtrain/tensor/memory.h"
@@ -20,5 +21,16 @@ class Allocator {
 };
 
 Allocator& cpu_allocator();
+
+struct AllocatorStats {
+  int64_t system_allocations = 0;  // blocks obtained from the system (not from the cache)
+  int64_t cache_hits = 0;          // allocations served from freed blocks of the same size
+  int64_t cached_bytes = 0;        // freed bytes kept for reuse (not counted as live by the tracker)
+};
+// The CPU allocator keeps freed blocks for reuse by exact size, up to MIXTRAIN_ALLOCATOR_CACHE_MB
+// (default 2048; 0 disables; always off under AddressSanitizer).
+AllocatorStats cpu_allocator_stats();
+// Returns every cached block to the system.
+void cpu_allocator_release_cached();
 
 }  // namespace mixtrain
