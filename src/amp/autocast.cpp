@@ -154,8 +154,12 @@ void autocast_inputs(autograd::OpKind op, std::initializer_list<Var*> inputs) {
       target = s.enabled ? s.dtype : DType::f32;
       break;
     case CastPolicy::fp32:
-      target = DType::f32;
-      break;
+      // Every fp32-policy op (layer norm, softmax, the loss) reads 16-bit storage and computes in
+      // fp32 inside its kernel, and writes an fp32 output (autocast_output_dtype): the same
+      // numbers as torch's materialised input cast (widening is exact; the input gradient is
+      // rounded to the input's dtype once, as the cast's backward would), without keeping an
+      // fp32 copy of the input alive for backward.
+      return;
     case CastPolicy::promote: {
       bool any = false;
       for (const Var* v : inputs)
@@ -169,6 +173,12 @@ void autocast_inputs(autograd::OpKind op, std::initializer_list<Var*> inputs) {
   }
   for (Var* v : inputs)
     if (eligible(*v) && v->dtype() != target) *v = autocast_cast(*v, target);
+}
+
+DType autocast_output_dtype(autograd::OpKind op, DType input) {
+  const State& s = t_state;
+  if (!(s.enabled || s.upcast) || autocast_policy(op) != CastPolicy::fp32) return input;
+  return (input == DType::bf16 || input == DType::f16) ? DType::f32 : input;
 }
 
 AutocastCacheStats autocast_cache_stats() {

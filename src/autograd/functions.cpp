@@ -169,13 +169,14 @@ Var gelu(const Var& x_in) {
 Var layer_norm(const Var& x_in, const Var& weight_in, const Var& bias_in, float eps) {
   Var x = x_in, weight = weight_in, bias = bias_in;
   autocast(OpKind::layer_norm, {&x, &weight, &bias});
+  const DType out_dtype = autocast_active() ? autocast_output_dtype(OpKind::layer_norm, x.dtype()) : x.dtype();
   require(x, "layer_norm", "x");
   require(weight, "layer_norm", "weight");
   require(bias, "layer_norm", "bias");
   const int64_t C = x.size(-1);
   const Tensor x2 = x.value().contiguous().reshape({-1, C});
   const int64_t R = x2.size(0);
-  Tensor out = Tensor::empty(x.shape(), x.dtype());
+  Tensor out = Tensor::empty(x.shape(), out_dtype);
   Tensor out2 = out.reshape({R, C});
   Tensor mean = Tensor::empty({R}, DType::f32);
   Tensor rstd = Tensor::empty({R}, DType::f32);
@@ -208,8 +209,9 @@ Var embedding(const Var& weight_in, const Tensor& ids) {
 Var causal_softmax(const Var& x_in, float scale_) {
   Var x = x_in;
   autocast(OpKind::causal_softmax, {&x});
+  const DType out_dtype = autocast_active() ? autocast_output_dtype(OpKind::causal_softmax, x.dtype()) : x.dtype();
   require(x, "causal_softmax", "x");
-  Tensor out = Tensor::empty(x.shape(), x.dtype());
+  Tensor out = Tensor::empty(x.shape(), out_dtype);
   mixtrain::causal_softmax(x.value(), scale_, out);
   std::shared_ptr<Node> n;
   if (needs_grad({&x})) {

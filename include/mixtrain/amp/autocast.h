@@ -58,6 +58,9 @@ CastPolicy autocast_policy(autograd::OpKind op);
 // Called at the top of every autograd op (autograd/functions.cpp): when this thread's autocast
 // is active, replaces each defined, floating, non-f64 input by its cast under `op`'s policy.
 // A no-op outside any region. Inputs not eligible (i32, f64, undefined) are left alone.
+// The output dtype of an op whose input has dtype `input`: f32 for the fp32-policy ops on 16-bit
+// inputs inside an autocast region (they widen inside their kernels), else `input`.
+DType autocast_output_dtype(autograd::OpKind op, DType input);
 void autocast_inputs(autograd::OpKind op, std::initializer_list<autograd::Var*> inputs);
 // Whether autocast_inputs would do anything on this thread (cheap; checked before calling it).
 bool autocast_active();
