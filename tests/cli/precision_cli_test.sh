@@ -88,5 +88,10 @@ assert j["runs"][0]["speedup_vs_32_true"] == 1.0
 assert j["config"]["steps"] == 3
 PY
 expect_exit 2 "compare bad list" -- "$MIXTRAIN" compare --precisions 32-true,fp4 --steps 1
+# A diverging mode is a result, reported in its row; compare itself succeeds.
+expect_exit 0 "compare with divergence" -- "$MIXTRAIN" --threads 2 compare --model "$TMP/tiny.json" --data "$TMP/text.txt" \
+  --batch-size 4 --seq-len 16 --steps 8 --precisions 32-true,bf16-mixed --lr 1e30 --grad-clip 0 --max-bad-steps 2 \
+  --json "$TMP/div_cmp.json"
+python3 -c "import json,sys; j=json.load(open(sys.argv[1])); assert all(r['diverged'] for r in j['runs']), j['runs']; assert all(r['tokens_per_s'] > 0 for r in j['runs'])" "$TMP/div_cmp.json" && pass || fail "compare rows of diverged modes"
 
 finish
