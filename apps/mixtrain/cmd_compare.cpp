@@ -1,5 +1,6 @@
 // `mixtrain compare`: trains the same model from the same seed on the same batches once per
 // precision mode and prints speed, memory and accuracy side by side (the main job).
+#include <algorithm>
 #include <cstdio>
 #include <sstream>
 
@@ -36,10 +37,28 @@ void register_compare(CLI::App& app, GlobalOptions& g, std::vector<Command>& com
   commands.push_back({[sub] { return sub->parsed(); }, [&g, f, precisions, json_path] {
     apply_global_options(g);
     f->finish();
-    std::vector<PrecisionMode> modes;
+    // Each entry is MODE or MODE:ROUNDING (e.g. bf16-true:kahan), so one comparison can show
+    // what each update rounding of a *-true mode costs and buys.
+    struct Run {
+      PrecisionMode mode;
+      UpdateRounding rounding;
+      std::string label;
+    };
+    std::vector<Run> modes;
     std::stringstream ss(*precisions);
-    for (std::string item; std::getline(ss, item, ',');)
-      if (!item.empty()) modes.push_back(parse_precision(item));
+    for (std::string item; std::getline(ss, item, ',');) {
+      if (item.empty()) continue;
+      const auto colon = item.find(':');
+      Run r{parse_precision(item.substr(0, colon)), f->opt.update_rounding, item};
+      if (colon != std::string::npos) {
+        r.rounding = parse_update_rounding(item.substr(colon + 1));
+        if (precision_spec(r.mode).param_dtype == DType::f32)
+          throw ArgumentError("--precisions: " + item + ": an update rounding applies to 16-true and bf16-true only");
+      } else if (precision_spec(r.mode).param_dtype != DType::f32) {
+        r.label += ":" + std::string(update_rounding_name(r.rounding));
+      }
+      modes.push_back(r);
+    }
     if (modes.empty()) throw ArgumentError("--precisions lists no precision mode");
 
     nlohmann::ordered_json out;
@@ -57,13 +76,17 @@ void register_compare(CLI::App& app, GlobalOptions& g, std::vector<Command>& com
     out["config"] = config;
     out["runs"] = nlohmann::ordered_json::array();
     double base_tok_s = 0;
-    std::printf("%-11s %10s %8s %10s %12s %10s %10s %8s %9s\n", "precision", "tokens/s", "speedup", "peak MiB",
+    std::printf("%-18s %10s %8s %10s %12s %10s %10s %8s %9s\n", "precision", "tokens/s", "speedup", "peak MiB",
                 "activ. MiB", "train loss", "val loss", "skipped", "diverged");
-    for (PrecisionMode m : modes) {
+    for (const Run& run : modes) {
+      const PrecisionMode m = run.mode;
       TrainOptions o = f->opt;
       o.precision = m;
+      o.update_rounding = run.rounding;
       o.quiet = true;
-      if (!o.log_jsonl.empty()) o.log_jsonl = with_suffix(o.log_jsonl, std::string(precision_spec(m).name));
+      std::string tag = run.label;
+      std::replace(tag.begin(), tag.end(), ':', '-');
+      if (!o.log_jsonl.empty()) o.log_jsonl = with_suffix(o.log_jsonl, tag);
       TrainSummary s;
       try {
         s = train(o);
@@ -74,6 +97,7 @@ void register_compare(CLI::App& app, GlobalOptions& g, std::vector<Command>& com
       nlohmann::ordered_json r = s.to_json();
       nlohmann::ordered_json row;
       row["precision"] = s.precision;
+      if (precision_spec(m).param_dtype != DType::f32) row["update_rounding"] = update_rounding_name(run.rounding);
       row["tokens_per_s"] = s.tokens_per_s;
       row["speedup_vs_32_true"] = base_tok_s > 0 ? nlohmann::ordered_json(s.tokens_per_s / base_tok_s) : nullptr;
       row["peak_bytes"] = r["peak_bytes"];
@@ -87,7 +111,7 @@ void register_compare(CLI::App& app, GlobalOptions& g, std::vector<Command>& com
       out["runs"].push_back(row);
       const auto& by = r["peak_bytes_by_category"];
       const int64_t act = by.contains("activations") ? by["activations"].get<int64_t>() : 0;
-      std::printf("%-11s %10.0f %7.2fx %10s %12s %10.4f %10.4f %8lld %9s\n", s.precision.c_str(), s.tokens_per_s,
+      std::printf("%-18s %10.0f %7.2fx %10s %12s %10.4f %10.4f %8lld %9s\n", run.label.c_str(), s.tokens_per_s,
                   base_tok_s > 0 ? s.tokens_per_s / base_tok_s : 0.0, mib(r["peak_bytes"].get<int64_t>()).c_str(),
                   mib(act).c_str(), s.final_train_loss, s.val_loss, static_cast<long long>(s.skipped_steps),
                   s.diverged ? "yes" : "no");
