@@ -24,7 +24,7 @@ void grad_gemm(VarImpl& in, const Tensor& a, const Tensor& b, bool ta, bool tb) 
     gemm(a, b, in.grad, o);
     return;
   }
-  accumulate_grad(in, mixtrain::matmul(a, b, ta, tb, in.value.dtype(), MemCategory::activations));
+  accumulate_grad(in, mixtrain::matmul(a, b, ta, tb, in.dtype, MemCategory::activations));
 }
 
 // d(input) += column sums of g, for a row (C) input broadcast over g (..., C).
@@ -34,18 +34,18 @@ void grad_row_sum(VarImpl& in, const Tensor& g) {
     sum_to_row_accumulate(g, in.grad);
     return;
   }
-  Tensor s = Tensor::zeros(in.value.shape(), in.value.dtype());
+  Tensor s = Tensor::zeros(in.shape, in.dtype);
   sum_to_row_accumulate(g, s);
   accumulate_grad(in, s);
 }
 
-bool is_row_broadcast(const VarImpl& a, const VarImpl& b) { return !(a.value.shape() == b.value.shape()); }
+bool is_row_broadcast(const VarImpl& a, const VarImpl& b) { return !(a.shape == b.shape); }
 
 void matmul_backward(Node& n, const Tensor& g) {
   VarImpl& A = *n.inputs[0];
   VarImpl& B = *n.inputs[1];
-  const Tensor& a = A.value;
-  const Tensor& b = B.value;
+  const Tensor& a = n.in_values[0];
+  const Tensor& b = n.in_values[1];
   const bool ta = n.b0, tb = n.b1;
   // C = op(A) op(B). The four cases of dA and dB, each one GEMM on the saved operands:
   if (!ta && !tb) {  // C = A B:       dA = dC B^T,     dB = A^T dC
@@ -67,15 +67,17 @@ void linear_backward(Node& n, const Tensor& g) {
   VarImpl& X = *n.inputs[0];
   VarImpl& W = *n.inputs[1];
   VarImpl& Bi = *n.inputs[2];
-  const int64_t in = W.value.size(1), out = W.value.size(0);
+  const Tensor& x = n.in_values[0];
+  const Tensor& w = n.in_values[1];
+  const int64_t in = w.size(1), out = w.size(0);
   const Tensor g2 = g.contiguous().reshape({-1, out});  // (R, OUT)
   if (X.requires_grad) {                                // dx = dy W       (R, IN)
-    Tensor dx = Tensor::empty(X.value.shape(), X.value.dtype());
+    Tensor dx = Tensor::empty(X.shape, X.dtype);
     Tensor dx2 = dx.reshape({-1, in});
-    gemm(g2, W.value, dx2);
+    gemm(g2, w, dx2);
     accumulate_grad(X, dx);
   }
-  if (W.requires_grad) grad_gemm(W, g2, X.value.contiguous().reshape({-1, in}), true, false);  // dW = dy^T x
+  if (W.requires_grad) grad_gemm(W, g2, x.contiguous().reshape({-1, in}), true, false);  // dW = dy^T x
   grad_row_sum(Bi, g2);                                                                      // db = sum_rows dy
 }
 
@@ -91,13 +93,13 @@ void mul_backward(Node& n, const Tensor& g) {
   VarImpl& A = *n.inputs[0];
   VarImpl& B = *n.inputs[1];
   if (A.requires_grad) {  // da = g * b (b broadcast as in forward)
-    Tensor da = Tensor::empty(A.value.shape(), A.value.dtype());
-    mul(g, B.value, da);
+    Tensor da = Tensor::empty(A.shape, A.dtype);
+    mul(g, n.in_values[1], da);
     accumulate_grad(A, da);
   }
   if (B.requires_grad) {  // db = g * a, summed over the broadcast rows
-    Tensor ga = Tensor::empty(A.value.shape(), is_row_broadcast(A, B) ? DType::f32 : B.value.dtype());
-    mul(g, A.value, ga);
+    Tensor ga = Tensor::empty(A.shape, is_row_broadcast(A, B) ? DType::f32 : B.dtype);
+    mul(g, n.in_values[0], ga);
     if (is_row_broadcast(A, B)) grad_row_sum(B, ga);
     else accumulate_grad(B, ga);
   }
@@ -105,15 +107,15 @@ void mul_backward(Node& n, const Tensor& g) {
 
 void scale_backward(Node& n, const Tensor& g) {
   VarImpl& A = *n.inputs[0];
-  Tensor da = Tensor::empty(A.value.shape(), A.value.dtype());
+  Tensor da = Tensor::empty(A.shape, A.dtype);
   scale(g, static_cast<float>(n.f), da);
   accumulate_grad(A, da);
 }
 
 void gelu_backward_rule(Node& n, const Tensor& g) {
   VarImpl& X = *n.inputs[0];
-  Tensor dx = Tensor::empty(X.value.shape(), X.value.dtype());
-  gelu_backward(X.value, g, dx);
+  Tensor dx = Tensor::empty(X.shape, X.dtype);
+  gelu_backward(n.in_values[0], g, dx);
   accumulate_grad(X, dx);
 }
 
@@ -121,15 +123,16 @@ void layer_norm_backward_rule(Node& n, const Tensor& g) {
   VarImpl& X = *n.inputs[0];
   VarImpl& W = *n.inputs[1];
   VarImpl& Bi = *n.inputs[2];
-  const int64_t C = X.value.size(-1);
-  const Tensor x2 = X.value.contiguous().reshape({-1, C});
+  const Tensor& x = n.in_values[0];
+  const int64_t C = x.size(-1);
+  const Tensor x2 = x.contiguous().reshape({-1, C});
   const Tensor g2 = g.contiguous().reshape({-1, C});
-  Tensor dx = Tensor::empty(X.value.shape(), X.value.dtype());
+  Tensor dx = Tensor::empty(X.shape, X.dtype);
   Tensor dx2 = dx.reshape({-1, C});
   // dweight / dbias accumulate: into the parameter buffers when there are, else into zeros.
-  Tensor dw = W.grad_is_buffer ? W.grad : Tensor::zeros({C}, W.value.dtype());
-  Tensor db = Bi.grad_is_buffer ? Bi.grad : Tensor::zeros({C}, Bi.value.dtype());
-  layer_norm_backward(x2, W.value, n.saved[0], n.saved[1], g2, dx2, dw, db);
+  Tensor dw = W.grad_is_buffer ? W.grad : Tensor::zeros({C}, W.dtype);
+  Tensor db = Bi.grad_is_buffer ? Bi.grad : Tensor::zeros({C}, Bi.dtype);
+  layer_norm_backward(x2, n.in_values[1], n.saved[0], n.saved[1], g2, dx2, dw, db);
   accumulate_grad(X, dx);
   if (!W.grad_is_buffer) accumulate_grad(W, dw);
   if (!Bi.grad_is_buffer) accumulate_grad(Bi, db);
@@ -137,31 +140,32 @@ void layer_norm_backward_rule(Node& n, const Tensor& g) {
 
 void embedding_backward_rule(Node& n, const Tensor& g) {
   VarImpl& W = *n.inputs[0];
-  const int64_t C = W.value.size(1);
+  const int64_t C = W.shape[1];
   const Tensor ids = n.ids.contiguous().reshape({-1});
   const Tensor g2 = g.contiguous().reshape({-1, C});
   if (W.grad_is_buffer) {
     embedding_backward(ids, g2, W.grad);
     return;
   }
-  Tensor dw = Tensor::zeros(W.value.shape(), W.value.dtype());
+  Tensor dw = Tensor::zeros(W.shape, W.dtype);
   embedding_backward(ids, g2, dw);
   accumulate_grad(W, dw);
 }
 
 void causal_softmax_backward_rule(Node& n, const Tensor& g) {
   VarImpl& X = *n.inputs[0];
-  Tensor dx = Tensor::empty(X.value.shape(), X.value.dtype());
+  Tensor dx = Tensor::empty(X.shape, X.dtype);
   causal_softmax_backward(n.saved[0], g, static_cast<float>(n.f), dx);
   accumulate_grad(X, dx);
 }
 
 void cross_entropy_backward_rule(Node& n, const Tensor& g) {
   VarImpl& L = *n.inputs[0];
-  const int64_t V = L.value.size(-1);
-  Tensor dl = Tensor::empty(L.value.shape(), L.value.dtype());
+  const Tensor& logits = n.in_values[0];
+  const int64_t V = logits.size(-1);
+  Tensor dl = Tensor::empty(L.shape, L.dtype);
   Tensor dl2 = dl.reshape({-1, V});
-  cross_entropy_backward(L.value.contiguous().reshape({-1, V}), n.ids, static_cast<float>(g.item()), dl2);
+  cross_entropy_backward(logits.contiguous().reshape({-1, V}), n.ids, static_cast<float>(g.item()), dl2);
   accumulate_grad(L, dl);
 }
 
@@ -170,7 +174,7 @@ void reshape_backward(Node& n, const Tensor& g) { accumulate_grad(*n.inputs[0], 
 void split_heads_backward(Node& n, const Tensor& g) {
   VarImpl& Q = *n.inputs[0];
   const int64_t H = n.i1;
-  Tensor d = Tensor::zeros(Q.value.shape(), Q.value.dtype());  // (B, T, 3C), zero outside this part
+  Tensor d = Tensor::zeros(Q.shape, Q.dtype);  // (B, T, 3C), zero outside this part
   const int64_t B = d.size(0), T = d.size(1), D = d.size(2) / 3 / H;
   heads_view(d, static_cast<int>(n.i0), H).copy_from(g.contiguous().reshape({B, H, T, D}));
   accumulate_grad(Q, d);
@@ -178,42 +182,48 @@ void split_heads_backward(Node& n, const Tensor& g) {
 
 void merge_heads_backward(Node& n, const Tensor& g) {
   VarImpl& Y = *n.inputs[0];
-  const int64_t B = n.i0, BH = Y.value.size(0), H = BH / B, T = Y.value.size(1), D = Y.value.size(2);
-  Tensor d = Tensor::empty({B, H, T, D}, Y.value.dtype());
+  const int64_t B = n.i0, BH = Y.shape[0], H = BH / B, T = Y.shape[1], D = Y.shape[2];
+  Tensor d = Tensor::empty({B, H, T, D}, Y.dtype);
   d.copy_from(g.contiguous().reshape({B, T, H, D}).transpose(1, 2));
   accumulate_grad(Y, d.reshape({BH, T, D}));
 }
 
 void dropout_backward(Node& n, const Tensor& g) {
   VarImpl& X = *n.inputs[0];
-  Tensor dx = Tensor::empty(X.value.shape(), X.value.dtype());
+  Tensor dx = Tensor::empty(X.shape, X.dtype);
   apply_dropout_mask(g, static_cast<float>(n.f), static_cast<uint64_t>(n.i0), static_cast<uint64_t>(n.i1), dx);
   accumulate_grad(X, dx);
 }
 
 void cast_backward(Node& n, const Tensor& g) {
   VarImpl& X = *n.inputs[0];
-  accumulate_grad(X, g.dtype() == X.value.dtype() ? g : g.to(X.value.dtype(), MemCategory::activations));
+  accumulate_grad(X, g.dtype() == X.dtype ? g : g.to(X.dtype, MemCategory::activations));
 }
 
-// Indexed by OpKind; the static_assert keeps it in step with the enum.
-constexpr std::array<BackwardRule, kNumOpKinds> kRules = {
-    matmul_backward,              // matmul
-    linear_backward,              // linear
-    add_backward,                 // add
-    mul_backward,                 // mul
-    scale_backward,               // scale
-    gelu_backward_rule,           // gelu
-    layer_norm_backward_rule,     // layer_norm
-    embedding_backward_rule,      // embedding
-    causal_softmax_backward_rule, // causal_softmax
-    cross_entropy_backward_rule,  // cross_entropy
-    reshape_backward,             // reshape
-    split_heads_backward,         // split_heads
-    merge_heads_backward,         // merge_heads
-    dropout_backward,             // dropout
-    cast_backward,                // cast
+// One row per op, indexed by OpKind: the backward rule and which inputs' values it reads (bit i:
+// input i). A value no rule reads is not kept by the graph, e.g. softmax keeps its output, not
+// its input; add, reshape, the head (un)shuffles, dropout and cast keep nothing.
+struct RuleRow {
+  BackwardRule rule;
+  uint8_t reads_inputs;
 };
+constexpr std::array<RuleRow, kNumOpKinds> kRules = {{
+    {matmul_backward, 0b011},               // matmul: dA needs B, dB needs A
+    {linear_backward, 0b011},               // linear: x and w (the bias only by shape)
+    {add_backward, 0b000},                  // add
+    {mul_backward, 0b011},                  // mul
+    {scale_backward, 0b000},                // scale
+    {gelu_backward_rule, 0b001},            // gelu: its input
+    {layer_norm_backward_rule, 0b011},      // layer_norm: x and weight (mean, rstd in saved)
+    {embedding_backward_rule, 0b000},       // embedding: ids only
+    {causal_softmax_backward_rule, 0b000},  // causal_softmax: its output (in saved)
+    {cross_entropy_backward_rule, 0b001},   // cross_entropy: the logits
+    {reshape_backward, 0b000},              // reshape
+    {split_heads_backward, 0b000},          // split_heads
+    {merge_heads_backward, 0b000},          // merge_heads
+    {dropout_backward, 0b000},              // dropout: the mask is regenerated from the seed
+    {cast_backward, 0b000},                 // cast
+}};
 static_assert(kRules.size() == kNumOpKinds);
 
 constexpr std::array<std::string_view, kNumOpKinds> kNames = {
@@ -222,7 +232,8 @@ constexpr std::array<std::string_view, kNumOpKinds> kNames = {
 
 }  // namespace
 
-const BackwardRule& backward_rule(OpKind k) { return kRules[static_cast<size_t>(k)]; }
+const BackwardRule& backward_rule(OpKind k) { return kRules[static_cast<size_t>(k)].rule; }
+bool backward_reads_input(OpKind k, size_t i) { return i < 8 && ((kRules[static_cast<size_t>(k)].reads_inputs >> i) & 1) != 0; }
 std::string_view op_kind_name(OpKind k) { return kNames[static_cast<size_t>(k)]; }
 
 }  // namespace mixtrain::autograd

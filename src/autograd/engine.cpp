@@ -15,9 +15,23 @@ bool grad_enabled() { return g_grad_enabled; }
 NoGradGuard::NoGradGuard() : prev_(g_grad_enabled) { g_grad_enabled = false; }
 NoGradGuard::~NoGradGuard() { g_grad_enabled = prev_; }
 
-Var::Var(Tensor value, bool requires_grad) : impl_(std::make_shared<VarImpl>()) {
-  impl_->value = std::move(value);
-  impl_->requires_grad = requires_grad;
+Var::Var(Tensor value, bool requires_grad) : h_(std::make_shared<Handle>()) {
+  h_->impl = std::make_shared<VarImpl>();
+  VarImpl& v = *h_->impl;
+  v.shape = value.shape();
+  v.dtype = value.dtype();
+  v.value = std::move(value);
+  v.requires_grad = requires_grad;
+}
+
+Var::Handle::~Handle() {
+  // Still referenced by the graph (as some node's input): the value goes, the edge stays.
+  if (impl && impl.use_count() > 1) impl->value = Tensor();
+}
+
+const std::shared_ptr<VarImpl>& Var::impl() const {
+  static const std::shared_ptr<VarImpl> none;
+  return h_ ? h_->impl : none;
 }
 
 Var Var::parameter(Tensor value, Tensor grad_buffer) {
@@ -25,21 +39,16 @@ Var Var::parameter(Tensor value, Tensor grad_buffer) {
     throw ShapeError("Var::parameter: value " + value.to_string() + " and gradient buffer " +
                      grad_buffer.to_string() + " differ in shape");
   Var v(std::move(value), true);
-  v.impl_->grad = std::move(grad_buffer);
-  v.impl_->grad_is_buffer = true;
-  return v;
-}
-
-Var Var::from_impl(std::shared_ptr<VarImpl> impl) {
-  Var v;
-  v.impl_ = std::move(impl);
+  v.h_->impl->grad = std::move(grad_buffer);
+  v.h_->impl->grad_is_buffer = true;
   return v;
 }
 
 void accumulate_grad(VarImpl& in, const Tensor& g) {
   if (!in.requires_grad) return;
-  if (!(g.shape() == in.value.shape()))
-    throw ShapeError("autograd: gradient " + g.to_string() + " does not match its input " + in.value.to_string());
+  if (!(g.shape() == in.shape))
+    throw ShapeError("autograd: gradient " + g.to_string() + " does not match its input's shape " +
+                     in.shape.to_string());
   if (in.grad_is_buffer) {
     add_inplace(in.grad, g);
     return;
@@ -47,7 +56,7 @@ void accumulate_grad(VarImpl& in, const Tensor& g) {
   if (!in.grad.defined()) {
     // Take g as it is when it already has the input's dtype (it may be shared with another
     // input's gradient, e.g. both operands of an add: never written in place, see below).
-    in.grad = g.dtype() == in.value.dtype() ? g : g.to(in.value.dtype(), MemCategory::activations);
+    in.grad = g.dtype() == in.dtype ? g : g.to(in.dtype, MemCategory::activations);
     return;
   }
   // Second contribution: a fresh sum, so a tensor shared with another gradient is not modified.
@@ -58,6 +67,7 @@ void accumulate_grad(VarImpl& in, const Tensor& g) {
 }
 
 void Var::backward(double seed) const {
+  const std::shared_ptr<VarImpl>& impl_ = impl();
   if (!impl_) throw ArgumentError("backward: undefined variable");
   if (impl_->value.numel() != 1)
     throw ShapeError("backward: needs a scalar (1-element) loss, got " + impl_->value.to_string());

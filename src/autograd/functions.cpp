@@ -30,7 +30,11 @@ Var make_output(Tensor value, std::shared_ptr<Node> node) {
 std::shared_ptr<Node> make_node(OpKind op, std::initializer_list<const Var*> inputs) {
   auto n = std::make_shared<Node>();
   n->op = op;
-  for (const Var* v : inputs) n->inputs.push_back(v->defined() ? v->impl() : std::make_shared<VarImpl>());
+  for (const Var* v : inputs) {
+    const bool keep = v->defined() && backward_reads_input(op, n->inputs.size());
+    n->in_values.push_back(keep ? v->value() : Tensor());
+    n->inputs.push_back(v->defined() ? v->impl() : std::make_shared<VarImpl>());
+  }
   return n;
 }
 

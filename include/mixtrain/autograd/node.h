@@ -32,7 +32,8 @@ std::string_view op_kind_name(OpKind k);
 
 struct Node {
   OpKind op;
-  std::vector<std::shared_ptr<VarImpl>> inputs;
+  std::vector<std::shared_ptr<VarImpl>> inputs;  // gradient edges (their values may be released)
+  std::vector<Tensor> in_values;  // in_values[i]: input i's value if backward reads it, else undefined
   std::vector<Tensor> saved;  // what backward needs (e.g. the GELU input, layer-norm mean/rstd)
   Tensor ids;                 // integer input (embedding ids, cross-entropy targets)
   Shape shape;                // e.g. the input shape of a reshape
@@ -45,6 +46,9 @@ struct Node {
 // d(loss)/d(input) into every input that requires a gradient.
 using BackwardRule = void (*)(Node& node, const Tensor& grad_out);
 const BackwardRule& backward_rule(OpKind k);
+// Whether op k's backward rule reads the value of input i (else the node keeps only the edge,
+// and the value is freed as soon as the forward pass no longer holds it).
+bool backward_reads_input(OpKind k, size_t i);
 
 // Adds g into the gradient of `in` (no-op if it does not require grad). Takes g without copying
 // when `in` has no gradient yet; never writes into a tensor it does not own.

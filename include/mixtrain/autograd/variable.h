@@ -16,8 +16,13 @@ namespace mixtrain::autograd {
 
 struct Node;
 
+// The value of an intermediate is released when the last Var referring to it goes away (see
+// Var::Handle): the graph keeps only what backward needs (Node::in_values, Node::saved), so an
+// activation no backward rule reads is freed as soon as the forward pass is done with it.
 struct VarImpl {
-  Tensor value;
+  Tensor value;                    // undefined once released
+  Shape shape;                     // value's shape and dtype, kept after the value is released
+  DType dtype = DType::f32;
   Tensor grad;                     // undefined until backward reaches it (params: arena view)
   bool requires_grad = false;
   bool grad_is_buffer = false;     // grad is a caller-owned buffer to accumulate into (parameters)
@@ -31,23 +36,29 @@ class Var {
   explicit Var(Tensor value, bool requires_grad = false);
   // A parameter leaf whose gradient accumulates into `grad_buffer` (same shape).
   static Var parameter(Tensor value, Tensor grad_buffer);
-  static Var from_impl(std::shared_ptr<VarImpl> impl);
 
-  bool defined() const { return impl_ != nullptr; }
-  const Tensor& value() const { return impl_->value; }
-  const Tensor& grad() const { return impl_->grad; }
-  bool requires_grad() const { return impl_ && impl_->requires_grad; }
-  const Shape& shape() const { return impl_->value.shape(); }
-  DType dtype() const { return impl_->value.dtype(); }
-  int64_t size(int d) const { return impl_->value.size(d); }
-  const std::shared_ptr<VarImpl>& impl() const { return impl_; }
+  bool defined() const { return h_ != nullptr; }
+  const Tensor& value() const { return h_->impl->value; }
+  const Tensor& grad() const { return h_->impl->grad; }
+  bool requires_grad() const { return h_ && h_->impl->requires_grad; }
+  const Shape& shape() const { return h_->impl->value.shape(); }
+  DType dtype() const { return h_->impl->value.dtype(); }
+  int64_t size(int d) const { return h_->impl->value.size(d); }
+  const std::shared_ptr<VarImpl>& impl() const;
 
   // Backpropagates from this scalar (1-element) variable with d(self)/d(self) = 1 (or `seed`,
   // e.g. the loss scale in mixed precision). Frees the graph as it goes.
   void backward(double seed = 1.0) const;
 
  private:
-  std::shared_ptr<VarImpl> impl_;
+  // Every copy of a Var shares one Handle; when the last one goes, nobody outside the graph can
+  // read the value any more, so the Handle releases it (nodes hold their own references to the
+  // values their backward reads).
+  struct Handle {
+    std::shared_ptr<VarImpl> impl;
+    ~Handle();
+  };
+  std::shared_ptr<Handle> h_;
 };
 
 // Gradient recording switch (thread-local, like torch.no_grad / torch.enable_grad).
