@@ -32,6 +32,7 @@ constexpr std::array<PolicyEntry, autograd::kNumOpKinds> kPolicy = {{
     {OpKind::merge_heads, CastPolicy::keep},
     {OpKind::dropout, CastPolicy::keep},
     {OpKind::cast, CastPolicy::keep},               // an explicit dtype is never autocast
+    {OpKind::attention, CastPolicy::lower_precision},  // scaled_dot_product_attention (softmax in f32 inside)
 }};
 
 constexpr bool table_in_order() {

@@ -200,6 +200,28 @@ void cast_backward(Node& n, const Tensor& g) {
   accumulate_grad(X, g.dtype() == X.dtype ? g : g.to(X.dtype, MemCategory::activations));
 }
 
+// y = P v with P = causal_softmax(scale * q k^T) saved by forward (in the compute dtype):
+//   dv = P^T dy;  dP = dy v^T (f32);  dS = softmax backward of dP;  dq = dS k;  dk = dS^T q.
+void attention_backward(Node& n, const Tensor& g) {
+  VarImpl& Q = *n.inputs[0];
+  VarImpl& K = *n.inputs[1];
+  VarImpl& V = *n.inputs[2];
+  const Tensor& q = n.in_values[0];
+  const Tensor& k = n.in_values[1];
+  const Tensor& v = n.in_values[2];
+  const Tensor& p = n.saved[0];
+  grad_gemm(V, p, g, true, false);
+  if (!Q.requires_grad && !K.requires_grad) return;
+  Tensor ds = Tensor::empty(p.shape(), p.dtype(), MemCategory::activations);  // (BH, T, T)
+  {
+    const DType acc = p.dtype() == DType::f64 ? DType::f64 : DType::f32;
+    const Tensor dp = mixtrain::matmul(g, v, false, true, acc, MemCategory::workspace);
+    causal_softmax_backward(p, dp, static_cast<float>(n.f), ds);
+  }
+  grad_gemm(Q, ds, k, false, false);
+  grad_gemm(K, ds, q, true, false);
+}
+
 // One row per op, indexed by OpKind: the backward rule and which inputs' values it reads (bit i:
 // input i). A value no rule reads is not kept by the graph, e.g. softmax keeps its output, not
 // its input; add, reshape, the head (un)shuffles, dropout and cast keep nothing.
@@ -223,12 +245,13 @@ constexpr std::array<RuleRow, kNumOpKinds> kRules = {{
     {merge_heads_backward, 0b000},          // merge_heads
     {dropout_backward, 0b000},              // dropout: the mask is regenerated from the seed
     {cast_backward, 0b000},                 // cast
+    {attention_backward, 0b111},            // attention: q, k, v (and the probabilities in saved)
 }};
 static_assert(kRules.size() == kNumOpKinds);
 
 constexpr std::array<std::string_view, kNumOpKinds> kNames = {
     "matmul", "linear",  "add",         "mul",         "scale",   "gelu",  "layer_norm", "embedding",
-    "causal_softmax", "cross_entropy", "reshape", "split_heads", "merge_heads", "dropout", "cast"};
+    "causal_softmax", "cross_entropy", "reshape", "split_heads", "merge_heads", "dropout", "cast", "attention"};
 
 }  // namespace
 

@@ -354,4 +354,33 @@ Var cast(const Var& x, DType dtype) {
   return make_output(out, n);
 }
 
+Var attention(const Var& q_in, const Var& k_in, const Var& v_in, float scale_) {
+  Var q = q_in, k = k_in, v = v_in;
+  autocast(OpKind::attention, {&q, &k, &v});
+  require(q, "attention", "q");
+  require(k, "attention", "k");
+  require(v, "attention", "v");
+  const Tensor &qv = q.value(), &kv = k.value(), &vv = v.value();
+  if (qv.dim() != 3 || !(kv.shape() == qv.shape()) || !(vv.shape() == qv.shape()))
+    throw ShapeError("attention: q " + qv.to_string() + ", k " + kv.to_string() + ", v " + vv.to_string() +
+                     " must be equal (B*H, T, D)");
+  if (kv.dtype() != qv.dtype() || vv.dtype() != qv.dtype())
+    throw DTypeError("attention: q, k and v must share one dtype");
+  // Scores in f32 (f64 for gradient checks): a workspace that lives only until the softmax.
+  const DType acc = qv.dtype() == DType::f64 ? DType::f64 : DType::f32;
+  Tensor probs = Tensor::empty({qv.size(0), qv.size(1), qv.size(1)}, qv.dtype());  // (BH, T, T)
+  {
+    const Tensor scores = mixtrain::matmul(qv, kv, false, true, acc, MemCategory::workspace);  // q k^T
+    mixtrain::causal_softmax(scores, scale_, probs);
+  }
+  Tensor out = mixtrain::matmul(probs, vv, false, false, qv.dtype(), MemCategory::activations);  // (BH, T, D)
+  std::shared_ptr<Node> n;
+  if (needs_grad({&q, &k, &v})) {
+    n = make_node(OpKind::attention, {&q, &k, &v});
+    n->saved = {probs};
+    n->f = scale_;
+  }
+  return make_output(out, n);
+}
+
 }  // namespace mixtrain::autograd

@@ -71,10 +71,15 @@ Var CausalSelfAttention::operator()(const Var& x, DropoutState& drop) const {
   Var q = split_heads(qkv, 0, n_head);    // (B*H, T, D)
   Var k = split_heads(qkv, 1, n_head);    // (B*H, T, D)
   Var v = split_heads(qkv, 2, n_head);    // (B*H, T, D)
-  Var att = matmul(q, k, false, true);    // (B*H, T, T) = q k^T
-  att = causal_softmax(att, 1.0f / std::sqrt(static_cast<float>(D)));
-  att = drop(att);
-  Var y = matmul(att, v);                 // (B*H, T, D)
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  Var y;
+  if (drop.active()) {  // dropout on the probabilities: the unfused graph
+    Var att = matmul(q, k, false, true);  // (B*H, T, T) = q k^T
+    att = drop(causal_softmax(att, scale));
+    y = matmul(att, v);                   // (B*H, T, D)
+  } else {
+    y = attention(q, k, v, scale);        // (B*H, T, D)
+  }
   y = merge_heads(y, B);                  // (B, T, C)
   return drop(c_proj(y));
 }

@@ -51,6 +51,8 @@ std::vector<OpCase> op_cases() {
       {OpKind::merge_heads, {{4, 3, 2}}, [](const std::vector<Var>& v) { return merge_heads(v[0], 2); }},
       {OpKind::dropout, {{2, 3, 4}}, [](const std::vector<Var>& v) { return dropout(v[0], 0.25f, 7, 0); }},
       {OpKind::cast, {{2, 3, 4}}, [](const std::vector<Var>& v) { return cast(v[0], DType::f16); }},
+      {OpKind::attention, {{2, 3, 4}, {2, 3, 4}, {2, 3, 4}},
+       [](const std::vector<Var>& v) { return attention(v[0], v[1], v[2], 0.5f); }},
   };
 }
 
@@ -103,6 +105,7 @@ TEST(Autocast, PolicyTableCoversEveryOpAndFollowsTorchLists) {
   }
   EXPECT_EQ(autocast_policy(OpKind::matmul), CastPolicy::lower_precision);
   EXPECT_EQ(autocast_policy(OpKind::linear), CastPolicy::lower_precision);
+  EXPECT_EQ(autocast_policy(OpKind::attention), CastPolicy::lower_precision);
   EXPECT_EQ(autocast_policy(OpKind::layer_norm), CastPolicy::fp32);
   EXPECT_EQ(autocast_policy(OpKind::causal_softmax), CastPolicy::fp32);
   EXPECT_EQ(autocast_policy(OpKind::cross_entropy), CastPolicy::fp32);

@@ -80,6 +80,78 @@ TEST(Autograd, AttentionPiecesMatchFiniteDifferences) {
   check_gradient(f, row, "row");
 }
 
+TEST(Autograd, FusedAttentionMatchesFiniteDifferences) {
+  Var q(rand64({3, 5, 4}, 11), true), k(rand64({3, 5, 4}, 12), true), v(rand64({3, 5, 4}, 13), true);
+  Var w(rand64({3, 5, 4}, 14), true);
+  auto f = [&] {  // a weighted sum of the outputs, so every output element carries gradient
+    Var y = attention(q, k, v, 0.7f);
+    return cross_entropy(reshape(mul(y, w), {15, 4}), Tensor::from_ints(std::vector<int32_t>(15, 1), {15}));
+  };
+  check_gradient(f, q, "q");
+  k.impl()->grad = Tensor();
+  check_gradient(f, k, "k");
+  v.impl()->grad = Tensor();
+  check_gradient(f, v, "v");
+}
+
+// The fused op runs the same kernels in the same order as matmul -> causal_softmax -> matmul in
+// f32, so forward and gradients are bit-identical there; in bf16 the composed graph rounds the
+// scores to bf16 before the softmax (the fused op keeps them f32), so they agree to bf16 accuracy.
+TEST(Autograd, FusedAttentionEqualsTheComposedGraph) {
+  for (DType dt : {DType::f32, DType::bf16}) {
+    const Shape s{6, 33, 16};
+    Var q(Tensor::randn(s, dt, 1), true), k(Tensor::randn(s, dt, 2), true), v(Tensor::randn(s, dt, 3), true);
+    const Tensor dy = Tensor::randn(s, DType::f32, 4);
+    auto run = [&](bool fused) {
+      for (Var* x : {&q, &k, &v}) x->impl()->grad = Tensor();
+      Var y = fused ? attention(q, k, v, 0.25f) : matmul(causal_softmax(matmul(q, k, false, true), 0.25f), v);
+      Var loss = cross_entropy(reshape(mul(y, Var(dy.to(dt))), {6 * 33, 16}),
+                               Tensor::from_ints(std::vector<int32_t>(6 * 33, 3), {6 * 33}));
+      loss.backward();
+      return std::vector<std::vector<double>>{y.value().to_doubles(), q.grad().to_doubles(), k.grad().to_doubles(),
+                                              v.grad().to_doubles()};
+    };
+    const auto fused = run(true), composed = run(false);
+    const char* names[] = {"y", "dq", "dk", "dv"};
+    for (size_t t = 0; t < fused.size(); ++t) {
+      double max_ref = 0;
+      for (double x : composed[t]) max_ref = std::max(max_ref, std::fabs(x));
+      // bf16: a few ulps (2^-8 relative each) of the largest value, from the rounded scores.
+      const double tol = dt == DType::f32 ? 0.0 : 4 * std::ldexp(1.0, -8) * max_ref;
+      for (size_t i = 0; i < fused[t].size(); ++i)
+        ASSERT_NEAR(fused[t][i], composed[t][i], tol) << dtype_name(dt) << " " << names[t] << "[" << i << "]";
+    }
+  }
+}
+
+// The graph keeps only what backward reads: a value no rule needs is freed when its last Var
+// goes, one a rule reads stays until backward.
+TEST(Autograd, ValuesBackwardDoesNotReadAreFreedEarly) {
+  const auto live_act = [] {
+    return MemoryTracker::global().snapshot().live[static_cast<size_t>(MemCategory::activations)];
+  };
+  Var x(Tensor::randn({64, 256}, DType::f32, 1), true);
+  const int64_t bytes = 64 * 64 * 4;
+  Var scores = matmul(x, x, false, true);  // (64, 64): read by nobody's backward below
+  Var probs = causal_softmax(scores, 1.f);  // keeps its output, not its input
+  const int64_t with_scores = live_act();
+  scores = Var();
+  EXPECT_EQ(live_act(), with_scores - bytes) << "the softmax input should be freed";
+  Var h = gelu(probs);  // gelu reads its input: probs must stay alive
+  const int64_t with_probs = live_act();
+  probs = Var();
+  EXPECT_EQ(live_act(), with_probs) << "the gelu input must be kept for backward";
+  Var loss = cross_entropy(h, Tensor::from_ints(std::vector<int32_t>(64, 0), {64}));
+  loss.backward();
+  // Same gradient as a graph built without dropping anything.
+  const std::vector<double> g1 = x.grad().to_doubles();
+  x.impl()->grad = Tensor();
+  Var s2 = matmul(x, x, false, true);
+  Var p2 = causal_softmax(s2, 1.f);
+  cross_entropy(gelu(p2), Tensor::from_ints(std::vector<int32_t>(64, 0), {64})).backward();
+  EXPECT_EQ(x.grad().to_doubles(), g1);
+}
+
 TEST(Autograd, TinyGptMatchesFiniteDifferencesInDouble) {
   GptConfig c;
   c.vocab_size = 11, c.block_size = 5, c.n_layer = 2, c.n_head = 2, c.n_embd = 8;

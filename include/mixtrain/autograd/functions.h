@@ -35,5 +35,11 @@ Var merge_heads(const Var& y, int64_t batch);
 // p == 0 (or gradients disabled and `training` false) returns x itself.
 Var dropout(const Var& x, float p, uint64_t seed, uint64_t offset, bool training = true);
 Var cast(const Var& x, DType dtype);
+// Causal self-attention of one batch of heads: softmax(scale * q k^T) v with the causal mask.
+// q, k, v: (B*H, T, D), one dtype; out: (B*H, T, D). One op instead of matmul, causal_softmax and
+// matmul, so the graph keeps the probabilities once, in the compute dtype (16 bits under
+// autocast, like torch's scaled_dot_product_attention, which autocast runs in lower precision),
+// and never the fp32 scores: the softmax itself is fp32 math (f32 scores, f32 row sums).
+Var attention(const Var& q, const Var& k, const Var& v, float scale);
 
 }  // namespace mixtrain::autograd

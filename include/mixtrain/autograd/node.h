@@ -25,6 +25,7 @@ enum class OpKind : uint8_t {
   merge_heads,     // (B*H, T, D) -> (B, T, C), contiguous
   dropout,         // out = x * mask / (1 - p)
   cast,            // out = x in another dtype; backward casts the gradient back
+  attention,       // out = softmax(scale * q k^T, causal) v, batched over heads
   count_,
 };
 constexpr size_t kNumOpKinds = static_cast<size_t>(OpKind::count_);

@@ -54,6 +54,7 @@ struct DropoutState {
   bool training = false;
   uint64_t seed = 0;
   uint64_t offset = 0;
+  bool active() const { return p != 0.f && training; }
   Var operator()(const Var& x);
 };
 
