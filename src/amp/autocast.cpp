@@ -53,6 +53,8 @@ struct Cache {
 };
 thread_local Cache t_cache;
 
+thread_local const WorkingCopyScope* t_working = nullptr;
+
 bool eligible(const Var& v) { return v.defined() && is_floating(v.dtype()) && v.dtype() != DType::f64; }
 
 // torch's type promotion among the eligible float types: the wider format wins; two different
@@ -89,6 +91,10 @@ Var autocast_cast(const Var& x, DType target) {
   const bool cacheable = s.cache_enabled && is_low_precision(target) && x.dtype() == DType::f32 &&
                          x.requires_grad() && x.impl()->grad_fn == nullptr && x.value().storage() != nullptr;
   if (!cacheable) return autograd::cast(x, target);
+  if (Tensor w = working_copy_view(x, target); w.defined()) {
+    ++t_cache.hits;
+    return cast_from_cache(x, w);
+  }
   const CacheKey key{x.impl().get(), target};
   auto it = t_cache.map.find(key);
   if (it != t_cache.map.end() && matches(it->second, x)) {
@@ -135,6 +141,30 @@ AutocastScope::~AutocastScope() {
   s.dtype = prev_dtype_;
   s.cache_enabled = prev_cache_enabled_;
   s.upcast = prev_upcast_;
+}
+
+WorkingCopyScope::WorkingCopyScope(const Tensor& master, uint64_t version, const Tensor& copy)
+    : master_(master), version_(version), copy_(copy), prev_(t_working) {
+  if (!copy.defined()) return;
+  if (master.dtype() != DType::f32 || !is_low_precision(copy.dtype()) || copy.numel() != master.numel() ||
+      !master.is_contiguous() || !copy.is_contiguous())
+    throw ArgumentError("WorkingCopyScope: the copy " + copy.to_string() + " does not mirror the f32 arena " +
+                        master.to_string());
+  t_working = this;
+}
+
+WorkingCopyScope::~WorkingCopyScope() { t_working = prev_; }
+
+Tensor working_copy_view(const Var& x, DType target) {
+  const WorkingCopyScope* w = t_working;
+  if (!w || w->copy_.dtype() != target || x.dtype() != DType::f32) return Tensor();
+  const Tensor& v = x.value();
+  const Storage* st = v.storage().get();
+  if (st == nullptr || st != w->master_.storage().get() || st->version() != w->version_ || !v.is_contiguous())
+    return Tensor();
+  const int64_t rel = v.offset() - w->master_.offset();
+  if (rel < 0 || rel + v.numel() > w->master_.numel()) return Tensor();
+  return w->copy_.as_strided(v.shape(), contiguous_strides(v.shape()), rel);
 }
 
 bool autocast_enabled() { return t_state.enabled; }

@@ -27,6 +27,21 @@ void MixedPrecision::backward(const autograd::Var& loss, int64_t accum_steps) {
   loss.backward(static_cast<double>(scaler_.scale()) / static_cast<double>(accum_steps));
 }
 
+Tensor* MixedPrecision::working_copy_for(ParameterStore& store) {
+  const Tensor& master = store.flat_params();
+  if (!spec_.autocast || master.dtype() != DType::f32) return nullptr;
+  const bool same = working_.defined() && working_master_.storage() == master.storage() &&
+                    working_master_.offset() == master.offset() && working_.numel() == master.numel();
+  if (!same) {
+    working_ = Tensor::empty({master.numel()}, spec_.compute_dtype, MemCategory::parameters);
+    working_master_ = master;
+    working_version_ = ~uint64_t{0};
+  }
+  // Elements outside the optimizer's spans (frozen parameters) are only written here.
+  if (working_version_ != master.storage()->version()) working_.copy_from(master);
+  return &working_;
+}
+
 StepResult MixedPrecision::prepare_step(ParameterStore& store, double max_norm) {
   StepResult r;
   r.loss_scale = scaler_.scale();

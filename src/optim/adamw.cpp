@@ -49,20 +49,22 @@ AdamWScalars adamw_scalars(const AdamWConfig& c, float lr, int64_t step) {
 }
 
 void adamw_update_ref(float* p, const float* g, float* m, float* v, const std::vector<FlatSpan>& spans,
-                      const AdamWScalars& s) {
+                      const AdamWScalars& s, const WorkingCopyOut& working) {
   const bool small_w = optim_detail::lerp_weight_small(s.beta1_weight);
   for (const FlatSpan& sp : spans) {
     const int64_t o = sp.offset;
     optim_detail::adamw_span_ref_f32(p + o, g + o, m + o, v + o, sp.numel, sp.decay, small_w, s);
+    write_working_copy(p, working, o, sp.numel);
   }
 }
 
 void adamw_update(float* p, const float* g, float* m, float* v, const std::vector<FlatSpan>& spans,
-                  const AdamWScalars& s) {
+                  const AdamWScalars& s, const WorkingCopyOut& working) {
   const bool small_w = optim_detail::lerp_weight_small(s.beta1_weight);
   optim_detail::for_each_piece(spans, [&](const FlatSpan& sp) {
     const int64_t o = sp.offset;
     optim_detail::adamw_span_fast_f32(p + o, g + o, m + o, v + o, sp.numel, sp.decay, small_w, s);
+    write_working_copy(p, working, o, sp.numel);  // the piece is still in cache
   });
 }
 
@@ -93,24 +95,26 @@ void adamw_step_lowp(ParameterStore& store, const Tensor& m, const Tensor& v, co
 }
 }  // namespace
 
-void AdamW::step(ParameterStore& store, float lr) {
+void AdamW::step(ParameterStore& store, float lr, Tensor* working) {
   optim_detail::check_nonneg("AdamW::step", "lr", lr);
   optim_detail::check_store(store, flat_numel_, dtype_, "AdamW::step");
+  const WorkingCopyOut w = working_copy_out(working, flat_numel_, "AdamW::step");
+  if (w && dtype_ != DType::f32) throw ArgumentError("AdamW::step: a working copy is for fp32 master weights");
   const int64_t t = steps_ + 1;
   const AdamWScalars s = adamw_scalars(config_, lr, t);
   if (dtype_ == DType::f32) {
     float* p = store.flat_params().data<float>();
     const float* g = store.flat_grads().data<float>();
     if (force_reference())
-      adamw_update_ref(p, g, m_.data<float>(), v_.data<float>(), spans_, s);
+      adamw_update_ref(p, g, m_.data<float>(), v_.data<float>(), spans_, s, w);
     else
-      adamw_update(p, g, m_.data<float>(), v_.data<float>(), spans_, s);
+      adamw_update(p, g, m_.data<float>(), v_.data<float>(), spans_, s, w);
   } else {
-    const LowpWrite w{config_.rounding, config_.seed, uint64_t(steps_) * uint64_t(flat_numel_)};
+    const LowpWrite lw{config_.rounding, config_.seed, uint64_t(steps_) * uint64_t(flat_numel_)};
     if (dtype_ == DType::bf16)
-      adamw_step_lowp<bf16>(store, m_, v_, c_, spans_, s, w);
+      adamw_step_lowp<bf16>(store, m_, v_, c_, spans_, s, lw);
     else
-      adamw_step_lowp<fp16>(store, m_, v_, c_, spans_, s, w);
+      adamw_step_lowp<fp16>(store, m_, v_, c_, spans_, s, lw);
   }
   store.flat_params().storage()->bump_version();  // cached casts of the old weights are stale now
   steps_ = t;

@@ -26,18 +26,22 @@ void validate(const SgdConfig& c) {
 }
 
 namespace {
-void sgd_one_span(float* p, const float* g, float* buf, const FlatSpan& sp, const SgdScalars& s) {
+void sgd_one_span(float* p, const float* g, float* buf, const FlatSpan& sp, const SgdScalars& s,
+                  const WorkingCopyOut& working) {
   const int64_t o = sp.offset;
   optim_detail::sgd_span_f32(p + o, g + o, buf ? buf + o : nullptr, sp.numel, sp.decay, s);
+  write_working_copy(p, working, o, sp.numel);
 }
 }  // namespace
 
-void sgd_update_ref(float* p, const float* g, float* buf, const std::vector<FlatSpan>& spans, const SgdScalars& s) {
-  for (const FlatSpan& sp : spans) sgd_one_span(p, g, buf, sp, s);
+void sgd_update_ref(float* p, const float* g, float* buf, const std::vector<FlatSpan>& spans, const SgdScalars& s,
+                    const WorkingCopyOut& working) {
+  for (const FlatSpan& sp : spans) sgd_one_span(p, g, buf, sp, s, working);
 }
 
-void sgd_update(float* p, const float* g, float* buf, const std::vector<FlatSpan>& spans, const SgdScalars& s) {
-  optim_detail::for_each_piece(spans, [&](const FlatSpan& sp) { sgd_one_span(p, g, buf, sp, s); });
+void sgd_update(float* p, const float* g, float* buf, const std::vector<FlatSpan>& spans, const SgdScalars& s,
+                const WorkingCopyOut& working) {
+  optim_detail::for_each_piece(spans, [&](const FlatSpan& sp) { sgd_one_span(p, g, buf, sp, s, working); });
 }
 
 SGD::SGD(const ParameterStore& store, SgdConfig config) : config_(config) {
@@ -67,9 +71,11 @@ void sgd_step_lowp(ParameterStore& store, const Tensor& buf, const Tensor& c, co
 }
 }  // namespace
 
-void SGD::step(ParameterStore& store, float lr) {
+void SGD::step(ParameterStore& store, float lr, Tensor* working) {
   optim_detail::check_nonneg("SGD::step", "lr", lr);
   optim_detail::check_store(store, flat_numel_, dtype_, "SGD::step");
+  const WorkingCopyOut w = working_copy_out(working, flat_numel_, "SGD::step");
+  if (w && dtype_ != DType::f32) throw ArgumentError("SGD::step: a working copy is for fp32 master weights");
   SgdScalars s;
   s.neg_lr = -lr;
   s.weight_decay = config_.weight_decay;
@@ -82,15 +88,15 @@ void SGD::step(ParameterStore& store, float lr) {
     const float* g = store.flat_grads().data<float>();
     float* buf = buf_.defined() ? buf_.data<float>() : nullptr;
     if (force_reference())
-      sgd_update_ref(p, g, buf, spans_, s);
+      sgd_update_ref(p, g, buf, spans_, s, w);
     else
-      sgd_update(p, g, buf, spans_, s);
+      sgd_update(p, g, buf, spans_, s, w);
   } else {
-    const LowpWrite w{config_.rounding, config_.seed, uint64_t(steps_) * uint64_t(flat_numel_)};
+    const LowpWrite lw{config_.rounding, config_.seed, uint64_t(steps_) * uint64_t(flat_numel_)};
     if (dtype_ == DType::bf16)
-      sgd_step_lowp<bf16>(store, buf_, c_, spans_, s, w);
+      sgd_step_lowp<bf16>(store, buf_, c_, spans_, s, lw);
     else
-      sgd_step_lowp<fp16>(store, buf_, c_, spans_, s, w);
+      sgd_step_lowp<fp16>(store, buf_, c_, spans_, s, lw);
   }
   store.flat_params().storage()->bump_version();  // cached casts of the old weights are stale now
   ++steps_;

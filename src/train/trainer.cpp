@@ -276,8 +276,8 @@ TrainSummary train(const TrainOptions& opt) {
       if (contains(opt.inject_nonfinite, step)) inject_nonfinite(params, opt.inject_nonfinite, step);
       r = mp.prepare_step(params, opt.grad_clip);
       if (!r.found_inf) {
-        if (adamw) adamw->step(params, lr);
-        else sgd->step(params, lr);
+        if (adamw) mp.apply_step(*adamw, params, lr);
+        else mp.apply_step(*sgd, params, lr);
       }
     }
     mp.scaler().update(r.found_inf);

@@ -15,6 +15,7 @@
 #include <string_view>
 
 #include "mixtrain/autograd/node.h"
+#include "mixtrain/tensor/tensor.h"
 #include "mixtrain/tensor/dtype.h"
 
 namespace mixtrain {
@@ -64,6 +65,29 @@ DType autocast_output_dtype(autograd::OpKind op, DType input);
 void autocast_inputs(autograd::OpKind op, std::initializer_list<autograd::Var*> inputs);
 // Whether autocast_inputs would do anything on this thread (cheap; checked before calling it).
 bool autocast_active();
+
+// Registers, for this thread and the scope's lifetime, a 16-bit working copy of an fp32
+// parameter arena (optim/working_copy.h): while `master`'s storage still has `version` (nothing
+// has written the masters since the copy was made), autocast hands out views of `copy` as the
+// casts of the parameters inside `master` instead of casting them. Nestable; an undefined copy
+// registers nothing. Casts served this way count as cache hits.
+class WorkingCopyScope {
+ public:
+  WorkingCopyScope(const Tensor& master, uint64_t version, const Tensor& copy);
+  ~WorkingCopyScope();
+  WorkingCopyScope(const WorkingCopyScope&) = delete;
+  WorkingCopyScope& operator=(const WorkingCopyScope&) = delete;
+
+ private:
+  friend Tensor working_copy_view(const autograd::Var& x, DType target);
+  Tensor master_;  // the flat fp32 arena the copy mirrors
+  uint64_t version_;
+  Tensor copy_;  // flat, 16-bit, master's layout
+  const WorkingCopyScope* prev_;
+};
+// The registered working copy's view that stands for parameter x cast to `target`, or an
+// undefined tensor when no current copy covers x (used by autocast's casts; public for tests).
+Tensor working_copy_view(const autograd::Var& x, DType target);
 
 // Counters of this thread's weight-cast cache (for tests and the memory report). hits and misses
 // are cumulative over the thread's life; entries and bytes describe the cache now.

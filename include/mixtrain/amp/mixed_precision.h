@@ -3,8 +3,10 @@
 //   forward under autocast -> backward of the scaled loss -> unscale -> clip -> step or skip
 //   -> scaler update
 // (torch.amp semantics, shared/reference/amp-semantics.md). The fp32 master weights of the mixed
-// modes are the ParameterStore itself (finalized with param_dtype()); autocast casts them down
-// per op and caches the casts.
+// modes are the ParameterStore itself (finalized with param_dtype()). Before the first step
+// autocast casts them down per op and caches the casts; from then on the optimizer writes a
+// 16-bit working copy of the masters in the same pass as the update (optim/working_copy.h),
+// owned here, and forward() hands it to autocast, so no weight is cast again.
 //
 //   MixedPrecision mp("16-mixed");
 //   store.finalize(mp.param_dtype(), mp.grad_dtype());
@@ -47,6 +49,7 @@ class MixedPrecision {
   template <typename F>
   auto forward(F&& f) {
     AutocastScope scope(spec_.autocast, spec_.compute_dtype);
+    WorkingCopyScope working(working_master_, working_version_, working_);
     return f();
   }
   // Backpropagates loss * scale / accum_steps (one call per micro-batch; the scale stays the same
@@ -56,10 +59,11 @@ class MixedPrecision {
   // Unscales (when scaling), clips the global norm to max_norm (0: no clipping), steps the
   // optimizer unless a gradient is non-finite, and updates the scaler. Works for any optimizer
   // with step(ParameterStore&, float lr).
+  // Optimizers take step(store, lr, Tensor* working_copy).
   template <typename Optimizer>
   StepResult step(Optimizer& opt, ParameterStore& store, float lr, double max_norm = 0) {
     StepResult r = prepare_step(store, max_norm);
-    if (!r.found_inf) opt.step(store, lr);
+    if (!r.found_inf) apply_step(opt, store, lr);
     r.applied = !r.found_inf;
     scaler_.update(r.found_inf);
     return r;
@@ -69,9 +73,30 @@ class MixedPrecision {
   // optimizer themselves; they must then call scaler().update(result.found_inf).
   StepResult prepare_step(ParameterStore& store, double max_norm);
 
+  // The optimizer step itself (for callers of prepare_step): writes the working copy in the
+  // mixed modes.
+  template <typename Optimizer>
+  void apply_step(Optimizer& opt, ParameterStore& store, float lr) {
+    Tensor* working = working_copy_for(store);
+    opt.step(store, lr, working);
+    if (working) working_version_ = store.flat_params().storage()->version();
+  }
+
+  // The 16-bit working copy of the masters (undefined before the first step and outside the
+  // *-mixed modes), charged to MemCategory::parameters.
+  const Tensor& working_copy() const { return working_; }
+
  private:
+  // The working copy for this store's next optimizer step, (re)made from the masters when it
+  // does not exist yet or the masters changed since the optimizer last wrote it; null when the
+  // mode keeps none.
+  Tensor* working_copy_for(ParameterStore& store);
+
   const PrecisionSpec& spec_;
   GradScaler scaler_;
+  Tensor working_;         // flat, spec_.compute_dtype
+  Tensor working_master_;  // the fp32 arena it mirrors
+  uint64_t working_version_ = 0;
 };
 
 // Global gradient norm and clipping (torch.nn.utils.clip_grad_norm_ semantics) for gradients of

@@ -28,6 +28,7 @@
 #include "mixtrain/nn/parameters.h"
 #include "mixtrain/optim/flat_spans.h"
 #include "mixtrain/optim/lowp.h"
+#include "mixtrain/optim/working_copy.h"
 #include "mixtrain/tensor/tensor.h"
 
 namespace mixtrain {
@@ -63,10 +64,11 @@ AdamWScalars adamw_scalars(const AdamWConfig& config, float lr, int64_t step);
 // written. adamw_update_ref is the plain scalar loop (the oracle); adamw_update is the OpenMP
 // (static schedule over fixed pieces) vectorisable version, bit-identical to the reference for
 // any thread count. Thread count never changes a result: every element is independent.
+// With a working copy (the *-mixed modes), each updated element is also rounded into it.
 void adamw_update_ref(float* p, const float* g, float* m, float* v, const std::vector<FlatSpan>& spans,
-                      const AdamWScalars& s);
+                      const AdamWScalars& s, const WorkingCopyOut& working = {});
 void adamw_update(float* p, const float* g, float* m, float* v, const std::vector<FlatSpan>& spans,
-                  const AdamWScalars& s);
+                  const AdamWScalars& s, const WorkingCopyOut& working = {});
 
 // The 16-bit kernels (*-true). p, g, m, v, c: (flat_numel) of one 16-bit type; c is the Kahan
 // compensation, read and written only when w.rounding is kahan (ArgumentError if null then),
@@ -94,7 +96,9 @@ class AdamW {
   // (ArgumentError). Uses adamw_update, or adamw_update_ref when force_reference() is on. With
   // stochastic rounding, element i of update k (k = steps() before the call) draws
   // counter_rng(seed, k * flat_numel + i).
-  void step(ParameterStore& store, float lr);
+  // `working` (fp32 stores only; may be null): the 16-bit working copy to write in the same pass
+  // (optim/working_copy.h).
+  void step(ParameterStore& store, float lr, Tensor* working = nullptr);
   void step(ParameterStore& store) { step(store, config_.lr); }
 
   const AdamWConfig& config() const { return config_; }

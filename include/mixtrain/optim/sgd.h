@@ -22,6 +22,7 @@
 #include "mixtrain/nn/parameters.h"
 #include "mixtrain/optim/flat_spans.h"
 #include "mixtrain/optim/lowp.h"
+#include "mixtrain/optim/working_copy.h"
 #include "mixtrain/tensor/tensor.h"
 
 namespace mixtrain {
@@ -54,8 +55,11 @@ struct SgdScalars {
 // momentum == 0. sgd_update_ref is the plain loop, sgd_update the OpenMP vectorisable one
 // (bit-identical: same operations, and the library is built without FMA contraction in
 // baseline x86-64, so a vectorised loop rounds exactly like the scalar one).
-void sgd_update_ref(float* p, const float* g, float* buf, const std::vector<FlatSpan>& spans, const SgdScalars& s);
-void sgd_update(float* p, const float* g, float* buf, const std::vector<FlatSpan>& spans, const SgdScalars& s);
+// With a working copy (the *-mixed modes), each updated element is also rounded into it.
+void sgd_update_ref(float* p, const float* g, float* buf, const std::vector<FlatSpan>& spans, const SgdScalars& s,
+                    const WorkingCopyOut& working = {});
+void sgd_update(float* p, const float* g, float* buf, const std::vector<FlatSpan>& spans, const SgdScalars& s,
+                const WorkingCopyOut& working = {});
 
 // The 16-bit kernels (*-true). p, g, buf, c: (flat_numel) of one 16-bit type; buf may be null
 // when momentum == 0; c is the Kahan compensation, used only when w.rounding is kahan
@@ -81,7 +85,8 @@ class SGD {
   // Parameters and gradients must both have the dtype the optimizer was built for (DTypeError).
   // Stochastic rounding: element i of update k (k = steps() before the call) draws
   // counter_rng(seed, k * flat_numel + i).
-  void step(ParameterStore& store, float lr);
+  // `working` (fp32 stores only; may be null): the 16-bit working copy to write in the same pass.
+  void step(ParameterStore& store, float lr, Tensor* working = nullptr);
   void step(ParameterStore& store) { step(store, config_.lr); }
 
   const SgdConfig& config() const { return config_; }

@@ -1,0 +1,29 @@
+// The working copy writer shared by the fp32 optimizers (see the header).
+#include "mixtrain/optim/working_copy.h"
+
+#include <string>
+
+#include "mixtrain/numeric/convert.h"
+
+namespace mixtrain {
+
+WorkingCopyOut working_copy_out(Tensor* working, int64_t flat_numel, const char* op) {
+  if (!working || !working->defined()) return {};
+  if (working->dtype() != DType::bf16 && working->dtype() != DType::f16)
+    throw DTypeError(std::string(op) + ": the working copy must be bf16 or f16, got " +
+                     std::string(dtype_name(working->dtype())));
+  if (working->numel() != flat_numel || !working->is_contiguous())
+    throw ShapeError(std::string(op) + ": the working copy " + working->to_string() +
+                     " does not match the parameter arena of " + std::to_string(flat_numel) + " elements");
+  return {working->raw_data(), working->dtype()};
+}
+
+void write_working_copy(const float* p, const WorkingCopyOut& w, int64_t offset, int64_t n) {
+  if (!w || n <= 0) return;
+  if (w.dtype == DType::bf16)
+    convert_f32_to_bf16(p + offset, static_cast<bf16*>(w.data) + offset, static_cast<size_t>(n));
+  else
+    convert_f32_to_fp16(p + offset, static_cast<fp16*>(w.data) + offset, static_cast<size_t>(n));
+}
+
+}  // namespace mixtrain
