@@ -2,6 +2,7 @@
 // gradient of the op's output and accumulates the gradient of each input that requires one.
 // Gradients have the dtype of the value they belong to; parameter gradients accumulate straight
 // into the parameter arena (GEMM with beta = 1, scatter-add, column sums) without temporaries.
+#include <algorithm>
 #include <array>
 #include <cmath>
 
@@ -212,14 +213,27 @@ void attention_backward(Node& n, const Tensor& g) {
   const Tensor& p = n.saved[0];
   grad_gemm(V, p, g, true, false);
   if (!Q.requires_grad && !K.requires_grad) return;
-  Tensor ds = Tensor::empty(p.shape(), p.dtype(), MemCategory::activations);  // (BH, T, T)
-  {
-    const DType acc = p.dtype() == DType::f64 ? DType::f64 : DType::f32;
-    const Tensor dp = mixtrain::matmul(g, v, false, true, acc, MemCategory::workspace);
-    causal_softmax_backward(p, dp, static_cast<float>(n.f), ds);
+  // dP and dS a chunk of heads at a time (like forward's scores): dS in the compute dtype, dP in
+  // f32, both workspaces of one chunk.
+  const DType acc = p.dtype() == DType::f64 ? DType::f64 : DType::f32;
+  const int64_t BH = p.size(0), T = p.size(1), chunk = attention_heads_per_chunk(T);
+  Tensor dq = Tensor::empty(Q.shape, Q.dtype), dk = Tensor::empty(K.shape, K.dtype);
+  for (int64_t h0 = 0; h0 < BH; h0 += chunk) {
+    const int64_t h1 = std::min(BH, h0 + chunk);
+    const Tensor gc = g.slice(0, h0, h1), qc = q.slice(0, h0, h1), kc = k.slice(0, h0, h1);
+    Tensor ds = Tensor::empty({h1 - h0, T, T}, p.dtype(), MemCategory::workspace);
+    {
+      const Tensor dp = mixtrain::matmul(gc, v.slice(0, h0, h1), false, true, acc, MemCategory::workspace);
+      causal_softmax_backward(p.slice(0, h0, h1), dp, static_cast<float>(n.f), ds);
+    }
+    Tensor dqc = dq.slice(0, h0, h1), dkc = dk.slice(0, h0, h1);
+    gemm(ds, kc, dqc);                 // dq = dS k
+    GemmOptions ta;
+    ta.trans_a = true;
+    gemm(ds, qc, dkc, ta);             // dk = dS^T q
   }
-  grad_gemm(Q, ds, k, false, false);
-  grad_gemm(K, ds, q, true, false);
+  accumulate_grad(Q, dq);
+  accumulate_grad(K, dk);
 }
 
 // One row per op, indexed by OpKind: the backward rule and which inputs' values it reads (bit i:

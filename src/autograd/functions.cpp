@@ -1,6 +1,7 @@
 // Forward passes of the differentiable ops: run the kernel, record the node.
 #include "mixtrain/autograd/functions.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "mixtrain/amp/autocast.h"
@@ -354,6 +355,8 @@ Var cast(const Var& x, DType dtype) {
   return make_output(out, n);
 }
 
+int64_t attention_heads_per_chunk(int64_t T) { return std::max<int64_t>(1, (int64_t{4} << 20) / (T * T * 4)); }
+
 Var attention(const Var& q_in, const Var& k_in, const Var& v_in, float scale_) {
   Var q = q_in, k = k_in, v = v_in;
   autocast(OpKind::attention, {&q, &k, &v});
@@ -366,12 +369,17 @@ Var attention(const Var& q_in, const Var& k_in, const Var& v_in, float scale_) {
                      " must be equal (B*H, T, D)");
   if (kv.dtype() != qv.dtype() || vv.dtype() != qv.dtype())
     throw DTypeError("attention: q, k and v must share one dtype");
-  // Scores in f32 (f64 for gradient checks): a workspace that lives only until the softmax.
+  // Scores in f32 (f64 for gradient checks), a chunk of heads at a time: a workspace that lives
+  // only until its softmax.
   const DType acc = qv.dtype() == DType::f64 ? DType::f64 : DType::f32;
-  Tensor probs = Tensor::empty({qv.size(0), qv.size(1), qv.size(1)}, qv.dtype());  // (BH, T, T)
-  {
-    const Tensor scores = mixtrain::matmul(qv, kv, false, true, acc, MemCategory::workspace);  // q k^T
-    mixtrain::causal_softmax(scores, scale_, probs);
+  const int64_t BH = qv.size(0), T = qv.size(1), chunk = attention_heads_per_chunk(T);
+  Tensor probs = Tensor::empty({BH, T, T}, qv.dtype());  // (BH, T, T)
+  for (int64_t h0 = 0; h0 < BH; h0 += chunk) {
+    const int64_t h1 = std::min(BH, h0 + chunk);
+    const Tensor scores =
+        mixtrain::matmul(qv.slice(0, h0, h1), kv.slice(0, h0, h1), false, true, acc, MemCategory::workspace);
+    Tensor p = probs.slice(0, h0, h1);
+    mixtrain::causal_softmax(scores, scale_, p);
   }
   Tensor out = mixtrain::matmul(probs, vv, false, false, qv.dtype(), MemCategory::activations);  // (BH, T, D)
   std::shared_ptr<Node> n;

@@ -8,5 +8,8 @@ namespace mixtrain::autograd {
 Tensor heads_view(const Tensor& qkv, int which, int64_t n_head);
 // out = x * mask / (1 - p), mask from counter_rng(seed, offset + i).
 void apply_dropout_mask(const Tensor& x, float p, uint64_t seed, uint64_t offset, Tensor& out);
+// Heads per chunk of the attention op, so that the f32 scores (or their gradient) of only one
+// chunk exist at a time: about 4 MiB of them, at least one head.
+int64_t attention_heads_per_chunk(int64_t T);
 
 }  // namespace mixtrain::autograd
