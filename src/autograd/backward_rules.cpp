@@ -124,7 +124,7 @@ void layer_norm_backward_rule(Node& n, const Tensor& g) {
   VarImpl& X = *n.inputs[0];
   VarImpl& W = *n.inputs[1];
   VarImpl& Bi = *n.inputs[2];
-  const Tensor& x = n.in_values[0];
+  const Tensor& x = n.in_values[0];  // x, or x-hat when n.b0 (saved in 16 bits under autocast)
   const int64_t C = x.size(-1);
   const Tensor x2 = x.contiguous().reshape({-1, C});
   const Tensor g2 = g.contiguous().reshape({-1, C});
@@ -133,7 +133,7 @@ void layer_norm_backward_rule(Node& n, const Tensor& g) {
   // dweight / dbias accumulate: into the parameter buffers when there are, else into zeros.
   Tensor dw = W.grad_is_buffer ? W.grad : Tensor::zeros({C}, W.dtype);
   Tensor db = Bi.grad_is_buffer ? Bi.grad : Tensor::zeros({C}, Bi.dtype);
-  layer_norm_backward(x2, n.in_values[1], n.saved[0], n.saved[1], g2, dx2, dw, db);
+  layer_norm_backward(x2, n.in_values[1], n.b0 ? Tensor() : n.saved[0], n.saved[1], g2, dx2, dw, db);
   accumulate_grad(X, dx);
   if (!W.grad_is_buffer) accumulate_grad(W, dw);
   if (!Bi.grad_is_buffer) accumulate_grad(Bi, db);

@@ -190,6 +190,20 @@ Var layer_norm(const Var& x_in, const Var& weight_in, const Var& bias_in, float 
   if (needs_grad({&x, &weight, &bias})) {
     n = make_node(OpKind::layer_norm, {&x, &weight, &bias});
     n->saved = {mean, rstd};
+    // Under autocast with a wider input (the fp32 residual stream), backward gets x-hat in the
+    // 16-bit compute dtype instead of x: half the bytes, and nothing else keeps the residual
+    // alive. x-hat is O(1) (no cancellation), so rounding it costs one 16-bit rounding in dx and
+    // dweight, like the 16-bit dout it meets there. (Apex's memory-efficient layer norm saves its
+    // output for the same reason.) The forward output is unchanged (fp32 math, fp32 x-hat).
+    if (autocast_enabled() && dtype_size(autocast_dtype()) < dtype_size(x2.dtype()) && x2.dtype() == DType::f32) {
+      Tensor xhat = Tensor::empty({R, C}, autocast_dtype());
+      const Tensor ones = Tensor::full({C}, DType::f32, 1.0, MemCategory::workspace);
+      const Tensor zeros = Tensor::zeros({C}, DType::f32, MemCategory::workspace);
+      mixtrain::layer_norm(x2, ones, zeros, eps, xhat, nullptr, nullptr);  // x-hat * 1 + 0, rounded once
+      n->in_values[0] = xhat;
+      n->b0 = true;  // in_values[0] is x-hat (backward passes no mean)
+      n->saved[0] = Tensor();
+    }
   }
   return make_output(out, n);
 }

@@ -98,7 +98,6 @@ void layer_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& me
   const char* op = "layer_norm_backward";
   const Device dev = detail::check_defined_same_device(op, {{"x", &x},
                                                             {"weight", &weight},
-                                                            {"mean", &mean},
                                                             {"rstd", &rstd},
                                                             {"dout", &dout},
                                                             {"dx", &dx},
@@ -110,7 +109,10 @@ void layer_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& me
                            {"dx", &dx},
                            {"dweight", &dweight},
                            {"dbias", &dbias}});
-  detail::check_f32_or_f64(op, {"mean", &mean});
+  if (mean.defined()) {
+    detail::check_defined_same_device(op, {{"x", &x}, {"mean", &mean}});
+    detail::check_f32_or_f64(op, {"mean", &mean});
+  }
   detail::check_f32_or_f64(op, {"rstd", &rstd});
   detail::check_min_dim(op, {"x", &x}, 1);
   detail::check_same_shape(op, {"dout", &dout}, {"x", &x});
@@ -119,7 +121,7 @@ void layer_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& me
   check_row_vector(op, {"dweight", &dweight}, {"x", &x});
   check_row_vector(op, {"dbias", &dbias}, {"x", &x});
   for (const Arg& s : {Arg{"mean", &mean}, Arg{"rstd", &rstd}})
-    if (!detail::is_per_row_shape(*s.t, x))
+    if (s.t->defined() && !detail::is_per_row_shape(*s.t, x))
       throw ShapeError(std::string(op) + ": " + detail::describe(s.name, *s.t) +
                        " must have one element per row of " + detail::describe("x", x));
   backend_for(dev).layer_norm_backward(x, weight, mean, rstd, dout, dx, dweight, dbias);

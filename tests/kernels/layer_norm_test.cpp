@@ -3,6 +3,7 @@
 // with a large mean; f64 reference values; thread-count determinism.
 #include <cmath>
 #include <cstring>
+#include <tuple>
 
 #include "kernels/op_harness.h"
 #include "mixtrain/kernels/backend.h"
@@ -115,6 +116,51 @@ TEST(LayerNormRef, KnownValuesF64) {
   layer_norm(x.to(DType::f32), w.to(DType::f32), b.to(DType::f32), 0.25f, of);
   EXPECT_NEAR(of.at({0, 0}), 1 + 2 * -1.5 / std::sqrt(1.5), 1e-6);
   EXPECT_EQ(of.at({1, 3}), 1.0);
+}
+
+// Backward from a saved x-hat (undefined mean; what autocast keeps in 16 bits) equals backward from
+// x: exactly in f64 up to the rounding of x-hat itself, within fp32 rounding for the fast path
+// with an f32 x-hat, and within bf16 rounding of x-hat for a bf16 one; reference and fast agree.
+TEST(LayerNormBackward, FromNormalizedInputMatchesFromInput) {
+  const int64_t R = 37, C = 96;
+  const Tensor x = Tensor::randn({R, C}, DType::f32, 1, 3.f, 2.f);  // a mean offset, like a residual
+  const Tensor w = Tensor::randn({C}, DType::f32, 2, 1.f, 0.2f), b = Tensor::randn({C}, DType::f32, 3);
+  const Tensor dout = Tensor::randn({R, C}, DType::f32, 4);
+  Tensor y = Tensor::empty({R, C}, DType::f32), mean = Tensor::empty({R}, DType::f32),
+         rstd = Tensor::empty({R}, DType::f32);
+  layer_norm(x, w, b, kEps, y, &mean, &rstd);
+  const Tensor ones = Tensor::full({C}, DType::f32, 1.0), zeros = Tensor::zeros({C}, DType::f32);
+  struct Out {
+    std::vector<double> dx, dw, db;
+  };
+  auto run = [&](bool reference, const Tensor& xin, const Tensor& m) {
+    Tensor dx = Tensor::empty({R, C}, DType::f32), dw = Tensor::zeros({C}, DType::f32),
+           db = Tensor::zeros({C}, DType::f32);
+    (reference ? ref::layer_norm_backward : mixtrain::layer_norm_backward)(xin, w, m, rstd, dout, dx, dw, db);
+    return Out{dx.to_doubles(), dw.to_doubles(), db.to_doubles()};
+  };
+  auto near = [](const Out& a, const Out& e, double rel, const char* what) {
+    for (const auto& [ga, ge, name] : {std::tuple{&a.dx, &e.dx, "dx"}, {&a.dw, &e.dw, "dw"}, {&a.db, &e.db, "db"}}) {
+      double scale = 0;
+      for (double v : *ge) scale = std::max(scale, std::fabs(v));
+      for (size_t i = 0; i < ga->size(); ++i)
+        ASSERT_NEAR((*ga)[i], (*ge)[i], rel * scale) << what << " " << name << "[" << i << "]";
+    }
+  };
+  for (bool reference : {true, false}) {
+    const Out from_x = run(reference, x, mean);
+    for (DType dt : {DType::f32, DType::bf16}) {
+      Tensor xhat = Tensor::empty({R, C}, dt);
+      layer_norm(x, ones, zeros, kEps, xhat);
+      const Out from_xhat = run(reference, xhat, Tensor());
+      // f32: a few fp32 ulps of the largest value; bf16: x-hat carries 2^-9 relative error.
+      near(from_xhat, from_x, dt == DType::f32 ? 1e-5 : 2e-2, reference ? "ref" : "fast");
+    }
+  }
+  // The fast path and the reference agree on the normalized mode itself.
+  Tensor xhat = Tensor::empty({R, C}, DType::bf16);
+  layer_norm(x, ones, zeros, kEps, xhat);
+  near(run(false, xhat, Tensor()), run(true, xhat, Tensor()), 1e-5, "fast vs ref");
 }
 
 }  // namespace

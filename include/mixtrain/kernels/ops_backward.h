@@ -40,7 +40,9 @@ void softmax_last_backward(const Tensor& y, const Tensor& dy, Tensor& dx);
 //   dx = rstd * (g - mean_c(g) - xhat * mean_c(g * xhat))      (overwritten)
 //   dweight += sum_r dout * xhat,  dbias += sum_r dout           (accumulated)
 // x, dout, dx: (..., C) (R rows); weight, dweight, dbias: (C); mean, rstd: (R) or x's leading shape,
-// f32 (or f64) as written by layer_norm forward.
+// f32 (or f64) as written by layer_norm forward. An undefined `mean` means x holds the normalized
+// x-hat itself (any float dtype, e.g. saved in 16 bits by autocast): x-hat = x, and rstd still
+// scales dx.
 void layer_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& mean, const Tensor& rstd,
                          const Tensor& dout, Tensor& dx, Tensor& dweight, Tensor& dbias);
 

@@ -181,14 +181,16 @@ void CpuBackend::softmax_last_backward(const Tensor& y, const Tensor& dy, Tensor
 void CpuBackend::layer_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& mean,
                                      const Tensor& rstd, const Tensor& dout, Tensor& dx, Tensor& dweight,
                                      Tensor& dbias) {
-  if (!cpu::all_fast({&x, &weight, &dout, &dx, &dweight, &dbias}) || mean.dtype() != DType::f32 ||
+  const bool normalized = !mean.defined();  // x holds x-hat already (see ops_backward.h)
+  if (!cpu::all_fast({&x, &weight, &dout, &dx, &dweight, &dbias}) || (!normalized && mean.dtype() != DType::f32) ||
       rstd.dtype() != DType::f32)
     return ref::layer_norm_backward(x, weight, mean, rstd, dout, dx, dweight, dbias);
   cpu::RowView xv, gv, ov;
   const Tensor xk = cpu::rows_or_copy(x, xv), gk = cpu::rows_or_copy(dout, gv);
   Tensor o = cpu::rows_for_output(dx, ov);
   const int64_t R = xv.rows, C = xv.cols;
-  const std::vector<float> w = cpu::vec_f32(weight), mu = cpu::vec_f32(mean), rs = cpu::vec_f32(rstd);
+  const std::vector<float> w = cpu::vec_f32(weight), rs = cpu::vec_f32(rstd);
+  const std::vector<float> mu = normalized ? std::vector<float>(static_cast<size_t>(R), 0.f) : cpu::vec_f32(mean);
   // Parameter gradients: one fp32 partial row per fixed group of kLnGroupRows rows (rows added in
   // order), then the group partials added pairwise per column. Thread count only decides who
   // computes which group.
@@ -206,7 +208,8 @@ void CpuBackend::layer_norm_backward(const Tensor& x, const Tensor& weight, cons
       float* g = cpu::bscratch(4, C);
       float* gx = cpu::bscratch(5, C);
       const float rsr = rs[static_cast<size_t>(r)];
-      cpu::ln_prep(p, d, w.data(), mu[static_cast<size_t>(r)], rsr, xh, g, gx, pw, pb, C);
+      // x-hat = (x - 0) * 1 is exact: the normalized mode computes with the very same x-hat.
+      cpu::ln_prep(p, d, w.data(), mu[static_cast<size_t>(r)], normalized ? 1.f : rsr, xh, g, gx, pw, pb, C);
       const float mean_g = cpu::sum_f32(g, C) / static_cast<float>(C);
       const float mean_gx = cpu::sum_f32(gx, C) / static_cast<float>(C);
       float* q = cpu::out_row(ov.row(r), ov.dtype, cpu::bscratch(2, C));

@@ -100,12 +100,13 @@ void layer_norm_backward_t(const Tensor& x, const Tensor& weight, const Tensor& 
   std::vector<T> xhat(static_cast<size_t>(C)), g(static_cast<size_t>(C));
   for (int64_t r = 0; r < R; ++r) {
     const int64_t xb = row_offset(x, r), gb = row_offset(dout, r), ob = row_offset(dx, r);
-    const T mu = load<T>(mean, elem_offset(mean, r)), rs = load<T>(rstd, elem_offset(rstd, r));
+    const bool normalized = !mean.defined();  // x holds x-hat already
+    const T mu = normalized ? T(0) : load<T>(mean, elem_offset(mean, r)), rs = load<T>(rstd, elem_offset(rstd, r));
     KahanSum<T> sum_g, sum_gx;
     for (int64_t c = 0; c < C; ++c) {
       const size_t k = static_cast<size_t>(c);
       const T d = load<T>(dout, gb + c * gs);
-      xhat[k] = (load<T>(x, xb + c * xs) - mu) * rs;
+      xhat[k] = normalized ? load<T>(x, xb + c * xs) : (load<T>(x, xb + c * xs) - mu) * rs;
       g[k] = d * load<T>(weight, c * weight.stride(0));
       sum_g.add(g[k]);
       sum_gx.add(g[k] * xhat[k]);
