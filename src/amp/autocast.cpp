@@ -191,6 +191,10 @@ void autocast_inputs(autograd::OpKind op, std::initializer_list<Var*> inputs) {
       // fp32 copy of the input alive for backward.
       return;
     case CastPolicy::promote: {
+      // Two floating inputs of different widths: the kernel reads both storages and computes in
+      // fp32, writing the promoted dtype (autocast_promote_dtype): the numbers of torch's
+      // widening cast without materialising the wider copy.
+      if (inputs.size() == 2 && eligible(**inputs.begin()) && eligible(**(inputs.begin() + 1))) return;
       bool any = false;
       for (const Var* v : inputs)
         if (eligible(*v)) {
@@ -209,6 +213,13 @@ DType autocast_output_dtype(autograd::OpKind op, DType input) {
   const State& s = t_state;
   if (!(s.enabled || s.upcast) || autocast_policy(op) != CastPolicy::fp32) return input;
   return (input == DType::bf16 || input == DType::f16) ? DType::f32 : input;
+}
+
+DType autocast_promote_dtype(DType a, DType b) {
+  const State& s = t_state;
+  if (!(s.enabled || s.upcast)) return a;
+  const auto ok = [](DType t) { return is_floating(t) && t != DType::f64; };
+  return ok(a) && ok(b) ? wider(a, b) : a;
 }
 
 AutocastCacheStats autocast_cache_stats() {

@@ -168,6 +168,32 @@ TEST(Autocast, GemmRunsOnRoundedInputsAndGradientsComeBackInTheInputsDtype) {
   EXPECT_EQ(b.grad().dtype(), DType::f32);
 }
 
+// Promote ops read both storages in the kernel: no widened copy is made or recorded, and the
+// values and gradients are those of the explicit cast (widening is exact; the gradient of the
+// 16-bit input is rounded to 16 bits once, as the cast's backward would).
+TEST(Autocast, PromoteOpsWidenInsideTheKernelWithTheCastsNumbers) {
+  for (bool use_mul : {false, true}) {
+    Var a(rnd({5, 7}, DType::f32, 1), true), b(rnd({5, 7}, DType::bf16, 2), true);
+    Var out;
+    {
+      AutocastScope scope(true, DType::bf16);
+      out = use_mul ? mul(a, b) : add(a, b);
+    }
+    EXPECT_EQ(out.dtype(), DType::f32);
+    ASSERT_NE(out.impl()->grad_fn, nullptr);
+    EXPECT_EQ(out.impl()->grad_fn->inputs[1], b.impl()) << "a cast node was recorded";
+    Var a2(a.value(), true), b2(b.value(), true);
+    Var ref = use_mul ? mul(a2, cast(b2, DType::f32)) : add(a2, cast(b2, DType::f32));
+    EXPECT_EQ(out.value().to_doubles(), ref.value().to_doubles());
+    const Tensor t = Tensor::from_ints({0, 1, 2, 3, 4}, {5});
+    cross_entropy(out, t).backward();
+    cross_entropy(ref, t).backward();
+    EXPECT_EQ(b.grad().dtype(), DType::bf16);
+    EXPECT_EQ(a.grad().to_doubles(), a2.grad().to_doubles());
+    EXPECT_EQ(b.grad().to_doubles(), b2.grad().to_doubles());
+  }
+}
+
 TEST(Autocast, F64IsNeverCast) {
   AutocastScope ac(true, DType::bf16);
   Var a(rnd({2, 3}, DType::f64, 1), true), b(rnd({3, 4}, DType::f64, 2), true);

@@ -62,6 +62,9 @@ CastPolicy autocast_policy(autograd::OpKind op);
 // The output dtype of an op whose input has dtype `input`: f32 for the fp32-policy ops on 16-bit
 // inputs inside an autocast region (they widen inside their kernels), else `input`.
 DType autocast_output_dtype(autograd::OpKind op, DType input);
+// The output dtype of a promote-policy op (add, mul) on inputs of dtypes a and b inside an active
+// region: the wider (bf16 with f16: f32), computed by the kernel from both storages; else a.
+DType autocast_promote_dtype(DType a, DType b);
 void autocast_inputs(autograd::OpKind op, std::initializer_list<autograd::Var*> inputs);
 // Whether autocast_inputs would do anything on this thread (cheap; checked before calling it).
 bool autocast_active();
