@@ -47,6 +47,7 @@ void register_bench(CLI::App& app, GlobalOptions& g, std::vector<Command>& comma
                           write_file_atomic(conv_opts->json, convert_bench_to_json(results).dump(2) + "\n");
                         return 0;
                       }});
+  register_bench_train(bench, g, commands);
 }
 
 }  // namespace mixtrain::cli

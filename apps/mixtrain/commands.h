@@ -25,6 +25,7 @@ void write_file_atomic(const std::string& path, const std::string& text);
 
 void register_info(CLI::App& app, GlobalOptions& g, std::vector<Command>& commands);
 void register_bench(CLI::App& app, GlobalOptions& g, std::vector<Command>& commands);
+void register_bench_train(CLI::App* bench, GlobalOptions& g, std::vector<Command>& commands);  // `bench train`
 void register_train(CLI::App& app, GlobalOptions& g, std::vector<Command>& commands);
 void register_compare(CLI::App& app, GlobalOptions& g, std::vector<Command>& commands);
 

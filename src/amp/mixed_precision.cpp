@@ -3,6 +3,7 @@
 
 #include "mixtrain/kernels/ops.h"
 #include "mixtrain/optim/clip.h"
+#include "mixtrain/core/profiler.h"
 
 namespace mixtrain {
 namespace {
@@ -43,6 +44,7 @@ Tensor* MixedPrecision::working_copy_for(ParameterStore& store) {
 }
 
 StepResult MixedPrecision::prepare_step(ParameterStore& store, double max_norm) {
+  ProfileScope prof(WorkKind::scaler);
   StepResult r;
   r.loss_scale = scaler_.scale();
   // unscale_ before clipping (pytorch/examples#1196); without a scaler the norm pass is the

@@ -10,6 +10,7 @@
 #include "mixtrain/autograd/node.h"
 #include "mixtrain/kernels/ops.h"
 #include "mixtrain/kernels/ops_backward.h"
+#include "mixtrain/core/profiler.h"
 
 namespace mixtrain::autograd {
 namespace {
@@ -173,6 +174,7 @@ void cross_entropy_backward_rule(Node& n, const Tensor& g) {
 void reshape_backward(Node& n, const Tensor& g) { accumulate_grad(*n.inputs[0], g.contiguous().reshape(n.shape)); }
 
 void split_heads_backward(Node& n, const Tensor& g) {
+  ProfileScope prof(WorkKind::elementwise);
   VarImpl& Q = *n.inputs[0];
   const int64_t H = n.i1;
   Tensor d = Tensor::zeros(Q.shape, Q.dtype);  // (B, T, 3C), zero outside this part
@@ -182,6 +184,7 @@ void split_heads_backward(Node& n, const Tensor& g) {
 }
 
 void merge_heads_backward(Node& n, const Tensor& g) {
+  ProfileScope prof(WorkKind::elementwise);
   VarImpl& Y = *n.inputs[0];
   const int64_t B = n.i0, BH = Y.shape[0], H = BH / B, T = Y.shape[1], D = Y.shape[2];
   Tensor d = Tensor::empty({B, H, T, D}, Y.dtype);
@@ -204,6 +207,7 @@ void cast_backward(Node& n, const Tensor& g) {
 // y = P v with P = causal_softmax(scale * q k^T) saved by forward (in the compute dtype):
 //   dv = P^T dy;  dP = dy v^T (f32);  dS = softmax backward of dP;  dq = dS k;  dk = dS^T q.
 void attention_backward(Node& n, const Tensor& g) {
+  ProfileScope prof(WorkKind::attention);
   VarImpl& Q = *n.inputs[0];
   VarImpl& K = *n.inputs[1];
   VarImpl& V = *n.inputs[2];

@@ -10,6 +10,7 @@
 #include "mixtrain/kernels/ops_backward.h"
 #include "mixtrain/numeric/stochastic.h"
 #include "internal.h"
+#include "mixtrain/core/profiler.h"
 
 namespace mixtrain::autograd {
 namespace {
@@ -278,6 +279,7 @@ Tensor heads_view(const Tensor& qkv, int which, int64_t n_head) {
 }
 
 Var split_heads(const Var& qkv_in, int which, int64_t n_head) {
+  ProfileScope prof(WorkKind::elementwise);
   Var qkv = qkv_in;
   autocast(OpKind::split_heads, {&qkv});
   require(qkv, "split_heads", "qkv");
@@ -299,6 +301,7 @@ Var split_heads(const Var& qkv_in, int which, int64_t n_head) {
 }
 
 Var merge_heads(const Var& y_in, int64_t batch) {
+  ProfileScope prof(WorkKind::elementwise);
   Var y = y_in;
   autocast(OpKind::merge_heads, {&y});
   require(y, "merge_heads", "y");
@@ -320,6 +323,7 @@ Var merge_heads(const Var& y_in, int64_t batch) {
 // Scales kept elements by 1/(1-p), zeroes the others; the mask is recomputed from (seed, offset)
 // in backward instead of being stored.
 void apply_dropout_mask(const Tensor& x, float p, uint64_t seed, uint64_t offset, Tensor& out) {
+  ProfileScope prof(WorkKind::elementwise);
   // fp32 math for every float dtype, double for f64 (finite-difference checks need it).
   auto run = [&](auto values, double keep_scale) {
     const auto n = static_cast<int64_t>(values.size());
@@ -372,6 +376,7 @@ Var cast(const Var& x, DType dtype) {
 int64_t attention_heads_per_chunk(int64_t T) { return std::max<int64_t>(1, (int64_t{4} << 20) / (T * T * 4)); }
 
 Var attention(const Var& q_in, const Var& k_in, const Var& v_in, float scale_) {
+  ProfileScope prof(WorkKind::attention);
   Var q = q_in, k = k_in, v = v_in;
   autocast(OpKind::attention, {&q, &k, &v});
   require(q, "attention", "q");

@@ -9,6 +9,7 @@
 #include "kernels/ref/ref_util.h"
 #include "mixtrain/kernels/backend.h"
 #include "mixtrain/kernels/ops_backward.h"
+#include "mixtrain/core/profiler.h"
 
 namespace mixtrain {
 namespace {
@@ -54,6 +55,7 @@ void check_indices(const char* op, const char* what, const Tensor& idx, int64_t 
 }  // namespace
 
 void gelu_backward(const Tensor& x, const Tensor& dout, Tensor& dx) {
+  ProfileScope prof(WorkKind::elementwise);
   const char* op = "gelu_backward";
   const Device dev = detail::check_defined_same_device(op, {{"x", &x}, {"dout", &dout}, {"dx", &dx}});
   detail::check_float(op, {{"x", &x}, {"dout", &dout}, {"dx", &dx}});
@@ -63,6 +65,7 @@ void gelu_backward(const Tensor& x, const Tensor& dout, Tensor& dx) {
 }
 
 void causal_softmax(const Tensor& x, float scale, Tensor& y) {
+  ProfileScope prof(WorkKind::attention);
   const char* op = "causal_softmax";
   const Device dev = detail::check_defined_same_device(op, {{"x", &x}, {"y", &y}});
   detail::check_float(op, {{"x", &x}, {"y", &y}});
@@ -73,6 +76,7 @@ void causal_softmax(const Tensor& x, float scale, Tensor& y) {
 }
 
 void causal_softmax_backward(const Tensor& y, const Tensor& dy, float scale, Tensor& dx) {
+  ProfileScope prof(WorkKind::attention);
   const char* op = "causal_softmax_backward";
   const Device dev = detail::check_defined_same_device(op, {{"y", &y}, {"dy", &dy}, {"dx", &dx}});
   detail::check_float(op, {{"y", &y}, {"dy", &dy}, {"dx", &dx}});
@@ -84,6 +88,7 @@ void causal_softmax_backward(const Tensor& y, const Tensor& dy, float scale, Ten
 }
 
 void softmax_last_backward(const Tensor& y, const Tensor& dy, Tensor& dx) {
+  ProfileScope prof(WorkKind::attention);
   const char* op = "softmax_last_backward";
   const Device dev = detail::check_defined_same_device(op, {{"y", &y}, {"dy", &dy}, {"dx", &dx}});
   detail::check_float(op, {{"y", &y}, {"dy", &dy}, {"dx", &dx}});
@@ -95,6 +100,7 @@ void softmax_last_backward(const Tensor& y, const Tensor& dy, Tensor& dx) {
 
 void layer_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& mean, const Tensor& rstd,
                          const Tensor& dout, Tensor& dx, Tensor& dweight, Tensor& dbias) {
+  ProfileScope prof(WorkKind::normalization);
   const char* op = "layer_norm_backward";
   const Device dev = detail::check_defined_same_device(op, {{"x", &x},
                                                             {"weight", &weight},
@@ -128,6 +134,7 @@ void layer_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& me
 }
 
 void embedding_backward(const Tensor& ids, const Tensor& dout, Tensor& dweight) {
+  ProfileScope prof(WorkKind::elementwise);
   const char* op = "embedding_backward";
   const Device dev =
       detail::check_defined_same_device(op, {{"ids", &ids}, {"dout", &dout}, {"dweight", &dweight}});
@@ -152,6 +159,7 @@ void embedding_backward(const Tensor& ids, const Tensor& dout, Tensor& dweight) 
 }
 
 void cross_entropy_backward(const Tensor& logits, const Tensor& targets, float dloss, Tensor& dlogits) {
+  ProfileScope prof(WorkKind::loss);
   const char* op = "cross_entropy_backward";
   const Device dev = detail::check_defined_same_device(
       op, {{"logits", &logits}, {"targets", &targets}, {"dlogits", &dlogits}});
@@ -173,6 +181,7 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& targets, float d
 }
 
 void sum_to_row_accumulate(const Tensor& x, Tensor& out) {
+  ProfileScope prof(WorkKind::elementwise);
   const char* op = "sum_to_row_accumulate";
   const Device dev = detail::check_defined_same_device(op, {{"x", &x}, {"out", &out}});
   detail::check_float(op, {{"x", &x}, {"out", &out}});
@@ -182,6 +191,7 @@ void sum_to_row_accumulate(const Tensor& x, Tensor& out) {
 }
 
 void add_inplace(Tensor& acc, const Tensor& x) {
+  ProfileScope prof(WorkKind::elementwise);
   const char* op = "add_inplace";
   const Device dev = detail::check_defined_same_device(op, {{"acc", &acc}, {"x", &x}});
   detail::check_float(op, {{"acc", &acc}, {"x", &x}});

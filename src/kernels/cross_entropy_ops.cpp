@@ -6,10 +6,12 @@
 #include "mixtrain/kernels/backend.h"
 #include "mixtrain/kernels/ops.h"
 #include "kernels/ref/ref_util.h"
+#include "mixtrain/core/profiler.h"
 
 namespace mixtrain {
 
 double cross_entropy(const Tensor& logits, const Tensor& targets, Tensor* losses) {
+  ProfileScope prof(WorkKind::loss);
   const char* op = "cross_entropy";
   const Device dev = detail::check_defined_same_device(
       op, {{"logits", &logits}, {"targets", &targets}, {"losses", losses ? losses : &logits}});

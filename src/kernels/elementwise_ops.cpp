@@ -4,6 +4,7 @@
 #include "kernels/op_checks.h"
 #include "mixtrain/kernels/backend.h"
 #include "mixtrain/kernels/ops.h"
+#include "mixtrain/core/profiler.h"
 
 namespace mixtrain {
 namespace {
@@ -29,12 +30,24 @@ Device check_unary(const char* op, const char* in_name, const Tensor& x, const T
 }
 }  // namespace
 
-void add(const Tensor& a, const Tensor& b, Tensor& out) { backend_for(check_binary("add", a, b, out)).add(a, b, out); }
+void add(const Tensor& a, const Tensor& b, Tensor& out) {
+  ProfileScope prof(WorkKind::elementwise);
+  backend_for(check_binary("add", a, b, out)).add(a, b, out);
+}
 
-void mul(const Tensor& a, const Tensor& b, Tensor& out) { backend_for(check_binary("mul", a, b, out)).mul(a, b, out); }
+void mul(const Tensor& a, const Tensor& b, Tensor& out) {
+  ProfileScope prof(WorkKind::elementwise);
+  backend_for(check_binary("mul", a, b, out)).mul(a, b, out);
+}
 
-void scale(const Tensor& a, float s, Tensor& out) { backend_for(check_unary("scale", "a", a, out)).scale(a, s, out); }
+void scale(const Tensor& a, float s, Tensor& out) {
+  ProfileScope prof(WorkKind::elementwise);
+  backend_for(check_unary("scale", "a", a, out)).scale(a, s, out);
+}
 
-void gelu(const Tensor& x, Tensor& out) { backend_for(check_unary("gelu", "x", x, out)).gelu(x, out); }
+void gelu(const Tensor& x, Tensor& out) {
+  ProfileScope prof(WorkKind::elementwise);
+  backend_for(check_unary("gelu", "x", x, out)).gelu(x, out);
+}
 
 }  // namespace mixtrain

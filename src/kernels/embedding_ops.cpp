@@ -6,10 +6,12 @@
 #include "mixtrain/kernels/backend.h"
 #include "mixtrain/kernels/ops.h"
 #include "kernels/ref/ref_util.h"
+#include "mixtrain/core/profiler.h"
 
 namespace mixtrain {
 
 void embedding(const Tensor& weight, const Tensor& ids, Tensor& out) {
+  ProfileScope prof(WorkKind::elementwise);
   const char* op = "embedding";
   const Device dev = detail::check_defined_same_device(op, {{"weight", &weight}, {"ids", &ids}, {"out", &out}});
   detail::check_float(op, {{"weight", &weight}, {"out", &out}});

@@ -10,6 +10,7 @@
 #include "kernels/op_checks.h"
 #include "mixtrain/kernels/backend.h"
 #include "mixtrain/kernels/ops.h"
+#include "mixtrain/core/profiler.h"
 
 namespace mixtrain {
 namespace {
@@ -116,6 +117,7 @@ bool overlaps(const Tensor& x, const Tensor& y) {
 }  // namespace
 
 void gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmOptions& opt, const Tensor* bias) {
+  ProfileScope prof(WorkKind::gemm);
   const char* op = "gemm";
   detail::check_defined_same_device(op, {Arg{"a", &a}, Arg{"b", &b}, Arg{"c", &c}});
   if (bias) detail::check_defined_same_device(op, {Arg{"a", &a}, Arg{"bias", bias}});
@@ -158,6 +160,7 @@ void gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmOptions& opt, c
 
 Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, DType out_dtype,
               MemCategory category) {
+  ProfileScope prof(WorkKind::gemm);
   GemmOptions opt;
   opt.trans_a = trans_a;
   opt.trans_b = trans_b;

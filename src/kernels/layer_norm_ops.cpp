@@ -5,11 +5,13 @@
 #include "kernels/op_checks.h"
 #include "mixtrain/kernels/backend.h"
 #include "mixtrain/kernels/ops.h"
+#include "mixtrain/core/profiler.h"
 
 namespace mixtrain {
 
 void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps, Tensor& out, Tensor* mean,
                 Tensor* rstd) {
+  ProfileScope prof(WorkKind::normalization);
   const char* op = "layer_norm";
   using detail::Arg;
   const Device dev = detail::check_defined_same_device(

@@ -4,10 +4,12 @@
 #include "kernels/op_checks.h"
 #include "mixtrain/kernels/backend.h"
 #include "mixtrain/kernels/ops.h"
+#include "mixtrain/core/profiler.h"
 
 namespace mixtrain {
 
 double reduce(const Tensor& x, ReduceOp op) {
+  ProfileScope prof(WorkKind::elementwise);
   const Device dev = detail::check_defined_same_device("reduce", {{"x", &x}});
   detail::check_float("reduce", {{"x", &x}});
   if (op == ReduceOp::max && x.numel() == 0) throw ArgumentError("reduce: max of an empty tensor x " + x.to_string());
@@ -15,6 +17,7 @@ double reduce(const Tensor& x, ReduceOp op) {
 }
 
 void reduce_last(const Tensor& x, ReduceOp op, Tensor& out) {
+  ProfileScope prof(WorkKind::elementwise);
   const char* op_name = "reduce_last";
   const Device dev = detail::check_defined_same_device(op_name, {{"x", &x}, {"out", &out}});
   detail::check_float(op_name, {{"x", &x}, {"out", &out}});
@@ -31,6 +34,7 @@ void reduce_last(const Tensor& x, ReduceOp op, Tensor& out) {
 }
 
 void sum_to_row(const Tensor& x, Tensor& out) {
+  ProfileScope prof(WorkKind::elementwise);
   const char* op_name = "sum_to_row";
   const Device dev = detail::check_defined_same_device(op_name, {{"x", &x}, {"out", &out}});
   detail::check_float(op_name, {{"x", &x}, {"out", &out}});

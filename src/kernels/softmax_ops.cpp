@@ -2,10 +2,12 @@
 #include "kernels/op_checks.h"
 #include "mixtrain/kernels/backend.h"
 #include "mixtrain/kernels/ops.h"
+#include "mixtrain/core/profiler.h"
 
 namespace mixtrain {
 
 void softmax_last(const Tensor& x, Tensor& out) {
+  ProfileScope prof(WorkKind::attention);
   const char* op = "softmax_last";
   const Device dev = detail::check_defined_same_device(op, {{"x", &x}, {"out", &out}});
   detail::check_float(op, {{"x", &x}, {"out", &out}});

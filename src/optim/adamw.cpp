@@ -14,6 +14,7 @@
 #include "optim/adamw_kernel.h"
 #include "optim/lowp_kernel.h"
 #include "optim/optim_util.h"
+#include "mixtrain/core/profiler.h"
 
 namespace mixtrain {
 
@@ -96,6 +97,7 @@ void adamw_step_lowp(ParameterStore& store, const Tensor& m, const Tensor& v, co
 }  // namespace
 
 void AdamW::step(ParameterStore& store, float lr, Tensor* working) {
+  ProfileScope prof(WorkKind::optimizer);
   optim_detail::check_nonneg("AdamW::step", "lr", lr);
   optim_detail::check_store(store, flat_numel_, dtype_, "AdamW::step");
   const WorkingCopyOut w = working_copy_out(working, flat_numel_, "AdamW::step");

@@ -11,6 +11,7 @@
 #include "optim/lowp_kernel.h"
 #include "optim/optim_util.h"
 #include "optim/sgd_kernel.h"
+#include "mixtrain/core/profiler.h"
 
 namespace mixtrain {
 
@@ -72,6 +73,7 @@ void sgd_step_lowp(ParameterStore& store, const Tensor& buf, const Tensor& c, co
 }  // namespace
 
 void SGD::step(ParameterStore& store, float lr, Tensor* working) {
+  ProfileScope prof(WorkKind::optimizer);
   optim_detail::check_nonneg("SGD::step", "lr", lr);
   optim_detail::check_store(store, flat_numel_, dtype_, "SGD::step");
   const WorkingCopyOut w = working_copy_out(working, flat_numel_, "SGD::step");

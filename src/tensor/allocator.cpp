@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "mixtrain/core/error.h"
+#include "mixtrain/core/profiler.h"
 
 namespace mixtrain {
 namespace {
@@ -51,6 +52,7 @@ class CpuAllocator final : public Allocator {
       }
     }
     if (!p) {
+      ProfileScope prof(WorkKind::allocator);
       p = std::aligned_alloc(kTensorAlignment, rounded);
       if (!p) {
         release_cached();  // give the cache back and try once more before failing
@@ -76,6 +78,7 @@ class CpuAllocator final : public Allocator {
         return;
       }
     }
+    ProfileScope prof(WorkKind::allocator);
     std::free(ptr);
   }
 

@@ -6,8 +6,10 @@
 #include <cmath>
 #include <cstring>
 #include <numbers>
+#include <optional>
 
 #include "mixtrain/numeric/stochastic.h"
+#include "mixtrain/core/profiler.h"
 
 namespace mixtrain {
 namespace {
@@ -276,6 +278,8 @@ Tensor Tensor::clone(MemCategory category) const {
 }
 
 Tensor Tensor::to(DType dtype, MemCategory category) const {
+  std::optional<ProfileScope> prof;
+  if (dtype != dtype_) prof.emplace(WorkKind::casts);
   Tensor t = empty(shape_, dtype, category, device());
   t.copy_from(*this);
   return t;

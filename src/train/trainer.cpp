@@ -18,6 +18,7 @@
 #include "mixtrain/optim/clip.h"
 #include "mixtrain/optim/schedule.h"
 #include "mixtrain/optim/sgd.h"
+#include "mixtrain/tensor/allocator.h"
 
 namespace mixtrain {
 namespace {
@@ -145,6 +146,22 @@ nlohmann::ordered_json TrainSummary::to_json() const {
   j["diverged"] = diverged;
   j["final_loss_scale"] = final_loss_scale;
   j["hit_min_scale"] = hit_min_scale;
+  if (profiled_steps > 0) {
+    // Per profiled step: each kind, "other" (the rest of the step: autograd bookkeeping, the
+    // data batch, logging) and the step itself.
+    nlohmann::ordered_json b;
+    double known = 0;
+    const double n = static_cast<double>(profiled_steps);
+    for (size_t k = 0; k < kNumWorkKinds; ++k) {
+      b[std::string(work_kind_name(static_cast<WorkKind>(k)))] = breakdown[k] / n;
+      known += breakdown[k];
+    }
+    b["other"] = (profiled_seconds - known) / n;
+    b["step"] = profiled_seconds / n;
+    j["profiled_steps"] = profiled_steps;
+    j["breakdown_s_per_step"] = b;
+    j["system_allocations_per_step"] = static_cast<double>(profiled_system_allocations) / n;
+  }
   return j;
 }
 
@@ -247,7 +264,14 @@ TrainSummary train(const TrainOptions& opt) {
   double train_time = 0;
   int64_t bad_in_a_row = 0;
   const auto run_start = Clock::now();
+  int64_t allocations_before_profile = 0;
   for (int64_t step = 1; step <= opt.steps; ++step) {
+    const bool profiled = opt.profile && step > opt.profile_warmup;
+    if (profiled && sum.profiled_steps == 0) {
+      Profiler::reset();
+      allocations_before_profile = cpu_allocator_stats().system_allocations;
+    }
+    if (profiled) Profiler::set_enabled(true);
     const auto t0 = Clock::now();
     const float lr = lr_at(step, sched);
     params.zero_grads();
@@ -288,6 +312,13 @@ TrainSummary train(const TrainOptions& opt) {
     if (mp.scaler().hit_min_scale()) sum.hit_min_scale = true;
     const double dt = seconds_since(t0);
     train_time += dt;
+    if (profiled) {
+      Profiler::set_enabled(false);
+      ++sum.profiled_steps;
+      sum.profiled_seconds += dt;
+      sum.breakdown = Profiler::seconds();
+      sum.profiled_system_allocations = cpu_allocator_stats().system_allocations - allocations_before_profile;
+    }
     const double tok_s = static_cast<double>(B * T * K) / dt;
 
     nlohmann::ordered_json j;

@@ -1,6 +1,7 @@
 // The training loop: data -> forward -> loss -> backward -> clip -> optimizer step, with
 // evaluation, per-step JSON logs and a summary. Used by `mixtrain train` and by the C++ API.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -8,6 +9,7 @@
 
 #include "mixtrain/amp/grad_scaler.h"
 #include "mixtrain/amp/precision.h"
+#include "mixtrain/core/profiler.h"
 #include "mixtrain/models/gpt.h"
 
 namespace mixtrain {
@@ -34,6 +36,10 @@ struct TrainOptions {
   std::string log_jsonl;           // per-step JSON lines; empty: none
   int64_t log_every = 10;          // plain progress lines when stdout is not a terminal
   bool quiet = false;              // no progress output at all
+  // Step-time breakdown (core/profiler.h) over the steps after the first profile_warmup ones
+  // (which create GEMM primitives and fill the allocator's cache): `mixtrain bench train`.
+  bool profile = false;
+  int64_t profile_warmup = 2;
 
   // Precision (see amp/precision.h and README "Precision modes").
   PrecisionMode precision = PrecisionMode::true32;
@@ -68,6 +74,11 @@ struct TrainSummary {
   bool diverged = false;
   double final_loss_scale = 1.0;
   bool hit_min_scale = false;      // the loss scale was clamped at --min-scale at least once
+  // With TrainOptions::profile: the profiled (steady-state) steps only.
+  int64_t profiled_steps = 0;
+  double profiled_seconds = 0;                 // their total step time
+  std::array<double, kNumWorkKinds> breakdown{};  // seconds per kind of work over them
+  int64_t profiled_system_allocations = 0;     // blocks taken from the system during them
   nlohmann::ordered_json to_json() const;
 };
 
