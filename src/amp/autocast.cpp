@@ -82,6 +82,7 @@ Var cast_from_cache(const Var& x, const Tensor& cached) {
   n->inputs = {x.impl()};
   Var out(cached, true);
   out.impl()->grad_fn = std::move(n);
+  out.impl()->param_cast = true;  // a fresh Var per use: the op that asked is its only consumer
   return out;
 }
 

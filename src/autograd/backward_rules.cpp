@@ -15,8 +15,21 @@
 namespace mixtrain::autograd {
 namespace {
 
+// Where a weight gradient goes. For autocast's 16-bit copy of a parameter, the parameter itself:
+// its fp32 buffer takes the GEMM (beta = 1) or the column sums directly, as Megatron-LM's
+// gradient-accumulation fusion does, instead of a 16-bit gradient that the cast's backward would
+// widen and add (one rounding to 16 bits, a conversion pass and an add pass fewer per weight).
+VarImpl& grad_target(VarImpl& in) {
+  if (in.param_cast && in.grad_fn && in.grad_fn->op == OpKind::cast && in.grad_fn->inputs.size() == 1) {
+    VarImpl& p = *in.grad_fn->inputs[0];
+    if (p.grad_is_buffer && p.requires_grad) return p;
+  }
+  return in;
+}
+
 // d(input) += op(a) @ op(b), straight into a gradient buffer when the input has one.
-void grad_gemm(VarImpl& in, const Tensor& a, const Tensor& b, bool ta, bool tb) {
+void grad_gemm(VarImpl& in_or_cast, const Tensor& a, const Tensor& b, bool ta, bool tb) {
+  VarImpl& in = grad_target(in_or_cast);
   if (!in.requires_grad) return;
   GemmOptions o;
   o.trans_a = ta;
@@ -30,7 +43,8 @@ void grad_gemm(VarImpl& in, const Tensor& a, const Tensor& b, bool ta, bool tb) 
 }
 
 // d(input) += column sums of g, for a row (C) input broadcast over g (..., C).
-void grad_row_sum(VarImpl& in, const Tensor& g) {
+void grad_row_sum(VarImpl& in_or_cast, const Tensor& g) {
+  VarImpl& in = grad_target(in_or_cast);
   if (!in.requires_grad) return;
   if (in.grad_is_buffer) {
     sum_to_row_accumulate(g, in.grad);

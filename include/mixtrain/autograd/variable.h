@@ -26,6 +26,9 @@ struct VarImpl {
   Tensor grad;                     // undefined until backward reaches it (params: arena view)
   bool requires_grad = false;
   bool grad_is_buffer = false;     // grad is a caller-owned buffer to accumulate into (parameters)
+  // The 16-bit copy of a parameter that autocast made for one op (the cast's only consumer):
+  // backward rules accumulate its gradient straight into the parameter's fp32 buffer.
+  bool param_cast = false;
   std::shared_ptr<Node> grad_fn;   // the op that made value; null for leaves
 };
 
