@@ -59,10 +59,10 @@ void accumulate_grad(VarImpl& in, const Tensor& g) {
     in.grad = g.dtype() == in.dtype ? g : g.to(in.dtype, MemCategory::activations);
     return;
   }
-  // Second contribution: a fresh sum, so a tensor shared with another gradient is not modified.
-  Tensor sum = in.grad.dtype() == DType::f32 ? in.grad.clone(MemCategory::activations)
-                                              : in.grad.to(in.grad.dtype(), MemCategory::activations);
-  add_inplace(sum, g);
+  // Second contribution: a fresh sum (one pass, fp32 math), so a tensor shared with another
+  // gradient is not modified.
+  Tensor sum = Tensor::empty(in.grad.shape(), in.grad.dtype(), MemCategory::activations);
+  add(in.grad, g, sum);
   in.grad = sum;
 }
 
