@@ -109,15 +109,17 @@ inline float* scratch(int slot, int64_t n) {
 }
 
 // n elements at src in dtype t as fp32: src itself when t is f32, else converted into buf.
-// bf16 rows are widened inline (a shift per element, which the compiler vectorises): the rows
-// here are short (a 64-column chunk, one row of C), and a call into the bulk converter per row
-// cost more than the conversion itself (sum_to_row of bf16 bias gradients spent 3.6% of a
-// bf16-mixed step in those calls).
+// bf16 rows are widened and rounded by two small vectorised loops (AVX-512 where the CPU has it,
+// elementwise_cpu.cpp) called directly: the rows here are short (a 64-column chunk, one row of C),
+// and the bulk converter's dispatch and chunking per row cost more than the conversion itself
+// (sum_to_row of bf16 bias gradients spent 3.6% of a bf16-mixed step in those calls).
+void widen_bf16_row(const bf16* src, float* dst, int64_t n);
+void round_bf16_row(const float* src, bf16* dst, int64_t n);  // round to nearest even, as bf16_from_f32
+
 inline const float* load_row(const void* src, DType t, int64_t n, float* buf) {
   if (t == DType::f32) return static_cast<const float*>(src);
   if (t == DType::bf16) {
-    const bf16* s = static_cast<const bf16*>(src);
-    for (int64_t i = 0; i < n; ++i) buf[i] = f32_from_bf16(s[i]);
+    widen_bf16_row(static_cast<const bf16*>(src), buf, n);
     return buf;
   }
   convert_any(src, t, buf, DType::f32, static_cast<size_t>(n));
@@ -127,9 +129,8 @@ inline const float* load_row(const void* src, DType t, int64_t n, float* buf) {
 inline float* out_row(void* dst, DType t, float* buf) { return t == DType::f32 ? static_cast<float*>(dst) : buf; }
 // Rounds an fp32 row computed by out_row into the output's dtype (no-op when it was computed in place).
 inline void store_row(const float* src, void* dst, DType t, int64_t n) {
-  if (t == DType::bf16) {  // inline, as load_row; the same rounding as the bulk converter
-    bf16* d = static_cast<bf16*>(dst);
-    for (int64_t i = 0; i < n; ++i) d[i] = bf16_from_f32(src[i]);
+  if (t == DType::bf16) {
+    round_bf16_row(src, static_cast<bf16*>(dst), n);
   } else if (t != DType::f32)
     convert_any(src, DType::f32, dst, t, static_cast<size_t>(n));
   else if (src != dst)

@@ -61,6 +61,16 @@ void binary(const Tensor& a, const Tensor& b, Tensor& out, F f) {
   finish_output(o, out);
 }
 }  // namespace
+
+MIXTRAIN_SIMD_CLONES void widen_bf16_row(const bf16* src, float* dst, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) dst[i] = f32_from_bf16(src[i]);
+}
+
+MIXTRAIN_SIMD_CLONES void round_bf16_row(const float* src, bf16* dst, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) dst[i] = bf16_from_f32(src[i]);
+}
 }  // namespace cpu
 
 void CpuBackend::add(const Tensor& a, const Tensor& b, Tensor& out) {
