@@ -36,6 +36,8 @@ void add_train_flags(CLI::App* sub, TrainFlags& f, bool with_precision) {
                   "Rounding of 16-bit weight updates in *-true modes: nearest, stochastic or kahan")
       ->capture_default_str();
   sub->add_option("--grad-accum", o.grad_accum, "Micro-batches per optimizer step")->capture_default_str();
+  sub->add_flag("--checkpoint-activations", o.checkpoint_activations,
+                "Keep only each block's input for backward and recompute the block there");
   sub->add_option("--loss-scale", f.loss_scale,
                   "dynamic, or a static scale (default: dynamic in 16-mixed, none elsewhere)");
   sub->add_option("--init-scale", o.scaler.init_scale, "Initial loss scale")->capture_default_str();

@@ -168,6 +168,19 @@ Tensor working_copy_view(const Var& x, DType target) {
   return w->copy_.as_strided(v.shape(), contiguous_strides(v.shape()), rel);
 }
 
+AutocastState current_autocast_state() {
+  AutocastState s;
+  s.enabled = t_state.enabled;
+  s.dtype = t_state.dtype;
+  s.cache_enabled = t_state.cache_enabled;
+  if (const WorkingCopyScope* w = t_working; w && w->copy_.defined()) {
+    s.master = w->master_;
+    s.copy = w->copy_;
+    s.version = w->version_;
+  }
+  return s;
+}
+
 bool autocast_enabled() { return t_state.enabled; }
 DType autocast_dtype() { return t_state.dtype; }
 bool autocast_cache_enabled() { return t_state.cache_enabled; }

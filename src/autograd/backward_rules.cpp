@@ -254,6 +254,16 @@ void attention_backward(Node& n, const Tensor& g) {
   accumulate_grad(K, dk);
 }
 
+// Runs the checkpointed function again with gradients on and backpropagates g through it: the
+// parameters' gradients reach their buffers on the way, the input's comes back here.
+void checkpoint_backward(Node& n, const Tensor& g) {
+  VarImpl& X = *n.inputs[0];
+  Var x(n.in_values[0], X.requires_grad);
+  Var y = n.fn(x);
+  if (y.requires_grad()) y.backward_from(g);
+  if (X.requires_grad && x.grad().defined()) accumulate_grad(X, x.grad());
+}
+
 // One row per op, indexed by OpKind: the backward rule and which inputs' values it reads (bit i:
 // input i). A value no rule reads is not kept by the graph, e.g. softmax keeps its output, not
 // its input; add, reshape, the head (un)shuffles, dropout and cast keep nothing.
@@ -278,12 +288,13 @@ constexpr std::array<RuleRow, kNumOpKinds> kRules = {{
     {dropout_backward, 0b000},              // dropout: the mask is regenerated from the seed
     {cast_backward, 0b000},                 // cast
     {attention_backward, 0b111},            // attention: q, k, v (and the probabilities in saved)
+    {checkpoint_backward, 0b001},           // checkpoint: its input (recomputes the rest)
 }};
 static_assert(kRules.size() == kNumOpKinds);
 
 constexpr std::array<std::string_view, kNumOpKinds> kNames = {
     "matmul", "linear",  "add",         "mul",         "scale",   "gelu",  "layer_norm", "embedding",
-    "causal_softmax", "cross_entropy", "reshape", "split_heads", "merge_heads", "dropout", "cast", "attention"};
+    "causal_softmax", "cross_entropy", "reshape", "split_heads", "merge_heads", "dropout", "cast", "attention", "checkpoint"};
 
 }  // namespace
 

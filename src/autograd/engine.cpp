@@ -72,6 +72,14 @@ void Var::backward(double seed) const {
   if (impl_->value.numel() != 1)
     throw ShapeError("backward: needs a scalar (1-element) loss, got " + impl_->value.to_string());
   if (!impl_->requires_grad) throw ArgumentError("backward: the loss does not require grad (no parameters in its graph)");
+  backward_from(Tensor::full(impl_->value.shape(), impl_->value.dtype() == DType::f64 ? DType::f64 : DType::f32, seed,
+                             MemCategory::activations));
+}
+
+void Var::backward_from(const Tensor& grad) const {
+  const std::shared_ptr<VarImpl>& impl_ = impl();
+  if (!impl_) throw ArgumentError("backward: undefined variable");
+  if (!impl_->requires_grad) throw ArgumentError("backward: the variable does not require grad");
 
   // Reverse topological order by an iterative depth-first search (no recursion: deep graphs).
   // `order` holds strong references: freeing a node during the walk may drop the last other
@@ -92,9 +100,7 @@ void Var::backward(double seed) const {
     }
   }
 
-  Tensor seed_grad = Tensor::full(impl_->value.shape(), impl_->value.dtype() == DType::f64 ? DType::f64 : DType::f32,
-                                  seed, MemCategory::activations);
-  accumulate_grad(*impl_, seed_grad);
+  accumulate_grad(*impl_, grad);
   // Each variable comes after every op that consumed it, so once its own rule has run nothing
   // needs it: dropping our reference frees its value (the activation) and its gradient.
   for (auto it = order.rbegin(); it != order.rend(); ++it) {

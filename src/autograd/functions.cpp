@@ -410,4 +410,22 @@ Var attention(const Var& q_in, const Var& k_in, const Var& v_in, float scale_) {
   return make_output(out, n);
 }
 
+Var checkpoint(const std::function<Var(const Var&)>& fn, const Var& x) {
+  require(x, "checkpoint", "x");
+  if (!grad_enabled()) return fn(x);
+  Tensor out;
+  {
+    NoGradGuard no_grad;
+    out = fn(x).value();
+  }
+  std::shared_ptr<Node> n = make_node(OpKind::checkpoint, {&x});
+  n->in_values[0] = x.value();  // the one thing kept: the input
+  const AutocastState state = current_autocast_state();
+  n->fn = [fn, state](const Var& in) {
+    AutocastStateScope scope(state);
+    return fn(in);
+  };
+  return make_output(out, n);
+}
+
 }  // namespace mixtrain::autograd

@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <memory>
 #include <sstream>
 
 #include "mixtrain/core/error.h"
@@ -161,7 +162,25 @@ Gpt::Output Gpt::forward(const Tensor& idx, const Tensor* targets, bool training
   Var pe = wpe_(pos_ids);   // (B, T, C)
   Var x = add(tok, pe);
   x = drop(x);
-  for (const auto& b : blocks_) x = b(x, drop);
+  for (const auto& b : blocks_) {
+    if (!checkpoint_blocks_ || !grad_enabled()) {
+      x = b(x, drop);
+      continue;
+    }
+    // The recomputation must draw the same dropout masks: it starts from this block's offset, and
+    // the offset after the block is read back from the forward run.
+    const nn::DropoutState at_block = drop;
+    auto offset_after = std::make_shared<uint64_t>(drop.offset);
+    x = checkpoint(
+        [&b, at_block, offset_after](const Var& in) {
+          nn::DropoutState d = at_block;
+          Var y = b(in, d);
+          *offset_after = d.offset;
+          return y;
+        },
+        x);
+    drop.offset = *offset_after;
+  }
   x = ln_f_(x);                                    // (B, T, C)
   Var logits = matmul(x, wte_.weight, false, true);  // (B, T, V) = x wte^T (tied)
   Output out{logits, Var()};

@@ -220,6 +220,7 @@ TrainSummary train(const TrainOptions& opt) {
 
   MemoryTracker::global().reset_peaks();
   Gpt model(cfg, opt.seed, spec.param_dtype, spec.grad_dtype);
+  model.set_activation_checkpointing(opt.checkpoint_activations);
   ParameterStore& params = model.params();
   std::unique_ptr<AdamW> adamw;
   std::unique_ptr<SGD> sgd;

@@ -83,6 +83,7 @@ class WorkingCopyScope {
 
  private:
   friend Tensor working_copy_view(const autograd::Var& x, DType target);
+  friend struct AutocastState current_autocast_state();
   Tensor master_;  // the flat fp32 arena the copy mirrors
   uint64_t version_;
   Tensor copy_;  // flat, 16-bit, master's layout
@@ -91,6 +92,28 @@ class WorkingCopyScope {
 // The registered working copy's view that stands for parameter x cast to `target`, or an
 // undefined tensor when no current copy covers x (used by autocast's casts; public for tests).
 Tensor working_copy_view(const autograd::Var& x, DType target);
+
+// This thread's autocast state (the innermost region's flags and working copy), to run code again
+// later exactly as it ran now (activation checkpointing recomputes a block in backward).
+struct AutocastState {
+  bool enabled = false;
+  DType dtype = DType::bf16;
+  bool cache_enabled = true;
+  Tensor master, copy;  // the working copy, undefined if none
+  uint64_t version = 0;
+};
+AutocastState current_autocast_state();
+// Re-enters a captured state for its lifetime (outside any other region: upcast regions are not
+// captured).
+class AutocastStateScope {
+ public:
+  explicit AutocastStateScope(const AutocastState& s)
+      : autocast_(s.enabled, s.dtype, s.cache_enabled), working_(s.master, s.version, s.copy) {}
+
+ private:
+  AutocastScope autocast_;
+  WorkingCopyScope working_;
+};
 
 // Counters of this thread's weight-cast cache (for tests and the memory report). hits and misses
 // are cumulative over the thread's life; entries and bytes describe the cache now.

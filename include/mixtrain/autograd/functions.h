@@ -6,6 +6,8 @@
 //
 // Dimension letters: B batch, T sequence, C channels, H heads, D = C / H head size, V vocab.
 #pragma once
+#include <functional>
+
 #include "mixtrain/autograd/variable.h"
 
 namespace mixtrain::autograd {
@@ -41,5 +43,11 @@ Var cast(const Var& x, DType dtype);
 // autocast, like torch's scaled_dot_product_attention, which autocast runs in lower precision),
 // and never the fp32 scores: the softmax itself is fp32 math (f32 scores, f32 row sums).
 Var attention(const Var& q, const Var& k, const Var& v, float scale);
+// Activation checkpointing: y = fn(x), run without recording a graph, so only x is kept; backward
+// runs fn(x) again with gradients on, in the autocast state forward had, and backpropagates
+// through that. fn must compute the same values each time (it may read parameters, whose
+// gradients go straight to their buffers; dropout must take the same seed and offset) and
+// depend on no other Var that needs a gradient. Same gradients as fn(x) itself, bit for bit.
+Var checkpoint(const std::function<Var(const Var&)>& fn, const Var& x);
 
 }  // namespace mixtrain::autograd

@@ -1,6 +1,7 @@
 // One recorded op of the autograd graph: its kind (the index into the backward-rule table), its
 // inputs, the tensors backward needs, and a few scalar attributes.
 #pragma once
+#include <functional>
 #include <memory>
 #include <string_view>
 #include <vector>
@@ -26,6 +27,7 @@ enum class OpKind : uint8_t {
   dropout,         // out = x * mask / (1 - p)
   cast,            // out = x in another dtype; backward casts the gradient back
   attention,       // out = softmax(scale * q k^T, causal) v, batched over heads
+  checkpoint,      // out = fn(x), recomputed with gradients in backward (activation checkpointing)
   count_,
 };
 constexpr size_t kNumOpKinds = static_cast<size_t>(OpKind::count_);
@@ -41,6 +43,7 @@ struct Node {
   double f = 0;               // scalar attribute (scale, eps, dropout p)
   int64_t i0 = 0, i1 = 0, i2 = 0;  // integer attributes (heads, which of q/k/v, ...)
   bool b0 = false, b1 = false;     // flags (transposes)
+  std::function<Var(const Var&)> fn;  // checkpoint: runs the function again, in the forward's autocast state
 };
 
 // The backward rule of each op: given the node and d(loss)/d(output), accumulates

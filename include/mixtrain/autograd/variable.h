@@ -52,6 +52,9 @@ class Var {
   // Backpropagates from this scalar (1-element) variable with d(self)/d(self) = 1 (or `seed`,
   // e.g. the loss scale in mixed precision). Frees the graph as it goes.
   void backward(double seed = 1.0) const;
+  // Backpropagates from this variable with d(loss)/d(self) = grad (its shape), e.g. from inside
+  // another op's backward rule (activation checkpointing). Reentrant.
+  void backward_from(const Tensor& grad) const;
 
  private:
   // Every copy of a Var shares one Handle; when the last one goes, nobody outside the graph can

@@ -54,6 +54,11 @@ class Gpt {
   // idx, targets (B, T) i32. training enables dropout (seeded by dropout_seed).
   Output forward(const Tensor& idx, const Tensor* targets, bool training = false, uint64_t dropout_seed = 0);
 
+  // Activation checkpointing (autograd::checkpoint): each block keeps only its input for backward
+  // and is recomputed there. Gradients are the same bit for bit; costs one more forward per block.
+  void set_activation_checkpointing(bool on) { checkpoint_blocks_ = on; }
+  bool activation_checkpointing() const { return checkpoint_blocks_; }
+
   // GPT-2 initialisation: N(0, 0.02) for embeddings and Linear weights, N(0, 0.02/sqrt(2L)) for the
   // residual projections (attn.c_proj, mlp.c_proj), zero biases, unit layer-norm gains.
   void init_weights(uint64_t seed);
@@ -70,6 +75,7 @@ class Gpt {
   nn::Embedding wte_, wpe_;
   std::vector<nn::Block> blocks_;
   nn::LayerNorm ln_f_;
+  bool checkpoint_blocks_ = false;
 };
 
 }  // namespace mixtrain

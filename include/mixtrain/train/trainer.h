@@ -39,6 +39,7 @@ struct TrainOptions {
   // Step-time breakdown (core/profiler.h) over the steps after the first profile_warmup ones
   // (which create GEMM primitives and fill the allocator's cache): `mixtrain bench train`.
   bool profile = false;
+  bool checkpoint_activations = false;  // recompute each block in backward (Gpt::set_activation_checkpointing)
   int64_t profile_warmup = 2;
 
   // Precision (see amp/precision.h and README "Precision modes").
