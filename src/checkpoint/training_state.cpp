@@ -128,9 +128,9 @@ TrainingState decode_training_state(std::vector<uint8_t> bytes, const std::strin
     top.fail("precision", "is not a precision mode: '" + printable(s.precision) + "'");
   }
   try {
-    s.model = GptConfig::from_json(top.at("model"), "training state " + name + " model");
+    s.model = GptConfig::from_json(top.at("model"), "model");
   } catch (const ArgumentError& e) {
-    throw IoError(e.what());
+    throw IoError("training state " + name + ": " + e.what());
   }
   if (!top.at("run").is_object()) top.fail("run", "must be an object");
   s.run = top.at("run");
