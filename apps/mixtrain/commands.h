@@ -27,5 +27,6 @@ void register_info(CLI::App& app, GlobalOptions& g, std::vector<Command>& comman
 void register_bench(CLI::App& app, GlobalOptions& g, std::vector<Command>& commands);
 void register_train(CLI::App& app, GlobalOptions& g, std::vector<Command>& commands);
 void register_compare(CLI::App& app, GlobalOptions& g, std::vector<Command>& commands);
+void register_sample(CLI::App& app, GlobalOptions& g, std::vector<Command>& commands);
 
 }  // namespace mixtrain::cli
