@@ -61,6 +61,8 @@ void add_checkpoint_flags(CLI::App* sub, TrainFlags& f) {
   sub->add_option("--resume", c.resume,
                   "Continue from a checkpoint, or from the newest valid one in a directory (--steps stays the total)");
   sub->add_option("--stop-after", c.stop_after, "Stop after this step, saving a checkpoint, as if interrupted");
+  sub->add_option("--init-from", c.init_from,
+                  "Start from these weights: a GPT-2 layout safetensors file (Hugging Face's too) or a checkpoint");
 }
 
 void TrainFlags::finish() {

@@ -104,4 +104,21 @@ InferenceModel load_gpt_for_inference(const std::string& path, int64_t n_head,
   return out;
 }
 
+std::string load_gpt_weights_into(const std::string& path, Gpt& model,
+                                  const std::function<void(const std::string&)>& warn) {
+  std::error_code ec;
+  if (fs::is_regular_file(path, ec)) {
+    load_gpt_safetensors(SafetensorsFile::read(path), model);
+    return path;
+  }
+  auto check = [&](const LoadedCheckpoint& c) {
+    const auto it = c.files.find("model.safetensors");
+    if (it == c.files.end()) throw IoError("checkpoint " + c.path + ": no model.safetensors");
+    load_gpt_safetensors(SafetensorsFile::parse(it->second, c.path + "/model.safetensors"), model);
+  };
+  const std::optional<LoadedCheckpoint> c = resolve_checkpoint(path, check, warn);
+  if (!c) throw IoError("no checkpoint in " + path);
+  return c->path;
+}
+
 }  // namespace mixtrain

@@ -10,6 +10,7 @@
 #include "mixtrain/checkpoint/checksum.h"
 #include "mixtrain/checkpoint/file_io.h"
 #include "mixtrain/checkpoint/gpt_weights.h"
+#include "mixtrain/checkpoint/load_model.h"
 #include "mixtrain/data/text_corpus.h"
 #include "mixtrain/optim/adamw.h"
 #include "mixtrain/optim/sgd.h"
@@ -89,6 +90,8 @@ void CheckpointOptions::validate() const {
   if (stop_after < 0) throw ArgumentError("--stop-after must be >= 0, got " + std::to_string(stop_after));
   if (dir.empty() && save_every > 0) throw ArgumentError("--save-every needs --checkpoint-dir");
   if (dir.empty() && keep > 0) throw ArgumentError("--keep needs --checkpoint-dir");
+  if (!resume.empty() && !init_from.empty())
+    throw ArgumentError("--resume and --init-from exclude each other (a checkpoint holds its own weights)");
 }
 
 TrainCheckpointing::TrainCheckpointing(const TrainOptions& opt, const GptConfig& cfg, int64_t T,
@@ -152,7 +155,14 @@ bool TrainCheckpointing::after_step(int64_t step, TrainingRefs r) {
 
 int64_t TrainCheckpointing::resume(TrainingRefs r) {
   const std::string& path = opt_.checkpoint.resume;
-  if (path.empty()) return 0;
+  auto warn = [](const std::string& line) { std::fprintf(stderr, "mixtrain: warning: %s\n", line.c_str()); };
+  if (path.empty()) {
+    if (!opt_.checkpoint.init_from.empty()) {
+      const std::string from = load_gpt_weights_into(opt_.checkpoint.init_from, r.model, warn);
+      if (!opt_.quiet) std::printf("initial weights from %s\n", from.c_str());
+    }
+    return 0;
+  }
   std::optional<TrainingState> state;
   auto check = [&](const LoadedCheckpoint& c) {
     const auto it = c.files.find(kStateFile);
@@ -162,7 +172,6 @@ int64_t TrainCheckpointing::resume(TrainingRefs r) {
       throw IoError("checkpoint " + c.path + ": the manifest says step " + std::to_string(c.step) +
                     ", the training state step " + std::to_string(state->step));
   };
-  auto warn = [](const std::string& line) { std::fprintf(stderr, "mixtrain: warning: %s\n", line.c_str()); };
   const std::optional<LoadedCheckpoint> found = resolve_checkpoint(path, check, warn);
   if (!found) {
     warn("no checkpoint in " + path + " yet; starting from step 0");

@@ -57,6 +57,21 @@ PY
 echo '{"model_type": "gpt2", "n_embd": 32, "n_layer": 2, "n_head": 2, "n_positions": 32, "vocab_size": 256, "layer_norm_epsilon": 1e-05}' >"$TMP/hf/config.json"
 expect_exit 0 "hugging face copy" -- "${SAMPLE[@]}" --checkpoint "$TMP/hf/model.safetensors" --seed 5
 if cmp -s "$TMP/out" "$TMP/s1"; then pass; else fail "the Hugging Face copy samples differently"; fi
+# Training from the Hugging Face copy (--init-from): its first loss is the trained model's, far
+# below a fresh model's; a file of another model size is refused.
+TRAIN=("$MIXTRAIN" --threads 1 train --model "$TMP/tiny.json" --data "$TMP/text.txt" --batch-size 8 --steps 2 --json)
+expect_exit 0 "fresh" -- "${TRAIN[@]}" --log-jsonl "$TMP/fresh.jsonl"
+expect_exit 0 "init from hf" -- "${TRAIN[@]}" --log-jsonl "$TMP/init.jsonl" --init-from "$TMP/hf/model.safetensors"
+if python3 -c "
+import json, sys
+f = json.loads(open('$TMP/fresh.jsonl').readline())['loss']
+i = json.loads(open('$TMP/init.jsonl').readline())['loss']
+sys.exit(0 if i < f - 1.0 else 1)"; then pass; else fail "--init-from did not start from the trained weights"; fi
+echo '{"n_layer": 2, "n_head": 2, "n_embd": 16, "block_size": 32}' >"$TMP/narrow.json"
+expect_exit 2 "init from a file of another size" -- "$MIXTRAIN" --threads 1 train --model "$TMP/narrow.json" \
+  --data "$TMP/text.txt" --steps 1 --init-from "$TMP/hf/model.safetensors"
+expect_stderr_has "expected" "init from another size"
+expect_exit 2 "init-from with resume" -- "${TRAIN[@]}" --init-from "$TMP/hf/model.safetensors" --resume "$C"
 rm "$TMP/hf/config.json"
 expect_exit 2 "bare file without a config" -- "${SAMPLE[@]}" --checkpoint "$TMP/hf/model.safetensors"
 expect_stderr_has "--n-head" "bare file without a config"

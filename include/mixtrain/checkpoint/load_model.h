@@ -23,6 +23,12 @@ struct InferenceModel {
 InferenceModel load_gpt_for_inference(const std::string& path, int64_t n_head,
                                       const std::function<void(const std::string&)>& warn);
 
+// Copies weights into an existing model (any parameter dtype; values rounded to it) from a
+// safetensors file, a checkpoint or a directory of them (newest valid). Returns what was loaded.
+// Shapes must match the model (ShapeError naming the tensor); the model is unchanged on error.
+std::string load_gpt_weights_into(const std::string& path, Gpt& model,
+                                  const std::function<void(const std::string&)>& warn);
+
 // A Hugging Face GPT-2 config.json (n_embd, n_layer, n_head, n_positions, vocab_size,
 // layer_norm_epsilon; other keys ignored), each known key type-checked. IoError naming the file.
 GptConfig gpt_config_from_hf_json(const std::string& text, const std::string& name);

@@ -27,6 +27,7 @@ struct CheckpointOptions {
   int64_t keep = 0;        // newest checkpoints kept in dir; 0: all
   std::string resume;      // a checkpoint, or a directory of them (the newest valid one is used)
   int64_t stop_after = 0;  // end the run after this step (saving a checkpoint), as if stopped
+  std::string init_from;   // start from these weights (safetensors file or checkpoint), fresh optimizer
   void validate() const;   // ArgumentError
 };
 
@@ -46,7 +47,8 @@ class TrainCheckpointing {
   TrainCheckpointing(const TrainOptions& opt, const GptConfig& cfg, int64_t T, const TextCorpus& corpus);
 
   // With --resume: loads the checkpoint into the live objects and returns its step (0 without
-  // --resume, or when the directory holds no checkpoint yet). ArgumentError when the checkpoint
+  // --resume, or when the directory holds no checkpoint yet). With --init-from: loads the
+  // weights only and returns 0. ArgumentError when the checkpoint
   // was made with different trajectory-shaping options (naming the first difference).
   int64_t resume(TrainingRefs refs);
   // After step `step` is complete and logged: saves when due. Returns true when the run must
