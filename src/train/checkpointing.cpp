@@ -214,7 +214,10 @@ int64_t TrainCheckpointing::resume(TrainingRefs r) {
   r.summary.final_train_loss = s.counters.last_loss;
   r.summary.steps = s.step;
   r.bad_in_a_row = s.counters.bad_in_a_row;
-  if (!opt_.quiet) std::printf("resumed from %s at step %lld\n", found->path.c_str(), static_cast<long long>(s.step));
+  if (!opt_.quiet) {
+    std::printf("resumed from %s at step %lld\n", found->path.c_str(), static_cast<long long>(s.step));
+    std::fflush(stdout);
+  }
   return s.step;
 }
 
