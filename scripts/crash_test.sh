@@ -4,6 +4,7 @@
 # end compares the step log with an uninterrupted run's, field by field (timings aside).
 #
 #   scripts/crash_test.sh [BINARY] [--kills N] [--steps S] [--precision MODE] [--max-delay SECONDS]
+# (--max-delay: the random extra wait before an untargeted kill)
 #
 # Prints one summary line; exit 0 only if the run completed, no corrupt checkpoint was ever
 # loaded (every resume read a checkpoint whose checksums verified, and none was skipped as
@@ -11,9 +12,9 @@
 set -u
 BIN="build/mixtrain"
 KILLS=20
-STEPS=200
+STEPS=400
 PRECISION=16-mixed
-MAX_DELAY=0.6
+MAX_DELAY=0.05
 while [ $# -gt 0 ]; do
   case "$1" in
     --kills) KILLS="$2"; shift 2 ;;
@@ -34,6 +35,34 @@ RUN=("$BIN" --threads 1 train --model "$W/tiny.json" --data "$W/text.txt" --batc
 
 "${RUN[@]}" --log-jsonl "$W/reference.jsonl" >/dev/null 2>"$W/err" || { echo "crash test: the reference run failed: $(cat "$W/err")"; exit 1; }
 
+cat >"$W/wait.py" <<'PY'
+import glob, os, random, sys, time
+mode, ck, log, pid, max_delay, seed = sys.argv[1:7]
+random.seed(int(seed))
+def lines():
+    try:
+        with open(log, "rb") as f:
+            return f.read().count(b"\n")
+    except OSError:
+        return 0
+def alive():
+    try:
+        os.kill(int(pid), 0)
+        return True
+    except OSError:
+        return False
+end = time.time() + 20
+if mode == "write":
+    while time.time() < end and alive() and not glob.glob(os.path.join(ck, ".step-*.tmp")):
+        time.sleep(0.0005)
+else:
+    # After a resume the log is first cut back to the checkpoint's step: wait for it to grow.
+    time.sleep(0.02)
+    target = lines() + random.randint(0, 6)
+    while time.time() < end and alive() and lines() < target:
+        time.sleep(0.001)
+    time.sleep(random.uniform(0, float(max_delay)))
+PY
 CK="$W/ck"
 mkdir -p "$CK"
 kills=0 in_write=0 resumes=0 skipped=0 attempts=0
@@ -44,21 +73,15 @@ while :; do
     >"$W/out.$attempts" 2>"$W/err.$attempts" &
   pid=$!
   if [ "$kills" -lt "$KILLS" ]; then
-    if [ $((kills % 2)) = 1 ]; then
-      # Every second kill aims at a checkpoint write: as soon as a hidden .step-*.tmp/ appears.
-      python3 -c '
-import glob, os, sys, time
-ck, pid = sys.argv[1], int(sys.argv[2])
-end = time.time() + 5
-while time.time() < end and not glob.glob(os.path.join(ck, ".step-*.tmp")):
-    pass
-' "$CK" "$pid"
-    else
-      sleep "$(awk -v seed="$RANDOM" -v max="$MAX_DELAY" 'BEGIN { srand(seed); printf "%.3f", 0.05 + rand() * (max - 0.05) }')"
-    fi
+    # Odd kills aim at a checkpoint write (as soon as a hidden .step-*.tmp/ appears); even ones
+    # land a random 0-MAX_DELAY s after the log has grown by a random 0-6 steps, so 20 kills
+    # never run out of steps to interrupt.
+    if [ $((kills % 2)) = 1 ]; then mode=write; else mode=steps; fi
+    python3 "$W/wait.py" "$mode" "$CK" "$W/run.jsonl" "$pid" "$MAX_DELAY" "$RANDOM"
     if kill -9 "$pid" 2>/dev/null; then
       wait "$pid" 2>/dev/null
       kills=$((kills + 1))
+      [ -n "${CRASH_DEBUG:-}" ] && echo "kill $kills ($mode): log has $(wc -l <"$W/run.jsonl" 2>/dev/null) lines; $(ls "$CK" | tr "\n" " ")"
       # A checkpoint write was under way if its hidden build directory is left behind.
       if ls -a "$CK" | grep -q '^\.step-.*\.tmp$'; then in_write=$((in_write + 1)); fi
       grep -q "^resumed from" "$W/out.$attempts" && resumes=$((resumes + 1))
