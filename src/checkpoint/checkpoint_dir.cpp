@@ -9,6 +9,7 @@
 
 #include "mixtrain/checkpoint/checksum.h"
 #include "mixtrain/checkpoint/file_io.h"
+#include "mixtrain/checkpoint/json_input.h"
 #include "mixtrain/core/error.h"
 
 namespace fs = std::filesystem;
@@ -122,12 +123,8 @@ LoadedCheckpoint read_checkpoint(const std::string& path) {
   if (!fs::is_directory(path, ec)) fail("not a directory");
   if (!fs::exists(mpath, ec)) fail("no manifest.json (incomplete checkpoint)");
   const std::vector<uint8_t> mbytes = read_file_bounded(mpath, kMaxManifest, "checkpoint manifest");
-  nlohmann::ordered_json m;
-  try {
-    m = nlohmann::ordered_json::parse(mbytes.begin(), mbytes.end());
-  } catch (const nlohmann::json::exception& e) {
-    fail(std::string("manifest.json is not valid JSON: ") + printable(e.what(), 120));
-  }
+  nlohmann::ordered_json m = parse_untrusted_ordered_json(
+      std::string_view(reinterpret_cast<const char*>(mbytes.data()), mbytes.size()), "checkpoint " + path + ": manifest.json");
   if (!m.is_object()) fail("manifest.json is not a JSON object");
   const auto cs = m.find("checksum");
   if (cs == m.end() || !cs->is_string()) fail("manifest.json has no checksum");

@@ -6,6 +6,7 @@
 #include "mixtrain/checkpoint/checkpoint_dir.h"
 #include "mixtrain/checkpoint/file_io.h"
 #include "mixtrain/checkpoint/gpt_weights.h"
+#include "mixtrain/checkpoint/json_input.h"
 #include "mixtrain/core/error.h"
 
 namespace fs = std::filesystem;
@@ -20,12 +21,7 @@ std::unique_ptr<Gpt> build_and_load(const GptConfig& cfg, const SafetensorsFile&
 }
 
 GptConfig config_from_json_text(const std::string& text, const std::string& where) {
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    throw IoError(where + " is not valid JSON: " + printable(e.what(), 120));
-  }
+  const nlohmann::json j = parse_untrusted_json(text, where);
   try {
     return GptConfig::from_json(j, where);
   } catch (const ArgumentError& e) {
@@ -36,12 +32,7 @@ GptConfig config_from_json_text(const std::string& text, const std::string& wher
 }  // namespace
 
 GptConfig gpt_config_from_hf_json(const std::string& text, const std::string& name) {
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    throw IoError("config " + name + " is not valid JSON: " + printable(e.what(), 120));
-  }
+  const nlohmann::json j = parse_untrusted_json(text, "config " + name);
   if (!j.is_object()) throw IoError("config " + name + " is not a JSON object");
   GptConfig c;
   c.name = name;

@@ -5,9 +5,9 @@
 #include <bit>
 #include <cstring>
 #include <nlohmann/json.hpp>
-#include <set>
 
 #include "mixtrain/checkpoint/file_io.h"
+#include "mixtrain/checkpoint/json_input.h"
 #include "mixtrain/core/error.h"
 
 namespace mixtrain {
@@ -36,10 +36,7 @@ size_t st_dtype_size(const std::string& name) {
   throw IoError("safetensors file " + file + ": " + problem);
 }
 
-// A JSON value quoted for a message: dumped (non-ASCII escaped) and cut short.
-std::string quote(const nlohmann::json& v) {
-  return printable(v.dump(-1, ' ', true, nlohmann::json::error_handler_t::replace), 60);
-}
+std::string quote(const nlohmann::json& v) { return json_excerpt(v); }
 
 // Reads a non-negative JSON integer into out; false for anything else (floats, negatives, > 2^63-1).
 bool get_index(const nlohmann::json& v, uint64_t& out) {
@@ -127,28 +124,11 @@ SafetensorsFile SafetensorsFile::parse(std::vector<uint8_t> bytes, const std::st
   if (n < 2 || bytes[8] != '{') fail(file, "header does not start with a JSON object");
   const uint64_t buffer_size = size - 8 - n;
 
-  // Parse, recording duplicate keys (nlohmann keeps the last silently; the reference
-  // implementation's serde rejects them, and so do we).
-  std::vector<std::set<std::string>> open_objects;
-  std::string duplicate;
-  auto on_event = [&](int, nlohmann::json::parse_event_t ev, nlohmann::json& parsed) {
-    using E = nlohmann::json::parse_event_t;
-    if (ev == E::object_start) open_objects.emplace_back();
-    else if (ev == E::object_end && !open_objects.empty()) open_objects.pop_back();
-    else if (ev == E::key && !open_objects.empty() && parsed.is_string()) {
-      if (!open_objects.back().insert(parsed.get_ref<const std::string&>()).second && duplicate.empty())
-        duplicate = parsed.get<std::string>();
-    }
-    return true;
-  };
-  nlohmann::json header;
-  try {
-    const char* begin = reinterpret_cast<const char*>(bytes.data() + 8);
-    header = nlohmann::json::parse(begin, begin + n, on_event);
-  } catch (const nlohmann::json::exception& e) {
-    fail(file, std::string("header is not valid JSON: ") + printable(e.what(), 160));
-  }
-  if (!duplicate.empty()) fail(file, "duplicate key '" + printable(duplicate) + "' in the header");
+  // Duplicate keys are refused (nlohmann would keep the last silently; the reference
+  // implementation's serde rejects them), and so is deep nesting (json_input.h).
+  const nlohmann::json header = parse_untrusted_json(
+      std::string_view(reinterpret_cast<const char*>(bytes.data() + 8), static_cast<size_t>(n)),
+      "safetensors file " + file + ": header");
   if (!header.is_object()) fail(file, "header is not a JSON object");
 
   for (auto& [key, value] : header.items()) {

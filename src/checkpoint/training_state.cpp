@@ -5,6 +5,7 @@
 
 #include "mixtrain/amp/precision.h"
 #include "mixtrain/checkpoint/file_io.h"
+#include "mixtrain/checkpoint/json_input.h"
 #include "mixtrain/checkpoint/safetensors.h"
 #include "mixtrain/core/error.h"
 
@@ -33,7 +34,7 @@ class Fields {
     const auto& v = at(key);
     if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX)) ||
         v.get<int64_t>() < 0)
-      fail(name(key), "must be a non-negative integer, got " + printable(v.dump(), 40));
+      fail(name(key), "must be a non-negative integer, got " + json_excerpt(v, 40));
     return v.get<int64_t>();
   }
   bool flag(const std::string& key) const {
@@ -110,12 +111,7 @@ TrainingState decode_training_state(std::vector<uint8_t> bytes, const std::strin
     fail("unsupported version '" + printable(ver == meta.end() ? "" : ver->second) + "' (this build reads " + kVersion + ")");
   const auto body = meta.find("mixtrain");
   if (body == meta.end()) fail("the 'mixtrain' metadata entry is missing");
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(body->second);
-  } catch (const nlohmann::json::exception& e) {
-    fail(std::string("the 'mixtrain' metadata is not valid JSON: ") + printable(e.what(), 120));
-  }
+  const nlohmann::json j = parse_untrusted_json(body->second, "training state " + name + ": the 'mixtrain' metadata");
   const Fields top(j, name, "");
 
   TrainingState s;

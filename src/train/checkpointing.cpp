@@ -10,6 +10,7 @@
 #include "mixtrain/checkpoint/checksum.h"
 #include "mixtrain/checkpoint/file_io.h"
 #include "mixtrain/checkpoint/gpt_weights.h"
+#include "mixtrain/checkpoint/json_input.h"
 #include "mixtrain/checkpoint/load_model.h"
 #include "mixtrain/data/text_corpus.h"
 #include "mixtrain/optim/adamw.h"
@@ -79,7 +80,7 @@ std::string first_difference(const nlohmann::json& saved, const nlohmann::json& 
   }
   if (saved == now) return "";
   std::string key = prefix.empty() ? "value" : prefix.substr(0, prefix.size() - 1);
-  return key + ": checkpoint has " + printable(saved.dump(), 60) + ", this run has " + printable(now.dump(), 60);
+  return key + ": checkpoint has " + json_excerpt(saved) + ", this run has " + json_excerpt(now);
 }
 
 }  // namespace
