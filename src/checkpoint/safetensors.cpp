@@ -233,7 +233,7 @@ void SafetensorsWriter::add(const std::string& name, const Tensor& t) {
     if (n == name) throw ArgumentError("safetensors writer: duplicate tensor name '" + printable(name) + "'");
   if (safetensors_dtype_name(t.dtype()).empty())
     throw DTypeError("safetensors writer: tensor '" + name + "' has no safetensors dtype");
-  tensors_.emplace_back(name, t.contiguous().clone(MemCategory::workspace));
+  tensors_.emplace_back(name, t.contiguous());  // shares t's storage when t is contiguous
 }
 
 std::vector<uint8_t> SafetensorsWriter::serialize() const {

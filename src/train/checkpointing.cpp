@@ -180,7 +180,10 @@ int64_t TrainCheckpointing::resume(TrainingRefs r) {
   }
   const TrainingState& s = *state;
   const std::string where = "cannot resume from " + found->path + ": ";
-  std::string diff = first_difference(s.model.to_json(), cfg_.to_json(), "model.");
+  nlohmann::json saved_model = s.model.to_json(), this_model = cfg_.to_json();
+  saved_model.erase("name");  // a preset's name or the config file's path: not the model itself
+  this_model.erase("name");
+  std::string diff = first_difference(saved_model, this_model, "model.");
   if (diff.empty()) diff = first_difference(s.run, run_);
   if (!diff.empty()) throw ArgumentError(where + "options differ, " + diff);
   if (s.step > opt_.steps)

@@ -72,6 +72,14 @@ expect_exit 2 "init from a file of another size" -- "$MIXTRAIN" --threads 1 trai
   --data "$TMP/text.txt" --steps 1 --init-from "$TMP/hf/model.safetensors"
 expect_stderr_has "expected" "init from another size"
 expect_exit 2 "init-from with resume" -- "${TRAIN[@]}" --init-from "$TMP/hf/model.safetensors" --resume "$C"
+# The same logits, bit for bit, from the checkpoint and from the Hugging Face copy.
+expect_exit 0 "logits from the checkpoint" -- "$MIXTRAIN" --threads 1 sample --prompt "line 1" --tokens 0 --checkpoint "$C" --logits-json "$TMP/l1.json"
+expect_exit 0 "logits from the copy" -- "$MIXTRAIN" --threads 1 sample --prompt "line 1" --tokens 0 --checkpoint "$TMP/hf/model.safetensors" --logits-json "$TMP/l2.json"
+if python3 -c "
+import json, sys
+a, b = json.load(open('$TMP/l1.json')), json.load(open('$TMP/l2.json'))
+ok = a == b and a['tokens'] == [ord(c) for c in 'line 1'] and len(a['logits']) == 6 and len(a['logits'][0]) == 256
+sys.exit(0 if ok else 1)"; then pass; else fail "--logits-json: checkpoint and copy differ, or wrong shape"; fi
 rm "$TMP/hf/config.json"
 expect_exit 2 "bare file without a config" -- "${SAMPLE[@]}" --checkpoint "$TMP/hf/model.safetensors"
 expect_stderr_has "--n-head" "bare file without a config"

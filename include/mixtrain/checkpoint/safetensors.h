@@ -61,8 +61,9 @@ class SafetensorsFile {
 // 8 bytes (so the buffer is aligned), tensors in the order added.
 class SafetensorsWriter {
  public:
-  // Keeps a contiguous copy of t (dtype f32, f16, bf16, f64, i32, f8_*). ArgumentError for a
-  // duplicate or empty name, or a name that is not valid UTF-8.
+  // Keeps t (dtype f32, f16, bf16, f64, i32, f8_*), made contiguous; a contiguous t is not
+  // copied, so its values must not change before serialize(). ArgumentError for a duplicate or
+  // empty name, or a name that is not valid UTF-8.
   void add(const std::string& name, const Tensor& t);
   void set_metadata(const std::string& key, const std::string& value) { metadata_[key] = value; }
   std::vector<uint8_t> serialize() const;
