@@ -6,6 +6,7 @@
 #include <string>
 
 #include "mixtrain/checkpoint/load_model.h"
+#include "fuzz_init.h"
 #include "mixtrain/core/error.h"
 #include "mixtrain/models/gpt.h"
 

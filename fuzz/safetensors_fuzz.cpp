@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "mixtrain/checkpoint/safetensors.h"
+#include "fuzz_init.h"
 #include "mixtrain/core/error.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
