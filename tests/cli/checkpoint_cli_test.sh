@@ -65,6 +65,16 @@ else
   fail "checkpoint directory layout: $(ls -a "$TMP/ck_16-mixed")"
 fi
 
+# Resuming a finished run does no step: exit 0, the summary has the validation loss, the log
+# is unchanged.
+cp "$TMP/16-mixed.resumed.jsonl" "$TMP/finished.jsonl"
+expect_exit 0 "resume a finished run" -- "${TRAIN[@]}" --steps 8 --precision 16-mixed --growth-interval 2 --hysteresis 2 \
+  --inject-nonfinite 3,4,5 --log-jsonl "$TMP/finished.jsonl" --resume "$TMP/ck_16-mixed"
+if cmp -s "$TMP/finished.jsonl" "$TMP/16-mixed.resumed.jsonl" && python3 -c "
+import json, sys
+s = json.load(open('$TMP/out'))
+sys.exit(0 if s['steps'] == 8 and s['val_loss'] is not None else 1)"; then pass; else fail "resuming a finished run"; fi
+
 # --keep 2 keeps the two newest.
 expect_exit 0 "keep 2" -- "${TRAIN[@]}" --steps 6 --checkpoint-dir "$TMP/ck_keep" --save-every 1 --keep 2
 if [ "$(ls -a "$TMP/ck_keep" | tr '\n' ' ')" = ". .. step-000005 step-000006 " ]; then pass; else fail "keep: $(ls -a "$TMP/ck_keep")"; fi
