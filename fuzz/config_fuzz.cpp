@@ -5,8 +5,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "mixtrain/checkpoint/load_model.h"
 #include "fuzz_init.h"
+#include "mixtrain/checkpoint/load_model.h"
 #include "mixtrain/core/error.h"
 #include "mixtrain/models/gpt.h"
 

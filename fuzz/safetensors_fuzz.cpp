@@ -4,13 +4,14 @@
 #include <cstdint>
 #include <vector>
 
-#include "mixtrain/checkpoint/safetensors.h"
 #include "fuzz_init.h"
+#include "mixtrain/checkpoint/safetensors.h"
 #include "mixtrain/core/error.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
-    const mixtrain::SafetensorsFile f = mixtrain::SafetensorsFile::parse(std::vector<uint8_t>(data, data + size), "fuzz");
+    const mixtrain::SafetensorsFile f =
+        mixtrain::SafetensorsFile::parse(std::vector<uint8_t>(data, data + size), "fuzz");
     for (const auto& e : f.entries()) {
       try {
         if (e.numel <= (1 << 20)) (void)f.tensor(e);

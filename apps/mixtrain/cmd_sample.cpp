@@ -6,8 +6,8 @@
 #include <string>
 
 #include "commands.h"
-#include "mixtrain/checkpoint/load_model.h"
 #include "mixtrain/autograd/variable.h"
+#include "mixtrain/checkpoint/load_model.h"
 #include "mixtrain/models/generate.h"
 
 namespace mixtrain::cli {
@@ -17,10 +17,11 @@ namespace {
 void write_logits(Gpt& model, const std::vector<int32_t>& prompt, const std::string& path) {
   const int64_t T = static_cast<int64_t>(prompt.size());
   if (T > model.config().block_size)
-    throw ArgumentError("--logits-json: the prompt has " + std::to_string(T) + " tokens, more than block_size " +
-                        std::to_string(model.config().block_size));
+    throw ArgumentError("--logits-json: the prompt has " + std::to_string(T) +
+                        " tokens, more than block_size " + std::to_string(model.config().block_size));
   autograd::NoGradGuard no_grad;
-  const Tensor logits = model.forward(Tensor::from_ints(prompt, {1, T}), nullptr).logits.value();  // (1, T, V)
+  const Tensor logits =
+      model.forward(Tensor::from_ints(prompt, {1, T}), nullptr).logits.value();  // (1, T, V)
   nlohmann::json j;
   j["tokens"] = prompt;
   j["logits"] = nlohmann::json::array();
@@ -46,13 +47,18 @@ void register_sample(CLI::App& app, GlobalOptions& g, std::vector<Command>& comm
       ->required();
   sub->add_option("--prompt", f->prompt, "Text to continue (default: a newline)");
   sub->add_option("--tokens", f->gen.tokens, "Tokens to generate")->capture_default_str();
-  sub->add_option("--temperature", f->gen.temperature, "Sampling temperature (0: greedy)")->capture_default_str();
-  sub->add_option("--top-k", f->gen.top_k, "Sample among the K most likely tokens (0: all)")->capture_default_str();
+  sub->add_option("--temperature", f->gen.temperature, "Sampling temperature (0: greedy)")
+      ->capture_default_str();
+  sub->add_option("--top-k", f->gen.top_k, "Sample among the K most likely tokens (0: all)")
+      ->capture_default_str();
   sub->add_option("--seed", f->gen.seed, "Seed of the sampling stream")->capture_default_str();
-  sub->add_option("--n-head", f->n_head, "Attention heads, for a bare safetensors file without a configuration");
-  sub->add_option("--logits-json", f->logits_json,
-                  "Also write the prompt's fp32 logits, (T, V), as JSON to FILE (tools/check_torch_interop.py)");
-  commands.push_back({[sub] { return sub->parsed(); }, [&g, f] {
+  sub->add_option("--n-head", f->n_head,
+                  "Attention heads, for a bare safetensors file without a configuration");
+  sub->add_option(
+      "--logits-json", f->logits_json,
+      "Also write the prompt's fp32 logits, (T, V), as JSON to FILE (tools/check_torch_interop.py)");
+  commands.push_back({[sub] { return sub->parsed(); },
+                      [&g, f] {
                         apply_global_options(g);
                         if (f->prompt.empty()) throw ArgumentError("--prompt must not be empty");
                         auto warn = [](const std::string& line) {
@@ -65,8 +71,10 @@ void register_sample(CLI::App& app, GlobalOptions& g, std::vector<Command>& comm
                         const std::vector<int32_t> out = generate(*m.model, prompt, f->gen);
                         std::string text = f->prompt;
                         for (int32_t t : out) {
-                          if (t < 256) text.push_back(static_cast<char>(t));
-                          else text += "<|" + std::to_string(t) + "|>";
+                          if (t < 256)
+                            text.push_back(static_cast<char>(t));
+                          else
+                            text += "<|" + std::to_string(t) + "|>";
                         }
                         std::fwrite(text.data(), 1, text.size(), stdout);
                         std::printf("\n");

@@ -118,20 +118,24 @@ LoadedCheckpoint read_checkpoint(const std::string& path) {
   LoadedCheckpoint out;
   out.path = path;
   const std::string mpath = (fs::path(path) / kManifestName).string();
-  auto fail = [&](const std::string& problem) -> void { throw IoError("checkpoint " + path + ": " + problem); };
+  auto fail = [&](const std::string& problem) -> void {
+    throw IoError("checkpoint " + path + ": " + problem);
+  };
   std::error_code ec;
   if (!fs::is_directory(path, ec)) fail("not a directory");
   if (!fs::exists(mpath, ec)) fail("no manifest.json (incomplete checkpoint)");
   const std::vector<uint8_t> mbytes = read_file_bounded(mpath, kMaxManifest, "checkpoint manifest");
   nlohmann::ordered_json m = parse_untrusted_ordered_json(
-      std::string_view(reinterpret_cast<const char*>(mbytes.data()), mbytes.size()), "checkpoint " + path + ": manifest.json");
+      std::string_view(reinterpret_cast<const char*>(mbytes.data()), mbytes.size()),
+      "checkpoint " + path + ": manifest.json");
   if (!m.is_object()) fail("manifest.json is not a JSON object");
   const auto cs = m.find("checksum");
   if (cs == m.end() || !cs->is_string()) fail("manifest.json has no checksum");
   const std::string stored = cs->get<std::string>();
   m.erase("checksum");
   if (manifest_checksum(m) != stored) fail("manifest.json checksum mismatch (corrupt)");
-  if (!m.contains("format") || m["format"] != kFormat) fail("manifest.json is not a mixtrain checkpoint manifest");
+  if (!m.contains("format") || m["format"] != kFormat)
+    fail("manifest.json is not a mixtrain checkpoint manifest");
   if (!m.contains("version") || !m["version"].is_number_integer() || m["version"].get<int64_t>() != kVersion)
     fail("unsupported manifest version");
   if (!m.contains("step") || !m["step"].is_number_integer() || m["step"].get<int64_t>() < 0)
@@ -216,8 +220,8 @@ std::optional<LoadedCheckpoint> resolve_checkpoint(const std::string& path,
       skipped.push_back(std::string("skipping invalid checkpoint: ") + e.what());
     }
   }
-  throw IoError("no valid checkpoint in " + path + " (" + std::to_string(all.size()) + " found, all invalid; newest: " +
-                newest_problem + ")");
+  throw IoError("no valid checkpoint in " + path + " (" + std::to_string(all.size()) +
+                " found, all invalid; newest: " + newest_problem + ")");
 }
 
 }  // namespace mixtrain

@@ -73,7 +73,7 @@ void write_file_durable(const std::string& path, const void* data, size_t n) {
 std::vector<uint8_t> read_file_bounded(const std::string& path, uint64_t max_bytes, const std::string& what) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw IoError("cannot read " + what + " " + path + ": " + errno_text());
-  struct stat st{};
+  struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);
     throw IoError("cannot read " + what + " " + path + ": not a regular file");

@@ -70,7 +70,8 @@ void load_gpt_safetensors(const SafetensorsFile& file, Gpt& model) {
     }
     if (ends_with(n, ".attn.bias") || ends_with(n, ".attn.masked_bias")) continue;  // causal-mask buffers
     if (!by_name.emplace(n, &e).second)
-      throw IoError(where + ": tensor '" + printable(n) + "' appears both with and without the 'transformer.' prefix");
+      throw IoError(where + ": tensor '" + printable(n) +
+                    "' appears both with and without the 'transformer.' prefix");
   }
   ParameterStore& store = model.params();
   // Convert everything first, then copy: the model stays unchanged if any tensor is bad.
@@ -83,17 +84,19 @@ void load_gpt_safetensors(const SafetensorsFile& file, Gpt& model) {
     const SafetensorsEntry& e = *it->second;
     DType t{};
     if (!dtype_from_safetensors(e.dtype, t) || !is_floating(t))
-      throw DTypeError(where + ": tensor '" + printable(e.name) + "' has dtype " + e.dtype + ", expected a float type");
+      throw DTypeError(where + ": tensor '" + printable(e.name) + "' has dtype " + e.dtype +
+                       ", expected a float type");
     std::vector<int64_t> want(p.shape.begin(), p.shape.end());
     if (is_hf_conv1d_weight(p.name) && want.size() == 2) std::swap(want[0], want[1]);
     if (e.shape != want)
-      throw ShapeError(where + ": tensor '" + printable(e.name) + "' has shape " + shape_text(e.shape) + ", expected " +
-                       shape_text(want) + " for this model");
+      throw ShapeError(where + ": tensor '" + printable(e.name) + "' has shape " + shape_text(e.shape) +
+                       ", expected " + shape_text(want) + " for this model");
     loaded[i] = hf_layout(p.name, file.tensor(e, MemCategory::workspace));
     by_name.erase(it);
   }
   if (!by_name.empty())
-    throw IoError(where + ": unexpected tensor '" + printable(by_name.begin()->second->name) + "' for this model");
+    throw IoError(where + ": unexpected tensor '" + printable(by_name.begin()->second->name) +
+                  "' for this model");
   if (lm_head) {
     const Tensor& wte = loaded[store.index("transformer.wte.weight")];
     const std::vector<int64_t> want(wte.shape().begin(), wte.shape().end());
@@ -107,7 +110,8 @@ void load_gpt_safetensors(const SafetensorsFile& file, Gpt& model) {
         same = std::memcmp(head.raw_data(), w.raw_data(), w.nbytes()) == 0;
       }
     }
-    if (!same) throw IoError(where + ": lm_head.weight differs from wte (untied output heads are not supported)");
+    if (!same)
+      throw IoError(where + ": lm_head.weight differs from wte (untied output heads are not supported)");
   }
   for (size_t i = 0; i < store.size(); ++i) store.param(i).copy_from(loaded[i]);
   store.flat_params().storage()->bump_version();

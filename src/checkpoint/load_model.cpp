@@ -36,8 +36,10 @@ GptConfig gpt_config_from_hf_json(const std::string& text, const std::string& na
   if (!j.is_object()) throw IoError("config " + name + " is not a JSON object");
   GptConfig c;
   c.name = name;
-  const std::pair<const char*, int64_t*> ints[] = {{"n_embd", &c.n_embd},       {"n_layer", &c.n_layer},
-                                                   {"n_head", &c.n_head},       {"n_positions", &c.block_size},
+  const std::pair<const char*, int64_t*> ints[] = {{"n_embd", &c.n_embd},
+                                                   {"n_layer", &c.n_layer},
+                                                   {"n_head", &c.n_head},
+                                                   {"n_positions", &c.block_size},
                                                    {"vocab_size", &c.vocab_size}};
   for (const auto& [key, field] : ints) {
     if (!j.contains(key)) throw IoError("config " + name + ": '" + key + "' is missing");
@@ -46,7 +48,8 @@ GptConfig gpt_config_from_hf_json(const std::string& text, const std::string& na
     *field = v.get<int64_t>();
   }
   if (j.contains("layer_norm_epsilon")) {
-    if (!j["layer_norm_epsilon"].is_number()) throw IoError("config " + name + ": 'layer_norm_epsilon' must be a number");
+    if (!j["layer_norm_epsilon"].is_number())
+      throw IoError("config " + name + ": 'layer_norm_epsilon' must be a number");
     c.ln_eps = j["layer_norm_epsilon"].get<float>();
   }
   try {
@@ -73,7 +76,8 @@ InferenceModel load_gpt_for_inference(const std::string& path, int64_t n_head,
       cfg = gpt_config_from_hf_json(std::string(b.begin(), b.end()), hf_config.string());
     } else {
       if (n_head <= 0)
-        throw ArgumentError("safetensors file " + path + " carries no configuration: give --n-head (or a config.json beside it)");
+        throw ArgumentError("safetensors file " + path +
+                            " carries no configuration: give --n-head (or a config.json beside it)");
       cfg = infer_gpt_config(f, n_head);
     }
     out.model = build_and_load(cfg, f);
@@ -82,8 +86,10 @@ InferenceModel load_gpt_for_inference(const std::string& path, int64_t n_head,
   }
   // A checkpoint or a directory of them: the config is the manifest's, the weights model.safetensors.
   auto check = [&](const LoadedCheckpoint& c) {
-    if (!c.info.contains("model")) throw IoError("checkpoint " + c.path + ": the manifest has no model config");
-    const GptConfig cfg = config_from_json_text(c.info["model"].dump(), "checkpoint " + c.path + " model config");
+    if (!c.info.contains("model"))
+      throw IoError("checkpoint " + c.path + ": the manifest has no model config");
+    const GptConfig cfg =
+        config_from_json_text(c.info["model"].dump(), "checkpoint " + c.path + " model config");
     const auto it = c.files.find("model.safetensors");
     if (it == c.files.end()) throw IoError("checkpoint " + c.path + ": no model.safetensors");
     out.model = build_and_load(cfg, SafetensorsFile::parse(it->second, c.path + "/model.safetensors"));

@@ -22,9 +22,9 @@ struct StDtype {
 };
 // Every dtype of the safetensors specification (the reader accepts a file holding any of them;
 // only the ones with a DType become Tensors).
-constexpr StDtype kStDtypes[] = {{"BOOL", 1}, {"U8", 1},  {"I8", 1},   {"F8_E5M2", 1}, {"F8_E4M3", 1},
-                                 {"I16", 2},  {"U16", 2}, {"F16", 2},  {"BF16", 2},    {"I32", 4},
-                                 {"U32", 4},  {"F32", 4}, {"F64", 8},  {"I64", 8},     {"U64", 8}};
+constexpr StDtype kStDtypes[] = {{"BOOL", 1}, {"U8", 1},  {"I8", 1},  {"F8_E5M2", 1}, {"F8_E4M3", 1},
+                                 {"I16", 2},  {"U16", 2}, {"F16", 2}, {"BF16", 2},    {"I32", 4},
+                                 {"U32", 4},  {"F32", 4}, {"F64", 8}, {"I64", 8},     {"U64", 8}};
 
 size_t st_dtype_size(const std::string& name) {
   for (const auto& d : kStDtypes)
@@ -67,16 +67,21 @@ bool is_valid_utf8(const std::string& s) {
     }
     int len = 0;
     uint32_t cp = 0;
-    if (c >= 0xC2 && c <= 0xDF) len = 2, cp = c & 0x1Fu;
-    else if (c >= 0xE0 && c <= 0xEF) len = 3, cp = c & 0x0Fu;
-    else if (c >= 0xF0 && c <= 0xF4) len = 4, cp = c & 0x07u;
-    else return false;  // continuation byte first, overlong 2-byte lead (C0, C1), or past F4
+    if (c >= 0xC2 && c <= 0xDF)
+      len = 2, cp = c & 0x1Fu;
+    else if (c >= 0xE0 && c <= 0xEF)
+      len = 3, cp = c & 0x0Fu;
+    else if (c >= 0xF0 && c <= 0xF4)
+      len = 4, cp = c & 0x07u;
+    else
+      return false;  // continuation byte first, overlong 2-byte lead (C0, C1), or past F4
     if (i + static_cast<size_t>(len) > n) return false;
     for (int k = 1; k < len; ++k) {
       if ((p[i + static_cast<size_t>(k)] & 0xC0u) != 0x80u) return false;
       cp = (cp << 6) | (p[i + static_cast<size_t>(k)] & 0x3Fu);
     }
-    if ((len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+    if ((len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) || cp > 0x10FFFF ||
+        (cp >= 0xD800 && cp <= 0xDFFF))
       return false;
     i += static_cast<size_t>(len);
   }
@@ -85,19 +90,27 @@ bool is_valid_utf8(const std::string& s) {
 
 std::string safetensors_dtype_name(DType t) {
   switch (t) {
-    case DType::f32: return "F32";
-    case DType::f16: return "F16";
-    case DType::bf16: return "BF16";
-    case DType::f8_e4m3: return "F8_E4M3";
-    case DType::f8_e5m2: return "F8_E5M2";
-    case DType::f64: return "F64";
-    case DType::i32: return "I32";
+    case DType::f32:
+      return "F32";
+    case DType::f16:
+      return "F16";
+    case DType::bf16:
+      return "BF16";
+    case DType::f8_e4m3:
+      return "F8_E4M3";
+    case DType::f8_e5m2:
+      return "F8_E5M2";
+    case DType::f64:
+      return "F64";
+    case DType::i32:
+      return "I32";
   }
   return "";
 }
 
 bool dtype_from_safetensors(const std::string& name, DType& out) {
-  for (DType t : {DType::f32, DType::f16, DType::bf16, DType::f8_e4m3, DType::f8_e5m2, DType::f64, DType::i32})
+  for (DType t :
+       {DType::f32, DType::f16, DType::bf16, DType::f8_e4m3, DType::f8_e5m2, DType::f64, DType::i32})
     if (safetensors_dtype_name(t) == name) {
       out = t;
       return true;
@@ -113,14 +126,16 @@ SafetensorsFile SafetensorsFile::parse(std::vector<uint8_t> bytes, const std::st
   SafetensorsFile f;
   f.name_ = file;
   const uint64_t size = bytes.size();
-  if (size < 8) fail(file, "truncated: " + std::to_string(size) + " bytes, fewer than the 8-byte header length");
+  if (size < 8)
+    fail(file, "truncated: " + std::to_string(size) + " bytes, fewer than the 8-byte header length");
   uint64_t n = 0;
   std::memcpy(&n, bytes.data(), 8);  // little-endian (static_assert above)
   if (n > kSafetensorsMaxHeader)
-    fail(file, "header length " + std::to_string(n) + " exceeds the 100 MB limit (corrupt or not safetensors)");
+    fail(file,
+         "header length " + std::to_string(n) + " exceeds the 100 MB limit (corrupt or not safetensors)");
   if (n > size - 8)
-    fail(file, "header length " + std::to_string(n) + " runs past the end of the file (" + std::to_string(size) +
-                   " bytes): truncated or corrupt");
+    fail(file, "header length " + std::to_string(n) + " runs past the end of the file (" +
+                   std::to_string(size) + " bytes): truncated or corrupt");
   if (n < 2 || bytes[8] != '{') fail(file, "header does not start with a JSON object");
   const uint64_t buffer_size = size - 8 - n;
 
@@ -136,7 +151,8 @@ SafetensorsFile SafetensorsFile::parse(std::vector<uint8_t> bytes, const std::st
     if (key == "__metadata__") {
       if (!value.is_object()) fail(file, "__metadata__ must be an object of strings, got " + quote(value));
       for (auto& [mk, mv] : value.items()) {
-        if (!mv.is_string()) fail(file, "__metadata__ value '" + printable(mk) + "' must be a string, got " + quote(mv));
+        if (!mv.is_string())
+          fail(file, "__metadata__ value '" + printable(mk) + "' must be a string, got " + quote(mv));
         f.metadata_[mk] = mv.get<std::string>();
       }
       continue;
@@ -159,18 +175,20 @@ SafetensorsFile SafetensorsFile::parse(std::vector<uint8_t> bytes, const std::st
     const auto sh = value.find("shape");
     if (sh == value.end() || !sh->is_array()) fail(file, what + ": 'shape' must be an array of integers");
     if (sh->size() > static_cast<size_t>(kMaxDims))
-      fail(file, what + ": " + std::to_string(sh->size()) + " dimensions, more than the " + std::to_string(kMaxDims) +
-                     " supported");
+      fail(file, what + ": " + std::to_string(sh->size()) + " dimensions, more than the " +
+                     std::to_string(kMaxDims) + " supported");
     uint64_t numel = 1;
     bool overflow = false;
     for (const auto& d : *sh) {
       uint64_t extent = 0;
-      if (!get_index(d, extent)) fail(file, what + ": shape extent " + quote(d) + " is not a non-negative integer");
+      if (!get_index(d, extent))
+        fail(file, what + ": shape extent " + quote(d) + " is not a non-negative integer");
       e.shape.push_back(static_cast<int64_t>(extent));
       overflow = overflow || __builtin_mul_overflow(numel, extent, &numel);
     }
     uint64_t nbytes = 0;
-    if (overflow || numel > static_cast<uint64_t>(INT64_MAX) || __builtin_mul_overflow(numel, e.element_size, &nbytes))
+    if (overflow || numel > static_cast<uint64_t>(INT64_MAX) ||
+        __builtin_mul_overflow(numel, e.element_size, &nbytes))
       fail(file, what + ": shape " + quote(*sh) + " has more elements than can exist");
     e.numel = static_cast<int64_t>(numel);
     const auto off = value.find("data_offsets");
@@ -179,30 +197,33 @@ SafetensorsFile SafetensorsFile::parse(std::vector<uint8_t> bytes, const std::st
       fail(file, what + ": 'data_offsets' must be two non-negative integers");
     if (e.begin > e.end) fail(file, what + ": data_offsets " + quote(*off) + " end before they begin");
     if (e.end > buffer_size)
-      fail(file, what + ": data_offsets " + quote(*off) + " run past the data buffer (" + std::to_string(buffer_size) +
-                     " bytes): truncated or corrupt");
+      fail(file, what + ": data_offsets " + quote(*off) + " run past the data buffer (" +
+                     std::to_string(buffer_size) + " bytes): truncated or corrupt");
     if (e.end - e.begin != nbytes)
-      fail(file, what + ": data_offsets span " + std::to_string(e.end - e.begin) + " bytes but " + e.dtype + " shape " +
-                     quote(*sh) + " needs " + std::to_string(nbytes));
+      fail(file, what + ": data_offsets span " + std::to_string(e.end - e.begin) + " bytes but " + e.dtype +
+                     " shape " + quote(*sh) + " needs " + std::to_string(nbytes));
     f.entries_.push_back(std::move(e));
   }
 
   // The tensors must tile the buffer: sorted by offset, each starts where the previous ended.
-  std::sort(f.entries_.begin(), f.entries_.end(),
-            [](const SafetensorsEntry& a, const SafetensorsEntry& b) { return a.begin != b.begin ? a.begin < b.begin : a.end < b.end; });
+  std::sort(f.entries_.begin(), f.entries_.end(), [](const SafetensorsEntry& a, const SafetensorsEntry& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  });
   uint64_t expected = 0;
   const SafetensorsEntry* prev = nullptr;
   for (const auto& e : f.entries_) {
     if (e.begin < expected)
-      fail(file, "tensors '" + printable(prev->name) + "' and '" + printable(e.name) + "' overlap in the data buffer");
+      fail(file, "tensors '" + printable(prev->name) + "' and '" + printable(e.name) +
+                     "' overlap in the data buffer");
     if (e.begin > expected)
-      fail(file, "the data buffer has " + std::to_string(e.begin - expected) + " unused bytes before tensor '" +
-                     printable(e.name) + "'");
+      fail(file, "the data buffer has " + std::to_string(e.begin - expected) +
+                     " unused bytes before tensor '" + printable(e.name) + "'");
     expected = e.end;
     prev = &e;
   }
   if (expected != buffer_size)
-    fail(file, "the data buffer has " + std::to_string(buffer_size - expected) + " bytes after the last tensor");
+    fail(file,
+         "the data buffer has " + std::to_string(buffer_size - expected) + " bytes after the last tensor");
   for (size_t i = 0; i < f.entries_.size(); ++i) f.by_name_[f.entries_[i].name] = i;
   f.data_start_ = static_cast<size_t>(8 + n);
   f.bytes_ = std::move(bytes);
@@ -217,8 +238,8 @@ const SafetensorsEntry* SafetensorsFile::find(const std::string& tensor_name) co
 Tensor SafetensorsFile::tensor(const SafetensorsEntry& e, MemCategory category) const {
   DType t{};
   if (!dtype_from_safetensors(e.dtype, t))
-    throw DTypeError("safetensors file " + name_ + ": tensor '" + printable(e.name) + "' has dtype " + e.dtype +
-                     ", which mixtrain cannot hold");
+    throw DTypeError("safetensors file " + name_ + ": tensor '" + printable(e.name) + "' has dtype " +
+                     e.dtype + ", which mixtrain cannot hold");
   Shape shape;
   for (int64_t d : e.shape) shape.push_back(d);
   Tensor out = Tensor::empty(shape, t, category);

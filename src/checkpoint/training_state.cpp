@@ -18,7 +18,8 @@ constexpr const char* kVersion = "1";
 // Field access that names the file and the field in every failure.
 class Fields {
  public:
-  Fields(const nlohmann::json& j, std::string file, std::string path) : j_(j), file_(std::move(file)), path_(std::move(path)) {
+  Fields(const nlohmann::json& j, std::string file, std::string path)
+      : j_(j), file_(std::move(file)), path_(std::move(path)) {
     if (!j_.is_object()) fail(path_.empty() ? "state" : path_, "must be an object");
   }
   [[noreturn]] void fail(const std::string& field, const std::string& problem) const {
@@ -80,8 +81,10 @@ std::vector<uint8_t> encode_training_state(const TrainingState& s) {
   c["overflows"] = s.counters.overflows;
   c["bad_in_a_row"] = s.counters.bad_in_a_row;
   c["hit_min_scale"] = s.counters.hit_min_scale;
-  if (std::isfinite(s.counters.last_loss)) c["last_loss"] = s.counters.last_loss;
-  else c["last_loss"] = nullptr;
+  if (std::isfinite(s.counters.last_loss))
+    c["last_loss"] = s.counters.last_loss;
+  else
+    c["last_loss"] = nullptr;
   j["counters"] = c;
   j["rng"] = s.rng;
 
@@ -102,16 +105,20 @@ std::vector<uint8_t> encode_training_state(const TrainingState& s) {
 
 TrainingState decode_training_state(std::vector<uint8_t> bytes, const std::string& name) {
   const SafetensorsFile f = SafetensorsFile::parse(std::move(bytes), name);
-  auto fail = [&](const std::string& problem) -> void { throw IoError("training state " + name + ": " + problem); };
+  auto fail = [&](const std::string& problem) -> void {
+    throw IoError("training state " + name + ": " + problem);
+  };
   const auto& meta = f.metadata();
   const auto fmt = meta.find("format");
   if (fmt == meta.end() || fmt->second != kFormat) fail("not a mixtrain training state (metadata 'format')");
   const auto ver = meta.find("version");
   if (ver == meta.end() || ver->second != kVersion)
-    fail("unsupported version '" + printable(ver == meta.end() ? "" : ver->second) + "' (this build reads " + kVersion + ")");
+    fail("unsupported version '" + printable(ver == meta.end() ? "" : ver->second) + "' (this build reads " +
+         kVersion + ")");
   const auto body = meta.find("mixtrain");
   if (body == meta.end()) fail("the 'mixtrain' metadata entry is missing");
-  const nlohmann::json j = parse_untrusted_json(body->second, "training state " + name + ": the 'mixtrain' metadata");
+  const nlohmann::json j =
+      parse_untrusted_json(body->second, "training state " + name + ": the 'mixtrain' metadata");
   const Fields top(j, name, "");
 
   TrainingState s;
@@ -142,7 +149,8 @@ TrainingState decode_training_state(std::vector<uint8_t> bytes, const std::strin
 
   const Fields sc = top.object("scaler");
   s.scaler.scale = sc.number("scale");
-  if (!(s.scaler.scale > 0) || !std::isfinite(s.scaler.scale) || double(float(s.scaler.scale)) != s.scaler.scale)
+  if (!(s.scaler.scale > 0) || !std::isfinite(s.scaler.scale) ||
+      double(float(s.scaler.scale)) != s.scaler.scale)
     sc.fail("scaler.scale", "must be a positive finite fp32 value");
   s.scaler.growth_tracker = sc.count("growth_tracker");
   s.scaler.hysteresis_left = sc.count("hysteresis_left");
@@ -170,8 +178,8 @@ TrainingState decode_training_state(std::vector<uint8_t> bytes, const std::strin
     }
     DType t{};
     if (!dtype_from_safetensors(e->dtype, t) || t != want)
-      fail("tensor '" + tensor_name + "' has dtype " + e->dtype + ", expected " + safetensors_dtype_name(want) + " for " +
-           s.precision);
+      fail("tensor '" + tensor_name + "' has dtype " + e->dtype + ", expected " +
+           safetensors_dtype_name(want) + " for " + s.precision);
     if (e->shape.size() != 1) fail("tensor '" + tensor_name + "' must be 1-D");
     if (length >= 0 && e->shape[0] != length)
       fail("tensor '" + tensor_name + "' has " + std::to_string(e->shape[0]) + " elements, 'params' has " +

@@ -18,7 +18,8 @@ std::vector<int32_t> generate(Gpt& model, const std::vector<int32_t>& prompt, co
       throw ArgumentError("generate: token " + std::to_string(t) + " is outside the vocabulary of " +
                           std::to_string(cfg.vocab_size));
   if (opt.tokens < 0) throw ArgumentError("--tokens must be >= 0");
-  if (!(opt.temperature >= 0.f) || !std::isfinite(opt.temperature)) throw ArgumentError("--temperature must be >= 0");
+  if (!(opt.temperature >= 0.f) || !std::isfinite(opt.temperature))
+    throw ArgumentError("--temperature must be >= 0");
   if (opt.top_k < 0) throw ArgumentError("--top-k must be >= 0");
 
   autograd::NoGradGuard no_grad;

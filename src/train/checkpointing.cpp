@@ -67,7 +67,8 @@ nlohmann::json run_options(const TrainOptions& o, int64_t T, const TextCorpus& c
 }
 
 // The first key whose value differs ("lr: 0.001 vs 0.002"), or "" when equal.
-std::string first_difference(const nlohmann::json& saved, const nlohmann::json& now, const std::string& prefix = "") {
+std::string first_difference(const nlohmann::json& saved, const nlohmann::json& now,
+                             const std::string& prefix = "") {
   if (saved.is_object() && now.is_object()) {
     for (const auto& [k, v] : now.items()) {
       if (!saved.contains(k)) return prefix + k + " (not in the checkpoint)";
@@ -187,18 +188,22 @@ int64_t TrainCheckpointing::resume(TrainingRefs r) {
   if (diff.empty()) diff = first_difference(s.run, run_);
   if (!diff.empty()) throw ArgumentError(where + "options differ, " + diff);
   if (s.step > opt_.steps)
-    throw ArgumentError(where + "it is at step " + std::to_string(s.step) + ", past --steps " + std::to_string(opt_.steps));
+    throw ArgumentError(where + "it is at step " + std::to_string(s.step) + ", past --steps " +
+                        std::to_string(opt_.steps));
 
   ParameterStore& store = r.model.params();
   const std::string bad = "checkpoint " + found->path + ": ";
   if (s.params.numel() != store.flat_numel())
     throw IoError(bad + "'params' has " + std::to_string(s.params.numel()) + " elements, the model " +
                   std::to_string(store.flat_numel()));
-  const bool kahan = is_low_precision(store.flat_params().dtype()) && opt_.update_rounding == UpdateRounding::kahan;
+  const bool kahan =
+      is_low_precision(store.flat_params().dtype()) && opt_.update_rounding == UpdateRounding::kahan;
   if (s.optimizer.compensation.defined() != kahan)
-    throw IoError(bad + (kahan ? "no Kahan compensation buffer for kahan rounding" : "unexpected compensation buffer"));
+    throw IoError(
+        bad + (kahan ? "no Kahan compensation buffer for kahan rounding" : "unexpected compensation buffer"));
   if (r.adamw) {
-    r.adamw->set_state(s.optimizer.steps, s.optimizer.exp_avg, s.optimizer.exp_avg_sq, s.optimizer.compensation);
+    r.adamw->set_state(s.optimizer.steps, s.optimizer.exp_avg, s.optimizer.exp_avg_sq,
+                       s.optimizer.compensation);
   } else {
     if (s.optimizer.momentum_buffer.defined() != (opt_.momentum != 0.f))
       throw IoError(bad + "momentum buffer does not match --momentum");

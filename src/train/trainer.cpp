@@ -322,7 +322,8 @@ TrainSummary train(const TrainOptions& opt) {
         sum.final_train_loss = loss;
         sum.val_loss = NAN;
         sum.elapsed_s = seconds_since(run_start);
-        sum.tokens_per_s = static_cast<double>(B * T * K * step) / (train_time > 0 ? train_time : 1.0);
+        sum.tokens_per_s =
+            static_cast<double>(B * T * K * (step - start_step)) / (train_time > 0 ? train_time : 1.0);
         sum.model_flops_per_s = flops_per_token * sum.tokens_per_s;
         throw DivergedError(step, loss, bad_in_a_row, sum);
       }

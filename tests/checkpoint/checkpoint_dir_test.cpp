@@ -120,7 +120,8 @@ TEST(CheckpointDir, ResolveFallsBackToTheLastValidOne) {
   auto refuse_2 = [](const LoadedCheckpoint& l) {
     if (l.step == 2) throw IoError("bad content");
   };
-  expect_error<IoError>([&] { resolve_checkpoint(dir, refuse_2, warn); }, {"no valid checkpoint in", "3 found", "step-000006"});
+  expect_error<IoError>([&] { resolve_checkpoint(dir, refuse_2, warn); },
+                        {"no valid checkpoint in", "3 found", "step-000006"});
   // A single checkpoint named directly: its problems are errors, not fallbacks.
   expect_error<IoError>([&] { resolve_checkpoint(dir + "/step-000006", ok, warn); }, {"CRC-32"});
   EXPECT_EQ(resolve_checkpoint(dir + "/step-000002", ok, warn)->step, 2);

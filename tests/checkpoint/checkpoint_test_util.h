@@ -32,7 +32,8 @@ void expect_error(F&& f, std::initializer_list<std::string> needles) {
   } catch (const E& e) {
     const std::string msg = e.what();
     EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
-    for (const auto& n : needles) EXPECT_NE(msg.find(n), std::string::npos) << "'" << n << "' not in: " << msg;
+    for (const auto& n : needles)
+      EXPECT_NE(msg.find(n), std::string::npos) << "'" << n << "' not in: " << msg;
   } catch (const std::exception& e) {
     ADD_FAILURE() << "wrong exception type: " << e.what();
   }

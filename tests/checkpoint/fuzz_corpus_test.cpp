@@ -14,7 +14,9 @@ namespace {
 
 const std::string kCorpus = std::string(MIXTRAIN_SOURCE_DIR) + "/fuzz/corpus/";
 
-std::vector<uint8_t> seed(const std::string& rel) { return read_file_bounded(kCorpus + rel, 1 << 20, "seed"); }
+std::vector<uint8_t> seed(const std::string& rel) {
+  return read_file_bounded(kCorpus + rel, 1 << 20, "seed");
+}
 
 TEST(FuzzCorpus, SafetensorsSeeds) {
   EXPECT_TRUE(SafetensorsFile::parse(seed("safetensors/empty"), "empty").entries().empty());

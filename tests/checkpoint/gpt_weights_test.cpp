@@ -24,7 +24,8 @@ GptConfig tiny() {
 bool same_params(const Gpt& a, const Gpt& b) {
   const Tensor& x = a.params().flat_params();
   const Tensor& y = b.params().flat_params();
-  return x.dtype() == y.dtype() && x.numel() == y.numel() && std::memcmp(x.raw_data(), y.raw_data(), x.nbytes()) == 0;
+  return x.dtype() == y.dtype() && x.numel() == y.numel() &&
+         std::memcmp(x.raw_data(), y.raw_data(), x.nbytes()) == 0;
 }
 
 SafetensorsFile reparse(const SafetensorsWriter& w, const std::string& name = "w.safetensors") {
@@ -106,44 +107,68 @@ TEST(GptWeights, RefusesFilesThatDoNotFit) {
   const Gpt b_before(tiny(), 2);
   const std::string attn = "transformer.h.0.attn.c_attn.weight";
   // Conv1D weight in our (out, in) layout instead of transposed.
-  expect_error<ShapeError>([&] { load_gpt_safetensors(edited(a, [&](std::string& n, Tensor& t) {
-                                   if (n == attn) t = a.params().param(attn);
-                                   return true;
-                                 }), b); },
-                           {"bad.safetensors", attn, "(48, 16)", "expected (16, 48)"});
-  expect_error<IoError>([&] { load_gpt_safetensors(edited(a, [&](std::string& n, Tensor&) { return n != attn; }), b); },
-                        {"bad.safetensors", "missing tensor", attn});
-  expect_error<DTypeError>([&] { load_gpt_safetensors(edited(a, [&](std::string& n, Tensor& t) {
-                                   if (n == "transformer.ln_f.bias") t = Tensor::zeros(t.shape(), DType::i32);
-                                   return true;
-                                 }), b); },
-                           {"bad.safetensors", "ln_f.bias", "I32"});
-  expect_error<IoError>([&] { load_gpt_safetensors(edited(a, [&](std::string& n, Tensor&) {
-                                if (n == "transformer.ln_f.bias") n = "transformer.ln_g.bias";
-                                return true;
-                              }), b); },
-                        {"bad.safetensors", "missing tensor 'transformer.ln_f.bias'"});
-  expect_error<IoError>([&] {
-    SafetensorsWriter w = gpt_safetensors_writer(a);
-    w.add("transformer.h.9.mlp.c_fc.weight", Tensor::zeros({1}, DType::f32));
-    load_gpt_safetensors(reparse(w, "bad.safetensors"), b);
-  }, {"bad.safetensors", "unexpected tensor 'transformer.h.9.mlp.c_fc.weight'"});
-  expect_error<IoError>([&] {
-    SafetensorsWriter w = gpt_safetensors_writer(a);
-    w.add("ln_f.bias", a.params().param("transformer.ln_f.bias"));
-    load_gpt_safetensors(reparse(w, "bad.safetensors"), b);
-  }, {"bad.safetensors", "both with and without"});
-  expect_error<IoError>([&] {
-    SafetensorsWriter w = gpt_safetensors_writer(a);
-    w.add("lm_head.weight", Tensor::zeros({256, 16}, DType::f32));
-    load_gpt_safetensors(reparse(w, "bad.safetensors"), b);
-  }, {"bad.safetensors", "lm_head.weight differs from wte"});
+  expect_error<ShapeError>(
+      [&] {
+        load_gpt_safetensors(edited(a,
+                                    [&](std::string& n, Tensor& t) {
+                                      if (n == attn) t = a.params().param(attn);
+                                      return true;
+                                    }),
+                             b);
+      },
+      {"bad.safetensors", attn, "(48, 16)", "expected (16, 48)"});
+  expect_error<IoError>(
+      [&] { load_gpt_safetensors(edited(a, [&](std::string& n, Tensor&) { return n != attn; }), b); },
+      {"bad.safetensors", "missing tensor", attn});
+  expect_error<DTypeError>(
+      [&] {
+        load_gpt_safetensors(edited(a,
+                                    [&](std::string& n, Tensor& t) {
+                                      if (n == "transformer.ln_f.bias")
+                                        t = Tensor::zeros(t.shape(), DType::i32);
+                                      return true;
+                                    }),
+                             b);
+      },
+      {"bad.safetensors", "ln_f.bias", "I32"});
+  expect_error<IoError>(
+      [&] {
+        load_gpt_safetensors(edited(a,
+                                    [&](std::string& n, Tensor&) {
+                                      if (n == "transformer.ln_f.bias") n = "transformer.ln_g.bias";
+                                      return true;
+                                    }),
+                             b);
+      },
+      {"bad.safetensors", "missing tensor 'transformer.ln_f.bias'"});
+  expect_error<IoError>(
+      [&] {
+        SafetensorsWriter w = gpt_safetensors_writer(a);
+        w.add("transformer.h.9.mlp.c_fc.weight", Tensor::zeros({1}, DType::f32));
+        load_gpt_safetensors(reparse(w, "bad.safetensors"), b);
+      },
+      {"bad.safetensors", "unexpected tensor 'transformer.h.9.mlp.c_fc.weight'"});
+  expect_error<IoError>(
+      [&] {
+        SafetensorsWriter w = gpt_safetensors_writer(a);
+        w.add("ln_f.bias", a.params().param("transformer.ln_f.bias"));
+        load_gpt_safetensors(reparse(w, "bad.safetensors"), b);
+      },
+      {"bad.safetensors", "both with and without"});
+  expect_error<IoError>(
+      [&] {
+        SafetensorsWriter w = gpt_safetensors_writer(a);
+        w.add("lm_head.weight", Tensor::zeros({256, 16}, DType::f32));
+        load_gpt_safetensors(reparse(w, "bad.safetensors"), b);
+      },
+      {"bad.safetensors", "lm_head.weight differs from wte"});
   // A model of another size.
   GptConfig wide = tiny();
   wide.n_embd = 32;
   Gpt big(wide, 1);
-  expect_error<ShapeError>([&] { load_gpt_safetensors(reparse(gpt_safetensors_writer(big), "bad.safetensors"), b); },
-                           {"bad.safetensors", "expected"});
+  expect_error<ShapeError>(
+      [&] { load_gpt_safetensors(reparse(gpt_safetensors_writer(big), "bad.safetensors"), b); },
+      {"bad.safetensors", "expected"});
   EXPECT_TRUE(same_params(b, b_before)) << "a refused file must leave the model unchanged";
 }
 

@@ -15,17 +15,21 @@ namespace {
 using testing_ckpt::expect_error;
 using testing_ckpt::image;
 
-SafetensorsFile parse(const std::string& header, size_t buffer) { return SafetensorsFile::parse(image(header, buffer), "t.st"); }
+SafetensorsFile parse(const std::string& header, size_t buffer) {
+  return SafetensorsFile::parse(image(header, buffer), "t.st");
+}
 
 bool same_bytes(const Tensor& a, const Tensor& b) {
-  return a.dtype() == b.dtype() && a.shape() == b.shape() && std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0;
+  return a.dtype() == b.dtype() && a.shape() == b.shape() &&
+         std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0;
 }
 
 TEST(Safetensors, RoundTripEveryDtypeBitExact) {
   SafetensorsWriter w;
   std::vector<std::pair<std::string, Tensor>> in;
   const DType types[] = {DType::f32, DType::f16, DType::bf16, DType::f8_e4m3, DType::f8_e5m2, DType::f64};
-  for (int k = 0; k < 6; ++k) in.emplace_back("t" + std::to_string(k), Tensor::randn({3, 5, 2}, types[k], 7 + k));
+  for (int k = 0; k < 6; ++k)
+    in.emplace_back("t" + std::to_string(k), Tensor::randn({3, 5, 2}, types[k], 7 + k));
   in.emplace_back("ids", Tensor::from_ints({1, -2, 3}, {3}));
   in.emplace_back("scalar", Tensor::full({}, DType::f32, 2.5));
   in.emplace_back("empty", Tensor::zeros({0, 4}, DType::f32));
@@ -57,7 +61,8 @@ TEST(Safetensors, WriterRejectsBadNames) {
   w.add("a", Tensor::zeros({1}, DType::f32));
   expect_error<ArgumentError>([&] { w.add("a", Tensor::zeros({1}, DType::f32)); }, {"duplicate", "'a'"});
   expect_error<ArgumentError>([&] { w.add("", Tensor::zeros({1}, DType::f32)); }, {"invalid tensor name"});
-  expect_error<ArgumentError>([&] { w.add("\xFF", Tensor::zeros({1}, DType::f32)); }, {"invalid tensor name"});
+  expect_error<ArgumentError>([&] { w.add("\xFF", Tensor::zeros({1}, DType::f32)); },
+                              {"invalid tensor name"});
   expect_error<ArgumentError>([&] { w.add("__metadata__", Tensor::zeros({1}, DType::f32)); }, {"invalid"});
 }
 
@@ -87,31 +92,44 @@ TEST(Safetensors, RejectsHostileHeaders) {
       {"two objects", "{} {}", 0, "not valid JSON"},
       {"duplicate names", "{" + ok_entry + "," + ok_entry + "}", 8, "duplicate key 'a'"},
       {"duplicate metadata keys", R"({"__metadata__":{"k":"1","k":"2"}})", 0, "duplicate key 'k'"},
-      {"non-UTF-8 name", "{\"a\xFF\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4, "not valid JSON"},
-      {"lone surrogate name", R"({"\ud800":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 4, "not valid JSON"},
+      {"non-UTF-8 name", "{\"a\xFF\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4,
+       "not valid JSON"},
+      {"lone surrogate name", R"({"\ud800":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 4,
+       "not valid JSON"},
       {"empty name", R"({"":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 4, "empty name"},
       {"entry not an object", R"({"a":[1,2]})", 0, "must be an object"},
-      {"unknown field", R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4],"x":1}})", 4, "unknown field 'x'"},
+      {"unknown field", R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4],"x":1}})", 4,
+       "unknown field 'x'"},
       {"dtype missing", R"({"a":{"shape":[1],"data_offsets":[0,4]}})", 4, "'dtype' must be a string"},
-      {"dtype a number", R"({"a":{"dtype":4,"shape":[1],"data_offsets":[0,4]}})", 4, "'dtype' must be a string"},
-      {"unknown dtype", R"({"a":{"dtype":"F128","shape":[1],"data_offsets":[0,16]}})", 16, "unknown dtype 'F128'"},
-      {"shape a string", R"({"a":{"dtype":"F32","shape":"2","data_offsets":[0,8]}})", 8, "'shape' must be an array"},
-      {"negative extent", R"({"a":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", 8, "not a non-negative"},
-      {"float extent", R"({"a":{"dtype":"F32","shape":[2.0],"data_offsets":[0,8]}})", 8, "not a non-negative"},
-      {"too many dims", R"({"a":{"dtype":"F32","shape":[1,1,1,1,1,1,1],"data_offsets":[0,4]}})", 4, "dimensions"},
-      {"overflowing shape", R"({"a":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,8]}})", 8,
-       "more elements than can exist"},
+      {"dtype a number", R"({"a":{"dtype":4,"shape":[1],"data_offsets":[0,4]}})", 4,
+       "'dtype' must be a string"},
+      {"unknown dtype", R"({"a":{"dtype":"F128","shape":[1],"data_offsets":[0,16]}})", 16,
+       "unknown dtype 'F128'"},
+      {"shape a string", R"({"a":{"dtype":"F32","shape":"2","data_offsets":[0,8]}})", 8,
+       "'shape' must be an array"},
+      {"negative extent", R"({"a":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", 8,
+       "not a non-negative"},
+      {"float extent", R"({"a":{"dtype":"F32","shape":[2.0],"data_offsets":[0,8]}})", 8,
+       "not a non-negative"},
+      {"too many dims", R"({"a":{"dtype":"F32","shape":[1,1,1,1,1,1,1],"data_offsets":[0,4]}})", 4,
+       "dimensions"},
+      {"overflowing shape", R"({"a":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,8]}})",
+       8, "more elements than can exist"},
       {"overflowing bytes", R"({"a":{"dtype":"F64","shape":[2305843009213693952],"data_offsets":[0,8]}})", 8,
        "more elements than can exist"},
       {"huge extent", R"({"a":{"dtype":"U8","shape":[18446744073709551615],"data_offsets":[0,8]}})", 8,
        "not a non-negative"},
       {"offsets not two", R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0]}})", 8, "two non-negative"},
-      {"offsets negative", R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[-8,0]}})", 8, "two non-negative"},
-      {"offsets reversed", R"({"a":{"dtype":"F32","shape":[0],"data_offsets":[8,0]}})", 8, "end before they begin"},
-      {"offsets past the buffer", R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", 8, "run past the data"},
+      {"offsets negative", R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[-8,0]}})", 8,
+       "two non-negative"},
+      {"offsets reversed", R"({"a":{"dtype":"F32","shape":[0],"data_offsets":[8,0]}})", 8,
+       "end before they begin"},
+      {"offsets past the buffer", R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", 8,
+       "run past the data"},
       {"offsets past 2^64", R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[18446744073709551615,7]}})", 8,
        "two non-negative"},
-      {"size does not match shape", R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", 8, "needs 12"},
+      {"size does not match shape", R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", 8,
+       "needs 12"},
       {"wrong dtype for size", R"({"a":{"dtype":"F64","shape":[2],"data_offsets":[0,8]}})", 8, "needs 16"},
       {"overlapping tensors",
        R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
@@ -120,7 +138,8 @@ TEST(Safetensors, RejectsHostileHeaders) {
        R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})",
        8, "overlap"},
       {"gap in the buffer", R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})", 12, "unused bytes"},
-      {"trailing bytes", R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", 12, "after the last tensor"},
+      {"trailing bytes", R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", 12,
+       "after the last tensor"},
       {"metadata not an object", R"({"__metadata__":"x"})", 0, "__metadata__ must be an object"},
       {"metadata value not a string", R"({"__metadata__":{"k":1}})", 0, "must be a string"},
       {"nested metadata", R"({"__metadata__":{"k":{"a":"b"}}})", 0, "must be a string"},
@@ -133,11 +152,13 @@ TEST(Safetensors, RejectsHostileHeaders) {
 
 TEST(Safetensors, RejectsBadLengths) {
   for (size_t n = 0; n < 8; ++n)
-    expect_error<IoError>([&] { SafetensorsFile::parse(std::vector<uint8_t>(n, 0), "t.st"); }, {"t.st", "truncated"});
+    expect_error<IoError>([&] { SafetensorsFile::parse(std::vector<uint8_t>(n, 0), "t.st"); },
+                          {"t.st", "truncated"});
   std::vector<uint8_t> bytes = image("{}", 0);
   const uint64_t beyond = 1000;
   std::memcpy(bytes.data(), &beyond, 8);
-  expect_error<IoError>([&] { SafetensorsFile::parse(bytes, "t.st"); }, {"t.st", "runs past the end of the file"});
+  expect_error<IoError>([&] { SafetensorsFile::parse(bytes, "t.st"); },
+                        {"t.st", "runs past the end of the file"});
   const uint64_t huge = ~uint64_t{0};
   std::memcpy(bytes.data(), &huge, 8);
   expect_error<IoError>([&] { SafetensorsFile::parse(bytes, "t.st"); }, {"t.st", "100 MB"});

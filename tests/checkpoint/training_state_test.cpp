@@ -36,11 +36,13 @@ TrainingState sample_state(DType t = DType::f32, bool compensation = false) {
 
 bool same(const Tensor& a, const Tensor& b) {
   if (!a.defined() || !b.defined()) return a.defined() == b.defined();
-  return a.dtype() == b.dtype() && a.shape() == b.shape() && std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0;
+  return a.dtype() == b.dtype() && a.shape() == b.shape() &&
+         std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0;
 }
 
 TEST(TrainingState, RoundTrip) {
-  for (const auto& [t, comp] : {std::pair{DType::f32, false}, std::pair{DType::bf16, true}, std::pair{DType::f16, false}}) {
+  for (const auto& [t, comp] :
+       {std::pair{DType::f32, false}, std::pair{DType::bf16, true}, std::pair{DType::f16, false}}) {
     const TrainingState s = sample_state(t, comp);
     const TrainingState r = decode_training_state(encode_training_state(s), "ts");
     EXPECT_EQ(r.step, 12);
@@ -74,13 +76,15 @@ TEST(TrainingState, RoundTrip) {
 }
 
 // Re-writes an encoded state with its JSON edited and its tensors filtered / replaced.
-std::vector<uint8_t> rewrite(const std::vector<uint8_t>& bytes, const std::function<void(nlohmann::json&)>& edit_json,
-                             const std::function<void(SafetensorsWriter&, const SafetensorsFile&)>& tensors = nullptr) {
+std::vector<uint8_t> rewrite(
+    const std::vector<uint8_t>& bytes, const std::function<void(nlohmann::json&)>& edit_json,
+    const std::function<void(SafetensorsWriter&, const SafetensorsFile&)>& tensors = nullptr) {
   const SafetensorsFile f = SafetensorsFile::parse(bytes, "x");
   nlohmann::json j = nlohmann::json::parse(f.metadata().at("mixtrain"));
   edit_json(j);
   SafetensorsWriter w;
-  if (tensors) tensors(w, f);
+  if (tensors)
+    tensors(w, f);
   else
     for (const auto& e : f.entries()) w.add(e.name, f.tensor(e));
   for (const auto& [k, v] : f.metadata()) w.set_metadata(k, v);
@@ -103,19 +107,23 @@ TEST(TrainingState, RefusesCorruptState) {
       {"unknown precision", [](nlohmann::json& j) { j["precision"] = "8-mixed"; }, "not a precision mode"},
       {"precision a number", [](nlohmann::json& j) { j["precision"] = 16; }, "'precision' must be a string"},
       {"model not an object", [](nlohmann::json& j) { j["model"] = 3; }, "must be a JSON object"},
-      {"model field wrong type", [](nlohmann::json& j) { j["model"]["n_layer"] = "2"; }, "'n_layer' must be an integer"},
+      {"model field wrong type", [](nlohmann::json& j) { j["model"]["n_layer"] = "2"; },
+       "'n_layer' must be an integer"},
       {"model impossible", [](nlohmann::json& j) { j["model"]["n_head"] = 3; }, "divisible"},
       {"optimizer kind", [](nlohmann::json& j) { j["optimizer"]["kind"] = "lion"; }, "must be adamw or sgd"},
       {"optimizer steps past step", [](nlohmann::json& j) { j["optimizer"]["steps"] = 13; }, "exceeds step"},
       {"scale zero", [](nlohmann::json& j) { j["scaler"]["scale"] = 0; }, "positive finite fp32"},
       {"scale not fp32", [](nlohmann::json& j) { j["scaler"]["scale"] = 0.1; }, "positive finite fp32"},
-      {"scale a string", [](nlohmann::json& j) { j["scaler"]["scale"] = "big"; }, "'scaler.scale' must be a number"},
+      {"scale a string", [](nlohmann::json& j) { j["scaler"]["scale"] = "big"; },
+       "'scaler.scale' must be a number"},
       {"hysteresis zero", [](nlohmann::json& j) { j["scaler"]["hysteresis_left"] = 0; }, "at least 1"},
       {"scaler missing", [](nlohmann::json& j) { j.erase("scaler"); }, "'scaler' is missing"},
-      {"counter a bool", [](nlohmann::json& j) { j["counters"]["overflows"] = true; }, "'counters.overflows'"},
+      {"counter a bool", [](nlohmann::json& j) { j["counters"]["overflows"] = true; },
+       "'counters.overflows'"},
       {"flag a number", [](nlohmann::json& j) { j["counters"]["hit_min_scale"] = 1; }, "true or false"},
       {"counters past step", [](nlohmann::json& j) { j["counters"]["skipped_steps"] = 99; }, "more steps"},
-      {"run not an object", [](nlohmann::json& j) { j["run"] = nlohmann::json::array(); }, "'run' must be an object"},
+      {"run not an object", [](nlohmann::json& j) { j["run"] = nlohmann::json::array(); },
+       "'run' must be an object"},
       {"state an array", [](nlohmann::json& j) { j = nlohmann::json::array(); }, "must be an object"},
   };
   for (const auto& c : cases) {
@@ -124,56 +132,87 @@ TEST(TrainingState, RefusesCorruptState) {
                           {"training state ts.safetensors", c.needle});
   }
   auto keep = [](nlohmann::json&) {};
-  expect_error<IoError>([&] {
-    decode_training_state(rewrite(good, keep, [](SafetensorsWriter& w, const SafetensorsFile& f) {
-                            for (const auto& e : f.entries())
-                              if (e.name != "optim.exp_avg_sq") w.add(e.name, f.tensor(e));
-                          }), "ts");
-  }, {"'optim.exp_avg_sq' is missing"});
-  expect_error<IoError>([&] {
-    decode_training_state(rewrite(good, keep, [](SafetensorsWriter& w, const SafetensorsFile& f) {
-                            for (const auto& e : f.entries()) w.add(e.name, f.tensor(e));
-                            w.add("optim.extra", Tensor::zeros({100}, DType::f32));
-                          }), "ts");
-  }, {"unexpected tensor 'optim.extra'"});
-  expect_error<IoError>([&] {
-    decode_training_state(rewrite(good, keep, [](SafetensorsWriter& w, const SafetensorsFile& f) {
-                            for (const auto& e : f.entries())
-                              w.add(e.name, e.name == "params" ? f.tensor(e).to(DType::bf16) : f.tensor(e));
-                          }), "ts");
-  }, {"'params' has dtype BF16, expected F32 for 16-mixed"});
-  expect_error<IoError>([&] {
-    decode_training_state(rewrite(good, keep, [](SafetensorsWriter& w, const SafetensorsFile& f) {
-                            for (const auto& e : f.entries())
-                              w.add(e.name, e.name == "optim.exp_avg" ? Tensor::zeros({99}, DType::f32) : f.tensor(e));
-                          }), "ts");
-  }, {"'optim.exp_avg' has 99 elements"});
-  expect_error<IoError>([&] {
-    decode_training_state(rewrite(good, keep, [](SafetensorsWriter& w, const SafetensorsFile& f) {
-                            for (const auto& e : f.entries())
-                              w.add(e.name, e.name == "params" ? f.tensor(e).reshape({10, 10}) : f.tensor(e));
-                          }), "ts");
-  }, {"'params' must be 1-D"});
-  expect_error<IoError>([&] {
-    decode_training_state(rewrite(good, keep, [](SafetensorsWriter& w, const SafetensorsFile& f) {
-                            for (const auto& e : f.entries()) w.add(e.name, f.tensor(e));
-                            w.add("optim.compensation", Tensor::zeros({100}, DType::f32));
-                          }), "ts");
-  }, {"compensation buffer only exists with 16-bit"});
+  expect_error<IoError>(
+      [&] {
+        decode_training_state(rewrite(good, keep,
+                                      [](SafetensorsWriter& w, const SafetensorsFile& f) {
+                                        for (const auto& e : f.entries())
+                                          if (e.name != "optim.exp_avg_sq") w.add(e.name, f.tensor(e));
+                                      }),
+                              "ts");
+      },
+      {"'optim.exp_avg_sq' is missing"});
+  expect_error<IoError>(
+      [&] {
+        decode_training_state(rewrite(good, keep,
+                                      [](SafetensorsWriter& w, const SafetensorsFile& f) {
+                                        for (const auto& e : f.entries()) w.add(e.name, f.tensor(e));
+                                        w.add("optim.extra", Tensor::zeros({100}, DType::f32));
+                                      }),
+                              "ts");
+      },
+      {"unexpected tensor 'optim.extra'"});
+  expect_error<IoError>(
+      [&] {
+        decode_training_state(
+            rewrite(good, keep,
+                    [](SafetensorsWriter& w, const SafetensorsFile& f) {
+                      for (const auto& e : f.entries())
+                        w.add(e.name, e.name == "params" ? f.tensor(e).to(DType::bf16) : f.tensor(e));
+                    }),
+            "ts");
+      },
+      {"'params' has dtype BF16, expected F32 for 16-mixed"});
+  expect_error<IoError>(
+      [&] {
+        decode_training_state(rewrite(good, keep,
+                                      [](SafetensorsWriter& w, const SafetensorsFile& f) {
+                                        for (const auto& e : f.entries())
+                                          w.add(e.name, e.name == "optim.exp_avg"
+                                                            ? Tensor::zeros({99}, DType::f32)
+                                                            : f.tensor(e));
+                                      }),
+                              "ts");
+      },
+      {"'optim.exp_avg' has 99 elements"});
+  expect_error<IoError>(
+      [&] {
+        decode_training_state(
+            rewrite(good, keep,
+                    [](SafetensorsWriter& w, const SafetensorsFile& f) {
+                      for (const auto& e : f.entries())
+                        w.add(e.name, e.name == "params" ? f.tensor(e).reshape({10, 10}) : f.tensor(e));
+                    }),
+            "ts");
+      },
+      {"'params' must be 1-D"});
+  expect_error<IoError>(
+      [&] {
+        decode_training_state(rewrite(good, keep,
+                                      [](SafetensorsWriter& w, const SafetensorsFile& f) {
+                                        for (const auto& e : f.entries()) w.add(e.name, f.tensor(e));
+                                        w.add("optim.compensation", Tensor::zeros({100}, DType::f32));
+                                      }),
+                              "ts");
+      },
+      {"compensation buffer only exists with 16-bit"});
   // Metadata problems.
   SafetensorsWriter w;
   w.add("params", Tensor::zeros({4}, DType::f32));
-  expect_error<IoError>([&] { decode_training_state(w.serialize(), "ts"); }, {"not a mixtrain training state"});
+  expect_error<IoError>([&] { decode_training_state(w.serialize(), "ts"); },
+                        {"not a mixtrain training state"});
   w.set_metadata("format", "mixtrain-train-state");
   w.set_metadata("version", "9");
   expect_error<IoError>([&] { decode_training_state(w.serialize(), "ts"); }, {"unsupported version '9'"});
   w.set_metadata("version", "1");
-  expect_error<IoError>([&] { decode_training_state(w.serialize(), "ts"); }, {"'mixtrain' metadata entry is missing"});
+  expect_error<IoError>([&] { decode_training_state(w.serialize(), "ts"); },
+                        {"'mixtrain' metadata entry is missing"});
   w.set_metadata("mixtrain", "{\"step\": ");
   expect_error<IoError>([&] { decode_training_state(w.serialize(), "ts"); }, {"not valid JSON"});
   // Any truncation of the file.
   for (size_t n = 0; n < good.size(); n += 97)
-    EXPECT_THROW(decode_training_state(std::vector<uint8_t>(good.begin(), good.begin() + static_cast<std::ptrdiff_t>(n)), "ts"),
+    EXPECT_THROW(decode_training_state(
+                     std::vector<uint8_t>(good.begin(), good.begin() + static_cast<std::ptrdiff_t>(n)), "ts"),
                  IoError);
 }
 

@@ -11,9 +11,9 @@
 #pragma once
 #include <cstdint>
 #include <functional>
-#include <optional>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -23,7 +23,7 @@ namespace mixtrain {
 constexpr const char* kManifestName = "manifest.json";
 
 struct CheckpointFile {
-  std::string name;            // plain file name, no '/'
+  std::string name;  // plain file name, no '/'
   std::vector<uint8_t> bytes;
 };
 

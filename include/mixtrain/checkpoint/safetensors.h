@@ -28,7 +28,7 @@ struct SafetensorsEntry {
   size_t element_size = 0;     // bytes per element of that dtype
   std::vector<int64_t> shape;  // rank <= kMaxDims
   int64_t numel = 0;
-  uint64_t begin = 0, end = 0; // data_offsets: byte range in the buffer after the header
+  uint64_t begin = 0, end = 0;  // data_offsets: byte range in the buffer after the header
 };
 
 class SafetensorsFile {
@@ -40,7 +40,7 @@ class SafetensorsFile {
 
   const std::string& name() const { return name_; }
   const std::vector<SafetensorsEntry>& entries() const { return entries_; }  // in data order
-  const SafetensorsEntry* find(const std::string& tensor_name) const;  // null if absent
+  const SafetensorsEntry* find(const std::string& tensor_name) const;        // null if absent
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   // Pointer to the entry's first byte (entry.end - entry.begin bytes follow).
   const uint8_t* data(const SafetensorsEntry& e) const { return bytes_.data() + data_start_ + e.begin; }

@@ -39,17 +39,17 @@ struct OptimizerState {
 struct TrainCounters {
   int64_t skipped_steps = 0;
   int64_t overflows = 0;
-  int64_t bad_in_a_row = 0;    // consecutive non-finite losses (the divergence rule)
+  int64_t bad_in_a_row = 0;  // consecutive non-finite losses (the divergence rule)
   bool hit_min_scale = false;
-  double last_loss = 0;        // loss of the last step (NaN if non-finite)
+  double last_loss = 0;  // loss of the last step (NaN if non-finite)
 };
 
 struct TrainingState {
-  int64_t step = 0;            // optimizer steps completed (the next one is step + 1)
-  std::string precision;       // "bf16-mixed"
+  int64_t step = 0;       // optimizer steps completed (the next one is step + 1)
+  std::string precision;  // "bf16-mixed"
   GptConfig model;
   nlohmann::json run = nlohmann::json::object();  // trajectory-shaping options
-  Tensor params;               // (flat_numel)
+  Tensor params;                                  // (flat_numel)
   OptimizerState optimizer;
   GradScalerState scaler;
   TrainCounters counters;

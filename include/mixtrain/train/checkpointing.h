@@ -9,8 +9,8 @@
 #include <cstdint>
 #include <string>
 
-#include "mixtrain/checkpoint/training_state.h"
 #include "mixtrain/checkpoint/checkpoint_dir.h"
+#include "mixtrain/checkpoint/training_state.h"
 
 namespace mixtrain {
 
@@ -34,10 +34,10 @@ struct CheckpointOptions {
 // The live objects a checkpoint captures.
 struct TrainingRefs {
   Gpt& model;
-  AdamW* adamw;            // exactly one of adamw / sgd
+  AdamW* adamw;  // exactly one of adamw / sgd
   SGD* sgd;
   GradScaler& scaler;
-  TrainSummary& summary;   // skipped_steps, overflows, hit_min_scale, final_train_loss
+  TrainSummary& summary;  // skipped_steps, overflows, hit_min_scale, final_train_loss
   int64_t& bad_in_a_row;
 };
 

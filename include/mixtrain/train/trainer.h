@@ -49,7 +49,7 @@ struct TrainOptions {
   // Consecutive steps with a non-finite loss before the run is declared diverged and stops.
   // -1: the mode's default, 1 in 32-true (nothing can recover an fp32 NaN) and 20 otherwise.
   int64_t max_bad_steps = -1;
-  // Checkpoints and resuming (--checkpoint-dir, --save-every, --keep, --resume, --stop-after).
+  // Checkpoints, resuming, initial weights (train/checkpointing.h).
   CheckpointOptions checkpoint;
   void validate() const;           // throws ArgumentError
 };
