@@ -38,6 +38,13 @@ size_t st_dtype_size(const std::string& name) {
 
 std::string quote(const nlohmann::json& v) { return json_excerpt(v); }
 
+// "(2, 3)": a shape already validated as at most kMaxDims integers.
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string t = "(";
+  for (size_t i = 0; i < shape.size(); ++i) t += (i ? ", " : "") + std::to_string(shape[i]);
+  return t + ")";
+}
+
 // Reads a non-negative JSON integer into out; false for anything else (floats, negatives, > 2^63-1).
 bool get_index(const nlohmann::json& v, uint64_t& out) {
   if (v.is_number_unsigned()) {
@@ -189,19 +196,20 @@ SafetensorsFile SafetensorsFile::parse(std::vector<uint8_t> bytes, const std::st
     uint64_t nbytes = 0;
     if (overflow || numel > static_cast<uint64_t>(INT64_MAX) ||
         __builtin_mul_overflow(numel, e.element_size, &nbytes))
-      fail(file, what + ": shape " + quote(*sh) + " has more elements than can exist");
+      fail(file, what + ": shape " + shape_text(e.shape) + " has more elements than can exist");
     e.numel = static_cast<int64_t>(numel);
     const auto off = value.find("data_offsets");
     if (off == value.end() || !off->is_array() || off->size() != 2 || !get_index((*off)[0], e.begin) ||
         !get_index((*off)[1], e.end))
       fail(file, what + ": 'data_offsets' must be two non-negative integers");
-    if (e.begin > e.end) fail(file, what + ": data_offsets " + quote(*off) + " end before they begin");
+    const std::string offsets = "[" + std::to_string(e.begin) + ", " + std::to_string(e.end) + "]";
+    if (e.begin > e.end) fail(file, what + ": data_offsets " + offsets + " end before they begin");
     if (e.end > buffer_size)
-      fail(file, what + ": data_offsets " + quote(*off) + " run past the data buffer (" +
+      fail(file, what + ": data_offsets " + offsets + " run past the data buffer (" +
                      std::to_string(buffer_size) + " bytes): truncated or corrupt");
     if (e.end - e.begin != nbytes)
       fail(file, what + ": data_offsets span " + std::to_string(e.end - e.begin) + " bytes but " + e.dtype +
-                     " shape " + quote(*sh) + " needs " + std::to_string(nbytes));
+                     " shape " + shape_text(e.shape) + " needs " + std::to_string(nbytes));
     f.entries_.push_back(std::move(e));
   }
 

@@ -95,6 +95,53 @@ echo '{"n_embd": 64, "n_layer": 2, "n_head": 2, "n_positions": 32, "vocab_size":
 expect_exit 2 "config.json of another size" -- "${SAMPLE[@]}" --checkpoint "$TMP/hf/model.safetensors"
 expect_stderr_has "expected" "config.json of another size"
 
+# Hostile safetensors files, given to sample and to train --init-from: one line naming the file,
+# exit 2, and the step log of the refused run is left as it was.
+python3 - "$C/step-000010/model.safetensors" "$TMP/hostile" <<'PY'
+import json, os, struct, sys
+good = open(sys.argv[1], "rb").read()
+out = sys.argv[2]
+os.makedirs(out, exist_ok=True)
+n = struct.unpack("<Q", good[:8])[0]
+header = json.loads(good[8:8 + n])
+def write(name, data):
+    open(os.path.join(out, name + ".safetensors"), "wb").write(data)
+def with_header(h, buf=good[8 + n:]):
+    text = json.dumps(h).encode()
+    return struct.pack("<Q", len(text)) + text + buf
+write("truncated", good[: len(good) // 2])
+write("header_past_end", struct.pack("<Q", len(good)) + good[8:])
+write("huge_header", struct.pack("<Q", 1 << 62) + good[8:])
+h = json.loads(json.dumps(header)); h["transformer.wpe.weight"]["data_offsets"] = h["transformer.wte.weight"]["data_offsets"]
+write("overlapping", with_header(h))
+h = json.loads(json.dumps(header)); h["transformer.ln_f.bias"]["data_offsets"][1] += 1 << 40
+write("out_of_range", with_header(h))
+h = json.loads(json.dumps(header)); h["transformer.ln_f.bias"]["shape"] = [4611686018427387904, 4]
+write("huge_shape", with_header(h))
+h = json.loads(json.dumps(header)); h["transformer.ln_f.bias"]["dtype"] = "I32"
+write("wrong_dtype", with_header(h))
+h = json.loads(json.dumps(header)); h["transformer.ln_f.bias"]["shape"] = [8, 4]
+write("wrong_shape", with_header(h))
+text = json.dumps(header).encode().replace(b'"transformer.ln_f.bias"', b'"transformer.ln_f.bias\xff"')
+write("non_utf8_name", struct.pack("<Q", len(text)) + text + good[8 + n:])
+text = json.dumps(header).encode()
+ln = json.dumps({"transformer.ln_f.bias": header["transformer.ln_f.bias"]}).encode()[1:-1]
+text = text[:-1] + b"," + ln + b"}"
+write("duplicate_name", struct.pack("<Q", len(text)) + text + good[8 + n:])
+h = json.loads(json.dumps(header)); h["transformer.ln_f.bias"]["shape"] = "32"
+write("wrong_json_type", with_header(h))
+PY
+printf '{"step": 1}\n' >"$TMP/keep.jsonl"
+for f in "$TMP"/hostile/*.safetensors; do
+  name=$(basename "$f" .safetensors)
+  expect_exit 2 "sample, hostile $name" -- "${SAMPLE[@]}" --checkpoint "$f"
+  expect_stderr_has "$f" "sample, hostile $name names the file"
+  expect_exit 2 "init-from, hostile $name" -- "$MIXTRAIN" --threads 1 train --model "$TMP/tiny.json" \
+    --data "$TMP/text.txt" --steps 1 --init-from "$f" --log-jsonl "$TMP/keep.jsonl"
+  expect_stderr_has "$f" "init-from, hostile $name names the file"
+done
+if [ "$(cat "$TMP/keep.jsonl")" = '{"step": 1}' ]; then pass; else fail "a refused run changed its step log"; fi
+
 # Bad input.
 expect_exit 2 "missing checkpoint" -- "${SAMPLE[@]}" --checkpoint "$TMP/none"
 expect_stderr_has "$TMP/none" "missing checkpoint"
