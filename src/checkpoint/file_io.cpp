@@ -71,7 +71,9 @@ void write_file_durable(const std::string& path, const void* data, size_t n) {
 }
 
 std::vector<uint8_t> read_file_bounded(const std::string& path, uint64_t max_bytes, const std::string& what) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO planted where a file should be must not hang (the S_ISREG check
+  // below then refuses it); it changes nothing for regular files.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) throw IoError("cannot read " + what + " " + path + ": " + errno_text());
   struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {

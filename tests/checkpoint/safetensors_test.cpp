@@ -3,6 +3,7 @@
 #include "mixtrain/checkpoint/safetensors.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <cstring>
 
@@ -212,6 +213,9 @@ TEST(Safetensors, ReadNamesTheFile) {
   testing_ckpt::TempDir dir;
   expect_error<IoError>([&] { SafetensorsFile::read(dir / "missing.safetensors"); }, {"missing.safetensors"});
   expect_error<IoError>([&] { SafetensorsFile::read(dir.path.string()); }, {"not a regular file"});
+  ASSERT_EQ(::mkfifo((dir / "fifo.safetensors").c_str(), 0600), 0);  // must not block on open
+  expect_error<IoError>([&] { SafetensorsFile::read(dir / "fifo.safetensors"); },
+                        {"fifo.safetensors", "not a regular file"});
   const std::vector<uint8_t> bytes = image("{\"a\":1}", 0);
   write_file_durable(dir / "bad.safetensors", bytes.data(), bytes.size());
   expect_error<IoError>([&] { SafetensorsFile::read(dir / "bad.safetensors"); }, {"bad.safetensors", "'a'"});
