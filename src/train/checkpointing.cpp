@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -156,6 +157,40 @@ bool TrainCheckpointing::after_step(int64_t step, TrainingRefs r) {
 }
 
 int64_t TrainCheckpointing::resume(TrainingRefs r) {
+  const int64_t start = restore(r);
+  prepare_directory(start);
+  return start;
+}
+
+void TrainCheckpointing::prepare_directory(int64_t start) const {
+  const std::string& dir = opt_.checkpoint.dir;
+  if (dir.empty()) return;
+  const auto all = list_checkpoints(dir);
+  if (opt_.checkpoint.resume.empty()) {
+    if (!all.empty())
+      throw ArgumentError("checkpoint directory " + dir + " already holds checkpoints (newest " +
+                          all.back().second + "): continue them with --resume " + dir +
+                          ", or choose another directory");
+    return;
+  }
+  for (const auto& [step, path] : all) {
+    if (step <= start) continue;
+    // Newer than where this run continues: skipped as invalid, or a timeline the user chose to
+    // leave. Moved out of the way (not deleted), so after a crash --resume finds this run's.
+    const std::filesystem::path p(path);
+    const std::string base = (p.parent_path() / ("abandoned-" + p.filename().string())).string();
+    std::string aside = base;
+    for (int k = 1; std::filesystem::exists(aside); ++k) aside = base + "~" + std::to_string(k);
+    std::error_code ec;
+    std::filesystem::rename(path, aside, ec);
+    if (ec) throw IoError("cannot move " + path + " to " + aside + ": " + ec.message());
+    std::fprintf(stderr,
+                 "mixtrain: warning: moved %s to %s: it is newer than step %lld, where this run continues\n",
+                 path.c_str(), aside.c_str(), static_cast<long long>(start));
+  }
+}
+
+int64_t TrainCheckpointing::restore(TrainingRefs r) {
   const std::string& path = opt_.checkpoint.resume;
   auto warn = [](const std::string& line) { std::fprintf(stderr, "mixtrain: warning: %s\n", line.c_str()); };
   if (path.empty()) {

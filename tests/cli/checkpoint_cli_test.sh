@@ -88,7 +88,7 @@ printf 'garbage' | dd of="$C/step-000006/train_state.safetensors" bs=1 seek=100 
 "${TRAIN[@]}" --steps 8 --log-jsonl "$TMP/corrupt.jsonl" --checkpoint-dir "$C" --save-every 2 --resume "$C" \
   >"$TMP/out" 2>"$TMP/err"
 rc=$?
-if [ $rc = 0 ] && [ "$(wc -l <"$TMP/err")" = 1 ] &&
+if [ $rc = 0 ] && [ "$(wc -l <"$TMP/err")" = 2 ] && grep -q "^mixtrain: warning: moved $C/step-000006 to" "$TMP/err" &&
   grep -q "^mixtrain: warning: skipping invalid checkpoint: checkpoint $C/step-000006: train_state.safetensors fails its CRC-32" "$TMP/err" &&
   grep -q '"steps": 8' "$TMP/out"; then
   pass
@@ -97,6 +97,27 @@ else
 fi
 expect_exit 0 "straight 8 steps" -- "${TRAIN[@]}" --steps 8 --log-jsonl "$TMP/plain8.jsonl"
 if same_log "$TMP/plain8.jsonl" "$TMP/corrupt.jsonl"; then pass; else fail "run resumed past a corrupt checkpoint differs"; fi
+
+# The skipped corrupt checkpoint was moved aside (newer than where the run continued), then
+# step 6 was saved again by the resumed run.
+if [ -d "$C/abandoned-step-000006" ] && [ -f "$C/step-000006/manifest.json" ]; then pass; else fail "corrupt checkpoint not set aside: $(ls "$C")"; fi
+
+# Resuming from an older checkpoint than the newest: the newer ones are moved aside so that the
+# next --resume of the directory continues this run, not the abandoned one.
+O="$TMP/ck_older"
+expect_exit 0 "older: first run" -- "${TRAIN[@]}" --steps 8 --checkpoint-dir "$O" --save-every 2
+expect_exit 2 "older: options differ" -- "${TRAIN[@]}" --steps 8 --lr 0.002 --checkpoint-dir "$O" --resume "$O/step-000004"
+expect_exit 0 "older: branch from step 4" -- "${TRAIN[@]}" --steps 8 --checkpoint-dir "$O" --save-every 2 \
+  --resume "$O/step-000004" --stop-after 6
+expect_stderr_has "abandoned-step-000008" "older: the newer checkpoint is moved aside"
+if [ "$(cd "$O" && ls | tr '\n' ' ')" = "abandoned-step-000006 abandoned-step-000008 step-000002 step-000004 step-000006 " ]; then
+  pass
+else
+  fail "older: directory after the branch: $(ls "$O")"
+fi
+# A fresh run into a directory that already holds checkpoints is refused.
+expect_exit 2 "fresh run into a used directory" -- "${TRAIN[@]}" --steps 8 --checkpoint-dir "$O"
+expect_stderr_has "already holds checkpoints" "fresh run into a used directory"
 
 # Refusals: exit 2, one line naming the problem, log and checkpoints untouched.
 snapshot() { (cd "$TMP" && find ck_corrupt -type f | sort | xargs md5sum; md5sum corrupt.jsonl); }

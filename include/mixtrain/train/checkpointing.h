@@ -48,14 +48,18 @@ class TrainCheckpointing {
 
   // With --resume: loads the checkpoint into the live objects and returns its step (0 without
   // --resume, or when the directory holds no checkpoint yet). With --init-from: loads the
-  // weights only and returns 0. ArgumentError when the checkpoint
-  // was made with different trajectory-shaping options (naming the first difference).
+  // weights only and returns 0. Then keeps "the newest checkpoint in --checkpoint-dir is this
+  // run's": a run without --resume refuses a directory that already holds checkpoints
+  // (ArgumentError), a resumed one moves those newer than its step to abandoned-step-NNNNNN/. ArgumentError
+  // when the checkpoint was made with different trajectory-shaping options (naming the first difference).
   int64_t resume(TrainingRefs refs);
   // After step `step` is complete and logged: saves when due. Returns true when the run must
   // stop here (--stop-after).
   bool after_step(int64_t step, TrainingRefs refs);
 
  private:
+  int64_t restore(TrainingRefs refs);
+  void prepare_directory(int64_t start) const;
   TrainingState capture(int64_t step, TrainingRefs refs) const;
   const TrainOptions& opt_;
   GptConfig cfg_;
