@@ -12,6 +12,7 @@ PACKAGES=(
   libbenchmark-dev     # Google Benchmark micro-benchmarks
   fortunes             # the built-in default training corpus (English text)
   python3              # the CLI tests read JSON with the standard library
+  clang libclang-rt-dev libomp-dev  # libFuzzer targets (scripts/fuzz.sh)
 )
 
 missing=()

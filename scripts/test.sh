@@ -2,7 +2,8 @@
 # Quick start, part 2: set up, build, and run every test:
 #   1. Release build, the whole suite (including the tests labelled "slow": exhaustive 2^32 checks);
 #   2. AddressSanitizer + UndefinedBehaviorSanitizer build, every test but the "slow" ones
-#      (they would take hours under ASan; they are pure integer conversion loops and run above).
+#      (they would take hours under ASan; they are pure integer conversion loops and run above);
+#   3. the libFuzzer targets for MIXTRAIN_FUZZ_SECONDS (default 60) each (MIXTRAIN_SKIP_FUZZ=1: not).
 # Any failure (a test or a sanitizer report) exits non-zero.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,4 +18,9 @@ if [ "${MIXTRAIN_SKIP_SANITIZE:-0}" != "1" ]; then
   export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:halt_on_error=1"
   export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
   ctest --test-dir build-asan --output-on-failure -j "$jobs" -LE slow
+fi
+
+# 3. A bounded libFuzzer run of the readers of untrusted input (fuzz/README.md).
+if [ "${MIXTRAIN_SKIP_FUZZ:-0}" != "1" ]; then
+  bash scripts/fuzz.sh "${MIXTRAIN_FUZZ_SECONDS:-60}"
 fi

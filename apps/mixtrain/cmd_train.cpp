@@ -11,6 +11,7 @@ void register_train(CLI::App& app, GlobalOptions& g, std::vector<Command>& comma
   auto f = std::make_shared<TrainFlags>();
   auto json = std::make_shared<bool>(false);
   add_train_flags(sub, *f, /*with_precision=*/true);
+  add_checkpoint_flags(sub, *f);
   sub->add_flag("--json", *json, "Print the run summary as JSON on stdout (progress goes quiet)");
   commands.push_back({[sub] { return sub->parsed(); }, [&g, f, json] {
                         apply_global_options(g);

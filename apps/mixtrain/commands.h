@@ -28,5 +28,6 @@ void register_bench(CLI::App& app, GlobalOptions& g, std::vector<Command>& comma
 void register_bench_train(CLI::App* bench, GlobalOptions& g, std::vector<Command>& commands);  // `bench train`
 void register_train(CLI::App& app, GlobalOptions& g, std::vector<Command>& commands);
 void register_compare(CLI::App& app, GlobalOptions& g, std::vector<Command>& commands);
+void register_sample(CLI::App& app, GlobalOptions& g, std::vector<Command>& commands);
 
 }  // namespace mixtrain::cli

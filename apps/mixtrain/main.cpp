@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
   register_bench(app, global, commands);
   register_train(app, global, commands);
   register_compare(app, global, commands);
+  register_sample(app, global, commands);
 
   try {
     app.parse(argc, argv);

@@ -55,6 +55,18 @@ void add_train_flags(CLI::App* sub, TrainFlags& f, bool with_precision) {
                   "Non-finite losses in a row before the run stops as diverged (default 1 in 32-true, 20 otherwise)");
 }
 
+void add_checkpoint_flags(CLI::App* sub, TrainFlags& f) {
+  CheckpointOptions& c = f.opt.checkpoint;
+  sub->add_option("--checkpoint-dir", c.dir, "Save checkpoints as DIR/step-NNNNNN/ (always at the last step)");
+  sub->add_option("--save-every", c.save_every, "Save a checkpoint every N steps (needs --checkpoint-dir)");
+  sub->add_option("--keep", c.keep, "Keep only the K newest checkpoints (0: all)")->capture_default_str();
+  sub->add_option("--resume", c.resume,
+                  "Continue from a checkpoint, or from the newest valid one in a directory (--steps stays the total)");
+  sub->add_option("--stop-after", c.stop_after, "Stop after this step, saving a checkpoint, as if interrupted");
+  sub->add_option("--init-from", c.init_from,
+                  "Start from these weights: a GPT-2 layout safetensors file (Hugging Face's too) or a checkpoint");
+}
+
 void TrainFlags::finish() {
   opt.precision = parse_precision(precision);
   opt.update_rounding = parse_update_rounding(update_rounding);

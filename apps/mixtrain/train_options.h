@@ -22,5 +22,8 @@ struct TrainFlags {
 
 // Adds every training flag to `sub`; `with_precision` adds --precision (compare has --precisions).
 void add_train_flags(CLI::App* sub, TrainFlags& f, bool with_precision);
+// Adds --checkpoint-dir, --save-every, --keep, --resume and --stop-after (train only: compare
+// runs several modes, which one directory of checkpoints cannot hold).
+void add_checkpoint_flags(CLI::App* sub, TrainFlags& f);
 
 }  // namespace mixtrain::cli

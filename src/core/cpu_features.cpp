@@ -30,17 +30,22 @@ CpuFeatures detect() {
   const bool ymm_os = (xcr0 & 0x6) == 0x6;              // SSE + AVX state
   const bool zmm_os = ymm_os && (xcr0 & 0xe0) == 0xe0;  // opmask, ZMM_Hi256, Hi16_ZMM
   const bool amx_os = (xcr0 & 0x60000) == 0x60000;      // XTILECFG + XTILEDATA
+  // CPUID leaf 7 for the features older compilers' __builtin_cpu_supports does not know (clang
+  // 14 lacks f16c, avx512fp16 and amx-*): the same bits libgcc reads.
+  unsigned a1 = 0, b1 = 0, c1 = 0, d1 = 0, a7 = 0, b7 = 0, c7 = 0, d7 = 0;
+  __get_cpuid(1, &a1, &b1, &c1, &d1);
+  __get_cpuid_count(7, 0, &a7, &b7, &c7, &d7);
   CpuFeatures f{};
   f.avx2 = ymm_os && __builtin_cpu_supports("avx2");
   f.fma = ymm_os && __builtin_cpu_supports("fma");
-  f.f16c = ymm_os && __builtin_cpu_supports("f16c");
+  f.f16c = ymm_os && (c1 & (1u << 29));
   f.avx512f = zmm_os && __builtin_cpu_supports("avx512f");
   f.avx512bw = zmm_os && __builtin_cpu_supports("avx512bw");
   f.avx512vl = zmm_os && __builtin_cpu_supports("avx512vl");
   f.avx512_bf16 = zmm_os && __builtin_cpu_supports("avx512bf16");
-  f.avx512_fp16 = zmm_os && __builtin_cpu_supports("avx512fp16");
-  f.amx_tile = amx_os && __builtin_cpu_supports("amx-tile");
-  f.amx_bf16 = amx_os && f.amx_tile && __builtin_cpu_supports("amx-bf16");
+  f.avx512_fp16 = zmm_os && (d7 & (1u << 23));
+  f.amx_tile = amx_os && (d7 & (1u << 24));
+  f.amx_bf16 = amx_os && f.amx_tile && (d7 & (1u << 22));
   return f;
 }
 

@@ -29,6 +29,16 @@ GptConfig GptConfig::preset(const std::string& name) {
   return c;
 }
 
+namespace {
+// A value quoted in a message; containers only by kind (dumping a hostile, deeply nested value
+// would recurse without bound).
+std::string excerpt(const nlohmann::json& v) {
+  if (v.is_structured()) return v.is_array() ? "an array" : "an object";
+  const std::string s = v.dump(-1, ' ', true, nlohmann::json::error_handler_t::replace);
+  return s.size() > 60 ? s.substr(0, 60) + "..." : s;
+}
+}  // namespace
+
 GptConfig GptConfig::from_json(const nlohmann::json& j, const std::string& where) {
   if (!j.is_object()) throw ArgumentError(where + ": model config must be a JSON object");
   GptConfig c;
@@ -40,21 +50,23 @@ GptConfig GptConfig::from_json(const nlohmann::json& j, const std::string& where
     for (size_t i = 0; i < 5; ++i)
       if (key == int_keys[i]) {
         if (!value.is_number_integer())
-          throw ArgumentError(where + ": '" + key + "' must be an integer, got " + value.dump());
+          throw ArgumentError(where + ": '" + key + "' must be an integer, got " + excerpt(value));
         *int_fields[i] = value.get<int64_t>();
         known = true;
       }
     if (key == "dropout" || key == "ln_eps") {
-      if (!value.is_number()) throw ArgumentError(where + ": '" + key + "' must be a number, got " + value.dump());
+      if (!value.is_number()) throw ArgumentError(where + ": '" + key + "' must be a number, got " + excerpt(value));
       (key == "dropout" ? c.dropout : c.ln_eps) = value.get<float>();
       known = true;
     }
     if (key == "name") {
       if (!value.is_string()) throw ArgumentError(where + ": 'name' must be a string");
       c.name = value.get<std::string>();
+      for (unsigned char ch : c.name)  // it appears in messages, which must stay one line
+        if (ch < 0x20 || ch == 0x7F) throw ArgumentError(where + ": 'name' holds a control character");
       known = true;
     }
-    if (!known) throw ArgumentError(where + ": unknown model config key '" + key + "'");
+    if (!known) throw ArgumentError(where + ": unknown model config key " + excerpt(nlohmann::json(key)));
   }
   c.validate();
   return c;

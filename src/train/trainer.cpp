@@ -19,6 +19,7 @@
 #include "mixtrain/optim/schedule.h"
 #include "mixtrain/optim/sgd.h"
 #include "mixtrain/tensor/allocator.h"
+#include "mixtrain/train/checkpointing.h"
 
 namespace mixtrain {
 namespace {
@@ -80,9 +81,11 @@ class Progress {
 // completed step.
 class StepLog {
  public:
-  explicit StepLog(const std::string& path) {
+  // A resumed run (resume_step > 0) keeps the log's lines up to resume_step and appends.
+  StepLog(const std::string& path, int64_t resume_step) {
     if (path.empty()) return;
-    f_ = std::make_unique<std::ofstream>(path, std::ios::trunc);
+    if (resume_step > 0) trim_step_log(path, resume_step);
+    f_ = std::make_unique<std::ofstream>(path, resume_step > 0 ? std::ios::app : std::ios::trunc);
     if (!*f_) throw IoError("cannot write log " + path);
   }
   void write(const nlohmann::ordered_json& j) {
@@ -250,9 +253,14 @@ TrainSummary train(const TrainOptions& opt) {
   sched.min_lr = opt.lr * opt.min_lr_ratio;
   validate(sched);
 
-  StepLog log(opt.log_jsonl);
-  Progress progress(opt.steps, opt.log_every, opt.quiet);
   TrainSummary sum;
+  int64_t bad_in_a_row = 0;
+  TrainCheckpointing checkpoints(opt, cfg, T, corpus);
+  const TrainingRefs refs{model, adamw.get(), sgd.get(), mp.scaler(), sum, bad_in_a_row};
+  const int64_t start_step = checkpoints.resume(refs);  // 0 unless --resume found a checkpoint
+
+  StepLog log(opt.log_jsonl, start_step);
+  Progress progress(opt.steps, opt.log_every, opt.quiet);
   sum.precision = std::string(spec.name);
   sum.parameters = model.num_parameters();
   sum.unigram_baseline = corpus.unigram_entropy();
@@ -263,11 +271,10 @@ TrainSummary train(const TrainOptions& opt) {
 
   Tensor idx, targets;
   double train_time = 0;
-  int64_t bad_in_a_row = 0;
   const auto run_start = Clock::now();
   int64_t allocations_before_profile = 0;
-  for (int64_t step = 1; step <= opt.steps; ++step) {
-    const bool profiled = opt.profile && step > opt.profile_warmup;
+  for (int64_t step = start_step + 1; step <= opt.steps; ++step) {
+    const bool profiled = opt.profile && step > start_step + opt.profile_warmup;
     if (profiled && sum.profiled_steps == 0) {
       Profiler::reset();
       allocations_before_profile = cpu_allocator_stats().system_allocations;
@@ -347,7 +354,8 @@ TrainSummary train(const TrainOptions& opt) {
         sum.final_train_loss = loss;
         sum.val_loss = NAN;
         sum.elapsed_s = seconds_since(run_start);
-        sum.tokens_per_s = static_cast<double>(B * T * K * step) / (train_time > 0 ? train_time : 1.0);
+        sum.tokens_per_s =
+            static_cast<double>(B * T * K * (step - start_step)) / (train_time > 0 ? train_time : 1.0);
         sum.model_flops_per_s = flops_per_token * sum.tokens_per_s;
         throw DivergedError(step, loss, bad_in_a_row, sum);
       }
@@ -368,9 +376,13 @@ TrainSummary train(const TrainOptions& opt) {
     if (skipped) progress.line("step " + std::to_string(step) + ": non-finite gradients, step skipped (loss scale " +
                                std::to_string(loss_scale) + ")");
     sum.final_train_loss = loss;
+    if (checkpoints.after_step(step, refs)) break;  // saves when due; true at --stop-after
   }
+  if (start_step == opt.steps) sum.val_loss = eval();  // resumed from the final checkpoint
+  else if (sum.steps < opt.steps) sum.val_loss = NAN;  // stopped early (--stop-after)
   sum.elapsed_s = seconds_since(run_start);
-  sum.tokens_per_s = static_cast<double>(B * T * K * sum.steps) / train_time;
+  const int64_t steps_run = sum.steps - start_step;
+  sum.tokens_per_s = train_time > 0 ? static_cast<double>(B * T * K * steps_run) / train_time : 0.0;
   sum.model_flops_per_s = flops_per_token * sum.tokens_per_s;
   // MFU against this machine's GEMM rate for the dtype the model's GEMMs run in, measured now.
   sum.gemm_flops_per_s = measure_gemm_flops(spec.compute_dtype, 1024, 1024, 1024, 0.5);

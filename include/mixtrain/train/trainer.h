@@ -11,6 +11,7 @@
 #include "mixtrain/amp/precision.h"
 #include "mixtrain/core/profiler.h"
 #include "mixtrain/models/gpt.h"
+#include "mixtrain/train/checkpointing.h"
 
 namespace mixtrain {
 
@@ -55,6 +56,8 @@ struct TrainOptions {
   // Consecutive steps with a non-finite loss before the run is declared diverged and stops.
   // -1: the mode's default, 1 in 32-true (nothing can recover an fp32 NaN) and 20 otherwise.
   int64_t max_bad_steps = -1;
+  // Checkpoints, resuming, initial weights (train/checkpointing.h).
+  CheckpointOptions checkpoint;
   void validate() const;           // throws ArgumentError
 };
 

@@ -1,0 +1,85 @@
+// `mixtrain sample`: generates text from a checkpoint (or a GPT-2 layout safetensors file).
+// Tokens are bytes (the models mixtrain trains); ids past 255 (a GPT-2 BPE vocabulary, which
+// mixtrain does not tokenize) print as <|id|>.
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "commands.h"
+#include "mixtrain/autograd/variable.h"
+#include "mixtrain/checkpoint/load_model.h"
+#include "mixtrain/models/generate.h"
+
+namespace mixtrain::cli {
+namespace {
+
+// {"tokens": [...], "logits": [[V floats] per prompt position]} of one forward pass.
+void write_logits(Gpt& model, const std::vector<int32_t>& prompt, const std::string& path) {
+  const int64_t T = static_cast<int64_t>(prompt.size());
+  if (T > model.config().block_size)
+    throw ArgumentError("--logits-json: the prompt has " + std::to_string(T) +
+                        " tokens, more than block_size " + std::to_string(model.config().block_size));
+  autograd::NoGradGuard no_grad;
+  const Tensor logits =
+      model.forward(Tensor::from_ints(prompt, {1, T}), nullptr).logits.value();  // (1, T, V)
+  nlohmann::json j;
+  j["tokens"] = prompt;
+  j["logits"] = nlohmann::json::array();
+  for (int64_t t = 0; t < T; ++t) j["logits"].push_back(logits.select(1, t).contiguous().to_floats());
+  write_file_atomic(path, j.dump() + "\n");
+}
+
+}  // namespace
+
+void register_sample(CLI::App& app, GlobalOptions& g, std::vector<Command>& commands) {
+  auto* sub = app.add_subcommand("sample", "Generate text from a checkpoint");
+  struct Flags {
+    std::string checkpoint;
+    std::string prompt = "\n";
+    GenerateOptions gen;
+    int64_t n_head = 0;
+    std::string logits_json;
+  };
+  auto f = std::make_shared<Flags>();
+  f->gen.seed = 1337;
+  sub->add_option("--checkpoint", f->checkpoint,
+                  "A checkpoint, a directory of checkpoints (the newest valid one), or a .safetensors file")
+      ->required();
+  sub->add_option("--prompt", f->prompt, "Text to continue (default: a newline)");
+  sub->add_option("--tokens", f->gen.tokens, "Tokens to generate")->capture_default_str();
+  sub->add_option("--temperature", f->gen.temperature, "Sampling temperature (0: greedy)")
+      ->capture_default_str();
+  sub->add_option("--top-k", f->gen.top_k, "Sample among the K most likely tokens (0: all)")
+      ->capture_default_str();
+  sub->add_option("--seed", f->gen.seed, "Seed of the sampling stream")->capture_default_str();
+  sub->add_option("--n-head", f->n_head,
+                  "Attention heads, for a bare safetensors file without a configuration");
+  sub->add_option(
+      "--logits-json", f->logits_json,
+      "Also write the prompt's fp32 logits, (T, V), as JSON to FILE (tools/check_torch_interop.py)");
+  commands.push_back({[sub] { return sub->parsed(); },
+                      [&g, f] {
+                        apply_global_options(g);
+                        if (f->prompt.empty()) throw ArgumentError("--prompt must not be empty");
+                        auto warn = [](const std::string& line) {
+                          std::fprintf(stderr, "mixtrain: warning: %s\n", line.c_str());
+                        };
+                        InferenceModel m = load_gpt_for_inference(f->checkpoint, f->n_head, warn);
+                        std::vector<int32_t> prompt;
+                        for (unsigned char c : f->prompt) prompt.push_back(c);
+                        if (!f->logits_json.empty()) write_logits(*m.model, prompt, f->logits_json);
+                        const std::vector<int32_t> out = generate(*m.model, prompt, f->gen);
+                        std::string text = f->prompt;
+                        for (int32_t t : out) {
+                          if (t < 256)
+                            text.push_back(static_cast<char>(t));
+                          else
+                            text += "<|" + std::to_string(t) + "|>";
+                        }
+                        std::fwrite(text.data(), 1, text.size(), stdout);
+                        std::printf("\n");
+                        return 0;
+                      }});
+}
+
+}  // namespace mixtrain::cli

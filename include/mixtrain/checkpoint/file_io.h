@@ -1,0 +1,29 @@
+// Crash-safe file writes and bounded file reads for checkpoints. A write goes to a temporary
+// file in the same directory, is fsync'ed, renamed over the target and the directory fsync'ed:
+// after a crash (kill -9, power loss) the target is either the old file or the complete new one.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace mixtrain {
+
+// Writes n bytes to `path` atomically as above. IoError (naming path) on any failure; the
+// temporary file is removed then and the target left as it was.
+void write_file_durable(const std::string& path, const void* data, size_t n);
+inline void write_file_durable(const std::string& path, const std::string& text) {
+  write_file_durable(path, text.data(), text.size());
+}
+// fsync of a directory (makes renames and creations inside it durable). IoError on failure.
+void fsync_directory(const std::string& dir);
+
+// Reads a whole regular file. IoError "<what> <path>: ..." when it is missing, not a regular
+// file, unreadable, or larger than max_bytes (checked before anything is allocated).
+std::vector<uint8_t> read_file_bounded(const std::string& path, uint64_t max_bytes, const std::string& what);
+
+// `s` made safe to quote in a one-line message: bytes outside printable ASCII as \xNN, and cut
+// to max_len characters with "..." (names from hostile files end up in error messages).
+std::string printable(const std::string& s, size_t max_len = 80);
+
+}  // namespace mixtrain

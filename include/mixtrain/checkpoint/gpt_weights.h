@@ -1,0 +1,39 @@
+// GPT weights in safetensors with GPT-2's tensor names, in the layout Hugging Face's
+// GPT2LMHeadModel reads: "transformer.wte.weight", "transformer.h.0.attn.c_attn.weight", ...;
+// the four Conv1D weights (attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj) stored (in, out),
+// transposed from mixtrain's (out, in) nn.Linear layout; no lm_head.weight (tied to wte, as
+// save_pretrained writes it).
+//
+// Loading accepts the same files from Hugging Face: names with or without the "transformer."
+// prefix (GPT2Model files have none), an lm_head.weight equal to wte, the attn.bias /
+// attn.masked_bias mask buffers of older exports (ignored), and any float dtype (converted to
+// the model's dtype, rounding to nearest).
+#pragma once
+#include <string>
+
+#include "mixtrain/checkpoint/safetensors.h"
+#include "mixtrain/models/gpt.h"
+
+namespace mixtrain {
+
+// Whether a parameter name is a Conv1D weight in Hugging Face's GPT-2 (stored transposed there).
+bool is_hf_conv1d_weight(const std::string& name);
+
+// The model's parameters in its parameter dtype, as above; metadata "format": "pt" (what
+// transformers expects) plus `extra_metadata`. Written durably (file_io.h).
+void save_gpt_safetensors(const std::string& path, const Gpt& model,
+                          const std::map<std::string, std::string>& extra_metadata = {});
+SafetensorsWriter gpt_safetensors_writer(const Gpt& model);
+
+// Copies every parameter of `model` from `file`. Errors (one line naming the file and tensor):
+// a parameter missing (IoError), a shape that differs from the model's (ShapeError), a dtype
+// that is not a float (DTypeError), an unknown tensor name or a duplicate under both prefixes
+// (IoError), an lm_head.weight that differs from wte (IoError: untied heads are not supported).
+// The model is left unchanged when an error is thrown.
+void load_gpt_safetensors(const SafetensorsFile& file, Gpt& model);
+
+// A GptConfig read from the shapes in the file (vocab_size, block_size, n_embd, n_layer) and
+// n_head / ln_eps given by the caller. IoError when the shapes are missing or inconsistent.
+GptConfig infer_gpt_config(const SafetensorsFile& file, int64_t n_head, float ln_eps = 1e-5f);
+
+}  // namespace mixtrain

@@ -1,0 +1,66 @@
+// Everything beyond the weights that a resumed run needs to continue bit for bit, as one
+// safetensors file (train_state.safetensors): the flat buffers as tensors, the rest as JSON in
+// the "mixtrain" metadata entry.
+//
+//   tensors  params                (flat_numel) the parameters in their training dtype: the fp32
+//                                  master weights in 32-true / *-mixed, f16 / bf16 in *-true
+//            optim.exp_avg         (flat_numel) AdamW m   } in the optimizer's state dtype
+//            optim.exp_avg_sq      (flat_numel) AdamW v   } (= the parameter dtype)
+//            optim.momentum_buffer (flat_numel) SGD, momentum != 0 only
+//            optim.compensation    (flat_numel) Kahan compensation, kahan rounding only
+//   metadata format "mixtrain-train-state", version "1", mixtrain: {step, precision, model (the
+//            GptConfig), run (the options that shape the trajectory, compared on resume),
+//            optimizer {kind, steps}, scaler {scale, growth_tracker, hysteresis_left, overflows,
+//            skipped_steps}, counters {skipped_steps, overflows, bad_in_a_row, hit_min_scale,
+//            last_loss}, rng {seed, data_position, stochastic_rounding_counter}}
+// Every random stream in mixtrain is counter-based (data windows and dropout from (seed,
+// position), stochastic rounding from (seed, optimizer step * flat_numel + i)), so the RNG state
+// is the seed and the counters; they are recorded so a reader can see where each stream stands.
+#pragma once
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "mixtrain/amp/grad_scaler.h"
+#include "mixtrain/models/gpt.h"
+#include "mixtrain/tensor/tensor.h"
+
+namespace mixtrain {
+
+struct OptimizerState {
+  std::string kind = "adamw";  // adamw | sgd
+  int64_t steps = 0;           // updates applied (AdamW's t; skipped steps do not count)
+  Tensor exp_avg, exp_avg_sq;  // adamw
+  Tensor momentum_buffer;      // sgd; undefined when momentum == 0
+  Tensor compensation;         // undefined unless 16-bit kahan rounding
+};
+
+struct TrainCounters {
+  int64_t skipped_steps = 0;
+  int64_t overflows = 0;
+  int64_t bad_in_a_row = 0;  // consecutive non-finite losses (the divergence rule)
+  bool hit_min_scale = false;
+  double last_loss = 0;  // loss of the last step (NaN if non-finite)
+};
+
+struct TrainingState {
+  int64_t step = 0;       // optimizer steps completed (the next one is step + 1)
+  std::string precision;  // "bf16-mixed"
+  GptConfig model;
+  nlohmann::json run = nlohmann::json::object();  // trajectory-shaping options
+  Tensor params;                                  // (flat_numel)
+  OptimizerState optimizer;
+  GradScalerState scaler;
+  TrainCounters counters;
+  nlohmann::json rng = nlohmann::json::object();  // {seed, data_position, stochastic_rounding_counter}
+};
+
+std::vector<uint8_t> encode_training_state(const TrainingState& s);
+// Parses and validates a train_state.safetensors image (`name` for messages). IoError (one line
+// naming the file and the field) for anything malformed: wrong JSON types, missing or extra
+// tensors, tensors that are not 1-D of one common length, state dtypes that differ from the
+// parameters' or do not fit the precision, negative counters, a non-positive scale.
+TrainingState decode_training_state(std::vector<uint8_t> bytes, const std::string& name);
+
+}  // namespace mixtrain

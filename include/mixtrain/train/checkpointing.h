@@ -1,0 +1,73 @@
+// The trainer's checkpoints: --save-every / --checkpoint-dir / --keep / --resume / --stop-after.
+// Kept out of trainer.cpp so the loop only calls resume() once and after_step() per step.
+//
+// A checkpoint (checkpoint/checkpoint_dir.h) holds model.safetensors (checkpoint/gpt_weights.h:
+// the weights in Hugging Face's GPT-2 layout) and train_state.safetensors
+// (checkpoint/training_state.h: master weights, optimizer state, scaler, counters, RNG
+// positions). A resumed run with the same options and thread count continues bit for bit.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "mixtrain/checkpoint/checkpoint_dir.h"
+#include "mixtrain/checkpoint/training_state.h"
+
+namespace mixtrain {
+
+struct TrainOptions;
+struct TrainSummary;
+class AdamW;
+class SGD;
+class GradScaler;
+class TextCorpus;
+
+struct CheckpointOptions {
+  std::string dir;         // where step-NNNNNN/ checkpoints go; empty: no checkpoints
+  int64_t save_every = 0;  // every N steps (and always at the last step); 0: only at the last
+  int64_t keep = 0;        // newest checkpoints kept in dir; 0: all
+  std::string resume;      // a checkpoint, or a directory of them (the newest valid one is used)
+  int64_t stop_after = 0;  // end the run after this step (saving a checkpoint), as if stopped
+  std::string init_from;   // start from these weights (safetensors file or checkpoint), fresh optimizer
+  void validate() const;   // ArgumentError
+};
+
+// The live objects a checkpoint captures.
+struct TrainingRefs {
+  Gpt& model;
+  AdamW* adamw;  // exactly one of adamw / sgd
+  SGD* sgd;
+  GradScaler& scaler;
+  TrainSummary& summary;  // skipped_steps, overflows, hit_min_scale, final_train_loss
+  int64_t& bad_in_a_row;
+};
+
+class TrainCheckpointing {
+ public:
+  // T: the sequence length in use; corpus: the training data (its checksum is part of the run).
+  TrainCheckpointing(const TrainOptions& opt, const GptConfig& cfg, int64_t T, const TextCorpus& corpus);
+
+  // With --resume: loads the checkpoint into the live objects and returns its step (0 without
+  // --resume, or when the directory holds no checkpoint yet). With --init-from: loads the
+  // weights only and returns 0. Then keeps "the newest checkpoint in --checkpoint-dir is this
+  // run's": a run without --resume refuses a directory that already holds checkpoints
+  // (ArgumentError), a resumed one moves those newer than its step to abandoned-step-NNNNNN/. ArgumentError
+  // when the checkpoint was made with different trajectory-shaping options (naming the first difference).
+  int64_t resume(TrainingRefs refs);
+  // After step `step` is complete and logged: saves when due. Returns true when the run must
+  // stop here (--stop-after).
+  bool after_step(int64_t step, TrainingRefs refs);
+
+ private:
+  int64_t restore(TrainingRefs refs);
+  void prepare_directory(int64_t start) const;
+  TrainingState capture(int64_t step, TrainingRefs refs) const;
+  const TrainOptions& opt_;
+  GptConfig cfg_;
+  nlohmann::json run_;  // the options compared on resume
+};
+
+// Resuming with a step log: keeps the lines of `path` up to `step` (a torn last line from a
+// killed run is dropped), so the resumed run appends to an exact prefix.
+void trim_step_log(const std::string& path, int64_t step);
+
+}  // namespace mixtrain

@@ -1,0 +1,123 @@
+// Durable writes (temp file + fsync + rename + directory fsync) and bounded reads.
+#include "mixtrain/checkpoint/file_io.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+
+#include "mixtrain/core/error.h"
+
+namespace mixtrain {
+namespace {
+
+std::string errno_text() { return std::strerror(errno); }
+
+// Writes everything, retrying short writes and EINTR.
+bool write_all(int fd, const void* data, size_t n) {
+  const auto* p = static_cast<const char*>(data);
+  while (n > 0) {
+    const ssize_t w = ::write(fd, p, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+  return true;
+}
+
+}  // namespace
+
+void fsync_directory(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) throw IoError("cannot open directory " + dir + " to sync it: " + errno_text());
+  const int rc = ::fsync(fd);
+  const std::string why = rc != 0 ? errno_text() : "";
+  ::close(fd);
+  if (rc != 0) throw IoError("cannot sync directory " + dir + ": " + why);
+}
+
+void write_file_durable(const std::string& path, const void* data, size_t n) {
+  const std::filesystem::path target(path);
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw IoError("cannot write " + path + ": cannot create " + tmp + ": " + errno_text());
+  bool ok = write_all(fd, data, n);
+  std::string why = ok ? "" : "write failed: " + errno_text();
+  if (ok && ::fsync(fd) != 0) {
+    ok = false;
+    why = "fsync failed: " + errno_text();
+  }
+  if (::close(fd) != 0 && ok) {
+    ok = false;
+    why = "close failed: " + errno_text();
+  }
+  if (ok && ::rename(tmp.c_str(), path.c_str()) != 0) {
+    ok = false;
+    why = "rename failed: " + errno_text();
+  }
+  if (!ok) {
+    ::unlink(tmp.c_str());
+    throw IoError("cannot write " + path + ": " + why);
+  }
+  const std::string dir = target.has_parent_path() ? target.parent_path().string() : ".";
+  fsync_directory(dir);
+}
+
+std::vector<uint8_t> read_file_bounded(const std::string& path, uint64_t max_bytes, const std::string& what) {
+  // O_NONBLOCK: opening a FIFO planted where a file should be must not hang (the S_ISREG check
+  // below then refuses it); it changes nothing for regular files.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) throw IoError("cannot read " + what + " " + path + ": " + errno_text());
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw IoError("cannot read " + what + " " + path + ": not a regular file");
+  }
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  if (size > max_bytes) {
+    ::close(fd);
+    throw IoError(what + " " + path + " is too large (" + std::to_string(size) + " bytes, limit " +
+                  std::to_string(max_bytes) + ")");
+  }
+  std::vector<uint8_t> bytes(static_cast<size_t>(size));
+  size_t got = 0;
+  while (got < bytes.size()) {
+    const ssize_t r = ::read(fd, bytes.data() + got, bytes.size() - got);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) {
+      const std::string why = r < 0 ? errno_text() : "file shrank while reading";
+      ::close(fd);
+      throw IoError("cannot read " + what + " " + path + ": " + why);
+    }
+    got += static_cast<size_t>(r);
+  }
+  ::close(fd);
+  return bytes;
+}
+
+std::string printable(const std::string& s, size_t max_len) {
+  std::string out;
+  for (unsigned char c : s) {
+    if (out.size() >= max_len) {
+      out += "...";
+      break;
+    }
+    if (c >= 0x20 && c < 0x7F && c != '\\') {
+      out += static_cast<char>(c);
+    } else {
+      char buf[5];
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      out += buf;
+    }
+  }
+  return out;
+}
+
+}  // namespace mixtrain

@@ -1,0 +1,148 @@
+// GPT weights <-> safetensors in Hugging Face's GPT-2 layout (transposed Conv1D weights).
+#include "mixtrain/checkpoint/gpt_weights.h"
+
+#include <cstring>
+#include <map>
+
+#include "mixtrain/checkpoint/file_io.h"
+#include "mixtrain/core/error.h"
+
+namespace mixtrain {
+namespace {
+
+constexpr const char* kPrefix = "transformer.";
+
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+bool starts_with(const std::string& s, const std::string& head) { return s.rfind(head, 0) == 0; }
+
+std::string strip_prefix(const std::string& name) {
+  return starts_with(name, kPrefix) ? name.substr(std::strlen(kPrefix)) : name;
+}
+
+std::string shape_text(const std::vector<int64_t>& s) {
+  std::string t = "(";
+  for (size_t i = 0; i < s.size(); ++i) t += (i ? ", " : "") + std::to_string(s[i]);
+  return t + ")";
+}
+
+// A view of `t` (2-D) with its two dimensions swapped, when the name is a Conv1D weight.
+Tensor hf_layout(const std::string& name, const Tensor& t) {
+  return is_hf_conv1d_weight(name) ? t.transpose(0, 1) : t;
+}
+
+}  // namespace
+
+bool is_hf_conv1d_weight(const std::string& name) {
+  return ends_with(name, ".attn.c_attn.weight") || ends_with(name, ".attn.c_proj.weight") ||
+         ends_with(name, ".mlp.c_fc.weight") || ends_with(name, ".mlp.c_proj.weight");
+}
+
+SafetensorsWriter gpt_safetensors_writer(const Gpt& model) {
+  SafetensorsWriter w;
+  const ParameterStore& store = model.params();
+  for (size_t i = 0; i < store.size(); ++i) {
+    const std::string& name = store.infos()[i].name;
+    w.add(name, hf_layout(name, store.param(i)));
+  }
+  w.set_metadata("format", "pt");
+  return w;
+}
+
+void save_gpt_safetensors(const std::string& path, const Gpt& model,
+                          const std::map<std::string, std::string>& extra_metadata) {
+  SafetensorsWriter w = gpt_safetensors_writer(model);
+  for (const auto& [k, v] : extra_metadata) w.set_metadata(k, v);
+  w.write(path);
+}
+
+void load_gpt_safetensors(const SafetensorsFile& file, Gpt& model) {
+  const std::string where = "safetensors file " + file.name();
+  // Names without the optional prefix -> entry; buffers and the tied head set aside.
+  std::map<std::string, const SafetensorsEntry*> by_name;
+  const SafetensorsEntry* lm_head = nullptr;
+  for (const auto& e : file.entries()) {
+    const std::string n = strip_prefix(e.name);
+    if (n == "lm_head.weight" || e.name == "lm_head.weight") {
+      lm_head = &e;
+      continue;
+    }
+    if (ends_with(n, ".attn.bias") || ends_with(n, ".attn.masked_bias")) continue;  // causal-mask buffers
+    if (!by_name.emplace(n, &e).second)
+      throw IoError(where + ": tensor '" + printable(n) +
+                    "' appears both with and without the 'transformer.' prefix");
+  }
+  ParameterStore& store = model.params();
+  // Convert everything first, then copy: the model stays unchanged if any tensor is bad.
+  std::vector<Tensor> loaded(store.size());
+  for (size_t i = 0; i < store.size(); ++i) {
+    const ParamInfo& p = store.infos()[i];
+    const std::string n = strip_prefix(p.name);
+    const auto it = by_name.find(n);
+    if (it == by_name.end()) throw IoError(where + ": missing tensor '" + p.name + "'");
+    const SafetensorsEntry& e = *it->second;
+    DType t{};
+    if (!dtype_from_safetensors(e.dtype, t) || !is_floating(t))
+      throw DTypeError(where + ": tensor '" + printable(e.name) + "' has dtype " + e.dtype +
+                       ", expected a float type");
+    std::vector<int64_t> want(p.shape.begin(), p.shape.end());
+    if (is_hf_conv1d_weight(p.name) && want.size() == 2) std::swap(want[0], want[1]);
+    if (e.shape != want)
+      throw ShapeError(where + ": tensor '" + printable(e.name) + "' has shape " + shape_text(e.shape) +
+                       ", expected " + shape_text(want) + " for this model");
+    loaded[i] = hf_layout(p.name, file.tensor(e, MemCategory::workspace));
+    by_name.erase(it);
+  }
+  if (!by_name.empty())
+    throw IoError(where + ": unexpected tensor '" + printable(by_name.begin()->second->name) +
+                  "' for this model");
+  if (lm_head) {
+    const Tensor& wte = loaded[store.index("transformer.wte.weight")];
+    const std::vector<int64_t> want(wte.shape().begin(), wte.shape().end());
+    bool same = lm_head->shape == want;
+    if (same) {
+      DType t{};
+      same = dtype_from_safetensors(lm_head->dtype, t) && is_floating(t);
+      if (same) {
+        const Tensor head = file.tensor(*lm_head, MemCategory::workspace).to(DType::f64);
+        const Tensor w = wte.to(DType::f64);
+        same = std::memcmp(head.raw_data(), w.raw_data(), w.nbytes()) == 0;
+      }
+    }
+    if (!same)
+      throw IoError(where + ": lm_head.weight differs from wte (untied output heads are not supported)");
+  }
+  for (size_t i = 0; i < store.size(); ++i) store.param(i).copy_from(loaded[i]);
+  store.flat_params().storage()->bump_version();
+}
+
+GptConfig infer_gpt_config(const SafetensorsFile& file, int64_t n_head, float ln_eps) {
+  const std::string where = "safetensors file " + file.name();
+  auto find = [&](const std::string& n) -> const SafetensorsEntry* {
+    const SafetensorsEntry* e = file.find(std::string(kPrefix) + n);
+    return e ? e : file.find(n);
+  };
+  const SafetensorsEntry* wte = find("wte.weight");
+  const SafetensorsEntry* wpe = find("wpe.weight");
+  if (!wte || !wpe || wte->shape.size() != 2 || wpe->shape.size() != 2 || wte->shape[1] != wpe->shape[1])
+    throw IoError(where + ": no GPT-2 embeddings (wte.weight, wpe.weight of shapes (V, C), (T, C))");
+  GptConfig c;
+  c.name = file.name();
+  c.vocab_size = wte->shape[0];
+  c.block_size = wpe->shape[0];
+  c.n_embd = wte->shape[1];
+  c.n_head = n_head;
+  c.ln_eps = ln_eps;
+  int64_t layers = 0;
+  while (find("h." + std::to_string(layers) + ".ln_1.weight")) ++layers;
+  c.n_layer = layers;
+  try {
+    c.validate();
+  } catch (const ArgumentError& e) {
+    throw IoError(where + ": " + e.what());
+  }
+  return c;
+}
+
+}  // namespace mixtrain

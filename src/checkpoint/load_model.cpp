@@ -1,0 +1,121 @@
+// Loading a GPT for inference from a checkpoint, a directory of them, or a safetensors file.
+#include "mixtrain/checkpoint/load_model.h"
+
+#include <filesystem>
+
+#include "mixtrain/checkpoint/checkpoint_dir.h"
+#include "mixtrain/checkpoint/file_io.h"
+#include "mixtrain/checkpoint/gpt_weights.h"
+#include "mixtrain/checkpoint/json_input.h"
+#include "mixtrain/core/error.h"
+
+namespace fs = std::filesystem;
+
+namespace mixtrain {
+namespace {
+
+std::unique_ptr<Gpt> build_and_load(const GptConfig& cfg, const SafetensorsFile& f) {
+  auto model = std::make_unique<Gpt>(cfg, 0, DType::f32, DType::f32);
+  load_gpt_safetensors(f, *model);
+  return model;
+}
+
+GptConfig config_from_json_text(const std::string& text, const std::string& where) {
+  const nlohmann::json j = parse_untrusted_json(text, where);
+  try {
+    return GptConfig::from_json(j, where);
+  } catch (const ArgumentError& e) {
+    throw IoError(e.what());
+  }
+}
+
+}  // namespace
+
+GptConfig gpt_config_from_hf_json(const std::string& text, const std::string& name) {
+  const nlohmann::json j = parse_untrusted_json(text, "config " + name);
+  if (!j.is_object()) throw IoError("config " + name + " is not a JSON object");
+  GptConfig c;
+  c.name = name;
+  const std::pair<const char*, int64_t*> ints[] = {{"n_embd", &c.n_embd},
+                                                   {"n_layer", &c.n_layer},
+                                                   {"n_head", &c.n_head},
+                                                   {"n_positions", &c.block_size},
+                                                   {"vocab_size", &c.vocab_size}};
+  for (const auto& [key, field] : ints) {
+    if (!j.contains(key)) throw IoError("config " + name + ": '" + key + "' is missing");
+    const auto& v = j[key];
+    if (!v.is_number_integer()) throw IoError("config " + name + ": '" + key + "' must be an integer");
+    *field = v.get<int64_t>();
+  }
+  if (j.contains("layer_norm_epsilon")) {
+    if (!j["layer_norm_epsilon"].is_number())
+      throw IoError("config " + name + ": 'layer_norm_epsilon' must be a number");
+    c.ln_eps = j["layer_norm_epsilon"].get<float>();
+  }
+  try {
+    c.validate();
+  } catch (const ArgumentError& e) {
+    throw IoError(e.what());
+  }
+  return c;
+}
+
+InferenceModel load_gpt_for_inference(const std::string& path, int64_t n_head,
+                                      const std::function<void(const std::string&)>& warn) {
+  InferenceModel out;
+  std::error_code ec;
+  if (fs::is_regular_file(path, ec)) {
+    const SafetensorsFile f = SafetensorsFile::read(path);
+    GptConfig cfg;
+    const auto meta = f.metadata().find("mixtrain_config");
+    const fs::path hf_config = fs::path(path).parent_path() / "config.json";
+    if (meta != f.metadata().end()) {
+      cfg = config_from_json_text(meta->second, "safetensors file " + path + " mixtrain_config");
+    } else if (fs::exists(hf_config, ec)) {
+      const std::vector<uint8_t> b = read_file_bounded(hf_config.string(), 1 << 20, "config");
+      cfg = gpt_config_from_hf_json(std::string(b.begin(), b.end()), hf_config.string());
+    } else {
+      if (n_head <= 0)
+        throw ArgumentError("safetensors file " + path +
+                            " carries no configuration: give --n-head (or a config.json beside it)");
+      cfg = infer_gpt_config(f, n_head);
+    }
+    out.model = build_and_load(cfg, f);
+    out.source = path;
+    return out;
+  }
+  // A checkpoint or a directory of them: the config is the manifest's, the weights model.safetensors.
+  auto check = [&](const LoadedCheckpoint& c) {
+    if (!c.info.contains("model"))
+      throw IoError("checkpoint " + c.path + ": the manifest has no model config");
+    const GptConfig cfg =
+        config_from_json_text(c.info["model"].dump(), "checkpoint " + c.path + " model config");
+    const auto it = c.files.find("model.safetensors");
+    if (it == c.files.end()) throw IoError("checkpoint " + c.path + ": no model.safetensors");
+    out.model = build_and_load(cfg, SafetensorsFile::parse(it->second, c.path + "/model.safetensors"));
+  };
+  const std::optional<LoadedCheckpoint> c = resolve_checkpoint(path, check, warn);
+  if (!c) throw IoError("no checkpoint in " + path);
+  out.source = c->path;
+  out.step = c->step;
+  return out;
+}
+
+std::string load_gpt_weights_into(const std::string& path, Gpt& model,
+                                  const std::function<void(const std::string&)>& warn) {
+  std::error_code ec;
+  if (fs::is_regular_file(path, ec)) {
+    load_gpt_safetensors(SafetensorsFile::read(path), model);
+    return path;
+  }
+  auto check = [&](const LoadedCheckpoint& c) {
+    const auto it = c.files.find("model.safetensors");
+    if (it == c.files.end()) throw IoError("checkpoint " + c.path + ": no model.safetensors");
+    load_gpt_safetensors(SafetensorsFile::parse(it->second, c.path + "/model.safetensors"), model);
+  };
+  const std::optional<LoadedCheckpoint> c = resolve_checkpoint(path, check, warn);
+  if (!c) throw IoError("no checkpoint in " + path);
+  return c->path;
+}
+
+}  // namespace mixtrain

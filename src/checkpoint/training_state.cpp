@@ -1,0 +1,214 @@
+// train_state.safetensors: encode, and decode with every field checked.
+#include "mixtrain/checkpoint/training_state.h"
+
+#include <cmath>
+
+#include "mixtrain/amp/precision.h"
+#include "mixtrain/checkpoint/file_io.h"
+#include "mixtrain/checkpoint/json_input.h"
+#include "mixtrain/checkpoint/safetensors.h"
+#include "mixtrain/core/error.h"
+
+namespace mixtrain {
+namespace {
+
+constexpr const char* kFormat = "mixtrain-train-state";
+constexpr const char* kVersion = "1";
+
+// Field access that names the file and the field in every failure.
+class Fields {
+ public:
+  Fields(const nlohmann::json& j, std::string file, std::string path)
+      : j_(j), file_(std::move(file)), path_(std::move(path)) {
+    if (!j_.is_object()) fail(path_.empty() ? "state" : path_, "must be an object");
+  }
+  [[noreturn]] void fail(const std::string& field, const std::string& problem) const {
+    throw IoError("training state " + file_ + ": '" + field + "' " + problem);
+  }
+  std::string name(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
+  const nlohmann::json& at(const std::string& key) const {
+    const auto it = j_.find(key);
+    if (it == j_.end()) fail(name(key), "is missing");
+    return *it;
+  }
+  int64_t count(const std::string& key) const {
+    const auto& v = at(key);
+    if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX)) ||
+        v.get<int64_t>() < 0)
+      fail(name(key), "must be a non-negative integer, got " + json_excerpt(v, 40));
+    return v.get<int64_t>();
+  }
+  bool flag(const std::string& key) const {
+    const auto& v = at(key);
+    if (!v.is_boolean()) fail(name(key), "must be true or false");
+    return v.get<bool>();
+  }
+  double number(const std::string& key) const {  // a number, or null for NaN (JSON has no NaN)
+    const auto& v = at(key);
+    if (v.is_null()) return NAN;
+    if (!v.is_number()) fail(name(key), "must be a number");
+    return v.get<double>();
+  }
+  std::string text(const std::string& key) const {
+    const auto& v = at(key);
+    if (!v.is_string()) fail(name(key), "must be a string");
+    return v.get<std::string>();
+  }
+  Fields object(const std::string& key) const { return Fields(at(key), file_, name(key)); }
+  const nlohmann::json& json() const { return j_; }
+
+ private:
+  const nlohmann::json& j_;
+  std::string file_, path_;
+};
+
+}  // namespace
+
+std::vector<uint8_t> encode_training_state(const TrainingState& s) {
+  nlohmann::ordered_json j;
+  j["step"] = s.step;
+  j["precision"] = s.precision;
+  j["model"] = s.model.to_json();
+  j["run"] = s.run;
+  j["optimizer"] = {{"kind", s.optimizer.kind}, {"steps", s.optimizer.steps}};
+  j["scaler"] = {{"scale", s.scaler.scale},
+                 {"growth_tracker", s.scaler.growth_tracker},
+                 {"hysteresis_left", s.scaler.hysteresis_left},
+                 {"overflows", s.scaler.overflows},
+                 {"skipped_steps", s.scaler.skipped_steps}};
+  nlohmann::ordered_json c;
+  c["skipped_steps"] = s.counters.skipped_steps;
+  c["overflows"] = s.counters.overflows;
+  c["bad_in_a_row"] = s.counters.bad_in_a_row;
+  c["hit_min_scale"] = s.counters.hit_min_scale;
+  if (std::isfinite(s.counters.last_loss))
+    c["last_loss"] = s.counters.last_loss;
+  else
+    c["last_loss"] = nullptr;
+  j["counters"] = c;
+  j["rng"] = s.rng;
+
+  SafetensorsWriter w;
+  w.add("params", s.params);
+  if (s.optimizer.kind == "adamw") {
+    w.add("optim.exp_avg", s.optimizer.exp_avg);
+    w.add("optim.exp_avg_sq", s.optimizer.exp_avg_sq);
+  } else if (s.optimizer.momentum_buffer.defined()) {
+    w.add("optim.momentum_buffer", s.optimizer.momentum_buffer);
+  }
+  if (s.optimizer.compensation.defined()) w.add("optim.compensation", s.optimizer.compensation);
+  w.set_metadata("format", kFormat);
+  w.set_metadata("version", kVersion);
+  w.set_metadata("mixtrain", j.dump());
+  return w.serialize();
+}
+
+TrainingState decode_training_state(std::vector<uint8_t> bytes, const std::string& name) {
+  const SafetensorsFile f = SafetensorsFile::parse(std::move(bytes), name);
+  auto fail = [&](const std::string& problem) -> void {
+    throw IoError("training state " + name + ": " + problem);
+  };
+  const auto& meta = f.metadata();
+  const auto fmt = meta.find("format");
+  if (fmt == meta.end() || fmt->second != kFormat) fail("not a mixtrain training state (metadata 'format')");
+  const auto ver = meta.find("version");
+  if (ver == meta.end() || ver->second != kVersion)
+    fail("unsupported version '" + printable(ver == meta.end() ? "" : ver->second) + "' (this build reads " +
+         kVersion + ")");
+  const auto body = meta.find("mixtrain");
+  if (body == meta.end()) fail("the 'mixtrain' metadata entry is missing");
+  const nlohmann::json j =
+      parse_untrusted_json(body->second, "training state " + name + ": the 'mixtrain' metadata");
+  const Fields top(j, name, "");
+
+  TrainingState s;
+  s.step = top.count("step");
+  s.precision = top.text("precision");
+  PrecisionMode mode{};
+  try {
+    mode = parse_precision(s.precision);
+  } catch (const ArgumentError&) {
+    top.fail("precision", "is not a precision mode: '" + printable(s.precision) + "'");
+  }
+  try {
+    s.model = GptConfig::from_json(top.at("model"), "model");
+  } catch (const ArgumentError& e) {
+    throw IoError("training state " + name + ": " + e.what());
+  }
+  if (!top.at("run").is_object()) top.fail("run", "must be an object");
+  s.run = top.at("run");
+  if (!top.at("rng").is_object()) top.fail("rng", "must be an object");
+  s.rng = top.at("rng");
+
+  const Fields opt = top.object("optimizer");
+  s.optimizer.kind = opt.text("kind");
+  if (s.optimizer.kind != "adamw" && s.optimizer.kind != "sgd")
+    opt.fail("optimizer.kind", "must be adamw or sgd, got '" + printable(s.optimizer.kind) + "'");
+  s.optimizer.steps = opt.count("steps");
+  if (s.optimizer.steps > s.step) opt.fail("optimizer.steps", "exceeds step");
+
+  const Fields sc = top.object("scaler");
+  s.scaler.scale = sc.number("scale");
+  if (!(s.scaler.scale > 0) || !std::isfinite(s.scaler.scale) ||
+      double(float(s.scaler.scale)) != s.scaler.scale)
+    sc.fail("scaler.scale", "must be a positive finite fp32 value");
+  s.scaler.growth_tracker = sc.count("growth_tracker");
+  s.scaler.hysteresis_left = sc.count("hysteresis_left");
+  if (s.scaler.hysteresis_left < 1) sc.fail("scaler.hysteresis_left", "must be at least 1");
+  s.scaler.overflows = sc.count("overflows");
+  s.scaler.skipped_steps = sc.count("skipped_steps");
+
+  const Fields ct = top.object("counters");
+  s.counters.skipped_steps = ct.count("skipped_steps");
+  s.counters.overflows = ct.count("overflows");
+  s.counters.bad_in_a_row = ct.count("bad_in_a_row");
+  s.counters.hit_min_scale = ct.flag("hit_min_scale");
+  s.counters.last_loss = ct.number("last_loss");
+  if (s.counters.skipped_steps > s.step || s.counters.overflows > s.step || s.counters.bad_in_a_row > s.step)
+    ct.fail("counters", "count more steps than 'step'");
+
+  // Tensors: exactly the expected set, 1-D, one length, the precision's parameter dtype.
+  const DType want = precision_spec(mode).param_dtype;
+  int64_t length = -1;
+  auto take = [&](const std::string& tensor_name, bool required) -> Tensor {
+    const SafetensorsEntry* e = f.find(tensor_name);
+    if (!e) {
+      if (required) fail("tensor '" + tensor_name + "' is missing");
+      return Tensor();
+    }
+    DType t{};
+    if (!dtype_from_safetensors(e->dtype, t) || t != want)
+      fail("tensor '" + tensor_name + "' has dtype " + e->dtype + ", expected " +
+           safetensors_dtype_name(want) + " for " + s.precision);
+    if (e->shape.size() != 1) fail("tensor '" + tensor_name + "' must be 1-D");
+    if (length >= 0 && e->shape[0] != length)
+      fail("tensor '" + tensor_name + "' has " + std::to_string(e->shape[0]) + " elements, 'params' has " +
+           std::to_string(length));
+    length = e->shape[0];
+    return f.tensor(*e, tensor_name == "params" ? MemCategory::parameters : MemCategory::optimizer_state);
+  };
+  s.params = take("params", true);
+  size_t expected = 1;
+  if (s.optimizer.kind == "adamw") {
+    s.optimizer.exp_avg = take("optim.exp_avg", true);
+    s.optimizer.exp_avg_sq = take("optim.exp_avg_sq", true);
+    expected += 2;
+  } else {
+    s.optimizer.momentum_buffer = take("optim.momentum_buffer", false);
+    expected += s.optimizer.momentum_buffer.defined();
+  }
+  s.optimizer.compensation = take("optim.compensation", false);
+  expected += s.optimizer.compensation.defined();
+  if (f.entries().size() != expected) {
+    for (const auto& e : f.entries())
+      if (e.name != "params" && e.name != "optim.exp_avg" && e.name != "optim.exp_avg_sq" &&
+          e.name != "optim.momentum_buffer" && e.name != "optim.compensation")
+        fail("unexpected tensor '" + printable(e.name) + "'");
+    fail("tensors do not match optimizer '" + s.optimizer.kind + "'");
+  }
+  if (s.optimizer.compensation.defined() && !is_low_precision(want))
+    fail("a compensation buffer only exists with 16-bit parameters");
+  return s;
+}
+
+}  // namespace mixtrain

@@ -1,0 +1,283 @@
+// The trainer's checkpoints: what is captured, when it is saved, and how a run resumes.
+#include "mixtrain/train/checkpointing.h"
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "mixtrain/amp/grad_scaler.h"
+#include "mixtrain/checkpoint/checksum.h"
+#include "mixtrain/checkpoint/file_io.h"
+#include "mixtrain/checkpoint/gpt_weights.h"
+#include "mixtrain/checkpoint/json_input.h"
+#include "mixtrain/checkpoint/load_model.h"
+#include "mixtrain/data/text_corpus.h"
+#include "mixtrain/optim/adamw.h"
+#include "mixtrain/optim/sgd.h"
+#include "mixtrain/train/trainer.h"
+
+namespace mixtrain {
+namespace {
+
+constexpr const char* kModelFile = "model.safetensors";
+constexpr const char* kStateFile = "train_state.safetensors";
+
+// JSON has no inf / NaN: those go in as strings, so two configs still compare equal.
+nlohmann::json num(double v) {
+  if (std::isfinite(v)) return v;
+  return std::isnan(v) ? "nan" : (v > 0 ? "inf" : "-inf");
+}
+
+// The options that shape the loss trajectory (--steps does not: a resumed run may extend it).
+nlohmann::json run_options(const TrainOptions& o, int64_t T, const TextCorpus& corpus) {
+  nlohmann::json j;
+  j["precision"] = std::string(precision_spec(o.precision).name);
+  j["update_rounding"] = std::string(update_rounding_name(o.update_rounding));
+  j["optimizer"] = o.optimizer;
+  j["lr"] = num(o.lr);
+  j["min_lr_ratio"] = num(o.min_lr_ratio);
+  j["warmup"] = o.warmup;
+  j["weight_decay"] = num(o.weight_decay);
+  if (o.optimizer == "adamw") {
+    j["beta1"] = num(o.beta1);
+    j["beta2"] = num(o.beta2);
+    j["eps"] = num(o.eps);
+  } else {
+    j["momentum"] = num(o.momentum);
+  }
+  j["grad_clip"] = num(o.grad_clip);
+  j["seed"] = o.seed;
+  j["batch_size"] = o.batch_size;
+  j["seq_len"] = T;
+  j["grad_accum"] = o.grad_accum;
+  j["force_loss_scaling"] = o.force_loss_scaling;
+  const GradScalerConfig& s = o.scaler;
+  j["scaler"] = {{"dynamic", s.dynamic},
+                 {"init_scale", num(s.init_scale)},
+                 {"growth_factor", num(s.growth_factor)},
+                 {"backoff_factor", num(s.backoff_factor)},
+                 {"growth_interval", s.growth_interval},
+                 {"hysteresis", s.hysteresis},
+                 {"min_scale", num(s.min_scale)},
+                 {"max_scale", num(s.max_scale)}};
+  j["data"] = {{"bytes", corpus.size()},
+               {"crc32", crc32_hex(crc32(corpus.train_bytes(), static_cast<size_t>(corpus.size())))}};
+  return j;
+}
+
+// The first key whose value differs ("lr: 0.001 vs 0.002"), or "" when equal.
+std::string first_difference(const nlohmann::json& saved, const nlohmann::json& now,
+                             const std::string& prefix = "") {
+  if (saved.is_object() && now.is_object()) {
+    for (const auto& [k, v] : now.items()) {
+      if (!saved.contains(k)) return prefix + k + " (not in the checkpoint)";
+      const std::string d = first_difference(saved[k], v, prefix + k + ".");
+      if (!d.empty()) return d;
+    }
+    for (const auto& [k, v] : saved.items())
+      if (!now.contains(k)) return prefix + k + " (only in the checkpoint)";
+    return "";
+  }
+  if (saved == now) return "";
+  std::string key = prefix.empty() ? "value" : prefix.substr(0, prefix.size() - 1);
+  return key + ": checkpoint has " + json_excerpt(saved) + ", this run has " + json_excerpt(now);
+}
+
+}  // namespace
+
+void CheckpointOptions::validate() const {
+  if (save_every < 0) throw ArgumentError("--save-every must be >= 0, got " + std::to_string(save_every));
+  if (keep < 0) throw ArgumentError("--keep must be >= 0, got " + std::to_string(keep));
+  if (stop_after < 0) throw ArgumentError("--stop-after must be >= 0, got " + std::to_string(stop_after));
+  if (dir.empty() && save_every > 0) throw ArgumentError("--save-every needs --checkpoint-dir");
+  if (dir.empty() && keep > 0) throw ArgumentError("--keep needs --checkpoint-dir");
+  if (!resume.empty() && !init_from.empty())
+    throw ArgumentError("--resume and --init-from exclude each other (a checkpoint holds its own weights)");
+}
+
+TrainCheckpointing::TrainCheckpointing(const TrainOptions& opt, const GptConfig& cfg, int64_t T,
+                                       const TextCorpus& corpus)
+    : opt_(opt), cfg_(cfg), run_(run_options(opt, T, corpus)) {
+  opt.checkpoint.validate();
+}
+
+TrainingState TrainCheckpointing::capture(int64_t step, TrainingRefs r) const {
+  TrainingState s;
+  s.step = step;
+  s.precision = std::string(precision_spec(opt_.precision).name);
+  s.model = cfg_;
+  s.run = run_;
+  const ParameterStore& store = r.model.params();
+  s.params = store.flat_params();
+  if (r.adamw) {
+    s.optimizer.kind = "adamw";
+    s.optimizer.steps = r.adamw->steps();
+    s.optimizer.exp_avg = r.adamw->exp_avg();
+    s.optimizer.exp_avg_sq = r.adamw->exp_avg_sq();
+    s.optimizer.compensation = r.adamw->compensation();
+  } else {
+    s.optimizer.kind = "sgd";
+    s.optimizer.steps = r.sgd->steps();
+    s.optimizer.momentum_buffer = r.sgd->momentum_buffer();
+    s.optimizer.compensation = r.sgd->compensation();
+  }
+  s.scaler = r.scaler.state();
+  s.counters.skipped_steps = r.summary.skipped_steps;
+  s.counters.overflows = r.summary.overflows;
+  s.counters.bad_in_a_row = r.bad_in_a_row;
+  s.counters.hit_min_scale = r.summary.hit_min_scale;
+  s.counters.last_loss = r.summary.final_train_loss;
+  s.rng = {{"seed", opt_.seed},
+           {"data_position", step * opt_.grad_accum},
+           {"stochastic_rounding_counter", s.optimizer.steps * store.flat_numel()}};
+  return s;
+}
+
+bool TrainCheckpointing::after_step(int64_t step, TrainingRefs r) {
+  const CheckpointOptions& c = opt_.checkpoint;
+  const bool stop = c.stop_after > 0 && step == c.stop_after && step < opt_.steps;
+  const bool due = step == opt_.steps || stop || (c.save_every > 0 && step % c.save_every == 0);
+  if (!c.dir.empty() && due) {
+    std::vector<CheckpointFile> files(2);
+    files[0].name = kModelFile;
+    SafetensorsWriter w = gpt_safetensors_writer(r.model);
+    w.set_metadata("mixtrain_config", cfg_.to_json().dump());
+    files[0].bytes = w.serialize();
+    files[1].name = kStateFile;
+    files[1].bytes = encode_training_state(capture(step, r));
+    nlohmann::ordered_json info;
+    info["precision"] = std::string(precision_spec(opt_.precision).name);
+    info["model"] = cfg_.to_json();
+    write_checkpoint(c.dir, step, files, info);
+    prune_checkpoints(c.dir, c.keep);
+  }
+  return stop;
+}
+
+int64_t TrainCheckpointing::resume(TrainingRefs r) {
+  const int64_t start = restore(r);
+  prepare_directory(start);
+  return start;
+}
+
+void TrainCheckpointing::prepare_directory(int64_t start) const {
+  const std::string& dir = opt_.checkpoint.dir;
+  if (dir.empty()) return;
+  const auto all = list_checkpoints(dir);
+  if (opt_.checkpoint.resume.empty()) {
+    if (!all.empty())
+      throw ArgumentError("checkpoint directory " + dir + " already holds checkpoints (newest " +
+                          all.back().second + "): continue them with --resume " + dir +
+                          ", or choose another directory");
+    return;
+  }
+  for (const auto& [step, path] : all) {
+    if (step <= start) continue;
+    // Newer than where this run continues: skipped as invalid, or a timeline the user chose to
+    // leave. Moved out of the way (not deleted), so after a crash --resume finds this run's.
+    const std::filesystem::path p(path);
+    const std::string base = (p.parent_path() / ("abandoned-" + p.filename().string())).string();
+    std::string aside = base;
+    for (int k = 1; std::filesystem::exists(aside); ++k) aside = base + "~" + std::to_string(k);
+    std::error_code ec;
+    std::filesystem::rename(path, aside, ec);
+    if (ec) throw IoError("cannot move " + path + " to " + aside + ": " + ec.message());
+    std::fprintf(stderr,
+                 "mixtrain: warning: moved %s to %s: it is newer than step %lld, where this run continues\n",
+                 path.c_str(), aside.c_str(), static_cast<long long>(start));
+  }
+}
+
+int64_t TrainCheckpointing::restore(TrainingRefs r) {
+  const std::string& path = opt_.checkpoint.resume;
+  auto warn = [](const std::string& line) { std::fprintf(stderr, "mixtrain: warning: %s\n", line.c_str()); };
+  if (path.empty()) {
+    if (!opt_.checkpoint.init_from.empty()) {
+      const std::string from = load_gpt_weights_into(opt_.checkpoint.init_from, r.model, warn);
+      if (!opt_.quiet) std::printf("initial weights from %s\n", from.c_str());
+    }
+    return 0;
+  }
+  std::optional<TrainingState> state;
+  auto check = [&](const LoadedCheckpoint& c) {
+    const auto it = c.files.find(kStateFile);
+    if (it == c.files.end()) throw IoError("checkpoint " + c.path + ": no " + kStateFile);
+    state = decode_training_state(it->second, c.path + "/" + kStateFile);
+    if (state->step != c.step)
+      throw IoError("checkpoint " + c.path + ": the manifest says step " + std::to_string(c.step) +
+                    ", the training state step " + std::to_string(state->step));
+  };
+  const std::optional<LoadedCheckpoint> found = resolve_checkpoint(path, check, warn);
+  if (!found) {
+    warn("no checkpoint in " + path + " yet; starting from step 0");
+    return 0;
+  }
+  const TrainingState& s = *state;
+  const std::string where = "cannot resume from " + found->path + ": ";
+  nlohmann::json saved_model = s.model.to_json(), this_model = cfg_.to_json();
+  saved_model.erase("name");  // a preset's name or the config file's path: not the model itself
+  this_model.erase("name");
+  std::string diff = first_difference(saved_model, this_model, "model.");
+  if (diff.empty()) diff = first_difference(s.run, run_);
+  if (!diff.empty()) throw ArgumentError(where + "options differ, " + diff);
+  if (s.step > opt_.steps)
+    throw ArgumentError(where + "it is at step " + std::to_string(s.step) + ", past --steps " +
+                        std::to_string(opt_.steps));
+
+  ParameterStore& store = r.model.params();
+  const std::string bad = "checkpoint " + found->path + ": ";
+  if (s.params.numel() != store.flat_numel())
+    throw IoError(bad + "'params' has " + std::to_string(s.params.numel()) + " elements, the model " +
+                  std::to_string(store.flat_numel()));
+  const bool kahan =
+      is_low_precision(store.flat_params().dtype()) && opt_.update_rounding == UpdateRounding::kahan;
+  if (s.optimizer.compensation.defined() != kahan)
+    throw IoError(
+        bad + (kahan ? "no Kahan compensation buffer for kahan rounding" : "unexpected compensation buffer"));
+  if (r.adamw) {
+    r.adamw->set_state(s.optimizer.steps, s.optimizer.exp_avg, s.optimizer.exp_avg_sq,
+                       s.optimizer.compensation);
+  } else {
+    if (s.optimizer.momentum_buffer.defined() != (opt_.momentum != 0.f))
+      throw IoError(bad + "momentum buffer does not match --momentum");
+    r.sgd->set_state(s.optimizer.steps, s.optimizer.momentum_buffer, s.optimizer.compensation);
+  }
+  try {
+    r.scaler.load_state(s.scaler);
+  } catch (const ArgumentError& e) {
+    throw IoError(bad + "loss scaler state: " + e.what());
+  }
+  Tensor flat = store.flat_params();  // shares the storage
+  flat.copy_from(s.params);
+  store.flat_params().storage()->bump_version();  // cached autocast copies are stale
+  r.summary.skipped_steps = s.counters.skipped_steps;
+  r.summary.overflows = s.counters.overflows;
+  r.summary.hit_min_scale = s.counters.hit_min_scale;
+  r.summary.final_train_loss = s.counters.last_loss;
+  r.summary.steps = s.step;
+  r.bad_in_a_row = s.counters.bad_in_a_row;
+  if (!opt_.quiet) {
+    std::printf("resumed from %s at step %lld\n", found->path.c_str(), static_cast<long long>(s.step));
+    std::fflush(stdout);
+  }
+  return s.step;
+}
+
+void trim_step_log(const std::string& path, int64_t step) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return;  // no log yet
+  std::string kept, line;
+  int64_t expected = 1;
+  while (expected <= step && std::getline(in, line)) {
+    if (in.eof()) break;  // no newline: a line torn by a kill
+    nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_discarded() || !j.is_object() || !j.contains("step") || j["step"] != expected) break;
+    kept += line + "\n";
+    ++expected;
+  }
+  write_file_durable(path, kept);
+}
+
+}  // namespace mixtrain
