@@ -55,7 +55,8 @@ thread_local Cache t_cache;
 
 thread_local const WorkingCopyScope* t_working = nullptr;
 
-bool eligible(const Var& v) { return v.defined() && is_floating(v.dtype()) && v.dtype() != DType::f64; }
+bool eligible_dtype(DType t) { return is_floating(t) && t != DType::f64; }
+bool eligible(const Var& v) { return v.defined() && eligible_dtype(v.dtype()); }
 
 // torch's type promotion among the eligible float types: the wider format wins; two different
 // formats of the same width (bf16 and f16) meet in f32.
@@ -232,8 +233,7 @@ DType autocast_output_dtype(autograd::OpKind op, DType input) {
 DType autocast_promote_dtype(DType a, DType b) {
   const State& s = t_state;
   if (!(s.enabled || s.upcast)) return a;
-  const auto ok = [](DType t) { return is_floating(t) && t != DType::f64; };
-  return ok(a) && ok(b) ? wider(a, b) : a;
+  return eligible_dtype(a) && eligible_dtype(b) ? wider(a, b) : a;
 }
 
 AutocastCacheStats autocast_cache_stats() {

@@ -128,7 +128,7 @@ Var add(const Var& a_in, const Var& b_in) {
   autocast(OpKind::add, {&a, &b});
   require(a, "add", "a");
   require(b, "add", "b");
-  Tensor out = Tensor::empty(a.shape(), autocast_active() ? autocast_promote_dtype(a.dtype(), b.dtype()) : a.dtype());
+  Tensor out = Tensor::empty(a.shape(), autocast_promote_dtype(a.dtype(), b.dtype()));
   mixtrain::add(a.value(), b.value(), out);
   std::shared_ptr<Node> n;
   if (needs_grad({&a, &b})) n = make_node(OpKind::add, {&a, &b});
@@ -140,7 +140,7 @@ Var mul(const Var& a_in, const Var& b_in) {
   autocast(OpKind::mul, {&a, &b});
   require(a, "mul", "a");
   require(b, "mul", "b");
-  Tensor out = Tensor::empty(a.shape(), autocast_active() ? autocast_promote_dtype(a.dtype(), b.dtype()) : a.dtype());
+  Tensor out = Tensor::empty(a.shape(), autocast_promote_dtype(a.dtype(), b.dtype()));
   mixtrain::mul(a.value(), b.value(), out);
   std::shared_ptr<Node> n;
   if (needs_grad({&a, &b})) n = make_node(OpKind::mul, {&a, &b});
