@@ -33,6 +33,7 @@ constexpr std::array<PolicyEntry, autograd::kNumOpKinds> kPolicy = {{
     {OpKind::dropout, CastPolicy::keep},
     {OpKind::cast, CastPolicy::keep},               // an explicit dtype is never autocast
     {OpKind::attention, CastPolicy::lower_precision},  // scaled_dot_product_attention (softmax in f32 inside)
+    {OpKind::attention_qkv, CastPolicy::lower_precision},
     {OpKind::checkpoint, CastPolicy::keep},            // the ops inside cast for themselves
 }};
 

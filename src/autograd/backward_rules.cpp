@@ -187,14 +187,17 @@ void cross_entropy_backward_rule(Node& n, const Tensor& g) {
 
 void reshape_backward(Node& n, const Tensor& g) { accumulate_grad(*n.inputs[0], g.contiguous().reshape(n.shape)); }
 
+// Adds g into this head part of qkv's gradient, in place: the three parts of one qkv fill one
+// (B, T, 3C) gradient instead of three zero-padded ones summed.
 void split_heads_backward(Node& n, const Tensor& g) {
   ProfileScope prof(WorkKind::elementwise);
   VarImpl& Q = *n.inputs[0];
+  if (!Q.requires_grad) return;
   const int64_t H = n.i1;
-  Tensor d = Tensor::zeros(Q.shape, Q.dtype);  // (B, T, 3C), zero outside this part
+  Tensor& d = grad_accumulator(Q);  // (B, T, 3C)
   const int64_t B = d.size(0), T = d.size(1), D = d.size(2) / 3 / H;
-  heads_view(d, static_cast<int>(n.i0), H).copy_from(g.contiguous().reshape({B, H, T, D}));
-  accumulate_grad(Q, d);
+  Tensor part = heads_view(d, static_cast<int>(n.i0), H);  // (B, H, T, D), rows of D strided
+  add_inplace(part, g.contiguous().reshape({B, H, T, D}));
 }
 
 void merge_heads_backward(Node& n, const Tensor& g) {
@@ -218,40 +221,42 @@ void cast_backward(Node& n, const Tensor& g) {
   accumulate_grad(X, g.dtype() == X.dtype ? g : g.to(X.dtype, MemCategory::activations));
 }
 
-// y = P v with P = causal_softmax(scale * q k^T) saved by forward (in the compute dtype):
-//   dv = P^T dy;  dP = dy v^T (f32);  dS = softmax backward of dP;  dq = dS k;  dk = dS^T q.
+// Blocked causal attention's backward (attention_blocks.cpp), a chunk of heads at a time.
 void attention_backward(Node& n, const Tensor& g) {
   ProfileScope prof(WorkKind::attention);
   VarImpl& Q = *n.inputs[0];
   VarImpl& K = *n.inputs[1];
   VarImpl& V = *n.inputs[2];
-  const Tensor& q = n.in_values[0];
-  const Tensor& k = n.in_values[1];
-  const Tensor& v = n.in_values[2];
-  const Tensor& p = n.saved[0];
-  grad_gemm(V, p, g, true, false);
-  if (!Q.requires_grad && !K.requires_grad) return;
-  // dP and dS a chunk of heads at a time (like forward's scores): dS in the compute dtype, dP in
-  // f32, both workspaces of one chunk.
-  const DType acc = p.dtype() == DType::f64 ? DType::f64 : DType::f32;
-  const int64_t BH = p.size(0), T = p.size(1), chunk = attention_heads_per_chunk(T);
-  Tensor dq = Tensor::empty(Q.shape, Q.dtype), dk = Tensor::empty(K.shape, K.dtype);
-  for (int64_t h0 = 0; h0 < BH; h0 += chunk) {
-    const int64_t h1 = std::min(BH, h0 + chunk);
-    const Tensor gc = g.slice(0, h0, h1), qc = q.slice(0, h0, h1), kc = k.slice(0, h0, h1);
-    Tensor ds = Tensor::empty({h1 - h0, T, T}, p.dtype(), MemCategory::workspace);
-    {
-      const Tensor dp = mixtrain::matmul(gc, v.slice(0, h0, h1), false, true, acc, MemCategory::workspace);
-      causal_softmax_backward(p.slice(0, h0, h1), dp, static_cast<float>(n.f), ds);
-    }
-    Tensor dqc = dq.slice(0, h0, h1), dkc = dk.slice(0, h0, h1);
-    gemm(ds, kc, dqc);                 // dq = dS k
-    GemmOptions ta;
-    ta.trans_a = true;
-    gemm(ds, qc, dkc, ta);             // dk = dS^T q
-  }
+  const bool need_qk = Q.requires_grad || K.requires_grad, need_v = V.requires_grad;
+  if (!need_qk && !need_v) return;
+  const auto grad_of = [](const VarImpl& x, bool need) { return need ? Tensor::empty(x.shape, x.dtype) : Tensor(); };
+  const Tensor dq = grad_of(Q, need_qk), dk = grad_of(K, need_qk), dv = grad_of(V, need_v);
+  attention_heads_backward(n.in_values[0], n.in_values[1], n.in_values[2], n.saved, g.contiguous(),
+                           static_cast<float>(n.f), dq, dk, dv);
+  if (need_v) accumulate_grad(V, dv);
+  if (!need_qk) return;
   accumulate_grad(Q, dq);
   accumulate_grad(K, dk);
+}
+
+// attention_qkv: saved = q, k, v (B*H, T, D), then the probability blocks. The gradient of the
+// output is copied into heads, dq, dk, dv back into one (B, T, 3C) gradient (no zeros, no sums).
+void attention_qkv_backward(Node& n, const Tensor& g) {
+  ProfileScope prof(WorkKind::attention);
+  VarImpl& X = *n.inputs[0];
+  if (!X.requires_grad) return;
+  const Tensor &q = n.saved[0], &k = n.saved[1], &v = n.saved[2];
+  const std::vector<Tensor> probs(n.saved.begin() + 3, n.saved.end());
+  const int64_t H = n.i0;
+  Tensor gh = Tensor::empty(q.shape(), q.dtype(), MemCategory::workspace);
+  heads_copy(g.dtype() == q.dtype() ? g.contiguous() : g.to(q.dtype(), MemCategory::workspace), {gh}, H, true);
+  std::vector<Tensor> d;
+  for (int i = 0; i < 3; ++i) d.push_back(Tensor::empty(q.shape(), q.dtype(), MemCategory::workspace));
+  attention_heads_backward(q, k, v, probs, gh, static_cast<float>(n.f), d[0], d[1], d[2]);
+  gh = Tensor();
+  Tensor dx = Tensor::empty(X.shape, q.dtype(), MemCategory::activations);  // (B, T, 3C)
+  heads_copy(dx, d, H, false);
+  accumulate_grad(X, dx);
 }
 
 // Runs the checkpointed function again with gradients on and backpropagates g through it: the
@@ -287,14 +292,15 @@ constexpr std::array<RuleRow, kNumOpKinds> kRules = {{
     {merge_heads_backward, 0b000},          // merge_heads
     {dropout_backward, 0b000},              // dropout: the mask is regenerated from the seed
     {cast_backward, 0b000},                 // cast
-    {attention_backward, 0b111},            // attention: q, k, v (and the probabilities in saved)
+    {attention_backward, 0b111},            // attention: q, k, v (and the probability blocks in saved)
+    {attention_qkv_backward, 0b000},        // attention_qkv: its q, k, v copies and probability blocks in saved
     {checkpoint_backward, 0b001},           // checkpoint: its input (recomputes the rest)
 }};
 static_assert(kRules.size() == kNumOpKinds);
 
 constexpr std::array<std::string_view, kNumOpKinds> kNames = {
     "matmul", "linear",  "add",         "mul",         "scale",   "gelu",  "layer_norm", "embedding",
-    "causal_softmax", "cross_entropy", "reshape", "split_heads", "merge_heads", "dropout", "cast", "attention", "checkpoint"};
+    "causal_softmax", "cross_entropy", "reshape", "split_heads", "merge_heads", "dropout", "cast", "attention", "attention_qkv", "checkpoint"};
 
 }  // namespace
 

@@ -59,11 +59,23 @@ void accumulate_grad(VarImpl& in, const Tensor& g) {
     in.grad = g.dtype() == in.dtype ? g : g.to(in.dtype, MemCategory::activations);
     return;
   }
-  // Second contribution: a fresh sum (one pass, fp32 math), so a tensor shared with another
-  // gradient is not modified.
+  // A later contribution: in place when nothing else holds the gradient (we made it), else a fresh
+  // sum (one pass, fp32 math), so a tensor shared with another gradient is not modified.
+  if (in.grad.storage().use_count() == 1) {
+    add_inplace(in.grad, g);
+    return;
+  }
   Tensor sum = Tensor::empty(in.grad.shape(), in.grad.dtype(), MemCategory::activations);
   add(in.grad, g, sum);
   in.grad = sum;
+}
+
+Tensor& grad_accumulator(VarImpl& in) {
+  if (!in.grad.defined())
+    in.grad = Tensor::zeros(in.shape, in.dtype, MemCategory::activations);
+  else if (!in.grad_is_buffer && in.grad.storage().use_count() != 1)
+    in.grad = in.grad.clone(MemCategory::activations);
+  return in.grad;
 }
 
 void Var::backward(double seed) const {

@@ -278,6 +278,7 @@ Tensor heads_view(const Tensor& qkv, int which, int64_t n_head) {
   return qkv.as_strided({B, n_head, T, D}, {T * C3, D, C3, 1}, which * C);
 }
 
+
 Var split_heads(const Var& qkv_in, int which, int64_t n_head) {
   ProfileScope prof(WorkKind::elementwise);
   Var qkv = qkv_in;
@@ -373,8 +374,8 @@ Var cast(const Var& x, DType dtype) {
   return make_output(out, n);
 }
 
-int64_t attention_heads_per_chunk(int64_t T) { return std::max<int64_t>(1, (int64_t{4} << 20) / (T * T * 4)); }
-
+// Blocked causal attention (attention_blocks.cpp), a chunk of heads at a time. Saved for backward:
+// q, k, v and the probability blocks (the lower triangle only) in the compute dtype.
 Var attention(const Var& q_in, const Var& k_in, const Var& v_in, float scale_) {
   ProfileScope prof(WorkKind::attention);
   Var q = q_in, k = k_in, v = v_in;
@@ -388,24 +389,45 @@ Var attention(const Var& q_in, const Var& k_in, const Var& v_in, float scale_) {
                      " must be equal (B*H, T, D)");
   if (kv.dtype() != qv.dtype() || vv.dtype() != qv.dtype())
     throw DTypeError("attention: q, k and v must share one dtype");
-  // Scores in f32 (f64 for gradient checks), a chunk of heads at a time: a workspace that lives
-  // only until its softmax.
-  const DType acc = qv.dtype() == DType::f64 ? DType::f64 : DType::f32;
-  const int64_t BH = qv.size(0), T = qv.size(1), chunk = attention_heads_per_chunk(T);
-  Tensor probs = Tensor::empty({BH, T, T}, qv.dtype());  // (BH, T, T)
-  for (int64_t h0 = 0; h0 < BH; h0 += chunk) {
-    const int64_t h1 = std::min(BH, h0 + chunk);
-    const Tensor scores =
-        mixtrain::matmul(qv.slice(0, h0, h1), kv.slice(0, h0, h1), false, true, acc, MemCategory::workspace);
-    Tensor p = probs.slice(0, h0, h1);
-    mixtrain::causal_softmax(scores, scale_, p);
-  }
-  Tensor out = mixtrain::matmul(probs, vv, false, false, qv.dtype(), MemCategory::activations);  // (BH, T, D)
+  std::vector<Tensor> probs = attention_prob_blocks(qv.size(0), qv.size(1), qv.dtype());
+  Tensor out = Tensor::empty(qv.shape(), qv.dtype(), MemCategory::activations);  // (BH, T, D)
+  attention_heads_forward(qv, kv, vv, scale_, probs, out);
   std::shared_ptr<Node> n;
   if (needs_grad({&q, &k, &v})) {
     n = make_node(OpKind::attention, {&q, &k, &v});
-    n->saved = {probs};
+    n->saved = std::move(probs);
     n->f = scale_;
+  }
+  return make_output(out, n);
+}
+
+// q, k, v copied out of qkv in one pass (the GEMMs want each head contiguous), the output
+// copied into (B, T, C) in one pass. Saved: q, k, v (B*H, T, D) and the probability blocks.
+Var attention_qkv(const Var& qkv_in, int64_t n_head, float scale_) {
+  ProfileScope prof(WorkKind::attention);
+  Var qkv = qkv_in;
+  autocast(OpKind::attention_qkv, {&qkv});
+  require(qkv, "attention_qkv", "qkv");
+  const Tensor x = qkv.value().contiguous();
+  if (x.dim() != 3 || n_head <= 0 || x.size(2) % (3 * n_head) != 0)
+    throw ShapeError("attention_qkv: qkv " + x.to_string() + " is not (B, T, 3C) with C divisible by " +
+                     std::to_string(n_head) + " heads");
+  const int64_t B = x.size(0), T = x.size(1), C = x.size(2) / 3, H = n_head, D = C / H;
+  std::vector<Tensor> qkv_heads;  // q, k, v: (B*H, T, D)
+  for (int i = 0; i < 3; ++i) qkv_heads.push_back(Tensor::empty({B * H, T, D}, x.dtype(), MemCategory::activations));
+  heads_copy(x, qkv_heads, H, true);
+  std::vector<Tensor> probs = attention_prob_blocks(B * H, T, x.dtype());
+  Tensor y = Tensor::empty({B * H, T, D}, x.dtype(), MemCategory::workspace);
+  attention_heads_forward(qkv_heads[0], qkv_heads[1], qkv_heads[2], scale_, probs, y);
+  Tensor out = Tensor::empty({B, T, C}, x.dtype(), MemCategory::activations);
+  heads_copy(out, {y}, H, false);
+  std::shared_ptr<Node> n;
+  if (needs_grad({&qkv})) {
+    n = make_node(OpKind::attention_qkv, {&qkv});
+    n->saved = std::move(qkv_heads);
+    for (Tensor& p : probs) n->saved.push_back(std::move(p));
+    n->f = scale_;
+    n->i0 = H;
   }
   return make_output(out, n);
 }

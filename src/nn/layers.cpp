@@ -67,20 +67,19 @@ void CausalSelfAttention::bind(const ParameterStore& s) {
 Var CausalSelfAttention::operator()(const Var& x, DropoutState& drop) const {
   using namespace autograd;
   const int64_t B = x.size(0), C = x.size(2), D = C / n_head;
-  Var qkv = c_attn(x);                    // (B, T, 3C)
-  Var q = split_heads(qkv, 0, n_head);    // (B*H, T, D)
-  Var k = split_heads(qkv, 1, n_head);    // (B*H, T, D)
-  Var v = split_heads(qkv, 2, n_head);    // (B*H, T, D)
+  Var qkv = c_attn(x);                      // (B, T, 3C)
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   Var y;
   if (drop.active()) {  // dropout on the probabilities: the unfused graph
-    Var att = matmul(q, k, false, true);  // (B*H, T, T) = q k^T
+    Var q = split_heads(qkv, 0, n_head);    // (B*H, T, D)
+    Var k = split_heads(qkv, 1, n_head);    // (B*H, T, D)
+    Var v = split_heads(qkv, 2, n_head);    // (B*H, T, D)
+    Var att = matmul(q, k, false, true);    // (B*H, T, T) = q k^T
     att = drop(causal_softmax(att, scale));
-    y = matmul(att, v);                   // (B*H, T, D)
+    y = merge_heads(matmul(att, v), B);     // (B*H, T, D) -> (B, T, C)
   } else {
-    y = attention(q, k, v, scale);        // (B*H, T, D)
+    y = attention_qkv(qkv, n_head, scale);  // (B, T, C)
   }
-  y = merge_heads(y, B);                  // (B, T, C)
   return drop(c_proj(y));
 }
 

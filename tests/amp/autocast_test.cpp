@@ -55,6 +55,7 @@ std::vector<OpCase> op_cases() {
       {OpKind::cast, {{2, 3, 4}}, [](const std::vector<Var>& v) { return cast(v[0], DType::f16); }},
       {OpKind::attention, {{2, 3, 4}, {2, 3, 4}, {2, 3, 4}},
        [](const std::vector<Var>& v) { return attention(v[0], v[1], v[2], 0.5f); }},
+      {OpKind::attention_qkv, {{2, 3, 12}}, [](const std::vector<Var>& v) { return attention_qkv(v[0], 2, 0.5f); }},
       {OpKind::checkpoint, {{2, 3, 4}},
        [](const std::vector<Var>& v) { return checkpoint([](const Var& a) { return scale(a, 2.f); }, v[0]); }},
   };

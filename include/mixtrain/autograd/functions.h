@@ -43,6 +43,11 @@ Var cast(const Var& x, DType dtype);
 // autocast, like torch's scaled_dot_product_attention, which autocast runs in lower precision),
 // and never the fp32 scores: the softmax itself is fp32 math (f32 scores, f32 row sums).
 Var attention(const Var& q, const Var& k, const Var& v, float scale);
+// The same attention with q, k, v read in place from qkv (B, T, 3C) (the layout of GPT-2's c_attn
+// output: q, k, v side by side, head h at columns [h*D, (h+1)*D) of each) and the output written
+// as (B, T, C) with the heads side by side: equal to merge_heads(attention(split_heads(qkv, 0..2)))
+// without the head copies in forward or the three (B, T, 3C) gradients in backward.
+Var attention_qkv(const Var& qkv, int64_t n_head, float scale);
 // Activation checkpointing: y = fn(x), run without recording a graph, so only x is kept; backward
 // runs fn(x) again with gradients on, in the autocast state forward had, and backpropagates
 // through that. fn must compute the same values each time (it may read parameters, whose

@@ -27,6 +27,7 @@ enum class OpKind : uint8_t {
   dropout,         // out = x * mask / (1 - p)
   cast,            // out = x in another dtype; backward casts the gradient back
   attention,       // out = softmax(scale * q k^T, causal) v, batched over heads
+  attention_qkv,   // the same read from qkv (B, T, 3C) in place, written as (B, T, C): no head copies
   checkpoint,      // out = fn(x), recomputed with gradients in backward (activation checkpointing)
   count_,
 };
@@ -57,5 +58,9 @@ bool backward_reads_input(OpKind k, size_t i);
 // Adds g into the gradient of `in` (no-op if it does not require grad). Takes g without copying
 // when `in` has no gradient yet; never writes into a tensor it does not own.
 void accumulate_grad(VarImpl& in, const Tensor& g);
+// The gradient of `in` as a tensor the caller may add into in place (for a rule that contributes
+// to a part of its input, e.g. one head of qkv): zeros when there is none yet, a private copy when
+// the current one is shared with anything else, else the gradient itself. `in` must require grad.
+Tensor& grad_accumulator(VarImpl& in);
 
 }  // namespace mixtrain::autograd
