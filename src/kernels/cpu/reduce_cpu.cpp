@@ -130,6 +130,22 @@ float reduce_row(const float* p, int64_t n, ReduceOp op) {
   }
   return 0.f;
 }
+// run[j] += x[r][j] for the n rows of a column chunk (w <= 64 columns), rows in order: one call
+// per run of rows, the bf16 widening inline (a per-row conversion call cost more than the sums).
+MIXTRAIN_SIMD_CLONES void add_run_f32(const float* p, int64_t stride, int64_t n, int64_t w, float* run) {
+  for (int64_t r = 0; r < n; ++r) {
+    const float* row = p + r * stride;
+#pragma omp simd
+    for (int64_t j = 0; j < w; ++j) run[j] += row[j];
+  }
+}
+MIXTRAIN_SIMD_CLONES void add_run_bf16(const bf16* p, int64_t stride, int64_t n, int64_t w, float* run) {
+  for (int64_t r = 0; r < n; ++r) {
+    const bf16* row = p + r * stride;
+#pragma omp simd
+    for (int64_t j = 0; j < w; ++j) run[j] += f32_from_bf16(row[j]);
+  }
+}
 }  // namespace
 }  // namespace cpu
 
@@ -195,9 +211,16 @@ void CpuBackend::sum_to_row(const Tensor& x, Tensor& out) {
       for (int64_t j = 0; j < w; ++j) block[j] = 0.f;
       for (int64_t r0 = b0; r0 < b_end; r0 += kRun) {
         for (int64_t j = 0; j < w; ++j) run[j] = 0.f;
-        for (int64_t r = r0; r < std::min(b_end, r0 + kRun); ++r) {
-          const float* p = cpu::load_row(xv.at(r, c0), xv.dtype, w, buf);
-          for (int64_t j = 0; j < w; ++j) run[j] += p[j];
+        const int64_t n = std::min(b_end, r0 + kRun) - r0;
+        if (xv.dtype == DType::f32) {
+          cpu::add_run_f32(static_cast<const float*>(xv.at(r0, c0)), xv.row_stride, n, w, run);
+        } else if (xv.dtype == DType::bf16) {
+          cpu::add_run_bf16(static_cast<const bf16*>(xv.at(r0, c0)), xv.row_stride, n, w, run);
+        } else {
+          for (int64_t r = r0; r < r0 + n; ++r) {
+            const float* p = cpu::load_row(xv.at(r, c0), xv.dtype, w, buf);
+            for (int64_t j = 0; j < w; ++j) run[j] += p[j];
+          }
         }
         for (int64_t j = 0; j < w; ++j) block[j] += run[j];
       }
