@@ -130,8 +130,8 @@ float reduce_row(const float* p, int64_t n, ReduceOp op) {
   }
   return 0.f;
 }
-// run[j] += x[r][j] for the n rows of a column chunk (w <= 64 columns), rows in order: one call
-// per run of rows, the bf16 widening inline (a per-row conversion call cost more than the sums).
+// run[j] += x[r][j] for n rows of w columns, rows in order: one call per run of rows, the bf16
+// widening inline (a conversion call per row cost more than the sums).
 MIXTRAIN_SIMD_CLONES void add_run_f32(const float* p, int64_t stride, int64_t n, int64_t w, float* run) {
   for (int64_t r = 0; r < n; ++r) {
     const float* row = p + r * stride;
@@ -193,40 +193,45 @@ void CpuBackend::sum_to_row(const Tensor& x, Tensor& out) {
   cpu::RowView xv;
   if (force_reference() || !cpu::fast_dtype(x.dtype()) || !cpu::fast_dtype(out.dtype()) || !cpu::as_rows(x, xv))
     return ref::sum_to_row(x, out);
-  // Columns in chunks of kCols; rows in three levels of 16 (runs of 16 rows -> blocks of 256 ->
-  // groups of 4096), then the group partial rows added pairwise: no fp32 accumulator takes more
-  // than 16 additions per level. All splits are fixed, so threads only change who computes what.
-  constexpr int64_t kCols = 64, kRun = 16, kBlockRows = 16 * kRun, kGroupRows = 16 * kBlockRows;
+  // Rows in three levels of 16 (runs of 16 rows -> blocks of 256 -> groups of 4096), then the
+  // group partial rows added pairwise: no fp32 accumulator takes more than 16 additions per level.
+  // A work item is one block, walked row by row over the full width (sequential reads); the
+  // blocks of a group are then added in order. All splits are fixed, so threads only change who
+  // computes what.
+  constexpr int64_t kRun = 16, kBlockRows = 16 * kRun, kBlocksPerGroup = 16;
   const int64_t R = xv.rows, C = xv.cols;
-  const int64_t chunks = (C + kCols - 1) / kCols, groups = std::max<int64_t>(1, (R + kGroupRows - 1) / kGroupRows);
-  std::vector<float> partial(static_cast<size_t>(groups * C));
+  const int64_t blocks = std::max<int64_t>(1, (R + kBlockRows - 1) / kBlockRows);
+  const int64_t groups = (blocks + kBlocksPerGroup - 1) / kBlocksPerGroup;
+  std::vector<float> block_sums(static_cast<size_t>(blocks * C));
   const int nt = cpu::threads_for(R * C);
 #pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
-  for (int64_t item = 0; item < groups * chunks; ++item) {
-    const int64_t g = item / chunks, c0 = (item % chunks) * kCols, w = std::min(kCols, C - c0);
-    const int64_t g_end = std::min(R, (g + 1) * kGroupRows);
-    float total[kCols] = {}, block[kCols], run[kCols], buf[kCols];
-    for (int64_t b0 = g * kGroupRows; b0 < g_end; b0 += kBlockRows) {
-      const int64_t b_end = std::min(g_end, b0 + kBlockRows);
-      for (int64_t j = 0; j < w; ++j) block[j] = 0.f;
-      for (int64_t r0 = b0; r0 < b_end; r0 += kRun) {
-        for (int64_t j = 0; j < w; ++j) run[j] = 0.f;
-        const int64_t n = std::min(b_end, r0 + kRun) - r0;
-        if (xv.dtype == DType::f32) {
-          cpu::add_run_f32(static_cast<const float*>(xv.at(r0, c0)), xv.row_stride, n, w, run);
-        } else if (xv.dtype == DType::bf16) {
-          cpu::add_run_bf16(static_cast<const bf16*>(xv.at(r0, c0)), xv.row_stride, n, w, run);
-        } else {
-          for (int64_t r = r0; r < r0 + n; ++r) {
-            const float* p = cpu::load_row(xv.at(r, c0), xv.dtype, w, buf);
-            for (int64_t j = 0; j < w; ++j) run[j] += p[j];
-          }
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    const int64_t b0 = blk * kBlockRows, b_end = std::min(R, b0 + kBlockRows);
+    float* block = &block_sums[static_cast<size_t>(blk * C)];
+    float* run = cpu::scratch(0, C);
+    float* buf = cpu::scratch(1, C);
+    for (int64_t j = 0; j < C; ++j) block[j] = 0.f;
+    for (int64_t r0 = b0; r0 < b_end; r0 += kRun) {
+      for (int64_t j = 0; j < C; ++j) run[j] = 0.f;
+      const int64_t n = std::min(b_end, r0 + kRun) - r0;
+      if (xv.dtype == DType::f32) {
+        cpu::add_run_f32(static_cast<const float*>(xv.row(r0)), xv.row_stride, n, C, run);
+      } else if (xv.dtype == DType::bf16) {
+        cpu::add_run_bf16(static_cast<const bf16*>(xv.row(r0)), xv.row_stride, n, C, run);
+      } else {
+        for (int64_t r = r0; r < r0 + n; ++r) {
+          const float* p = cpu::load_row(xv.row(r), xv.dtype, C, buf);
+          for (int64_t j = 0; j < C; ++j) run[j] += p[j];
         }
-        for (int64_t j = 0; j < w; ++j) block[j] += run[j];
       }
-      for (int64_t j = 0; j < w; ++j) total[j] += block[j];
+      for (int64_t j = 0; j < C; ++j) block[j] += run[j];
     }
-    std::memcpy(&partial[static_cast<size_t>(g * C + c0)], total, static_cast<size_t>(w) * sizeof(float));
+  }
+  std::vector<float> partial(static_cast<size_t>(groups * C), 0.f);
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    float* total = &partial[static_cast<size_t>((blk / kBlocksPerGroup) * C)];
+    const float* block = &block_sums[static_cast<size_t>(blk * C)];
+    for (int64_t j = 0; j < C; ++j) total[j] += block[j];
   }
   // Pairwise over groups, a fixed tree: partial[g] += partial[g + step].
   for (int64_t step = 1; step < groups; step *= 2)
