@@ -186,21 +186,22 @@ Var layer_norm(const Var& x_in, const Var& weight_in, const Var& bias_in, float 
   Tensor out2 = out.reshape({R, C});
   Tensor mean = Tensor::empty({R}, DType::f32);
   Tensor rstd = Tensor::empty({R}, DType::f32);
-  mixtrain::layer_norm(x2, weight.value(), bias.value(), eps, out2, &mean, &rstd);
+  const bool grad = needs_grad({&x, &weight, &bias});
+  // Under autocast with a wider input (the fp32 residual stream), backward gets x-hat in the
+  // 16-bit compute dtype instead of x: half the bytes, and nothing else keeps the residual
+  // alive. x-hat is O(1) (no cancellation), so rounding it costs one 16-bit rounding in dx and
+  // dweight, like the 16-bit dout it meets there. (Apex's memory-efficient layer norm saves its
+  // output for the same reason.) The forward output is unchanged (fp32 math, fp32 x-hat); the
+  // kernel writes x-hat in the same pass.
+  const bool keep_xhat = grad && autocast_enabled() && dtype_size(autocast_dtype()) < dtype_size(x2.dtype()) &&
+                         x2.dtype() == DType::f32;
+  Tensor xhat = keep_xhat ? Tensor::empty({R, C}, autocast_dtype()) : Tensor();
+  mixtrain::layer_norm(x2, weight.value(), bias.value(), eps, out2, &mean, &rstd, keep_xhat ? &xhat : nullptr);
   std::shared_ptr<Node> n;
-  if (needs_grad({&x, &weight, &bias})) {
+  if (grad) {
     n = make_node(OpKind::layer_norm, {&x, &weight, &bias});
     n->saved = {mean, rstd};
-    // Under autocast with a wider input (the fp32 residual stream), backward gets x-hat in the
-    // 16-bit compute dtype instead of x: half the bytes, and nothing else keeps the residual
-    // alive. x-hat is O(1) (no cancellation), so rounding it costs one 16-bit rounding in dx and
-    // dweight, like the 16-bit dout it meets there. (Apex's memory-efficient layer norm saves its
-    // output for the same reason.) The forward output is unchanged (fp32 math, fp32 x-hat).
-    if (autocast_enabled() && dtype_size(autocast_dtype()) < dtype_size(x2.dtype()) && x2.dtype() == DType::f32) {
-      Tensor xhat = Tensor::empty({R, C}, autocast_dtype());
-      const Tensor ones = Tensor::full({C}, DType::f32, 1.0, MemCategory::workspace);
-      const Tensor zeros = Tensor::zeros({C}, DType::f32, MemCategory::workspace);
-      mixtrain::layer_norm(x2, ones, zeros, eps, xhat, nullptr, nullptr);  // x-hat * 1 + 0, rounded once
+    if (keep_xhat) {
       n->in_values[0] = xhat;
       n->b0 = true;  // in_values[0] is x-hat (backward passes no mean)
       n->saved[0] = Tensor();

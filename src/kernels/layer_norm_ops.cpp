@@ -10,13 +10,13 @@
 namespace mixtrain {
 
 void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps, Tensor& out, Tensor* mean,
-                Tensor* rstd) {
+                Tensor* rstd, Tensor* xhat) {
   ProfileScope prof(WorkKind::normalization);
   const char* op = "layer_norm";
   using detail::Arg;
   const Device dev = detail::check_defined_same_device(
       op, {{"x", &x}, {"weight", &weight}, {"bias", &bias}, {"out", &out}, {"mean", mean ? mean : &x},
-           {"rstd", rstd ? rstd : &x}});
+           {"rstd", rstd ? rstd : &x}, {"xhat", xhat ? xhat : &x}});
   detail::check_float(op, {{"x", &x}, {"weight", &weight}, {"bias", &bias}, {"out", &out}});
   if (mean) detail::check_f32_or_f64(op, {"mean", mean});
   if (rstd) detail::check_f32_or_f64(op, {"rstd", rstd});
@@ -27,6 +27,10 @@ void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, float
       throw ShapeError(std::string(op) + ": " + p.name + " " + p.t->to_string() + " does not match x " +
                        x.to_string() + " last dim " + std::to_string(C));
   detail::check_same_shape(op, {"out", &out}, {"x", &x});
+  if (xhat) {
+    detail::check_float(op, {{"xhat", xhat}});
+    detail::check_same_shape(op, {"xhat", xhat}, {"x", &x});
+  }
   for (const Arg& s : {Arg{"mean", mean}, Arg{"rstd", rstd}})
     if (s.t && !detail::is_per_row_shape(*s.t, x))
       throw ShapeError(std::string(op) + ": " + s.name + " " + s.t->to_string() + " must have one element per row of x " +
@@ -34,7 +38,7 @@ void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, float
   if (!(eps >= 0.f) || !std::isfinite(eps))
     throw ArgumentError(std::string(op) + ": eps " + std::to_string(eps) + " must be finite and >= 0 (x " +
                         x.to_string() + ")");
-  backend_for(dev).layer_norm(x, weight, bias, eps, out, mean, rstd);
+  backend_for(dev).layer_norm(x, weight, bias, eps, out, mean, rstd, xhat);
 }
 
 }  // namespace mixtrain

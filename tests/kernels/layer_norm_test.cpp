@@ -12,7 +12,7 @@ namespace mixtrain::test {
 namespace {
 
 Shape shape_of(const OpConfig& cfg) { return Shape(cfg.sizes.begin(), cfg.sizes.end()); }
-enum Flags { kParamsF32 = 1, kOffset = 2, kFlatStats = 4 };
+enum Flags { kParamsF32 = 1, kOffset = 2, kFlatStats = 4, kXhat = 8 };
 constexpr float kEps = 1e-5f;
 
 struct LayerNormTest : OpTest {
@@ -30,7 +30,7 @@ struct LayerNormTest : OpTest {
       k.seed = seed++;
       k.label = std::string(dtype_name(in)) + "->" + std::string(dtype_name(out)) + " " + s.to_string() +
                 (nc ? " strided" : "") + (flags & kParamsF32 ? " f32-params" : "") + (flags & kOffset ? " offset" : "") +
-                (flags & kFlatStats ? " flat-stats" : "");
+                (flags & kFlatStats ? " flat-stats" : "") + (flags & kXhat ? " xhat" : "");
       c.push_back(k);
     };
     const std::pair<DType, DType> pairs[] = {{DType::f32, DType::f32}, {DType::bf16, DType::bf16},
@@ -40,12 +40,14 @@ struct LayerNormTest : OpTest {
       for (auto [in, out] : pairs) {
         push(s, in, out, false, 0);
         push(s, in, out, false, kParamsF32);
+        push(s, in, out, false, kXhat);  // x-hat written in the output's dtype
       }
     for (const Shape& s : {Shape{7, 17}, Shape{33, 1003}, Shape{2, 3, 5}})
       for (DType t : {DType::f32, DType::bf16, DType::f16}) {
         push(s, t, t, true, kParamsF32);
         push(s, t, t, false, kOffset);
         push(s, t, t, false, kFlatStats);
+        push(s, t, t, true, kXhat | kOffset);
       }
     push({256, 4099}, DType::f32, DType::f32, false, 0);
     push({256, 4099}, DType::bf16, DType::bf16, false, kParamsF32);
@@ -64,8 +66,13 @@ struct LayerNormTest : OpTest {
     const Shape lead(s.begin(), s.end() - 1);
     const Shape stat = (cfg.flags & kFlatStats) ? Shape{lead.numel()} : lead;
     Tensor mean = Tensor::empty(stat, DType::f32), rstd = Tensor::empty(stat, DType::f32);
-    (reference ? ref::layer_norm : mixtrain::layer_norm)(x, w, b, kEps, out, &mean, &rstd);
-    return {out, mean, rstd};
+    if (!(cfg.flags & kXhat)) {
+      (reference ? ref::layer_norm : mixtrain::layer_norm)(x, w, b, kEps, out, &mean, &rstd, nullptr);
+      return {out, mean, rstd};
+    }
+    Tensor xhat = Tensor::empty(s, cfg.out);
+    (reference ? ref::layer_norm : mixtrain::layer_norm)(x, w, b, kEps, out, &mean, &rstd, &xhat);
+    return {out, mean, rstd, xhat};
   }
   Tolerance tolerance(const OpConfig& cfg, size_t index) const override {
     const int64_t C = cfg.sizes.back();
@@ -74,6 +81,11 @@ struct LayerNormTest : OpTest {
     const double offset = (cfg.flags & kOffset) ? 100.0 : 1.0;
     if (index == 0) {
       Tolerance t = default_tolerance(cfg.out, C, 3.0);  // |w * xhat + b| <~ 1.5 * 1.7 + 1
+      if (offset > 1) t.atol *= offset, t.rtol *= offset;
+      return t;
+    }
+    if (index == 3) {  // x-hat: |x-hat| <~ sqrt(C), like the output without the affine part
+      Tolerance t = default_tolerance(cfg.out, C, std::sqrt(static_cast<double>(std::max<int64_t>(C, 1))));
       if (offset > 1) t.atol *= offset, t.rtol *= offset;
       return t;
     }

@@ -26,7 +26,7 @@ class Backend {
   virtual void sum_to_row(const Tensor& x, Tensor& out) = 0;
   virtual void softmax_last(const Tensor& x, Tensor& out) = 0;
   virtual void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps, Tensor& out,
-                          Tensor* mean, Tensor* rstd) = 0;
+                          Tensor* mean, Tensor* rstd, Tensor* xhat) = 0;
   virtual void embedding(const Tensor& weight, const Tensor& ids, Tensor& out) = 0;
   virtual double cross_entropy(const Tensor& logits, const Tensor& targets, Tensor* losses) = 0;
 

@@ -56,8 +56,10 @@ void sum_to_row(const Tensor& x, Tensor& out);
 void softmax_last(const Tensor& x, Tensor& out);
 // Layer norm over the last dim: x (R, C); weight, bias (C) (any float dtype); out (R, C).
 // mean and rstd (R) f32, optional, receive the statistics backward needs. Biased variance, as torch.
+// xhat (R, C), optional, any float dtype: the normalised input (x - mean) * rstd, rounded once into
+// its dtype (what backward can read instead of x, see layer_norm_backward), from the same pass.
 void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps, Tensor& out,
-                Tensor* mean = nullptr, Tensor* rstd = nullptr);
+                Tensor* mean = nullptr, Tensor* rstd = nullptr, Tensor* xhat = nullptr);
 // out[r, :] = weight[ids[r], :]: weight (V, C), ids (R) i32 (any shape, flattened), out (R, C).
 // An id outside [0, V) throws ArgumentError naming the id and its position.
 void embedding(const Tensor& weight, const Tensor& ids, Tensor& out);
@@ -80,7 +82,7 @@ void reduce_last(const Tensor& x, ReduceOp op, Tensor& out);
 void sum_to_row(const Tensor& x, Tensor& out);
 void softmax_last(const Tensor& x, Tensor& out);
 void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps, Tensor& out,
-                Tensor* mean, Tensor* rstd);
+                Tensor* mean, Tensor* rstd, Tensor* xhat = nullptr);
 void embedding(const Tensor& weight, const Tensor& ids, Tensor& out);
 double cross_entropy(const Tensor& logits, const Tensor& targets, Tensor* losses);
 }  // namespace ref

@@ -22,7 +22,7 @@ class CpuBackend final : public Backend {
   void sum_to_row(const Tensor& x, Tensor& out) override;
   void softmax_last(const Tensor& x, Tensor& out) override;
   void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps, Tensor& out,
-                  Tensor* mean, Tensor* rstd) override;
+                  Tensor* mean, Tensor* rstd, Tensor* xhat) override;
   void embedding(const Tensor& weight, const Tensor& ids, Tensor& out) override;
   double cross_entropy(const Tensor& logits, const Tensor& targets, Tensor* losses) override;
 

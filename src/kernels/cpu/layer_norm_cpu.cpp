@@ -16,6 +16,16 @@ MIXTRAIN_SIMD_CLONES void normalize_affine(const float* x, float mu, float rs, c
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) o[i] = (x[i] - mu) * rs * w[i] + b[i];
 }
+// The same, also writing x-hat = (x - mu) * rs (the value o is computed from) into h.
+MIXTRAIN_SIMD_CLONES void normalize_affine_xhat(const float* x, float mu, float rs, const float* w, const float* b,
+                                                float* o, float* h, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) {
+    const float xh = (x[i] - mu) * rs;
+    h[i] = xh;
+    o[i] = xh * w[i] + b[i];
+  }
+}
 
 // A (C) parameter as a contiguous fp32 vector.
 std::vector<float> param_f32(const Tensor& t) {
@@ -48,14 +58,16 @@ void layer_norm_stats(const float* x, int64_t C, float eps, float& mu, float& rs
 }  // namespace cpu
 
 void CpuBackend::layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps, Tensor& out,
-                            Tensor* mean, Tensor* rstd) {
+                            Tensor* mean, Tensor* rstd, Tensor* xhat) {
   const bool stats_ok = (!mean || mean->dtype() == DType::f32) && (!rstd || rstd->dtype() == DType::f32);
   if (force_reference() || !cpu::fast_dtype(x.dtype()) || !cpu::fast_dtype(out.dtype()) ||
-      !cpu::fast_dtype(weight.dtype()) || !cpu::fast_dtype(bias.dtype()) || !stats_ok)
-    return ref::layer_norm(x, weight, bias, eps, out, mean, rstd);
-  cpu::RowView xv, ov;
+      !cpu::fast_dtype(weight.dtype()) || !cpu::fast_dtype(bias.dtype()) || !stats_ok ||
+      (xhat && !cpu::fast_dtype(xhat->dtype())))
+    return ref::layer_norm(x, weight, bias, eps, out, mean, rstd, xhat);
+  cpu::RowView xv, ov, hv;
   const Tensor xk = cpu::rows_or_copy(x, xv);
   Tensor o = cpu::rows_for_output(out, ov);
+  Tensor h = xhat ? cpu::rows_for_output(*xhat, hv) : Tensor();
   const int64_t R = xv.rows, C = xv.cols;
   const std::vector<float> w = cpu::param_f32(weight), b = cpu::param_f32(bias);
   std::vector<float> mu(static_cast<size_t>(R)), rs(static_cast<size_t>(R));
@@ -66,12 +78,19 @@ void CpuBackend::layer_norm(const Tensor& x, const Tensor& weight, const Tensor&
     float* q = cpu::out_row(ov.row(r), ov.dtype, cpu::scratch(1, C));
     float m, s;
     cpu::layer_norm_stats(p, C, eps, m, s);
-    cpu::normalize_affine(p, m, s, w.data(), b.data(), q, C);
+    if (xhat) {
+      float* hq = cpu::out_row(hv.row(r), hv.dtype, cpu::scratch(2, C));
+      cpu::normalize_affine_xhat(p, m, s, w.data(), b.data(), q, hq, C);
+      cpu::store_row(hq, hv.row(r), hv.dtype, C);
+    } else {
+      cpu::normalize_affine(p, m, s, w.data(), b.data(), q, C);
+    }
     cpu::store_row(q, ov.row(r), ov.dtype, C);
     mu[static_cast<size_t>(r)] = m;
     rs[static_cast<size_t>(r)] = s;
   }
   cpu::finish_output(o, out);
+  if (xhat) cpu::finish_output(h, *xhat);
   cpu::write_stats(mu, mean);
   cpu::write_stats(rs, rstd);
 }

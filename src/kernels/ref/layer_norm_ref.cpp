@@ -13,7 +13,7 @@ using detail::store;
 
 template <typename T>
 void layer_norm_t(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps, Tensor& out, Tensor* mean,
-                  Tensor* rstd) {
+                  Tensor* rstd, Tensor* xhat) {
   const int64_t R = detail::num_rows(x), C = detail::last_dim(x);
   const int64_t xs = detail::last_stride(x), os = detail::last_stride(out);
   const int64_t ws = weight.stride(0), bs = bias.stride(0);
@@ -30,8 +30,9 @@ void layer_norm_t(const Tensor& x, const Tensor& weight, const Tensor& bias, flo
     const T var = ss.value() / static_cast<T>(C);
     const T rs = T(1) / std::sqrt(var + static_cast<T>(eps));
     for (int64_t c = 0; c < C; ++c) {
-      const T xhat = (load<T>(x, xb + c * xs) - mu) * rs;
-      store<T>(out, ob + c * os, xhat * load<T>(weight, c * ws) + load<T>(bias, c * bs));
+      const T xh = (load<T>(x, xb + c * xs) - mu) * rs;
+      store<T>(out, ob + c * os, xh * load<T>(weight, c * ws) + load<T>(bias, c * bs));
+      if (xhat) store<T>(*xhat, detail::row_offset(*xhat, r) + c * detail::last_stride(*xhat), xh);
     }
     if (mean) store<T>(*mean, detail::elem_offset(*mean, r), mu);
     if (rstd) store<T>(*rstd, detail::elem_offset(*rstd, r), rs);
@@ -40,11 +41,11 @@ void layer_norm_t(const Tensor& x, const Tensor& weight, const Tensor& bias, flo
 }  // namespace
 
 void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps, Tensor& out, Tensor* mean,
-                Tensor* rstd) {
-  if (detail::any_f64({&x, &weight, &bias, &out, mean, rstd}))
-    layer_norm_t<double>(x, weight, bias, eps, out, mean, rstd);
+                Tensor* rstd, Tensor* xhat) {
+  if (detail::any_f64({&x, &weight, &bias, &out, mean, rstd, xhat}))
+    layer_norm_t<double>(x, weight, bias, eps, out, mean, rstd, xhat);
   else
-    layer_norm_t<float>(x, weight, bias, eps, out, mean, rstd);
+    layer_norm_t<float>(x, weight, bias, eps, out, mean, rstd, xhat);
 }
 
 }  // namespace mixtrain::ref
