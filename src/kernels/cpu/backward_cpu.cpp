@@ -69,11 +69,29 @@ MIXTRAIN_SIMD_CLONES void gelu_backward_f32(const float* x, const float* g, floa
     o[i] = g[i] * (s + 2.f * v * s * (e * s) * k * (1.f + 3.f * a * v * v));
   }
 }
+// o = exp(scale * x - m): the scaled value rounded first, as a scaled copy would hold it.
+MIXTRAIN_SIMD_CLONES void exp_scaled_sub(const float* x, float scale, float m, float* o, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = scale * x[i];
+    o[i] = exp_f32(v - m);
+  }
+}
 MIXTRAIN_SIMD_CLONES void scale_copy(const float* x, float s, float* o, int64_t n) {
   for (int64_t i = 0; i < n; ++i) o[i] = s * x[i];
 }
 MIXTRAIN_SIMD_CLONES void scale_inplace(float* o, float s, int64_t n) {
   for (int64_t i = 0; i < n; ++i) o[i] *= s;
+}
+// Stores src[0:n) * s and src[n:total) as they are into a row of dtype t (one rounding each).
+void store_row_scaled(float* src, float s, void* dst, DType t, int64_t n, int64_t total) {
+  if (t == DType::bf16) {
+    round_bf16_row_scaled(src, s, static_cast<bf16*>(dst), n);
+    round_bf16_row(src + n, static_cast<bf16*>(dst) + n, total - n);
+    return;
+  }
+  scale_inplace(src, s, n);
+  store_row(src, dst, t, total);
 }
 MIXTRAIN_SIMD_CLONES void mul_rows(const float* a, const float* b, float* o, int64_t n) {
   for (int64_t i = 0; i < n; ++i) o[i] = a[i] * b[i];
@@ -158,12 +176,17 @@ void CpuBackend::causal_softmax(const Tensor& x, float scale, Tensor& y) {
     const int64_t n = cpu::allowed(r, Tq, Tk, true);
     const float* p = cpu::load_row(xv.row(r), xv.dtype, Tk, cpu::bscratch(0, Tk));
     float* q = cpu::out_row(ov.row(r), ov.dtype, cpu::bscratch(2, Tk));
-    cpu::scale_copy(p, scale, q, n);  // max of scale * x (scale may be negative)
-    const float m = cpu::max_f32(q, n);
-    const float sum = cpu::exp_sub_sum_f32(q, m, q, n);
-    cpu::scale_inplace(q, 1.f / sum, n);
+    float sum;
+    if (scale > 0.f) {  // max(scale * x) = scale * max(x) (rounding is monotone): no scaled copy
+      cpu::exp_scaled_sub(p, scale, scale * cpu::max_f32(p, n), q, n);
+      sum = cpu::sum_f32(q, n);
+    } else {  // the max of the scaled values (scale may be negative)
+      cpu::scale_copy(p, scale, q, n);
+      sum = cpu::exp_sub_sum_f32(q, cpu::max_f32(q, n), q, n);
+    }
+    const float inv = 1.f / sum;
     std::fill(q + n, q + Tk, 0.f);
-    cpu::store_row(q, ov.row(r), ov.dtype, Tk);
+    cpu::store_row_scaled(q, inv, ov.row(r), ov.dtype, n, Tk);
   }
   cpu::finish_output(o, y);
 }

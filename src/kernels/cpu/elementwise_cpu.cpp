@@ -71,6 +71,11 @@ MIXTRAIN_SIMD_CLONES void round_bf16_row(const float* src, bf16* dst, int64_t n)
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) dst[i] = bf16_from_f32(src[i]);
 }
+
+MIXTRAIN_SIMD_CLONES void round_bf16_row_scaled(const float* src, float s, bf16* dst, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) dst[i] = bf16_from_f32(src[i] * s);
+}
 }  // namespace cpu
 
 void CpuBackend::add(const Tensor& a, const Tensor& b, Tensor& out) {
