@@ -280,15 +280,25 @@ Tensor heads_view(const Tensor& qkv, int which, int64_t n_head) {
 }
 
 
+namespace {
+// qkv's value, contiguous, checked to be (B, T, 3C) with C divisible by n_head.
+Tensor checked_qkv(const char* op, const Var& qkv, int64_t n_head) {
+  require(qkv, op, "qkv");
+  const Tensor v = qkv.value().contiguous();
+  if (v.dim() != 3 || n_head <= 0 || v.size(2) % (3 * n_head) != 0)
+    throw ShapeError(std::string(op) + ": qkv " + v.to_string() + " is not (B, T, 3C) with C divisible by " +
+                     std::to_string(n_head) + " heads");
+  return v;
+}
+}  // namespace
+
 Var split_heads(const Var& qkv_in, int which, int64_t n_head) {
   ProfileScope prof(WorkKind::elementwise);
   Var qkv = qkv_in;
   autocast(OpKind::split_heads, {&qkv});
-  require(qkv, "split_heads", "qkv");
-  const Tensor v = qkv.value().contiguous();
-  if (v.dim() != 3 || n_head <= 0 || v.size(2) % (3 * n_head) != 0 || which < 0 || which > 2)
-    throw ShapeError("split_heads: qkv " + v.to_string() + " is not (B, T, 3C) with C divisible by " +
-                     std::to_string(n_head) + " heads");
+  if (which < 0 || which > 2)
+    throw ArgumentError("split_heads: which " + std::to_string(which) + " must be 0 (q), 1 (k) or 2 (v)");
+  const Tensor v = checked_qkv("split_heads", qkv, n_head);
   const int64_t B = v.size(0), T = v.size(1), D = v.size(2) / 3 / n_head;
   // (B, T, 3C) -> slice which*C.. -> (B, T, H, D) -> (B, H, T, D) -> contiguous (B*H, T, D)
   Tensor heads = Tensor::empty({B, n_head, T, D}, v.dtype());
@@ -408,11 +418,7 @@ Var attention_qkv(const Var& qkv_in, int64_t n_head, float scale_) {
   ProfileScope prof(WorkKind::attention);
   Var qkv = qkv_in;
   autocast(OpKind::attention_qkv, {&qkv});
-  require(qkv, "attention_qkv", "qkv");
-  const Tensor x = qkv.value().contiguous();
-  if (x.dim() != 3 || n_head <= 0 || x.size(2) % (3 * n_head) != 0)
-    throw ShapeError("attention_qkv: qkv " + x.to_string() + " is not (B, T, 3C) with C divisible by " +
-                     std::to_string(n_head) + " heads");
+  const Tensor x = checked_qkv("attention_qkv", qkv, n_head);
   const int64_t B = x.size(0), T = x.size(1), C = x.size(2) / 3, H = n_head, D = C / H;
   std::vector<Tensor> qkv_heads;  // q, k, v: (B*H, T, D)
   for (int i = 0; i < 3; ++i) qkv_heads.push_back(Tensor::empty({B * H, T, D}, x.dtype(), MemCategory::activations));

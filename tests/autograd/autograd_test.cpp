@@ -278,6 +278,10 @@ TEST(Autograd, ErrorsAreTyped) {
   Var c(Tensor::zeros({1}, DType::f32));
   EXPECT_THROW(c.backward(), ArgumentError);  // nothing requires grad
   EXPECT_THROW(split_heads(a, 0, 2), ShapeError);
+  Var qkv(Tensor::zeros({2, 3, 12}, DType::f32), true);
+  EXPECT_THROW(split_heads(qkv, 3, 2), ArgumentError);  // which is 0, 1 or 2
+  EXPECT_THROW(attention_qkv(qkv, 3, 1.f), ShapeError);  // C = 4 is not divisible by 3 heads
+  EXPECT_THROW(attention_qkv(a, 1, 1.f), ShapeError);    // not (B, T, 3C)
 }
 
 TEST(Autograd, DropoutIsSeededScaledAndDifferentiable) {
