@@ -113,7 +113,8 @@ nlohmann::json GptConfig::to_json() const {
           {"n_head", n_head},   {"n_embd", n_embd},         {"dropout", dropout},       {"ln_eps", ln_eps}};
 }
 
-Gpt::Gpt(const GptConfig& cfg, uint64_t seed, DType dtype, DType grad_dtype) : cfg_(cfg) {
+Gpt::Gpt(const GptConfig& cfg, uint64_t seed, DType dtype, DType grad_dtype, MemCategory param_category)
+    : cfg_(cfg) {
   cfg_.validate();
   const int64_t C = cfg_.n_embd;
   wte_.declare(store_, "transformer.wte", cfg_.vocab_size, C);
@@ -122,7 +123,7 @@ Gpt::Gpt(const GptConfig& cfg, uint64_t seed, DType dtype, DType grad_dtype) : c
   for (int64_t l = 0; l < cfg_.n_layer; ++l)
     blocks_[static_cast<size_t>(l)].declare(store_, "transformer.h." + std::to_string(l), C, cfg_.n_head, cfg_.ln_eps);
   ln_f_.declare(store_, "transformer.ln_f", C, cfg_.ln_eps);
-  store_.finalize(dtype, grad_dtype);
+  store_.finalize(dtype, grad_dtype, param_category);
   wte_.bind(store_);
   wpe_.bind(store_);
   for (auto& b : blocks_) b.bind(store_);

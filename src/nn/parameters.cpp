@@ -23,9 +23,9 @@ void ParameterStore::declare(const std::string& name, const Shape& shape, bool w
   infos_.push_back(p);
 }
 
-void ParameterStore::finalize(DType dtype, DType grad_dtype) {
+void ParameterStore::finalize(DType dtype, DType grad_dtype, MemCategory category) {
   if (finalized()) throw ArgumentError("ParameterStore::finalize: called twice");
-  params_ = Tensor::zeros({flat_numel_}, dtype, MemCategory::parameters);
+  params_ = Tensor::zeros({flat_numel_}, dtype, category);
   grads_ = Tensor::zeros({flat_numel_}, grad_dtype, MemCategory::gradients);
 }
 

@@ -222,7 +222,11 @@ TrainSummary train(const TrainOptions& opt) {
   const int64_t max_bad = opt.max_bad_steps > 0 ? opt.max_bad_steps : (opt.precision == PrecisionMode::true32 ? 1 : 20);
 
   MemoryTracker::global().reset_peaks();
-  Gpt model(cfg, opt.seed, spec.param_dtype, spec.grad_dtype);
+  // In the *-mixed modes the fp32 arena is the master copy of the 16-bit working weights, and is
+  // accounted as such (the working copy, amp/mixed_precision.h, is MemCategory::parameters).
+  const bool masters = spec.autocast && spec.param_dtype == DType::f32;
+  Gpt model(cfg, opt.seed, spec.param_dtype, spec.grad_dtype,
+            masters ? MemCategory::master_weights : MemCategory::parameters);
   model.set_activation_checkpointing(opt.checkpoint_activations);
   ParameterStore& params = model.params();
   std::unique_ptr<AdamW> adamw;
@@ -385,8 +389,10 @@ TrainSummary train(const TrainOptions& opt) {
   sum.tokens_per_s = train_time > 0 ? static_cast<double>(B * T * K * steps_run) / train_time : 0.0;
   sum.model_flops_per_s = flops_per_token * sum.tokens_per_s;
   // MFU against this machine's GEMM rate for the dtype the model's GEMMs run in, measured now.
-  sum.gemm_flops_per_s = measure_gemm_flops(spec.compute_dtype, 1024, 1024, 1024, 0.5);
-  sum.mfu = sum.model_flops_per_s / sum.gemm_flops_per_s;
+  if (opt.measure_gemm_rate) {
+    sum.gemm_flops_per_s = measure_gemm_flops(spec.compute_dtype, 1024, 1024, 1024, 0.5);
+    sum.mfu = sum.model_flops_per_s / sum.gemm_flops_per_s;
+  }
   return sum;
 }
 

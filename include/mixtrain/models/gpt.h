@@ -39,9 +39,10 @@ struct GptConfig {
 
 class Gpt {
  public:
-  // Declares and allocates every parameter (dtype for values, grad_dtype for gradients) and
-  // initialises them as GPT-2 does from `seed`.
-  Gpt(const GptConfig& cfg, uint64_t seed, DType dtype = DType::f32, DType grad_dtype = DType::f32);
+  // Declares and allocates every parameter (dtype for values, grad_dtype for gradients, the values
+  // charged to param_category) and initialises them as GPT-2 does from `seed`.
+  Gpt(const GptConfig& cfg, uint64_t seed, DType dtype = DType::f32, DType grad_dtype = DType::f32,
+      MemCategory param_category = MemCategory::parameters);
 
   const GptConfig& config() const { return cfg_; }
   ParameterStore& params() { return store_; }

@@ -23,9 +23,10 @@ class ParameterStore {
  public:
   // Declares a parameter; only before finalize(). Throws ArgumentError on a duplicate name.
   void declare(const std::string& name, const Shape& shape, bool weight_decay);
-  // Allocates the flat parameter buffer (in `dtype`) and the gradient buffer (in grad_dtype,
+  // Allocates the flat parameter buffer (in `dtype`, charged to `category`: master_weights when
+  // it is the fp32 master of a 16-bit working copy) and the gradient buffer (in grad_dtype,
   // zeroed). Offsets are aligned to 16 elements so every view starts on a 64-byte line for f32.
-  void finalize(DType dtype, DType grad_dtype);
+  void finalize(DType dtype, DType grad_dtype, MemCategory category = MemCategory::parameters);
   bool finalized() const { return params_.defined(); }
 
   const std::vector<ParamInfo>& infos() const { return infos_; }

@@ -42,6 +42,9 @@ struct TrainOptions {
   bool profile = false;
   bool checkpoint_activations = false;  // recompute each block in backward (Gpt::set_activation_checkpointing)
   int64_t profile_warmup = 2;
+  // Measure the GEMM rate at the end for the MFU (its 1024^3 operands are workspace allocations
+  // after the steps: the memory report turns it off so they stay out of the peaks).
+  bool measure_gemm_rate = true;
 
   // Precision (see amp/precision.h and README "Precision modes").
   PrecisionMode precision = PrecisionMode::true32;
