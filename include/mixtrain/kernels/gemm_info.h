@@ -22,6 +22,27 @@ std::string gemm_impl_for(DType in_dtype, DType out_dtype, int64_t m, int64_t n,
 // or oneDNN has no fp16 matmul for it).
 bool gemm_fp16_converts_to_f32();
 
+// The temporary memory gemm() takes on this machine for one problem: op(a) (batch|1, M, K) @
+// op(b) (batch|1, K, N) -> (batch, M, N), every operand dense (a transposed operand stored the
+// other way round), plus beta and whether a bias row is added. Each kind lives in a per-thread
+// buffer (MemCategory::workspace) that grows to the largest need and is kept between calls
+// (freed after a call only when over 64 MiB). For the memory predictor (models/gpt_memory.h).
+struct GemmQuery {
+  DType in = DType::f32, out = DType::f32;
+  int64_t batch = 1, m = 1, n = 1, k = 1;
+  bool a_batched = false, b_batched = false;  // false: one matrix shared by the batch
+  bool trans_a = false, trans_b = false;
+  float beta = 0.f;
+  bool bias = false;
+};
+struct GemmScratchBytes {
+  int64_t scratchpad = 0;  // oneDNN's own scratchpad for the primitive
+  int64_t src_f32 = 0;     // fp32 copy of op(a), when the inputs are converted (fp16 without fp16 arithmetic)
+  int64_t wei_f32 = 0;     // fp32 copy of op(b), likewise
+  int64_t dst_f32 = 0;     // fp32 output, when oneDNN cannot write the output dtype directly
+};
+GemmScratchBytes gemm_scratch_for(const GemmQuery& q);
+
 struct GemmCacheStats {
   int64_t hits = 0;      // lookups that found a primitive (or a remembered "unsupported")
   int64_t misses = 0;    // primitive descriptors created (successfully or not)

@@ -541,6 +541,45 @@ std::string gemm_impl_for(DType in_dtype, DType out_dtype, int64_t m, int64_t n,
   return describe_plan(choose(p), in_dtype);
 }
 
+GemmScratchBytes gemm_scratch_for(const GemmQuery& q) {
+  if (force_reference() || q.in == DType::f64 || q.m * q.n == 0 || q.k == 0) return {};
+  // The Mats make_problem() would build from contiguous tensors (mat_of), op() applied.
+  auto dense = [](DType t, int64_t b, int64_t r, int64_t c, bool trans) {
+    Mat x;
+    x.dtype = t;
+    x.b = b;
+    x.r = r;
+    x.c = c;
+    x.sr = c;
+    x.sc = 1;
+    x.sb = r * c;
+    if (trans) {
+      std::swap(x.r, x.c);
+      std::swap(x.sr, x.sc);
+    }
+    x.normalize();
+    return x;
+  };
+  static const float no_data = 0.f;  // only its presence counts: the plan depends on the bias mode
+  Problem p;
+  p.nd = q.batch > 1 ? 3 : 2;
+  p.src = dense(q.in, q.a_batched ? q.batch : 1, q.trans_a ? q.k : q.m, q.trans_a ? q.m : q.k, q.trans_a);
+  p.wei = dense(q.in, q.b_batched ? q.batch : 1, q.trans_b ? q.n : q.k, q.trans_b ? q.k : q.n, q.trans_b);
+  p.dst = dense(q.out, q.batch, q.m, q.n, false);
+  if (q.bias) p.bias = &no_data;
+  p.beta = q.beta;
+  const Plan plan = choose(p);
+  if (!plan.entry) return {};
+  GemmScratchBytes s;
+  s.scratchpad = static_cast<int64_t>(plan.entry->scratch_md.get_size());
+  if (plan.variant.convert_inputs) {
+    s.src_f32 = static_cast<int64_t>(plan.run.src.bytes());
+    s.wei_f32 = static_cast<int64_t>(plan.run.wei.bytes());
+  }
+  if (plan.variant.f32_dst) s.dst_f32 = static_cast<int64_t>(plan.run.dst.bytes());
+  return s;
+}
+
 bool gemm_fp16_converts_to_f32() {
   Problem p;
   for (Mat* x : {&p.src, &p.wei, &p.dst}) {
