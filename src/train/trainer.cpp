@@ -13,6 +13,7 @@
 #include "mixtrain/amp/mixed_precision.h"
 #include "mixtrain/data/text_corpus.h"
 #include "mixtrain/kernels/backend.h"
+#include "mixtrain/kernels/gemm_info.h"
 #include "mixtrain/kernels/ops.h"
 #include "mixtrain/optim/adamw.h"
 #include "mixtrain/optim/clip.h"
@@ -221,6 +222,7 @@ TrainSummary train(const TrainOptions& opt) {
     throw ArgumentError("model vocab_size " + std::to_string(cfg.vocab_size) + " is smaller than the 256 byte tokens");
   const int64_t max_bad = opt.max_bad_steps > 0 ? opt.max_bad_steps : (opt.precision == PrecisionMode::true32 ? 1 : 20);
 
+  gemm_scratch_release();  // the peaks are this run's: no GEMM temporaries of an earlier one
   MemoryTracker::global().reset_peaks();
   // In the *-mixed modes the fp32 arena is the master copy of the 16-bit working weights, and is
   // accounted as such (the working copy, amp/mixed_precision.h, is MemCategory::parameters).

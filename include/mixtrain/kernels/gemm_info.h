@@ -42,6 +42,9 @@ struct GemmScratchBytes {
   int64_t dst_f32 = 0;     // fp32 output, when oneDNN cannot write the output dtype directly
 };
 GemmScratchBytes gemm_scratch_for(const GemmQuery& q);
+// Frees the calling thread's GEMM buffers (the next gemm() grows them again), so that a training
+// run's memory peaks do not include a previous run's temporaries.
+void gemm_scratch_release();
 
 struct GemmCacheStats {
   int64_t hits = 0;      // lookups that found a primitive (or a remembered "unsupported")

@@ -204,8 +204,7 @@ class ScratchBuffer {
 
 struct ThreadScratch {
   ScratchBuffer pad, a, b, c;  // oneDNN scratchpad, converted src, converted weights, f32 dst
-  void trim() {
-    constexpr size_t keep = size_t{64} << 20;
+  void trim(size_t keep = size_t{64} << 20) {
     for (ScratchBuffer* s : {&pad, &a, &b, &c}) s->trim(keep);
   }
 };
@@ -579,6 +578,8 @@ GemmScratchBytes gemm_scratch_for(const GemmQuery& q) {
   if (plan.variant.f32_dst) s.dst_f32 = static_cast<int64_t>(plan.run.dst.bytes());
   return s;
 }
+
+void gemm_scratch_release() { thread_scratch().trim(0); }
 
 bool gemm_fp16_converts_to_f32() {
   Problem p;
