@@ -29,5 +29,6 @@ void register_bench_train(CLI::App* bench, GlobalOptions& g, std::vector<Command
 void register_train(CLI::App& app, GlobalOptions& g, std::vector<Command>& commands);
 void register_compare(CLI::App& app, GlobalOptions& g, std::vector<Command>& commands);
 void register_sample(CLI::App& app, GlobalOptions& g, std::vector<Command>& commands);
+void register_memory(CLI::App& app, GlobalOptions& g, std::vector<Command>& commands);
 
 }  // namespace mixtrain::cli

@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
   register_train(app, global, commands);
   register_compare(app, global, commands);
   register_sample(app, global, commands);
+  register_memory(app, global, commands);
 
   try {
     app.parse(argc, argv);
