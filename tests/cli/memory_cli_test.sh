@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# `mixtrain memory`: the predicted-vs-measured table and its JSON, --predict-only (nothing trained,
+# big shapes answered at once), and bad input (exit 2, one line, no JSON written).
+MIXTRAIN="$1"
+. "$(dirname "$0")/cli_common.sh"
+
+cat >"$TMP/tiny.json" <<'JSON'
+{"n_layer": 2, "n_head": 2, "n_embd": 32, "block_size": 32}
+JSON
+
+# Predicted and measured side by side (a tiny model, 2 steps), then the JSON.
+expect_exit 0 "memory, measured" -- "$MIXTRAIN" --threads 2 memory --model "$TMP/tiny.json" --precision bf16-mixed \
+  --batch-size 4 --seq-len 32 --steps 2 --json "$TMP/m.json"
+cp "$TMP/out" "$TMP/m.txt"
+for text in "predicted MiB" "measured MiB" "error" "master_weights" "activations" "peak total" "process peak RSS" \
+  "alive at the predicted peak"; do
+  grep -qF -- "$text" "$TMP/m.txt" && pass || fail "table lacks '$text': $(head -c 600 "$TMP/m.txt")"
+done
+if python3 - "$TMP/m.json" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+cats = ["parameters", "master_weights", "gradients", "optimizer_state", "activations", "workspace", "cast_cache",
+        "data", "other"]
+for side in ("predicted", "measured"):
+    assert list(j[side]["by_category"]) == cats, j[side]
+    assert j[side]["peak_bytes"] > 0
+    # the peak of the sum is at most the sum of the per-category peaks
+    assert j[side]["peak_bytes"] <= sum(j[side]["by_category"].values())
+assert j["process_peak_rss_bytes"] >= j["measured"]["peak_bytes"]
+assert j["config"]["precision"] == "bf16-mixed" and j["config"]["batch_size"] == 4 and j["config"]["seq_len"] == 32
+assert abs(j["relative_error"]["peak_bytes"]) < 0.1, j["relative_error"]
+for c in ("master_weights", "parameters", "gradients", "optimizer_state", "activations"):
+    p, m = j["predicted"]["by_category"][c], j["measured"]["by_category"][c]
+    assert m > 0 and abs(p - m) <= 0.1 * m, (c, p, m)
+assert j["predicted"]["terms"] and {"name", "category", "count", "bytes"} <= set(j["predicted"]["terms"][0])
+assert "step" in j["predicted"]["peak_moment"]
+PY
+then pass; else fail "memory JSON content"; fi
+
+# --predict-only: no training (gpt2-small at batch 8, seq 1024 answers at once), JSON without
+# measurements; the same prediction as the measured run's.
+start=$(date +%s)
+expect_exit 0 "predict-only gpt2-small" -- "$MIXTRAIN" memory --model gpt2-small --precision bf16-mixed \
+  --batch-size 8 --seq-len 1024 --checkpoint-activations --predict-only --json "$TMP/p.json"
+[ $(($(date +%s) - start)) -lt 20 ] && pass || fail "--predict-only took too long (did it train?)"
+grep -q "measured MiB" "$TMP/out" && fail "--predict-only printed measurements" || pass
+if python3 - "$TMP/p.json" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["measured"] is None and j["process_peak_rss_bytes"] is None
+assert j["parameters"] == 124439808
+assert 0 < j["predicted"]["peak_bytes"] < 24 * 2**30, j["predicted"]["peak_bytes"]
+assert j["config"]["checkpoint_activations"] is True
+PY
+then pass; else fail "predict-only JSON content"; fi
+expect_exit 0 "predict-only tiny" -- "$MIXTRAIN" --threads 2 memory --model "$TMP/tiny.json" --precision bf16-mixed \
+  --batch-size 4 --seq-len 32 --steps 2 --predict-only --json "$TMP/p2.json"
+python3 -c "import json,sys; a=json.load(open(sys.argv[1])); b=json.load(open(sys.argv[2])); assert a['predicted']['by_category']==b['predicted']['by_category']" \
+  "$TMP/m.json" "$TMP/p2.json" && pass || fail "--predict-only predicts differently"
+
+# Bad input: one line, exit 2, no JSON file.
+expect_exit 2 "unknown preset" -- "$MIXTRAIN" memory --model gpt-huge --predict-only --json "$TMP/bad.json"
+expect_stderr_has "unknown model preset 'gpt-huge'" "unknown preset"
+expect_exit 2 "seq-len over block size" -- "$MIXTRAIN" memory --model gpt-nano --seq-len 129 --predict-only
+expect_stderr_has "exceeds the model's block_size" "seq-len over block size"
+expect_exit 2 "zero batch" -- "$MIXTRAIN" memory --model gpt-nano --batch-size 0 --predict-only
+expect_exit 2 "negative seq-len" -- "$MIXTRAIN" memory --model gpt-nano --seq-len -3 --predict-only
+expect_exit 2 "impossible batch" -- "$MIXTRAIN" memory --model gpt2-small --batch-size 100000000000 --predict-only
+expect_stderr_has "impossibly large" "impossible batch"
+expect_exit 2 "bad precision" -- "$MIXTRAIN" memory --model gpt-nano --precision fp8-mixed --predict-only
+expect_exit 2 "bad optimizer" -- "$MIXTRAIN" memory --model gpt-nano --optimizer lion --predict-only
+expect_exit 2 "bad rounding" -- "$MIXTRAIN" memory --model gpt-nano --update-rounding up --predict-only
+echo '{"n_layer": 2, "n_head": 3, "n_embd": 32}' >"$TMP/heads.json"
+expect_exit 2 "heads do not divide" -- "$MIXTRAIN" memory --model "$TMP/heads.json" --predict-only
+expect_stderr_has "not divisible" "heads do not divide"
+expect_exit 2 "missing config" -- "$MIXTRAIN" memory --model "$TMP/nope.json" --predict-only
+expect_exit 2 "unwritable --json" -- "$MIXTRAIN" memory --model gpt-nano --predict-only --json "$TMP/no/dir/x.json"
+[ ! -e "$TMP/bad.json" ] && pass || fail "a JSON file was written for bad input"
+
+finish
