@@ -281,7 +281,6 @@ class Replay {
     const int64_t bytes = numel_of(shape) * static_cast<int64_t>(dtype_size(dtype));
     return {ledger_.allocate(bytes, c, std::move(name)), std::move(shape), dtype};
   }
-  std::string cdt() const { return dtype_str(ac_.enabled ? ac_.dtype : spec_.compute_dtype); }
 
   // -- GEMM temporaries (kernels/cpu/gemm_onednn.cpp): per-thread buffers, kept between calls and
   // grown to the largest need (freed after a call only above 64 MiB): oneDNN's scratchpad, and
