@@ -1,8 +1,10 @@
 // The memory predictor against the allocator's tracker over the whole matrix: gpt-nano in every
 // precision mode, with and without activation checkpointing, AdamW and SGD, at a shape where the
 // fixed state dominates and one where activations do, plus Kahan and stochastic rounding, odd
-// shapes and gradient accumulation; the peak total and every category's peak must agree
+// shapes, gradient accumulation and dropout; the peak total and every category's peak must agree
 // (gpt_memory_util.h). A few of these also run with the fast tests (gpt_memory_test.cpp).
+#include <fstream>
+
 #include "models/gpt_memory_util.h"
 
 namespace mixtrain::gpt_memory_test {
@@ -29,6 +31,22 @@ std::vector<Case> cases() {
 
 INSTANTIATE_TEST_SUITE_P(Nano, GptMemoryVsTracker, testing::ValuesIn(cases()),
                          [](const testing::TestParamInfo<Case>& i) { return name_of(i.param); });
+
+// With dropout the attention runs unfused (q k^T, causal softmax, dropout, matmul), and dropout
+// sites appear after the embeddings and both residual branches.
+TEST(GptMemoryVsTrackerDropout, PeaksAgree) {
+  const std::string config = testing::TempDir() + "gpt_memory_dropout.json";
+  {
+    std::ofstream f(config);
+    f << R"({"n_layer": 2, "n_head": 3, "n_embd": 96, "block_size": 64, "dropout": 0.1})";
+  }
+  for (PrecisionMode m : {PrecisionMode::true32, PrecisionMode::mixed_bf16, PrecisionMode::mixed16})
+    for (bool ckpt : {false, true}) {
+      Case c{m, 4, 64, ckpt, "adamw"};
+      c.model = config;
+      expect_agree(run(c), name_of(c) + "_dropout");
+    }
+}
 
 }  // namespace
 }  // namespace mixtrain::gpt_memory_test
