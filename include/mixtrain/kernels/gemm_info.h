@@ -23,14 +23,16 @@ std::string gemm_impl_for(DType in_dtype, DType out_dtype, int64_t m, int64_t n,
 bool gemm_fp16_converts_to_f32();
 
 // The temporary memory gemm() takes on this machine for one problem: op(a) (batch|1, M, K) @
-// op(b) (batch|1, K, N) -> (batch, M, N), every operand dense (a transposed operand stored the
-// other way round), plus beta and whether a bias row is added. Each kind lives in a per-thread
+// op(b) (batch|1, K, N) -> (batch, M, N), each operand's rows dense (a transposed operand stored
+// the other way round), its matrices a batch stride apart (dense when 0: slices of a longer
+// sequence are not), plus beta and whether a bias row is added. Each kind lives in a per-thread
 // buffer (MemCategory::workspace) that grows to the largest need and is kept between calls
 // (freed after a call only when over 64 MiB). For the memory predictor (models/gpt_memory.h).
 struct GemmQuery {
   DType in = DType::f32, out = DType::f32;
   int64_t batch = 1, m = 1, n = 1, k = 1;
   bool a_batched = false, b_batched = false;  // false: one matrix shared by the batch
+  int64_t a_batch_stride = 0, b_batch_stride = 0, c_batch_stride = 0;  // elements; 0: r * c
   bool trans_a = false, trans_b = false;
   float beta = 0.f;
   bool bias = false;

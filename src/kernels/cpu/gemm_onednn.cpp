@@ -543,7 +543,7 @@ std::string gemm_impl_for(DType in_dtype, DType out_dtype, int64_t m, int64_t n,
 GemmScratchBytes gemm_scratch_for(const GemmQuery& q) {
   if (force_reference() || q.in == DType::f64 || q.m * q.n == 0 || q.k == 0) return {};
   // The Mats make_problem() would build from contiguous tensors (mat_of), op() applied.
-  auto dense = [](DType t, int64_t b, int64_t r, int64_t c, bool trans) {
+  auto dense = [](DType t, int64_t b, int64_t r, int64_t c, bool trans, int64_t batch_stride) {
     Mat x;
     x.dtype = t;
     x.b = b;
@@ -551,7 +551,7 @@ GemmScratchBytes gemm_scratch_for(const GemmQuery& q) {
     x.c = c;
     x.sr = c;
     x.sc = 1;
-    x.sb = r * c;
+    x.sb = batch_stride > 0 ? batch_stride : r * c;
     if (trans) {
       std::swap(x.r, x.c);
       std::swap(x.sr, x.sc);
@@ -562,9 +562,11 @@ GemmScratchBytes gemm_scratch_for(const GemmQuery& q) {
   static const float no_data = 0.f;  // only its presence counts: the plan depends on the bias mode
   Problem p;
   p.nd = q.batch > 1 ? 3 : 2;
-  p.src = dense(q.in, q.a_batched ? q.batch : 1, q.trans_a ? q.k : q.m, q.trans_a ? q.m : q.k, q.trans_a);
-  p.wei = dense(q.in, q.b_batched ? q.batch : 1, q.trans_b ? q.n : q.k, q.trans_b ? q.k : q.n, q.trans_b);
-  p.dst = dense(q.out, q.batch, q.m, q.n, false);
+  p.src = dense(q.in, q.a_batched ? q.batch : 1, q.trans_a ? q.k : q.m, q.trans_a ? q.m : q.k, q.trans_a,
+                q.a_batch_stride);
+  p.wei = dense(q.in, q.b_batched ? q.batch : 1, q.trans_b ? q.n : q.k, q.trans_b ? q.k : q.n, q.trans_b,
+                q.b_batch_stride);
+  p.dst = dense(q.out, q.batch, q.m, q.n, false, q.c_batch_stride);
   if (q.bias) p.bias = &no_data;
   p.beta = q.beta;
   const Plan plan = choose(p);
