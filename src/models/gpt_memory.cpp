@@ -23,7 +23,7 @@
 #include <unordered_map>
 #include <utility>
 
-#include "autograd/internal.h"  // attention_heads_per_chunk
+#include "autograd/internal.h"  // attention_query_block, attention_heads_per_chunk
 #include "mixtrain/amp/autocast.h"
 #include "mixtrain/autograd/node.h"
 #include "mixtrain/core/error.h"
@@ -503,7 +503,8 @@ class Replay {
 
   // layer_norm: the output in fp32 under autocast (fp32 policy). Keeps its input and weight
   // (0b011) plus mean and 1/std (fp32, one per row). Under autocast with an fp32 input (the
-  // residual stream) it keeps x-hat in the 16-bit compute dtype in place of x, and drops the mean.
+  // residual stream) it keeps x-hat in the 16-bit compute dtype in place of x (the kernel writes
+  // it in the same pass), and drops the mean.
   SVar layer_norm(const SVar& x_in, const SVar& w_in, const SVar& b_in, const std::string& name) {
     SVar x = x_in, w = w_in, b = b_in;
     autocast(OpKind::layer_norm, {&x, &w, &b});
@@ -512,14 +513,16 @@ class Replay {
     STensor out = empty(x.shape(), out_dtype, name + " output " + dtype_str(out_dtype));
     STensor mean = empty({R}, DType::f32, name + " mean (B*T) f32");
     STensor rstd = empty({R}, DType::f32, name + " 1/std (B*T) f32");
+    const bool grad = needs_grad({&x, &w, &b});
+    const bool keep_xhat =
+        grad && ac_.enabled && dtype_size(ac_.dtype) < dtype_size(x.dtype()) && x.dtype() == DType::f32;
+    STensor xhat =
+        keep_xhat ? empty({R, C}, ac_.dtype, name + " x-hat (B, T, C) " + dtype_str(ac_.dtype)) : STensor();
     std::shared_ptr<SNode> n;
-    if (needs_grad({&x, &w, &b})) {
+    if (grad) {
       n = make_node(OpKind::layer_norm, {&x, &w, &b});
       n->saved = {mean, rstd};
-      if (ac_.enabled && dtype_size(ac_.dtype) < dtype_size(x.dtype()) && x.dtype() == DType::f32) {
-        STensor xhat = empty({R, C}, ac_.dtype, name + " x-hat (B, T, C) " + dtype_str(ac_.dtype));
-        const STensor ones = empty({C}, DType::f32, "layer-norm unit weight", MemCategory::workspace);
-        const STensor zeros = empty({C}, DType::f32, "layer-norm zero bias", MemCategory::workspace);
+      if (keep_xhat) {
         n->in_values[0] = xhat;
         n->b0 = true;
         n->saved[0] = STensor();
@@ -624,27 +627,113 @@ class Replay {
     return make_output(out, n);
   }
 
-  // attention (fused): keeps q, k, v (0b111) and the probabilities (B*H, T, T) in the compute
-  // dtype (saved); the fp32 scores exist one chunk of heads (~4 MiB) at a time.
-  SVar attention(const SVar& q_in, const SVar& k_in, const SVar& v_in) {
-    SVar q = q_in, k = k_in, v = v_in;
-    autocast(OpKind::attention, {&q, &k, &v});
-    const int64_t BH = q.size(0), T = q.size(1), D = q.size(2),
-                  chunk = autograd::attention_heads_per_chunk(T);
-    STensor probs =
-        empty({BH, T, T}, q.dtype(), "attention probabilities (B*H, T, T) " + dtype_str(q.dtype()));
+  // The blocked causal attention (autograd/attention_blocks.cpp): query rows go in blocks of Tb;
+  // block i, rows [r0, r1), sees only the keys [0, r1), so its probabilities are (heads, r1 - r0,
+  // r1): the lower triangle, kept in the compute dtype. The work goes a chunk of heads at a time;
+  // a block's fp32 scores (or their gradient) are workspace that lives for that block only.
+  struct QueryBlock {
+    int64_t r0, r1;
+  };
+  static std::vector<QueryBlock> query_blocks(int64_t T) {
+    const int64_t Tb = autograd::attention_query_block(T);
+    std::vector<QueryBlock> b;
+    for (int64_t r0 = 0; r0 < T; r0 += Tb) b.push_back({r0, std::min(T, r0 + Tb)});
+    return b;
+  }
+  static int64_t heads_per_chunk(int64_t T) {
+    return autograd::attention_heads_per_chunk(T, autograd::attention_query_block(T));
+  }
+  std::vector<STensor> prob_blocks(int64_t n, int64_t T, DType dt) {
+    std::vector<STensor> probs;
+    for (const QueryBlock& b : query_blocks(T))
+      probs.push_back(empty({n, b.r1 - b.r0, b.r1}, dt,
+                            "attention probabilities, lower triangle (B*H, T, <=T) " + dtype_str(dt)));
+    return probs;
+  }
+  // A GEMM operand that is rows [r0, r1) of (h, T, D) heads: its matrices are T*D apart.
+  static GemmQuery strided(GemmQuery q, int64_t a, int64_t b, int64_t c) {
+    q.a_batch_stride = a;
+    q.b_batch_stride = b;
+    q.c_batch_stride = c;
+    return q;
+  }
+  // attention_heads_forward: per chunk, per block, S = q[r0:r1] k[0:r1]^T (f32), then
+  // y[r0:r1] = P v[0:r1].
+  void attention_heads_forward(int64_t BH, int64_t T, int64_t D, DType dt) {
+    const int64_t chunk = heads_per_chunk(T), TD = T * D;
     for (int64_t h0 = 0; h0 < BH; h0 += chunk) {
-      const int64_t c = std::min(BH, h0 + chunk) - h0;
-      const STensor scores =
-          empty({c, T, T}, DType::f32, "attention scores, one chunk of heads, f32", MemCategory::workspace);
-      gemm(mm({c, T, D}, {c, T, D}, false, true, q.dtype(), DType::f32));
+      const int64_t h = std::min(BH, h0 + chunk) - h0;
+      for (const auto& [r0, r1] : query_blocks(T)) {
+        {
+          const STensor scores =
+              empty({h, r1 - r0, r1}, DType::f32, "attention scores, one block of one chunk, f32",
+                    MemCategory::workspace);
+          gemm(strided(mm({h, r1 - r0, D}, {h, r1, D}, false, true, dt, DType::f32), TD, TD, 0));
+        }
+        gemm(strided(mm({h, r1 - r0, r1}, {h, r1, D}, false, false, dt, dt), 0, TD, TD));
+      }
     }
-    STensor out = empty({BH, T, D}, q.dtype(), "attention output (B*H, T, D) " + dtype_str(q.dtype()));
-    gemm(mm({BH, T, T}, {BH, T, D}, false, false, q.dtype(), q.dtype()));
+  }
+  // attention_heads_backward: per chunk, dk and dv gathered in fp32 (workspace unless they are
+  // fp32), blocks from the last: dv += P^T dy; dP = dy v^T (f32); dS (compute dtype); dq = dS k;
+  // dk += dS^T q.
+  void attention_heads_backward(int64_t BH, int64_t T, int64_t D, DType dt, DType dq_dt, DType dk_dt,
+                                DType dv_dt, bool need_qk, bool need_v) {
+    const int64_t chunk = heads_per_chunk(T), TD = T * D;
+    const std::vector<QueryBlock> blocks = query_blocks(T);
+    for (int64_t h0 = 0; h0 < BH; h0 += chunk) {
+      const int64_t h = std::min(BH, h0 + chunk) - h0;
+      const STensor dk_acc =
+          need_qk && dk_dt != DType::f32
+              ? empty({h, T, D}, DType::f32, "attention dk in f32, one chunk", MemCategory::workspace)
+              : STensor();
+      const STensor dv_acc =
+          need_v && dv_dt != DType::f32
+              ? empty({h, T, D}, DType::f32, "attention dv in f32, one chunk", MemCategory::workspace)
+              : STensor();
+      for (size_t i = blocks.size(); i-- > 0;) {
+        const auto [r0, r1] = blocks[i];
+        const float beta = i + 1 == blocks.size() ? 0.f : 1.f;
+        if (need_v)
+          gemm(strided(mm({h, r1 - r0, r1}, {h, r1 - r0, D}, true, false, dt, DType::f32, beta), 0, TD, TD));
+        if (!need_qk) continue;
+        const STensor ds =
+            empty({h, r1 - r0, r1}, dt, "attention score gradient, one block of one chunk, " + dtype_str(dt),
+                  MemCategory::workspace);
+        {
+          const STensor dp =
+              empty({h, r1 - r0, r1}, DType::f32,
+                    "attention probability gradient, one block of one chunk, f32", MemCategory::workspace);
+          gemm(strided(mm({h, r1 - r0, D}, {h, r1, D}, false, true, dt, DType::f32), TD, TD, 0));
+        }
+        gemm(strided(mm({h, r1 - r0, r1}, {h, r1, D}, false, false, dt, dq_dt), 0, TD, TD));
+        gemm(strided(mm({h, r1 - r0, r1}, {h, r1 - r0, D}, true, false, dt, DType::f32, beta), 0, TD, TD));
+      }
+    }
+  }
+
+  // attention_qkv: q, k, v copied out of qkv (B, T, 3C) as (B*H, T, D) tensors; the output by head
+  // is a workspace copied into (B, T, C). Keeps no input value (0b000): q, k, v and the probability
+  // blocks are saved.
+  SVar attention_qkv(const SVar& qkv_in, int64_t H) {
+    SVar qkv = qkv_in;
+    autocast(OpKind::attention_qkv, {&qkv});
+    const int64_t B = qkv.size(0), T = qkv.size(1), C = qkv.size(2) / 3, D = C / H;
+    const DType dt = qkv.dtype();
+    std::vector<STensor> heads;
+    for (const char* w : {"q", "k", "v"})
+      heads.push_back(empty({B * H, T, D}, dt, std::string(w) + " (B*H, T, D) " + dtype_str(dt)));
+    std::vector<STensor> probs = prob_blocks(B * H, T, dt);
+    const STensor y = empty({B * H, T, D}, dt, "attention output by head (B*H, T, D) " + dtype_str(dt),
+                            MemCategory::workspace);
+    attention_heads_forward(B * H, T, D, dt);
+    STensor out = empty({B, T, C}, dt, "attention output, c_proj input (B, T, C) " + dtype_str(dt));
     std::shared_ptr<SNode> n;
-    if (needs_grad({&q, &k, &v})) {
-      n = make_node(OpKind::attention, {&q, &k, &v});
-      n->saved = {probs};
+    if (needs_grad({&qkv})) {
+      n = make_node(OpKind::attention_qkv, {&qkv});
+      n->saved = std::move(heads);
+      for (STensor& p : probs) n->saved.push_back(std::move(p));
+      n->i0 = H;
     }
     return make_output(out, n);
   }
@@ -682,7 +771,16 @@ class Replay {
       in.grad = g.dtype == in.dtype ? g : empty(in.shape, in.dtype, "gradient of " + in.name);
       return;
     }
+    if (in.grad.block.use_count() == 1) return;                               // ours alone: added in place
     in.grad = empty(in.grad.shape, in.grad.dtype, "gradient of " + in.name);  // a fresh sum
+  }
+  // The gradient as a tensor a rule may add a part into (grad_accumulator).
+  STensor& grad_accumulator(SImpl& in) {
+    if (!in.grad.defined())
+      in.grad = empty(in.shape, in.dtype, "gradient of " + in.name);
+    else if (!in.grad_is_buffer && in.grad.block.use_count() != 1)
+      in.grad = empty(in.grad.shape, in.grad.dtype, "gradient of " + in.name);
+    return in.grad;
   }
   // Where a weight gradient goes: straight into the fp32 buffer for autocast's copy of a parameter.
   static SImpl& grad_target(SImpl& in) {
@@ -790,8 +888,14 @@ class Replay {
         break;
       case OpKind::split_heads: {
         SImpl& Q = *n.inputs[0];
-        STensor d = empty(Q.shape, Q.dtype, "gradient of " + Q.name);
-        accumulate_grad(Q, d);
+        if (!Q.requires_grad) break;
+        const STensor& d = grad_accumulator(Q);  // (B, T, 3C); this head's part added in place
+        // The part is a strided (B, H, T, D) view without a row view: the add kernel reads a
+        // contiguous copy of it (in its storage's category) and writes a workspace copied back.
+        const STensor part =
+            empty(g.shape, d.dtype, "gradient of " + Q.name + ", one part, copied", d.block->category);
+        const STensor out =
+            empty(g.shape, d.dtype, "gradient of " + Q.name + ", one part, written", MemCategory::workspace);
         break;
       }
       case OpKind::merge_heads: {
@@ -805,31 +909,24 @@ class Replay {
         accumulate_grad(X, g.dtype == X.dtype ? g : empty(X.shape, X.dtype, "gradient of " + X.name));
         break;
       }
-      case OpKind::attention: {
-        SImpl &Q = *n.inputs[0], &K = *n.inputs[1], &V = *n.inputs[2];
-        const STensor& p = n.saved[0];
-        const int64_t BH = p.shape[0], T = p.shape[1], D = g.shape.back();
-        const int64_t chunk = autograd::attention_heads_per_chunk(T);
-        grad_gemm(V, p.shape, g.shape, true, false, p.dtype);  // dv = P^T dy
-        if (!Q.requires_grad && !K.requires_grad) break;
-        STensor dq = empty(Q.shape, Q.dtype, "gradient of " + Q.name);
-        STensor dk = empty(K.shape, K.dtype, "gradient of " + K.name);
-        for (int64_t h0 = 0; h0 < BH; h0 += chunk) {
-          const int64_t c = std::min(BH, h0 + chunk) - h0;
-          const STensor ds =
-              empty({c, T, T}, p.dtype, "attention score gradient, one chunk of heads, " + dtype_str(p.dtype),
-                    MemCategory::workspace);
-          {
-            const STensor dp =
-                empty({c, T, T}, DType::f32, "attention probability gradient, one chunk of heads, f32",
-                      MemCategory::workspace);
-            gemm(mm({c, T, D}, {c, T, D}, false, true, g.dtype, DType::f32));  // dP = dy v^T
-          }
-          gemm(mm({c, T, T}, {c, T, D}, false, false, p.dtype, Q.dtype));  // dq = dS k
-          gemm(mm({c, T, T}, {c, T, D}, true, false, p.dtype, K.dtype));   // dk = dS^T q
+      case OpKind::attention_qkv: {
+        SImpl& X = *n.inputs[0];
+        if (!X.requires_grad) break;
+        const STensor& q = n.saved[0];
+        const int64_t BH = q.shape[0], T = q.shape[1], D = q.shape[2];
+        STensor gh = empty(q.shape, q.dtype, "attention output gradient by head", MemCategory::workspace);
+        if (g.dtype != q.dtype) {
+          const STensor cast =
+              empty(g.shape, q.dtype, "attention output gradient, cast", MemCategory::workspace);
         }
-        accumulate_grad(Q, dq);
-        accumulate_grad(K, dk);
+        std::vector<STensor> d;
+        for (const char* w : {"dq", "dk", "dv"})
+          d.push_back(empty(q.shape, q.dtype, std::string("attention ") + w + " (B*H, T, D)",
+                            MemCategory::workspace));
+        attention_heads_backward(BH, T, D, q.dtype, q.dtype, q.dtype, q.dtype, true, true);
+        gh = STensor();
+        STensor dx = empty(X.shape, q.dtype, "gradient of " + X.name);
+        accumulate_grad(X, dx);
         break;
       }
       case OpKind::checkpoint: {
@@ -842,6 +939,7 @@ class Replay {
       }
       case OpKind::mul:
       case OpKind::scale:
+      case OpKind::attention:  // the model runs attention_qkv (or the unfused graph with dropout)
       case OpKind::count_:
         throw ArgumentError("memory prediction: op " + std::string(autograd::op_kind_name(n.op)) +
                             " is not part of the GPT model");
@@ -887,21 +985,21 @@ class Replay {
   }
 
   SVar attn(const SVar& x, const BlockParams& p, const Dropout& drop) {
-    const int64_t B = x.size(0);
+    const int64_t B = x.size(0), H = cfg_.n_head;
     SVar qkv = linear(x, p.c_attn_w, p.c_attn_b, "c_attn output qkv (B, T, 3C)");
-    SVar q = split_heads(qkv, cfg_.n_head, "q");
-    SVar k = split_heads(qkv, cfg_.n_head, "k");
-    SVar v = split_heads(qkv, cfg_.n_head, "v");
     SVar y;
     if (drop.active()) {  // the unfused graph
+      SVar q = split_heads(qkv, H, "q");
+      SVar k = split_heads(qkv, H, "k");
+      SVar v = split_heads(qkv, H, "v");
       SVar att = matmul(q, k, false, true, "attention scores q k^T (B*H, T, T)");
       att = dropout(causal_softmax(att, "attention probabilities (B*H, T, T)"), drop,
                     "attention probabilities after dropout (B*H, T, T)");
-      y = matmul(att, v, false, false, "attention output (B*H, T, D)");
+      y = merge_heads(matmul(att, v, false, false, "attention output (B*H, T, D)"), B,
+                      "merged heads, c_proj input (B, T, C)");
     } else {
-      y = attention(q, k, v);
+      y = attention_qkv(qkv, H);
     }
-    y = merge_heads(y, B, "merged heads, c_proj input (B, T, C)");
     return dropout(linear(y, p.attn_proj_w, p.attn_proj_b, "attn c_proj output (B, T, C)"), drop,
                    "attn c_proj output after dropout (B, T, C)");
   }
