@@ -39,21 +39,6 @@ nlohmann::ordered_json json_number(double v) {
   return std::isfinite(v) ? nlohmann::ordered_json(v) : nullptr;
 }
 
-GptMemoryOptions memory_options(const TrainOptions& o) {
-  GptMemoryOptions m;
-  m.precision = o.precision;
-  m.batch_size = o.batch_size;
-  m.seq_len = o.seq_len;
-  m.checkpoint_activations = o.checkpoint_activations;
-  m.optimizer = o.optimizer;
-  m.momentum = o.momentum;
-  m.update_rounding = o.update_rounding;
-  m.grad_accum = o.grad_accum;
-  m.steps = o.steps;
-  m.eval_batches = o.eval_batches;
-  return m;
-}
-
 void print_error_cell(double e) {
   if (std::isfinite(e))
     std::printf(" %+8.1f%%", 100 * e);

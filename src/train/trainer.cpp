@@ -398,4 +398,19 @@ TrainSummary train(const TrainOptions& opt) {
   return sum;
 }
 
+GptMemoryOptions memory_options(const TrainOptions& o) {
+  GptMemoryOptions m;
+  m.precision = o.precision;
+  m.batch_size = o.batch_size;
+  m.seq_len = o.seq_len;
+  m.checkpoint_activations = o.checkpoint_activations;
+  m.optimizer = o.optimizer;
+  m.momentum = o.momentum;
+  m.update_rounding = o.update_rounding;
+  m.grad_accum = o.grad_accum;
+  m.steps = o.steps;
+  m.eval_batches = o.eval_batches;
+  return m;
+}
+
 }  // namespace mixtrain

@@ -71,19 +71,8 @@ inline Compared run(const Case& c) {
   o.eval_batches = 1;
   o.quiet = true;
   o.measure_gemm_rate = false;
-  GptMemoryOptions m;
-  m.precision = o.precision;
-  m.batch_size = o.batch_size;
-  m.seq_len = o.seq_len;
-  m.checkpoint_activations = o.checkpoint_activations;
-  m.optimizer = o.optimizer;
-  m.momentum = o.momentum;
-  m.update_rounding = o.update_rounding;
-  m.grad_accum = o.grad_accum;
-  m.steps = o.steps;
-  m.eval_batches = o.eval_batches;
   Compared r;
-  r.predicted = predict_gpt_memory(GptConfig::from_preset_or_file(c.model), m);
+  r.predicted = predict_gpt_memory(GptConfig::from_preset_or_file(c.model), memory_options(o));
   try {
     train(o);
   } catch (const DivergedError&) {
