@@ -42,60 +42,17 @@ std::vector<Tensor> attention_prob_blocks(int64_t n, int64_t T, DType dtype) {
   return probs;
 }
 
+namespace {
+// The heads [h0, h1) of the probability blocks.
 std::vector<Tensor> attention_prob_slices(const std::vector<Tensor>& probs, int64_t h0, int64_t h1) {
   std::vector<Tensor> s;
   for (const Tensor& p : probs) s.push_back(p.slice(0, h0, h1));
   return s;
 }
 
-void attention_heads_forward(const Tensor& q, const Tensor& k, const Tensor& v, float scale,
-                             const std::vector<Tensor>& probs, Tensor& y) {
-  const int64_t BH = q.size(0), T = q.size(1);
-  const int64_t chunk = attention_heads_per_chunk(T, attention_query_block(T));
-  for (int64_t h0 = 0; h0 < BH; h0 += chunk) {
-    const int64_t h1 = std::min(BH, h0 + chunk);
-    Tensor yc = y.slice(0, h0, h1);
-    attention_chunk_forward(q.slice(0, h0, h1), k.slice(0, h0, h1), v.slice(0, h0, h1), scale,
-                            attention_prob_slices(probs, h0, h1), yc);
-  }
-}
-
-void attention_heads_backward(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<Tensor>& probs,
-                              const Tensor& g, float scale, const Tensor& dq, const Tensor& dk, const Tensor& dv) {
-  const int64_t BH = q.size(0), T = q.size(1);
-  const int64_t chunk = attention_heads_per_chunk(T, attention_query_block(T));
-  const auto part = [](const Tensor& t, int64_t h0, int64_t h1) { return t.defined() ? t.slice(0, h0, h1) : Tensor(); };
-  for (int64_t h0 = 0; h0 < BH; h0 += chunk) {
-    const int64_t h1 = std::min(BH, h0 + chunk);
-    attention_chunk_backward(q.slice(0, h0, h1), k.slice(0, h0, h1), v.slice(0, h0, h1),
-                             attention_prob_slices(probs, h0, h1), g.slice(0, h0, h1), scale, part(dq, h0, h1),
-                             part(dk, h0, h1), part(dv, h0, h1));
-  }
-}
-
-// (B, T, n*C) rows <-> n tensors (B*H, T, D): one pass over the rows, D elements at a time.
-void heads_copy(const Tensor& rows, const std::vector<Tensor>& heads, int64_t H, bool to_heads) {
-  const int64_t B = rows.size(0), T = rows.size(1), W = rows.size(2), n = static_cast<int64_t>(heads.size());
-  const int64_t C = W / n, D = C / H;
-  const size_t es = dtype_size(rows.dtype()), row_bytes = static_cast<size_t>(D) * es;
-  char* r = static_cast<char*>(rows.raw_data());
-  std::vector<char*> hp;
-  for (const Tensor& h : heads) hp.push_back(static_cast<char*>(h.raw_data()));
-#pragma omp parallel for schedule(static) if (B * T * W >= (1 << 16))
-  for (int64_t bt = 0; bt < B * T; ++bt) {
-    const int64_t b = bt / T, t = bt % T;
-    for (int64_t p = 0; p < n; ++p)
-      for (int64_t h = 0; h < H; ++h) {
-        char* row = r + static_cast<size_t>(bt * W + p * C + h * D) * es;
-        char* head = hp[static_cast<size_t>(p)] + static_cast<size_t>(((b * H + h) * T + t) * D) * es;
-        if (to_heads)
-          std::memcpy(head, row, row_bytes);
-        else
-          std::memcpy(row, head, row_bytes);
-      }
-  }
-}
-
+// One chunk of h heads: q, k, v, y (h, T, D) views (rows contiguous, any row and batch strides),
+// probs the chunk's blocks. Forward writes probs and y; backward, given g = dL/dy, writes dq, dk,
+// dv ((h, T, D) views; an undefined one is not computed, dq and dk come together).
 void attention_chunk_forward(const Tensor& q, const Tensor& k, const Tensor& v, float scale,
                              const std::vector<Tensor>& probs, Tensor& y) {
   const DType acc = accumulation_dtype(q.dtype());
@@ -145,6 +102,55 @@ void attention_chunk_backward(const Tensor& q, const Tensor& k, const Tensor& v,
   }
   if (need_v && dv_acc.dtype() != dv.dtype()) dv.copy_from(dv_acc);
   if (need_qk && dk_acc.dtype() != dk.dtype()) dk.copy_from(dk_acc);
+}
+}  // namespace
+
+void attention_heads_forward(const Tensor& q, const Tensor& k, const Tensor& v, float scale,
+                             const std::vector<Tensor>& probs, Tensor& y) {
+  const int64_t BH = q.size(0), T = q.size(1);
+  const int64_t chunk = attention_heads_per_chunk(T, attention_query_block(T));
+  for (int64_t h0 = 0; h0 < BH; h0 += chunk) {
+    const int64_t h1 = std::min(BH, h0 + chunk);
+    Tensor yc = y.slice(0, h0, h1);
+    attention_chunk_forward(q.slice(0, h0, h1), k.slice(0, h0, h1), v.slice(0, h0, h1), scale,
+                            attention_prob_slices(probs, h0, h1), yc);
+  }
+}
+
+void attention_heads_backward(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<Tensor>& probs,
+                              const Tensor& g, float scale, const Tensor& dq, const Tensor& dk, const Tensor& dv) {
+  const int64_t BH = q.size(0), T = q.size(1);
+  const int64_t chunk = attention_heads_per_chunk(T, attention_query_block(T));
+  const auto part = [](const Tensor& t, int64_t h0, int64_t h1) { return t.defined() ? t.slice(0, h0, h1) : Tensor(); };
+  for (int64_t h0 = 0; h0 < BH; h0 += chunk) {
+    const int64_t h1 = std::min(BH, h0 + chunk);
+    attention_chunk_backward(q.slice(0, h0, h1), k.slice(0, h0, h1), v.slice(0, h0, h1),
+                             attention_prob_slices(probs, h0, h1), g.slice(0, h0, h1), scale, part(dq, h0, h1),
+                             part(dk, h0, h1), part(dv, h0, h1));
+  }
+}
+
+// (B, T, n*C) rows <-> n tensors (B*H, T, D): one pass over the rows, D elements at a time.
+void heads_copy(const Tensor& rows, const std::vector<Tensor>& heads, int64_t H, bool to_heads) {
+  const int64_t B = rows.size(0), T = rows.size(1), W = rows.size(2), n = static_cast<int64_t>(heads.size());
+  const int64_t C = W / n, D = C / H;
+  const size_t es = dtype_size(rows.dtype()), row_bytes = static_cast<size_t>(D) * es;
+  char* r = static_cast<char*>(rows.raw_data());
+  std::vector<char*> hp;
+  for (const Tensor& h : heads) hp.push_back(static_cast<char*>(h.raw_data()));
+#pragma omp parallel for schedule(static) if (B * T * W >= (1 << 16))
+  for (int64_t bt = 0; bt < B * T; ++bt) {
+    const int64_t b = bt / T, t = bt % T;
+    for (int64_t p = 0; p < n; ++p)
+      for (int64_t h = 0; h < H; ++h) {
+        char* row = r + static_cast<size_t>(bt * W + p * C + h * D) * es;
+        char* head = hp[static_cast<size_t>(p)] + static_cast<size_t>(((b * H + h) * T + t) * D) * es;
+        if (to_heads)
+          std::memcpy(head, row, row_bytes);
+        else
+          std::memcpy(row, head, row_bytes);
+      }
+  }
 }
 
 }  // namespace mixtrain::autograd

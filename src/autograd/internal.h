@@ -19,9 +19,9 @@ int64_t attention_query_block(int64_t T);
 int64_t attention_heads_per_chunk(int64_t T, int64_t Tb);
 // Empty probability blocks for n heads of length T (block i: (n, r1 - r0, r1)).
 std::vector<Tensor> attention_prob_blocks(int64_t n, int64_t T, DType dtype);
-// The heads [h0, h1) of the probability blocks.
-std::vector<Tensor> attention_prob_slices(const std::vector<Tensor>& probs, int64_t h0, int64_t h1);
-// Every head of q, k, v (BH, T, D), a chunk of heads at a time (the chunk routines below).
+// Every head of q, k, v (BH, T, D), a chunk of heads at a time (attention_blocks.cpp). Forward
+// writes the probability blocks and y; backward, given g = dL/dy, writes dq, dk, dv (an undefined
+// one is not computed; dq and dk come together).
 void attention_heads_forward(const Tensor& q, const Tensor& k, const Tensor& v, float scale,
                              const std::vector<Tensor>& probs, Tensor& y);
 void attention_heads_backward(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<Tensor>& probs,
@@ -29,13 +29,5 @@ void attention_heads_backward(const Tensor& q, const Tensor& k, const Tensor& v,
 // rows (B, T, n*C) contiguous <-> the n contiguous tensors heads (B*H, T, D) (q, k, v side by side
 // for n = 3, one tensor for n = 1), copied in the direction to_heads says.
 void heads_copy(const Tensor& rows, const std::vector<Tensor>& heads, int64_t H, bool to_heads);
-// One chunk of h heads: q, k, v, y (h, T, D) views (rows contiguous, any row and batch strides),
-// probs the chunk's blocks. Forward writes probs and y.
-void attention_chunk_forward(const Tensor& q, const Tensor& k, const Tensor& v, float scale,
-                             const std::vector<Tensor>& probs, Tensor& y);
-// Backward of one chunk given g = dL/dy (h, T, D): writes dq, dk, dv ((h, T, D) views; an
-// undefined one is not computed, dq and dk come together).
-void attention_chunk_backward(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<Tensor>& probs,
-                              const Tensor& g, float scale, Tensor dq, Tensor dk, Tensor dv);
 
 }  // namespace mixtrain::autograd
