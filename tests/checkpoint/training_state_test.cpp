@@ -131,71 +131,43 @@ TEST(TrainingState, RefusesCorruptState) {
     expect_error<IoError>([&] { decode_training_state(rewrite(good, c.edit), "ts.safetensors"); },
                           {"training state ts.safetensors", c.needle});
   }
+  // Tensor problems: every tensor copied, one of them changed or dropped, or one added.
+  struct TensorCase {
+    const char* what;
+    std::string name;                           // the tensor to change ("": none)
+    std::function<Tensor(const Tensor&)> edit;  // its new value (empty: dropped)
+    std::string extra;                          // a (100) f32 tensor added under this name ("": none)
+    const char* needle;
+  };
+  const TensorCase tensor_cases[] = {
+      {"moment missing", "optim.exp_avg_sq", nullptr, "", "'optim.exp_avg_sq' is missing"},
+      {"unexpected tensor", "", nullptr, "optim.extra", "unexpected tensor 'optim.extra'"},
+      {"wrong dtype", "params", [](const Tensor& t) { return t.to(DType::bf16); }, "",
+       "'params' has dtype BF16, expected F32 for 16-mixed"},
+      {"wrong size", "optim.exp_avg", [](const Tensor&) { return Tensor::zeros({99}, DType::f32); }, "",
+       "'optim.exp_avg' has 99 elements"},
+      {"not 1-D", "params", [](const Tensor& t) { return t.reshape({10, 10}); }, "", "'params' must be 1-D"},
+      {"compensation in fp32", "", nullptr, "optim.compensation", "compensation buffer only exists with 16-bit"},
+  };
   auto keep = [](nlohmann::json&) {};
-  expect_error<IoError>(
-      [&] {
-        decode_training_state(rewrite(good, keep,
-                                      [](SafetensorsWriter& w, const SafetensorsFile& f) {
-                                        for (const auto& e : f.entries())
-                                          if (e.name != "optim.exp_avg_sq") w.add(e.name, f.tensor(e));
-                                      }),
-                              "ts");
-      },
-      {"'optim.exp_avg_sq' is missing"});
-  expect_error<IoError>(
-      [&] {
-        decode_training_state(rewrite(good, keep,
-                                      [](SafetensorsWriter& w, const SafetensorsFile& f) {
-                                        for (const auto& e : f.entries()) w.add(e.name, f.tensor(e));
-                                        w.add("optim.extra", Tensor::zeros({100}, DType::f32));
-                                      }),
-                              "ts");
-      },
-      {"unexpected tensor 'optim.extra'"});
-  expect_error<IoError>(
-      [&] {
-        decode_training_state(
-            rewrite(good, keep,
-                    [](SafetensorsWriter& w, const SafetensorsFile& f) {
-                      for (const auto& e : f.entries())
-                        w.add(e.name, e.name == "params" ? f.tensor(e).to(DType::bf16) : f.tensor(e));
-                    }),
-            "ts");
-      },
-      {"'params' has dtype BF16, expected F32 for 16-mixed"});
-  expect_error<IoError>(
-      [&] {
-        decode_training_state(rewrite(good, keep,
-                                      [](SafetensorsWriter& w, const SafetensorsFile& f) {
-                                        for (const auto& e : f.entries())
-                                          w.add(e.name, e.name == "optim.exp_avg"
-                                                            ? Tensor::zeros({99}, DType::f32)
-                                                            : f.tensor(e));
-                                      }),
-                              "ts");
-      },
-      {"'optim.exp_avg' has 99 elements"});
-  expect_error<IoError>(
-      [&] {
-        decode_training_state(
-            rewrite(good, keep,
-                    [](SafetensorsWriter& w, const SafetensorsFile& f) {
-                      for (const auto& e : f.entries())
-                        w.add(e.name, e.name == "params" ? f.tensor(e).reshape({10, 10}) : f.tensor(e));
-                    }),
-            "ts");
-      },
-      {"'params' must be 1-D"});
-  expect_error<IoError>(
-      [&] {
-        decode_training_state(rewrite(good, keep,
-                                      [](SafetensorsWriter& w, const SafetensorsFile& f) {
-                                        for (const auto& e : f.entries()) w.add(e.name, f.tensor(e));
-                                        w.add("optim.compensation", Tensor::zeros({100}, DType::f32));
-                                      }),
-                              "ts");
-      },
-      {"compensation buffer only exists with 16-bit"});
+  for (const auto& c : tensor_cases) {
+    SCOPED_TRACE(c.what);
+    expect_error<IoError>(
+        [&] {
+          decode_training_state(rewrite(good, keep,
+                                        [&](SafetensorsWriter& w, const SafetensorsFile& f) {
+                                          for (const auto& e : f.entries()) {
+                                            if (e.name != c.name)
+                                              w.add(e.name, f.tensor(e));
+                                            else if (c.edit)
+                                              w.add(e.name, c.edit(f.tensor(e)));
+                                          }
+                                          if (!c.extra.empty()) w.add(c.extra, Tensor::zeros({100}, DType::f32));
+                                        }),
+                                "ts");
+        },
+        {c.needle});
+  }
   // Metadata problems.
   SafetensorsWriter w;
   w.add("params", Tensor::zeros({4}, DType::f32));
