@@ -7,10 +7,8 @@
 MIXTRAIN="$1"
 . "$(dirname "$0")/cli_common.sh"
 
-for i in $(seq 1 400); do echo "line $i: the quick brown fox jumps over the lazy dog; pack my box."; done >"$TMP/text.txt"
-cat >"$TMP/tiny.json" <<'JSON'
-{"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 16}
-JSON
+write_text "$TMP/text.txt"
+write_tiny_model "$TMP/tiny.json" 1 16 16
 COMMON=(--data "$TMP/text.txt" --batch-size 4 --seq-len 16 --eval-batches 2 --json)
 TRAIN=("$MIXTRAIN" --threads 1 train --model "$TMP/tiny.json" "${COMMON[@]}")
 

@@ -6,6 +6,11 @@ TMP="$(mktemp -d)"
 trap 'rm -rf "$TMP"' EXIT
 
 fail() { echo "FAIL: $*"; FAILS=$((FAILS + 1)); }
+
+# The tests' inputs: a small text (~40 KB) and a tiny GPT config (2 heads) so a run takes seconds.
+write_text() { for i in $(seq 1 400); do echo "line $i: the quick brown fox jumps over the lazy dog; pack my box."; done >"$1"; }
+# write_tiny_model FILE LAYERS EMBD BLOCK
+write_tiny_model() { echo "{\"n_layer\": $2, \"n_head\": 2, \"n_embd\": $3, \"block_size\": $4}" >"$1"; }
 pass() { PASSES=$((PASSES + 1)); }
 
 # expect_exit CODE DESCRIPTION -- command...: runs the command, checks its exit code, and for

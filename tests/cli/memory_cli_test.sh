@@ -4,9 +4,7 @@
 MIXTRAIN="$1"
 . "$(dirname "$0")/cli_common.sh"
 
-cat >"$TMP/tiny.json" <<'JSON'
-{"n_layer": 2, "n_head": 2, "n_embd": 32, "block_size": 32}
-JSON
+write_tiny_model "$TMP/tiny.json" 2 32 32
 
 # Predicted and measured side by side (a tiny model, 2 steps), then the JSON.
 expect_exit 0 "memory, measured" -- "$MIXTRAIN" --threads 2 memory --model "$TMP/tiny.json" --precision bf16-mixed \

@@ -6,8 +6,8 @@
 MIXTRAIN="$1"
 . "$(dirname "$0")/cli_common.sh"
 
-for i in $(seq 1 400); do echo "line $i: the quick brown fox jumps over the lazy dog; pack my box."; done >"$TMP/text.txt"
-echo '{"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 16}' >"$TMP/tiny.json"
+write_text "$TMP/text.txt"
+write_tiny_model "$TMP/tiny.json" 1 16 16
 TRAIN=("$MIXTRAIN" --threads 2 train --model "$TMP/tiny.json" --data "$TMP/text.txt" --batch-size 4 --seq-len 16)
 
 for p in 32-true 16-mixed bf16-mixed 16-true bf16-true; do

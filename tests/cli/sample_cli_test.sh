@@ -5,10 +5,8 @@
 MIXTRAIN="$1"
 . "$(dirname "$0")/cli_common.sh"
 
-for i in $(seq 1 400); do echo "line $i: the quick brown fox jumps over the lazy dog; pack my box."; done >"$TMP/text.txt"
-cat >"$TMP/tiny.json" <<'JSON'
-{"n_layer": 2, "n_head": 2, "n_embd": 32, "block_size": 32}
-JSON
+write_text "$TMP/text.txt"
+write_tiny_model "$TMP/tiny.json" 2 32 32
 C="$TMP/ck"
 expect_exit 0 "train" -- "$MIXTRAIN" --threads 1 train --model "$TMP/tiny.json" --data "$TMP/text.txt" --batch-size 8 \
   --steps 20 --lr 3e-3 --checkpoint-dir "$C" --save-every 10 --json

@@ -5,11 +5,8 @@
 MIXTRAIN="$1"
 . "$(dirname "$0")/cli_common.sh"
 
-# A small text (~40 KB) and a tiny model so each run takes a second or two.
-for i in $(seq 1 400); do echo "line $i: the quick brown fox jumps over the lazy dog; pack my box."; done >"$TMP/text.txt"
-cat >"$TMP/tiny.json" <<'JSON'
-{"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 16}
-JSON
+write_text "$TMP/text.txt"
+write_tiny_model "$TMP/tiny.json" 1 16 16
 BASE=("$MIXTRAIN" --threads 2 train --model "$TMP/tiny.json" --batch-size 4 --seq-len 16)
 TRAIN=("${BASE[@]}" --data "$TMP/text.txt")
 
