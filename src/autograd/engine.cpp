@@ -44,6 +44,12 @@ Var Var::parameter(Tensor value, Tensor grad_buffer) {
   return v;
 }
 
+namespace {
+// Whether nothing but `in` holds its gradient's storage (the autograd made it, no other gradient,
+// caller or view shares it), so it may be written in place.
+bool owns_grad(const VarImpl& in) { return in.grad.storage().use_count() == 1; }
+}  // namespace
+
 void accumulate_grad(VarImpl& in, const Tensor& g) {
   if (!in.requires_grad) return;
   if (!(g.shape() == in.shape))
@@ -61,7 +67,7 @@ void accumulate_grad(VarImpl& in, const Tensor& g) {
   }
   // A later contribution: in place when nothing else holds the gradient (we made it), else a fresh
   // sum (one pass, fp32 math), so a tensor shared with another gradient is not modified.
-  if (in.grad.storage().use_count() == 1) {
+  if (owns_grad(in)) {
     add_inplace(in.grad, g);
     return;
   }
@@ -73,7 +79,7 @@ void accumulate_grad(VarImpl& in, const Tensor& g) {
 Tensor& grad_accumulator(VarImpl& in) {
   if (!in.grad.defined())
     in.grad = Tensor::zeros(in.shape, in.dtype, MemCategory::activations);
-  else if (!in.grad_is_buffer && in.grad.storage().use_count() != 1)
+  else if (!in.grad_is_buffer && !owns_grad(in))
     in.grad = in.grad.clone(MemCategory::activations);
   return in.grad;
 }
