@@ -520,53 +520,47 @@ void CpuBackend::gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmOpt
   execute(plan, p);
 }
 
+namespace {
+// The Mat make_problem() would build (mat_of) from a contiguous (b, r, c) tensor, op() applied
+// when trans; batch_stride 0: the dense one.
+Mat dense_mat(DType t, int64_t b, int64_t r, int64_t c, bool trans, int64_t batch_stride) {
+  Mat x;
+  x.dtype = t;
+  x.b = b;
+  x.r = r;
+  x.c = c;
+  x.sr = c;
+  x.sc = 1;
+  x.sb = batch_stride > 0 ? batch_stride : r * c;
+  if (trans) {
+    std::swap(x.r, x.c);
+    std::swap(x.sr, x.sc);
+  }
+  x.normalize();
+  return x;
+}
+}  // namespace
+
 std::string gemm_impl_for(DType in_dtype, DType out_dtype, int64_t m, int64_t n, int64_t k) {
   if (force_reference()) return "reference (MIXTRAIN_FORCE_REFERENCE)";
   if (in_dtype == DType::f64) return "reference (f64)";
   Problem p;
-  auto dense = [](DType t, int64_t r, int64_t c) {
-    Mat x;
-    x.dtype = t;
-    x.r = r;
-    x.c = c;
-    x.sr = c;
-    x.sc = 1;
-    x.normalize();
-    return x;
-  };
-  p.src = dense(in_dtype, m, k);
-  p.wei = dense(in_dtype, k, n);
-  p.dst = dense(out_dtype, m, n);
+  p.src = dense_mat(in_dtype, 1, m, k, false, 0);
+  p.wei = dense_mat(in_dtype, 1, k, n, false, 0);
+  p.dst = dense_mat(out_dtype, 1, m, n, false, 0);
   return describe_plan(choose(p), in_dtype);
 }
 
 GemmScratchBytes gemm_scratch_for(const GemmQuery& q) {
   if (force_reference() || q.in == DType::f64 || q.m * q.n == 0 || q.k == 0) return {};
-  // The Mats make_problem() would build from contiguous tensors (mat_of), op() applied.
-  auto dense = [](DType t, int64_t b, int64_t r, int64_t c, bool trans, int64_t batch_stride) {
-    Mat x;
-    x.dtype = t;
-    x.b = b;
-    x.r = r;
-    x.c = c;
-    x.sr = c;
-    x.sc = 1;
-    x.sb = batch_stride > 0 ? batch_stride : r * c;
-    if (trans) {
-      std::swap(x.r, x.c);
-      std::swap(x.sr, x.sc);
-    }
-    x.normalize();
-    return x;
-  };
   static const float no_data = 0.f;  // only its presence counts: the plan depends on the bias mode
   Problem p;
   p.nd = q.batch > 1 ? 3 : 2;
-  p.src = dense(q.in, q.a_batched ? q.batch : 1, q.trans_a ? q.k : q.m, q.trans_a ? q.m : q.k, q.trans_a,
+  p.src = dense_mat(q.in, q.a_batched ? q.batch : 1, q.trans_a ? q.k : q.m, q.trans_a ? q.m : q.k, q.trans_a,
                 q.a_batch_stride);
-  p.wei = dense(q.in, q.b_batched ? q.batch : 1, q.trans_b ? q.n : q.k, q.trans_b ? q.k : q.n, q.trans_b,
+  p.wei = dense_mat(q.in, q.b_batched ? q.batch : 1, q.trans_b ? q.n : q.k, q.trans_b ? q.k : q.n, q.trans_b,
                 q.b_batch_stride);
-  p.dst = dense(q.out, q.batch, q.m, q.n, false, q.c_batch_stride);
+  p.dst = dense_mat(q.out, q.batch, q.m, q.n, false, q.c_batch_stride);
   if (q.bias) p.bias = &no_data;
   p.beta = q.beta;
   const Plan plan = choose(p);
@@ -585,13 +579,8 @@ void gemm_scratch_release() { thread_scratch().trim(0); }
 
 bool gemm_fp16_converts_to_f32() {
   Problem p;
-  for (Mat* x : {&p.src, &p.wei, &p.dst}) {
-    x->dtype = DType::f16;
-    x->r = x->c = x->sr = 256;
-    x->sc = 1;
-    x->normalize();
-  }
-  p.dst.dtype = DType::f32;
+  p.src = p.wei = dense_mat(DType::f16, 1, 256, 256, false, 0);
+  p.dst = dense_mat(DType::f32, 1, 256, 256, false, 0);
   return choose(p).variant.convert_inputs;
 }
 
