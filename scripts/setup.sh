@@ -1,17 +1,21 @@
 #!/usr/bin/env bash
-# Installs everything mixtrain needs to build and test on Debian 12, from Debian's packages.
-# Idempotent: installs only what is missing; works as root (or with sudo).
+# Installs everything mixtrain needs to build, test and fuzz on Debian 12, from Debian's packages,
+# with no Recommends assumed (apt-get --no-install-recommends): every package a step needs is named
+# here, even when another package merely recommends it. Idempotent: installs only what is missing;
+# works as root (or with sudo). scripts/fresh_machine_test.sh proves the list on an empty root.
 set -euo pipefail
 
 PACKAGES=(
   build-essential cmake g++ ninja-build pkg-config
   libdnnl-dev          # oneDNN: bf16/fp32 GEMM (AVX512-BF16 / AMX kernels)
+  ocl-icd-opencl-dev   # Debian's oneDNN CMake config requires OpenCL (only a Recommends of libdnnl-dev)
   libcli11-dev         # command-line parsing
   nlohmann-json3-dev   # JSON logs, summaries, configs
   googletest libgtest-dev libgmock-dev
   libbenchmark-dev     # Google Benchmark micro-benchmarks
   fortunes             # the built-in default training corpus (English text)
   python3              # the CLI tests read JSON with the standard library
+  python3-venv         # tools/setup_dev_venv.sh (PyTorch fixtures, peer benchmark: development only)
   clang libclang-rt-dev libomp-dev  # libFuzzer targets (scripts/fuzz.sh)
 )
 
