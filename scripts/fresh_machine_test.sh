@@ -74,9 +74,9 @@ key="$( { echo "format 1 $suite $variant"; dpkg-query -W -f='${Version}\n' mmdeb
 base="$cache/base-$suite-$variant-$key.tar"
 if [ ! -s "$base" ]; then
   log "bootstrapping a $variant $suite root (cached as $base)"
-  rm -f "$cache"/base-*.tar "$cache"/base-*.tar.tmp   # older keys: stale
+  rm -rf "$cache"/base-*.tar "$cache"/base-*.tar.tmp   # older keys: stale
   t0=$SECONDS
-  mmdebstrap --quiet --variant="$variant" --mode=root "$suite" "$base.tmp" "${sources[@]}" \
+  mmdebstrap --quiet --variant="$variant" --mode=root --format=tar "$suite" "$base.tmp" "${sources[@]}" \
     >"$cache/work/mmdebstrap.log" 2>&1 ||
     { tail -n 30 "$cache/work/mmdebstrap.log"; echo "fresh_machine_test: FAILED at step bootstrap" >&2; exit 1; }
   mv "$base.tmp" "$base"
