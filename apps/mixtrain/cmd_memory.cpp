@@ -93,7 +93,7 @@ void register_memory(CLI::App& app, GlobalOptions& g, std::vector<Command>& comm
          std::printf("%s: %lld parameters, %s, batch %lld, seq %lld, %s%s%s\n", cfg.name.c_str(),
                      static_cast<long long>(p.parameters),
                      std::string(precision_spec(o.precision).name).c_str(),
-                     static_cast<long long>(o.batch_size), static_cast<long long>(T), o.optimizer.c_str(),
+                     static_cast<long long>(o.batch_size), static_cast<long long>(T), std::string(optimizer_kind_name(o.optimizer)).c_str(),
                      o.checkpoint_activations ? ", activation checkpointing" : "",
                      precision_spec(o.precision).param_dtype != DType::f32
                          ? (", " + std::string(update_rounding_name(o.update_rounding)) + " rounding").c_str()
@@ -147,7 +147,7 @@ void register_memory(CLI::App& app, GlobalOptions& g, std::vector<Command>& comm
            c["batch_size"] = o.batch_size;
            c["seq_len"] = T;
            c["checkpoint_activations"] = o.checkpoint_activations;
-           c["optimizer"] = o.optimizer;
+           c["optimizer"] = std::string(optimizer_kind_name(o.optimizer));
            c["update_rounding"] = update_rounding_name(o.update_rounding);
            c["grad_accum"] = o.grad_accum;
            c["steps"] = o.steps;

@@ -21,7 +21,7 @@ void add_train_flags(CLI::App* sub, TrainFlags& f, bool with_precision) {
   sub->add_option("--beta1", o.beta1, "AdamW beta1")->capture_default_str();
   sub->add_option("--beta2", o.beta2, "AdamW beta2")->capture_default_str();
   sub->add_option("--grad-clip", o.grad_clip, "Clip the global gradient norm (0: off)")->capture_default_str();
-  sub->add_option("--optimizer", o.optimizer, "adamw or sgd")->capture_default_str();
+  sub->add_option("--optimizer", f.optimizer, "adamw or sgd")->capture_default_str();
   sub->add_option("--momentum", o.momentum, "SGD momentum")->capture_default_str();
   sub->add_option("--seed", o.seed, "Seed for weights, batches and dropout")->capture_default_str();
   sub->add_option("--eval-every", o.eval_every, "Validation every K steps (0: only at the end)")->capture_default_str();
@@ -70,6 +70,7 @@ void add_checkpoint_flags(CLI::App* sub, TrainFlags& f) {
 void TrainFlags::finish() {
   opt.precision = parse_precision(precision);
   opt.update_rounding = parse_update_rounding(update_rounding);
+  opt.optimizer = parse_optimizer_kind(optimizer);
   if (!loss_scale.empty()) {
     opt.force_loss_scaling = true;
     if (loss_scale == "dynamic") {

@@ -14,6 +14,7 @@ struct TrainFlags {
   TrainOptions opt;
   std::string precision = "32-true";
   std::string update_rounding = "nearest";
+  std::string optimizer = "adamw";
   std::string loss_scale;       // "dynamic" or a number (static scale); empty: the mode's default
   std::string inject_nonfinite; // "3,7"
   // Converts the string flags into opt (throws ArgumentError with the flag's name).

@@ -70,7 +70,7 @@ std::vector<uint8_t> encode_training_state(const TrainingState& s) {
   j["precision"] = s.precision;
   j["model"] = s.model.to_json();
   j["run"] = s.run;
-  j["optimizer"] = {{"kind", s.optimizer.kind}, {"steps", s.optimizer.steps}};
+  j["optimizer"] = {{"kind", std::string(optimizer_kind_name(s.optimizer.kind))}, {"steps", s.optimizer.steps}};
   j["scaler"] = {{"scale", s.scaler.scale},
                  {"growth_tracker", s.scaler.growth_tracker},
                  {"hysteresis_left", s.scaler.hysteresis_left},
@@ -90,7 +90,7 @@ std::vector<uint8_t> encode_training_state(const TrainingState& s) {
 
   SafetensorsWriter w;
   w.add("params", s.params);
-  if (s.optimizer.kind == "adamw") {
+  if (s.optimizer.kind == OptimizerKind::adamw) {
     w.add("optim.exp_avg", s.optimizer.exp_avg);
     w.add("optim.exp_avg_sq", s.optimizer.exp_avg_sq);
   } else if (s.optimizer.momentum_buffer.defined()) {
@@ -141,9 +141,10 @@ TrainingState decode_training_state(std::vector<uint8_t> bytes, const std::strin
   s.rng = top.at("rng");
 
   const Fields opt = top.object("optimizer");
-  s.optimizer.kind = opt.text("kind");
-  if (s.optimizer.kind != "adamw" && s.optimizer.kind != "sgd")
-    opt.fail("optimizer.kind", "must be adamw or sgd, got '" + printable(s.optimizer.kind) + "'");
+  const std::string kind = opt.text("kind");
+  if (kind != "adamw" && kind != "sgd")
+    opt.fail("optimizer.kind", "must be adamw or sgd, got '" + printable(kind) + "'");
+  s.optimizer.kind = parse_optimizer_kind(kind);
   s.optimizer.steps = opt.count("steps");
   if (s.optimizer.steps > s.step) opt.fail("optimizer.steps", "exceeds step");
 
@@ -189,7 +190,7 @@ TrainingState decode_training_state(std::vector<uint8_t> bytes, const std::strin
   };
   s.params = take("params", true);
   size_t expected = 1;
-  if (s.optimizer.kind == "adamw") {
+  if (s.optimizer.kind == OptimizerKind::adamw) {
     s.optimizer.exp_avg = take("optim.exp_avg", true);
     s.optimizer.exp_avg_sq = take("optim.exp_avg_sq", true);
     expected += 2;
@@ -204,7 +205,7 @@ TrainingState decode_training_state(std::vector<uint8_t> bytes, const std::strin
       if (e.name != "params" && e.name != "optim.exp_avg" && e.name != "optim.exp_avg_sq" &&
           e.name != "optim.momentum_buffer" && e.name != "optim.compensation")
         fail("unexpected tensor '" + printable(e.name) + "'");
-    fail("tensors do not match optimizer '" + s.optimizer.kind + "'");
+    fail("tensors do not match optimizer '" + std::string(optimizer_kind_name(s.optimizer.kind)) + "'");
   }
   if (s.optimizer.compensation.defined() && !is_low_precision(want))
     fail("a compensation buffer only exists with 16-bit parameters");

@@ -44,8 +44,6 @@ void GptMemoryOptions::validate(const GptConfig& cfg) const {
     throw ArgumentError("--grad-accum must be positive, got " + std::to_string(grad_accum));
   if (steps <= 0) throw ArgumentError("--steps must be positive, got " + std::to_string(steps));
   if (eval_batches < 0) throw ArgumentError("--eval-batches must be >= 0");
-  if (optimizer != "adamw" && optimizer != "sgd")
-    throw ArgumentError("--optimizer must be adamw or sgd, got '" + optimizer + "'");
   // The largest tensors (B*H*T*T probabilities, B*T*V logits) must have a byte count far from
   // int64's range.
   const double B = static_cast<double>(batch_size),
@@ -1125,7 +1123,7 @@ GptMemoryPrediction Replay::run() {
   std::vector<STensor> state;
   const bool lowp = spec_.param_dtype != DType::f32;
   const std::string sdt = dtype_str(spec_.param_dtype);
-  if (opt_.optimizer == "adamw") {
+  if (opt_.optimizer == OptimizerKind::adamw) {
     state.push_back(empty({flat}, spec_.param_dtype, "AdamW exp_avg " + sdt, MemCategory::optimizer_state));
     state.push_back(
         empty({flat}, spec_.param_dtype, "AdamW exp_avg_sq " + sdt, MemCategory::optimizer_state));

@@ -14,8 +14,6 @@
 #include "mixtrain/checkpoint/json_input.h"
 #include "mixtrain/checkpoint/load_model.h"
 #include "mixtrain/data/text_corpus.h"
-#include "mixtrain/optim/adamw.h"
-#include "mixtrain/optim/sgd.h"
 #include "mixtrain/train/trainer.h"
 
 namespace mixtrain {
@@ -35,12 +33,12 @@ nlohmann::json run_options(const TrainOptions& o, int64_t T, const TextCorpus& c
   nlohmann::json j;
   j["precision"] = std::string(precision_spec(o.precision).name);
   j["update_rounding"] = std::string(update_rounding_name(o.update_rounding));
-  j["optimizer"] = o.optimizer;
+  j["optimizer"] = std::string(optimizer_kind_name(o.optimizer));
   j["lr"] = num(o.lr);
   j["min_lr_ratio"] = num(o.min_lr_ratio);
   j["warmup"] = o.warmup;
   j["weight_decay"] = num(o.weight_decay);
-  if (o.optimizer == "adamw") {
+  if (o.optimizer == OptimizerKind::adamw) {
     j["beta1"] = num(o.beta1);
     j["beta2"] = num(o.beta2);
     j["eps"] = num(o.eps);
@@ -97,52 +95,41 @@ void CheckpointOptions::validate() const {
     throw ArgumentError("--resume and --init-from exclude each other (a checkpoint holds its own weights)");
 }
 
-TrainCheckpointing::TrainCheckpointing(const TrainOptions& opt, const GptConfig& cfg, int64_t T,
-                                       const TextCorpus& corpus)
-    : opt_(opt), cfg_(cfg), run_(run_options(opt, T, corpus)) {
+TrainCheckpointing::TrainCheckpointing(const TrainOptions& opt, Gpt& model, int64_t T, const TextCorpus& corpus)
+    : opt_(opt), model_(model), cfg_(model.config()), run_(run_options(opt, T, corpus)) {
   opt.checkpoint.validate();
 }
 
-TrainingState TrainCheckpointing::capture(int64_t step, TrainingRefs r) const {
+TrainingState TrainCheckpointing::capture(int64_t step, TrainingRun& r) const {
   TrainingState s;
   s.step = step;
   s.precision = std::string(precision_spec(opt_.precision).name);
   s.model = cfg_;
   s.run = run_;
-  const ParameterStore& store = r.model.params();
+  const ParameterStore& store = r.model().params();
   s.params = store.flat_params();
-  if (r.adamw) {
-    s.optimizer.kind = "adamw";
-    s.optimizer.steps = r.adamw->steps();
-    s.optimizer.exp_avg = r.adamw->exp_avg();
-    s.optimizer.exp_avg_sq = r.adamw->exp_avg_sq();
-    s.optimizer.compensation = r.adamw->compensation();
-  } else {
-    s.optimizer.kind = "sgd";
-    s.optimizer.steps = r.sgd->steps();
-    s.optimizer.momentum_buffer = r.sgd->momentum_buffer();
-    s.optimizer.compensation = r.sgd->compensation();
-  }
-  s.scaler = r.scaler.state();
-  s.counters.skipped_steps = r.summary.skipped_steps;
-  s.counters.overflows = r.summary.overflows;
-  s.counters.bad_in_a_row = r.bad_in_a_row;
-  s.counters.hit_min_scale = r.summary.hit_min_scale;
-  s.counters.last_loss = r.summary.final_train_loss;
+  s.optimizer = r.optimizer().state();
+  s.scaler = r.mp().scaler().state();
+  s.counters.skipped_steps = r.summary().skipped_steps;
+  s.counters.overflows = r.summary().overflows;
+  s.counters.bad_in_a_row = r.bad_in_a_row();
+  s.counters.hit_min_scale = r.summary().hit_min_scale;
+  s.counters.last_loss = r.summary().final_train_loss;
   s.rng = {{"seed", opt_.seed},
            {"data_position", step * opt_.grad_accum},
            {"stochastic_rounding_counter", s.optimizer.steps * store.flat_numel()}};
   return s;
 }
 
-bool TrainCheckpointing::after_step(int64_t step, TrainingRefs r) {
+bool TrainCheckpointing::should_stop(TrainingRun& r, const StepRecord& rec) {
+  const int64_t step = rec.step;
   const CheckpointOptions& c = opt_.checkpoint;
   const bool stop = c.stop_after > 0 && step == c.stop_after && step < opt_.steps;
   const bool due = step == opt_.steps || stop || (c.save_every > 0 && step % c.save_every == 0);
   if (!c.dir.empty() && due) {
     std::vector<CheckpointFile> files(2);
     files[0].name = kModelFile;
-    SafetensorsWriter w = gpt_safetensors_writer(r.model);
+    SafetensorsWriter w = gpt_safetensors_writer(model_);
     w.set_metadata("mixtrain_config", cfg_.to_json().dump());
     files[0].bytes = w.serialize();
     files[1].name = kStateFile;
@@ -156,10 +143,10 @@ bool TrainCheckpointing::after_step(int64_t step, TrainingRefs r) {
   return stop;
 }
 
-int64_t TrainCheckpointing::resume(TrainingRefs r) {
+void TrainCheckpointing::on_run_start(TrainingRun& r) {
   const int64_t start = restore(r);
   prepare_directory(start);
-  return start;
+  r.set_start_step(start);
 }
 
 void TrainCheckpointing::prepare_directory(int64_t start) const {
@@ -190,12 +177,12 @@ void TrainCheckpointing::prepare_directory(int64_t start) const {
   }
 }
 
-int64_t TrainCheckpointing::restore(TrainingRefs r) {
+int64_t TrainCheckpointing::restore(TrainingRun& r) {
   const std::string& path = opt_.checkpoint.resume;
   auto warn = [](const std::string& line) { std::fprintf(stderr, "mixtrain: warning: %s\n", line.c_str()); };
   if (path.empty()) {
     if (!opt_.checkpoint.init_from.empty()) {
-      const std::string from = load_gpt_weights_into(opt_.checkpoint.init_from, r.model, warn);
+      const std::string from = load_gpt_weights_into(opt_.checkpoint.init_from, model_, warn);
       if (!opt_.quiet) std::printf("initial weights from %s\n", from.c_str());
     }
     return 0;
@@ -226,38 +213,30 @@ int64_t TrainCheckpointing::restore(TrainingRefs r) {
     throw ArgumentError(where + "it is at step " + std::to_string(s.step) + ", past --steps " +
                         std::to_string(opt_.steps));
 
-  ParameterStore& store = r.model.params();
+  ParameterStore& store = r.model().params();
   const std::string bad = "checkpoint " + found->path + ": ";
   if (s.params.numel() != store.flat_numel())
     throw IoError(bad + "'params' has " + std::to_string(s.params.numel()) + " elements, the model " +
                   std::to_string(store.flat_numel()));
-  const bool kahan =
-      is_low_precision(store.flat_params().dtype()) && opt_.update_rounding == UpdateRounding::kahan;
-  if (s.optimizer.compensation.defined() != kahan)
-    throw IoError(
-        bad + (kahan ? "no Kahan compensation buffer for kahan rounding" : "unexpected compensation buffer"));
-  if (r.adamw) {
-    r.adamw->set_state(s.optimizer.steps, s.optimizer.exp_avg, s.optimizer.exp_avg_sq,
-                       s.optimizer.compensation);
-  } else {
-    if (s.optimizer.momentum_buffer.defined() != (opt_.momentum != 0.f))
-      throw IoError(bad + "momentum buffer does not match --momentum");
-    r.sgd->set_state(s.optimizer.steps, s.optimizer.momentum_buffer, s.optimizer.compensation);
+  try {
+    r.optimizer().restore(s.optimizer);
+  } catch (const ArgumentError& e) {
+    throw IoError(bad + "optimizer state: " + e.what());
   }
   try {
-    r.scaler.load_state(s.scaler);
+    r.mp().scaler().load_state(s.scaler);
   } catch (const ArgumentError& e) {
     throw IoError(bad + "loss scaler state: " + e.what());
   }
   Tensor flat = store.flat_params();  // shares the storage
   flat.copy_from(s.params);
   store.flat_params().storage()->bump_version();  // cached autocast copies are stale
-  r.summary.skipped_steps = s.counters.skipped_steps;
-  r.summary.overflows = s.counters.overflows;
-  r.summary.hit_min_scale = s.counters.hit_min_scale;
-  r.summary.final_train_loss = s.counters.last_loss;
-  r.summary.steps = s.step;
-  r.bad_in_a_row = s.counters.bad_in_a_row;
+  TrainSummary& sum = r.summary();
+  sum.skipped_steps = s.counters.skipped_steps;
+  sum.overflows = s.counters.overflows;
+  sum.hit_min_scale = s.counters.hit_min_scale;
+  sum.final_train_loss = s.counters.last_loss;
+  r.bad_in_a_row() = s.counters.bad_in_a_row;
   if (!opt_.quiet) {
     std::printf("resumed from %s at step %lld\n", found->path.c_str(), static_cast<long long>(s.step));
     std::fflush(stdout);

@@ -23,7 +23,7 @@ TrainingState sample_state(DType t = DType::f32, bool compensation = false) {
   s.model.n_layer = 1, s.model.n_head = 2, s.model.n_embd = 16, s.model.block_size = 16;
   s.run = {{"lr", 0.001}, {"seed", 7}};
   s.params = Tensor::randn({100}, t, 1);
-  s.optimizer.kind = "adamw";
+  s.optimizer.kind = OptimizerKind::adamw;
   s.optimizer.steps = 10;
   s.optimizer.exp_avg = Tensor::randn({100}, t, 2);
   s.optimizer.exp_avg_sq = Tensor::randn({100}, t, 3);
@@ -50,7 +50,7 @@ TEST(TrainingState, RoundTrip) {
     EXPECT_EQ(r.model.to_json(), s.model.to_json());
     EXPECT_EQ(r.run, s.run);
     EXPECT_EQ(r.rng, s.rng);
-    EXPECT_EQ(r.optimizer.kind, "adamw");
+    EXPECT_EQ(r.optimizer.kind, OptimizerKind::adamw);
     EXPECT_EQ(r.optimizer.steps, 10);
     EXPECT_TRUE(same(r.params, s.params));
     EXPECT_TRUE(same(r.optimizer.exp_avg, s.optimizer.exp_avg));
@@ -64,7 +64,7 @@ TEST(TrainingState, RoundTrip) {
   }
   TrainingState sgd = sample_state();
   sgd.optimizer = {};
-  sgd.optimizer.kind = "sgd";
+  sgd.optimizer.kind = OptimizerKind::sgd;
   sgd.optimizer.steps = 3;
   sgd.counters.last_loss = NAN;
   TrainingState r = decode_training_state(encode_training_state(sgd), "ts");

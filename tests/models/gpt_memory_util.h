@@ -64,7 +64,7 @@ inline Compared run(const Case& c) {
   o.batch_size = c.B;
   o.seq_len = c.T;
   o.checkpoint_activations = c.ckpt;
-  o.optimizer = c.optimizer;
+  o.optimizer = parse_optimizer_kind(c.optimizer);
   o.update_rounding = c.rounding;
   o.grad_accum = c.grad_accum;
   o.steps = 2;  // the second step is the steady state (working copy instead of cast weights)

@@ -24,17 +24,10 @@
 
 #include "mixtrain/amp/grad_scaler.h"
 #include "mixtrain/models/gpt.h"
+#include "mixtrain/optim/optimizer.h"
 #include "mixtrain/tensor/tensor.h"
 
 namespace mixtrain {
-
-struct OptimizerState {
-  std::string kind = "adamw";  // adamw | sgd
-  int64_t steps = 0;           // updates applied (AdamW's t; skipped steps do not count)
-  Tensor exp_avg, exp_avg_sq;  // adamw
-  Tensor momentum_buffer;      // sgd; undefined when momentum == 0
-  Tensor compensation;         // undefined unless 16-bit kahan rounding
-};
 
 struct TrainCounters {
   int64_t skipped_steps = 0;
@@ -50,7 +43,7 @@ struct TrainingState {
   GptConfig model;
   nlohmann::json run = nlohmann::json::object();  // trajectory-shaping options
   Tensor params;                                  // (flat_numel)
-  OptimizerState optimizer;
+  OptimizerState optimizer;                       // optim/optimizer.h
   GradScalerState scaler;
   TrainCounters counters;
   nlohmann::json rng = nlohmann::json::object();  // {seed, data_position, stochastic_rounding_counter}

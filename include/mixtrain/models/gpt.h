@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "mixtrain/models/model.h"
 #include "mixtrain/nn/layers.h"
 
 namespace mixtrain {
@@ -37,7 +38,7 @@ struct GptConfig {
   nlohmann::json to_json() const;
 };
 
-class Gpt {
+class Gpt final : public Model {
  public:
   // Declares and allocates every parameter (dtype for values, grad_dtype for gradients, the values
   // charged to param_category) and initialises them as GPT-2 does from `seed`.
@@ -45,30 +46,33 @@ class Gpt {
       MemCategory param_category = MemCategory::parameters);
 
   const GptConfig& config() const { return cfg_; }
-  ParameterStore& params() { return store_; }
-  const ParameterStore& params() const { return store_; }
+  std::string_view family() const override { return "gpt"; }
+  ParameterStore& params() override { return store_; }
+  const ParameterStore& params() const override { return store_; }
+  nlohmann::json config_json() const override { return cfg_.to_json(); }
 
-  struct Output {
-    autograd::Var logits;  // (B, T, V)
-    autograd::Var loss;    // scalar f32 (undefined without targets)
-  };
+  // logits (B, T, V); loss scalar f32 (undefined without targets).
+  using Output = ModelOutput;
   // idx, targets (B, T) i32. training enables dropout (seeded by dropout_seed).
   Output forward(const Tensor& idx, const Tensor* targets, bool training = false, uint64_t dropout_seed = 0);
+  // forward(batch.inputs, &batch.targets, training, dropout_seed).
+  ModelOutput forward_batch(const Batch& batch, bool training, uint64_t dropout_seed) override {
+    return forward(batch.inputs, &batch.targets, training, dropout_seed);
+  }
 
   // Activation checkpointing (autograd::checkpoint): each block keeps only its input for backward
   // and is recomputed there. Gradients are the same bit for bit; costs one more forward per block.
-  void set_activation_checkpointing(bool on) { checkpoint_blocks_ = on; }
+  void set_activation_checkpointing(bool on) override { checkpoint_blocks_ = on; }
   bool activation_checkpointing() const { return checkpoint_blocks_; }
 
   // GPT-2 initialisation: N(0, 0.02) for embeddings and Linear weights, N(0, 0.02/sqrt(2L)) for the
   // residual projections (attn.c_proj, mlp.c_proj), zero biases, unit layer-norm gains.
   void init_weights(uint64_t seed);
 
-  int64_t num_parameters() const { return store_.numel(); }
   // Training FLOPs per token: 6 * N (forward 2N + backward 4N for every parameter's multiply-add,
   // N excluding the position embedding, which is a lookup) + attention 12 * L * T * C
   // (QK^T and AV, forward and backward, causal mask not discounted) — PaLM appendix B's formula.
-  double flops_per_token(int64_t T) const;
+  double flops_per_token(int64_t T) const override;
 
  private:
   GptConfig cfg_;

@@ -19,6 +19,7 @@
 
 #include "mixtrain/amp/precision.h"
 #include "mixtrain/models/gpt.h"
+#include "mixtrain/optim/optimizer.h"
 #include "mixtrain/tensor/memory.h"
 
 namespace mixtrain {
@@ -29,7 +30,7 @@ struct GptMemoryOptions {
   int64_t batch_size = 16;
   int64_t seq_len = 0;  // 0: the model's block size
   bool checkpoint_activations = false;
-  std::string optimizer = "adamw";                           // adamw | sgd
+  OptimizerKind optimizer = OptimizerKind::adamw;                           // adamw | sgd
   float momentum = 0.9f;                                     // sgd: 0 keeps no momentum buffer
   UpdateRounding update_rounding = UpdateRounding::nearest;  // kahan: a compensation buffer (*-true)
   int64_t grad_accum = 1;

@@ -28,6 +28,7 @@
 #include "mixtrain/nn/parameters.h"
 #include "mixtrain/optim/flat_spans.h"
 #include "mixtrain/optim/lowp.h"
+#include "mixtrain/optim/optimizer.h"
 #include "mixtrain/optim/working_copy.h"
 #include "mixtrain/tensor/tensor.h"
 
@@ -83,7 +84,7 @@ void adamw_update_ref(fp16* p, const fp16* g, fp16* m, fp16* v, fp16* c, const s
 void adamw_update(fp16* p, const fp16* g, fp16* m, fp16* v, fp16* c, const std::vector<FlatSpan>& spans,
                   const AdamWScalars& s, const LowpWrite& w);
 
-class AdamW {
+class AdamW final : public Optimizer {
  public:
   // Allocates zeroed m and v for the store's layout (the store must be finalized) in the dtype of
   // its parameters: f32, or bf16 / f16 for the *-true modes (DTypeError for other dtypes); plus
@@ -98,19 +99,24 @@ class AdamW {
   // counter_rng(seed, k * flat_numel + i).
   // `working` (fp32 stores only; may be null): the 16-bit working copy to write in the same pass
   // (optim/working_copy.h).
-  void step(ParameterStore& store, float lr, Tensor* working = nullptr);
+  void step(ParameterStore& store, float lr, Tensor* working = nullptr) override;
   void step(ParameterStore& store) { step(store, config_.lr); }
 
+  OptimizerKind kind() const override { return OptimizerKind::adamw; }
   const AdamWConfig& config() const { return config_; }
-  int64_t steps() const { return steps_; }        // updates done so far (t of the last update)
-  DType param_dtype() const { return dtype_; }    // f32, bf16 or f16: also the state's dtype
+  int64_t steps() const override { return steps_; }  // updates done so far (t of the last update)
+  DType param_dtype() const override { return dtype_; }  // f32, bf16 or f16: also the state's dtype
   const Tensor& exp_avg() const { return m_; }    // (flat_numel) param_dtype(), m
   const Tensor& exp_avg_sq() const { return v_; } // (flat_numel) param_dtype(), v
   // (flat_numel) param_dtype() Kahan compensation; undefined unless 16-bit with kahan rounding.
   const Tensor& compensation() const { return c_; }
   // Bytes of optimizer state: m and v (8 per element in f32, 4 in 16 bits) plus the compensation
   // (2 per element, kahan only).
-  int64_t state_bytes() const;
+  int64_t state_bytes() const override;
+  // exp_avg, exp_avg_sq and compensation (shared); restore() checks the kind and that a Kahan
+  // compensation is present exactly when this optimizer keeps one, then calls set_state().
+  OptimizerState state() const override;
+  void restore(const OptimizerState& s) override;
   // Checkpoint restore: copies the moments in and sets the step count. exp_avg and exp_avg_sq
   // must have shape (flat_numel) (ShapeError) and any float dtype (values are cast to
   // param_dtype(), rounding to nearest). The Kahan compensation is copied from `compensation`

@@ -22,6 +22,7 @@
 #include "mixtrain/nn/parameters.h"
 #include "mixtrain/optim/flat_spans.h"
 #include "mixtrain/optim/lowp.h"
+#include "mixtrain/optim/optimizer.h"
 #include "mixtrain/optim/working_copy.h"
 #include "mixtrain/tensor/tensor.h"
 
@@ -74,7 +75,7 @@ void sgd_update_ref(fp16* p, const fp16* g, fp16* buf, fp16* c, const std::vecto
 void sgd_update(fp16* p, const fp16* g, fp16* buf, fp16* c, const std::vector<FlatSpan>& spans, const SgdScalars& s,
                 const LowpWrite& w);
 
-class SGD {
+class SGD final : public Optimizer {
  public:
   // The momentum buffer (momentum != 0 only) and, for 16-bit parameters with kahan rounding, the
   // compensation buffer are allocated zeroed in the store's parameter dtype (f32, bf16 or f16;
@@ -86,19 +87,24 @@ class SGD {
   // Stochastic rounding: element i of update k (k = steps() before the call) draws
   // counter_rng(seed, k * flat_numel + i).
   // `working` (fp32 stores only; may be null): the 16-bit working copy to write in the same pass.
-  void step(ParameterStore& store, float lr, Tensor* working = nullptr);
+  void step(ParameterStore& store, float lr, Tensor* working = nullptr) override;
   void step(ParameterStore& store) { step(store, config_.lr); }
 
+  OptimizerKind kind() const override { return OptimizerKind::sgd; }
   const SgdConfig& config() const { return config_; }
-  int64_t steps() const { return steps_; }
-  DType param_dtype() const { return dtype_; }  // f32, bf16 or f16: also the state's dtype
+  int64_t steps() const override { return steps_; }
+  DType param_dtype() const override { return dtype_; }  // f32, bf16 or f16: also the state's dtype
   // (flat_numel) param_dtype(); undefined when momentum == 0 (torch keeps no buffer either).
   const Tensor& momentum_buffer() const { return buf_; }
   // (flat_numel) param_dtype() Kahan compensation; undefined unless 16-bit with kahan rounding.
   const Tensor& compensation() const { return c_; }
   // Bytes of optimizer state: the momentum buffer (4 or 2 per element, momentum != 0 only) plus
   // the compensation (2 per element, kahan only).
-  int64_t state_bytes() const;
+  int64_t state_bytes() const override;
+  // momentum_buffer and compensation (shared); restore() checks the kind and that the momentum
+  // buffer and the Kahan compensation are present exactly when this optimizer keeps them.
+  OptimizerState state() const override;
+  void restore(const OptimizerState& s) override;
   // Checkpoint restore; momentum_buffer must be (flat_numel) when momentum != 0 (ShapeError),
   // and is ignored otherwise. The compensation is copied when given, and reset to zero otherwise.
   void set_state(int64_t steps, const Tensor& momentum_buffer, const Tensor& compensation = {});

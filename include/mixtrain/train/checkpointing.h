@@ -1,5 +1,6 @@
-// The trainer's checkpoints: --save-every / --checkpoint-dir / --keep / --resume / --stop-after.
-// Kept out of trainer.cpp so the loop only calls resume() once and after_step() per step.
+// The trainer's checkpoints: --save-every / --checkpoint-dir / --keep / --resume / --stop-after,
+// as a hook on the TrainingRun (train/training_run.h): it restores when the run starts and saves
+// (or stops the run) after each step.
 //
 // A checkpoint (checkpoint/checkpoint_dir.h) holds model.safetensors (checkpoint/gpt_weights.h:
 // the weights in Hugging Face's GPT-2 layout) and train_state.safetensors
@@ -11,14 +12,11 @@
 
 #include "mixtrain/checkpoint/checkpoint_dir.h"
 #include "mixtrain/checkpoint/training_state.h"
+#include "mixtrain/train/training_run.h"
 
 namespace mixtrain {
 
 struct TrainOptions;
-struct TrainSummary;
-class AdamW;
-class SGD;
-class GradScaler;
 class TextCorpus;
 
 struct CheckpointOptions {
@@ -31,37 +29,30 @@ struct CheckpointOptions {
   void validate() const;   // ArgumentError
 };
 
-// The live objects a checkpoint captures.
-struct TrainingRefs {
-  Gpt& model;
-  AdamW* adamw;  // exactly one of adamw / sgd
-  SGD* sgd;
-  GradScaler& scaler;
-  TrainSummary& summary;  // skipped_steps, overflows, hit_min_scale, final_train_loss
-  int64_t& bad_in_a_row;
-};
-
-class TrainCheckpointing {
+class TrainCheckpointing final : public TrainingHook {
  public:
-  // T: the sequence length in use; corpus: the training data (its checksum is part of the run).
-  TrainCheckpointing(const TrainOptions& opt, const GptConfig& cfg, int64_t T, const TextCorpus& corpus);
+  // model: the run's model (its weights go to model.safetensors in GPT-2's layout); T: the
+  // sequence length in use; corpus: the training data (its checksum is part of the run).
+  TrainCheckpointing(const TrainOptions& opt, Gpt& model, int64_t T, const TextCorpus& corpus);
 
-  // With --resume: loads the checkpoint into the live objects and returns its step (0 without
-  // --resume, or when the directory holds no checkpoint yet). With --init-from: loads the
-  // weights only and returns 0. Then keeps "the newest checkpoint in --checkpoint-dir is this
-  // run's": a run without --resume refuses a directory that already holds checkpoints
-  // (ArgumentError), a resumed one moves those newer than its step to abandoned-step-NNNNNN/. ArgumentError
-  // when the checkpoint was made with different trajectory-shaping options (naming the first difference).
-  int64_t resume(TrainingRefs refs);
-  // After step `step` is complete and logged: saves when due. Returns true when the run must
-  // stop here (--stop-after).
-  bool after_step(int64_t step, TrainingRefs refs);
+  // With --resume: loads the checkpoint into the run (weights, optimizer, scaler, counters) and
+  // starts it after the checkpoint's step (from 0 without --resume, or when the directory holds
+  // no checkpoint yet). With --init-from: loads the weights only. Then keeps "the newest
+  // checkpoint in --checkpoint-dir is this run's": a run without --resume refuses a directory
+  // that already holds checkpoints (ArgumentError), a resumed one moves those newer than its step
+  // to abandoned-step-NNNNNN/. ArgumentError when the checkpoint was made with different
+  // trajectory-shaping options (naming the first difference).
+  void on_run_start(TrainingRun& run) override;
+  // After a step is complete and logged: saves when due. True when the run must stop here
+  // (--stop-after).
+  bool should_stop(TrainingRun& run, const StepRecord& r) override;
 
  private:
-  int64_t restore(TrainingRefs refs);
+  int64_t restore(TrainingRun& run);
   void prepare_directory(int64_t start) const;
-  TrainingState capture(int64_t step, TrainingRefs refs) const;
+  TrainingState capture(int64_t step, TrainingRun& run) const;
   const TrainOptions& opt_;
+  Gpt& model_;
   GptConfig cfg_;
   nlohmann::json run_;  // the options compared on resume
 };

@@ -1,5 +1,6 @@
-// The training loop: data -> forward -> loss -> backward -> clip -> optimizer step, with
-// evaluation, per-step JSON logs and a summary. Used by `mixtrain train` and by the C++ API.
+// `mixtrain train` as a function: builds the GPT, the optimizer, the precision mode and the data
+// from TrainOptions, attaches the hooks the options ask for (step log, progress, fault injection,
+// checkpoints, profiling) to a TrainingRun (train/training_run.h, the loop itself) and runs it.
 #pragma once
 #include <array>
 #include <cstdint>
@@ -12,7 +13,9 @@
 #include "mixtrain/core/profiler.h"
 #include "mixtrain/models/gpt.h"
 #include "mixtrain/models/gpt_memory.h"
+#include "mixtrain/optim/optimizer.h"
 #include "mixtrain/train/checkpointing.h"
+#include "mixtrain/train/training_run.h"
 
 namespace mixtrain {
 
@@ -30,7 +33,7 @@ struct TrainOptions {
   float beta2 = 0.99f;
   float eps = 1e-8f;
   float grad_clip = 1.0f;          // 0 disables
-  std::string optimizer = "adamw"; // adamw | sgd
+  OptimizerKind optimizer = OptimizerKind::adamw;
   float momentum = 0.9f;           // sgd
   uint64_t seed = 1337;
   int64_t eval_every = 0;          // 0: only at the end
@@ -65,39 +68,6 @@ struct TrainOptions {
   void validate() const;           // throws ArgumentError
 };
 
-struct TrainSummary {
-  int64_t steps = 0;
-  double final_train_loss = 0;
-  double val_loss = 0;
-  double unigram_baseline = 0;     // the validation loss of a byte-frequency model
-  double tokens_per_s = 0;
-  double model_flops_per_s = 0;
-  double gemm_flops_per_s = 0;     // measured on this machine for the model's dtype
-  double mfu = 0;
-  int64_t parameters = 0;
-  double elapsed_s = 0;
-  std::string precision = "32-true";
-  int64_t skipped_steps = 0;       // optimizer steps not applied (non-finite gradients or loss)
-  int64_t overflows = 0;           // steps whose gradients held inf/NaN
-  bool diverged = false;
-  double final_loss_scale = 1.0;
-  bool hit_min_scale = false;      // the loss scale was clamped at --min-scale at least once
-  // With TrainOptions::profile: the profiled (steady-state) steps only.
-  int64_t profiled_steps = 0;
-  double profiled_seconds = 0;                 // their total step time
-  std::array<double, kNumWorkKinds> breakdown{};  // seconds per kind of work over them
-  int64_t profiled_system_allocations = 0;     // blocks taken from the system during them
-  nlohmann::ordered_json to_json() const;
-};
-
-// The loss stayed non-finite for max_bad_steps steps in a row: the run stops; the step log up to
-// there is kept, and the summary (with diverged = true) travels in the exception.
-class DivergedError : public Error {
- public:
-  DivergedError(int64_t step, double loss, int64_t bad_steps, TrainSummary summary);
-  int64_t step;
-  TrainSummary summary;
-};
 // Exit code of `mixtrain train` for a diverged run (bad input is 2).
 constexpr int kExitDiverged = 3;
 

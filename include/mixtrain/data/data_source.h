@@ -1,0 +1,57 @@
+// Where a training run gets its batches: the interface the engine (train/training_run.h) reads,
+// and LmWindows, the language-model windows of a TextCorpus. A classification data set
+// (labelled sequences) implements the same interface.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "mixtrain/data/text_corpus.h"
+#include "mixtrain/tensor/tensor.h"
+
+namespace mixtrain {
+
+// One batch. For language modelling: inputs and targets (B, T) i32 (targets -1 are ignored by the
+// loss). Tensors are reused from call to call when their shape fits.
+struct Batch {
+  Tensor inputs;      // (B, T) i32 token ids
+  Tensor targets;     // (B, T) i32 next tokens
+  int64_t rows = 0;   // rows that hold real data (an evaluation batch may be padded)
+};
+
+class DataSource {
+ public:
+  virtual ~DataSource() = default;
+  // The training batch at stream position `position` (from 1): a function of the seed and the
+  // position only, so a resumed run reads the batches an uninterrupted one would.
+  virtual void train_batch(int64_t position, Batch& out) const = 0;
+  // The fixed evaluation batches, [0, num_eval_batches()).
+  virtual int64_t num_eval_batches() const = 0;
+  virtual void eval_batch(int64_t index, Batch& out) const = 0;
+  virtual int64_t batch_size() const = 0;       // B
+  virtual int64_t sequence_length() const = 0;  // T
+  // The loss of a model that ignores the context (the unigram entropy for text): a trained model
+  // must beat it.
+  virtual double baseline_loss() const = 0;
+};
+
+// Random training windows and fixed validation windows of a byte-level text corpus
+// (TextCorpus::train_batch / val_batch). The corpus must outlive it.
+class LmWindows final : public DataSource {
+ public:
+  // ArgumentError unless batch_size >= 1 and the corpus holds windows of seq_len + 1 bytes.
+  LmWindows(const TextCorpus& corpus, int64_t batch_size, int64_t seq_len, uint64_t seed);
+  void train_batch(int64_t position, Batch& out) const override;
+  int64_t num_eval_batches() const override;
+  void eval_batch(int64_t index, Batch& out) const override;
+  int64_t batch_size() const override { return B_; }
+  int64_t sequence_length() const override { return T_; }
+  double baseline_loss() const override { return corpus_.unigram_entropy(); }
+  const TextCorpus& corpus() const { return corpus_; }
+
+ private:
+  const TextCorpus& corpus_;
+  int64_t B_, T_;
+  uint64_t seed_;
+};
+
+}  // namespace mixtrain

@@ -1,0 +1,71 @@
+// The optimizer interface the training engine drives: one step over a flat parameter arena, the
+// state it keeps (tensors and bytes) and its save / restore for checkpoints. AdamW and SGD
+// implement it (optim/adamw.h, optim/sgd.h); make_optimizer() builds one from an OptimizerKind
+// and one OptimizerConfig, so no caller compares optimizer names.
+//
+//   std::unique_ptr<Optimizer> opt = make_optimizer(store, {.kind = OptimizerKind::sgd, .momentum = 0.9f});
+//   mp.step(*opt, store, lr, max_norm);   // amp/mixed_precision.h
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string_view>
+
+#include "mixtrain/amp/precision.h"
+#include "mixtrain/nn/parameters.h"
+#include "mixtrain/tensor/tensor.h"
+
+namespace mixtrain {
+
+enum class OptimizerKind : uint8_t { adamw, sgd };
+// "adamw" | "sgd"; ArgumentError "unknown optimizer 'x' (valid: adamw, sgd)".
+OptimizerKind parse_optimizer_kind(std::string_view s);
+std::string_view optimizer_kind_name(OptimizerKind k);
+
+// The hyper-parameters of every optimizer; each reads its own (AdamW: betas, eps; SGD: momentum,
+// dampening, nesterov), both read lr, weight_decay, rounding and seed.
+struct OptimizerConfig {
+  OptimizerKind kind = OptimizerKind::adamw;
+  float lr = 1e-3f;
+  float weight_decay = 1e-2f;
+  float beta1 = 0.9f;     // adamw
+  float beta2 = 0.999f;   // adamw
+  float eps = 1e-8f;      // adamw
+  float momentum = 0.f;   // sgd
+  float dampening = 0.f;  // sgd
+  bool nesterov = false;  // sgd
+  // 16-bit stores only: how the new parameter is rounded back, and the stochastic-rounding stream.
+  UpdateRounding rounding = UpdateRounding::nearest;
+  uint64_t seed = 0;
+};
+
+// What a checkpoint keeps of an optimizer (checkpoint/training_state.h stores it).
+struct OptimizerState {
+  OptimizerKind kind = OptimizerKind::adamw;
+  int64_t steps = 0;           // updates applied (AdamW's t; skipped steps do not count)
+  Tensor exp_avg, exp_avg_sq;  // adamw
+  Tensor momentum_buffer;      // sgd; undefined when momentum == 0
+  Tensor compensation;         // undefined unless 16-bit kahan rounding
+};
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  virtual OptimizerKind kind() const = 0;
+  // One update with learning rate lr, then bumps the parameters' storage version. `working`
+  // (fp32 stores only; may be null): the 16-bit working copy to write in the same pass
+  // (optim/working_copy.h).
+  virtual void step(ParameterStore& store, float lr, Tensor* working = nullptr) = 0;
+  virtual int64_t steps() const = 0;         // updates done so far
+  virtual DType param_dtype() const = 0;     // f32, bf16 or f16: also the state's dtype
+  virtual int64_t state_bytes() const = 0;   // bytes of optimizer state
+  // Checkpoints: the state as it is now (tensors shared, not copied), and its restore. restore()
+  // throws ArgumentError naming what does not fit (another optimizer's state, a missing or
+  // unexpected buffer) and ShapeError for a wrong length; values are cast to param_dtype().
+  virtual OptimizerState state() const = 0;
+  virtual void restore(const OptimizerState& s) = 0;
+};
+
+// AdamW or SGD for this store's layout and dtype (ArgumentError for invalid hyper-parameters).
+std::unique_ptr<Optimizer> make_optimizer(const ParameterStore& store, const OptimizerConfig& config);
+
+}  // namespace mixtrain

@@ -1,0 +1,69 @@
+// The hooks `mixtrain train` attaches to its TrainingRun (train/training_run.h): the JSONL step
+// log, the progress output, fault injection and the step-time profile. Checkpoints are a hook
+// too (train/checkpointing.h).
+#pragma once
+#include <cstdint>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mixtrain/train/training_run.h"
+
+namespace mixtrain {
+
+// One JSON line per step, each written and flushed whole, so a run that stops keeps every
+// completed step: {"step", "loss", "lr", "grad_norm", "tokens_per_s", "elapsed_s", "loss_scale",
+// "skipped", "found_inf", "overflows"} plus "val_loss" after an evaluation, or "error" and
+// "diverged" on the step that ended the run. A resumed run keeps the log's lines up to its start
+// step and appends.
+class StepLogHook final : public TrainingHook {
+ public:
+  explicit StepLogHook(std::string path) : path_(std::move(path)) {}
+  void on_run_start(TrainingRun& run) override;
+  void on_step_end(TrainingRun& run, const StepRecord& r) override;
+
+ private:
+  std::string path_;
+  std::unique_ptr<std::ofstream> f_;
+};
+
+// Plain-text progress on stdout: a bar redrawn in place on a terminal, one line every
+// `every` steps otherwise (logs, CI); intermediate evaluations and skipped steps get a line.
+class ProgressHook final : public TrainingHook {
+ public:
+  ProgressHook(int64_t every, bool quiet);
+  void on_step_end(TrainingRun& run, const StepRecord& r) override;
+
+ private:
+  void line(const std::string& text) const;
+  int64_t every_;
+  bool quiet_, tty_;
+};
+
+// After backward at the listed optimizer steps (from 1), the first gradient element becomes inf
+// (NaN at every second listed step): the step must be skipped, never applied.
+class FaultInjectionHook final : public TrainingHook {
+ public:
+  explicit FaultInjectionHook(std::vector<int64_t> steps) : steps_(std::move(steps)) {}
+  void after_backward(TrainingRun& run, int64_t step) override;
+
+ private:
+  std::vector<int64_t> steps_;
+};
+
+// The step-time breakdown (core/profiler.h) over the steps after the first `warmup` ones (which
+// create GEMM primitives and fill the allocator's cache), into the summary's profiled_* fields.
+class ProfileHook final : public TrainingHook {
+ public:
+  explicit ProfileHook(int64_t warmup) : warmup_(warmup) {}
+  void on_step_begin(TrainingRun& run, int64_t step) override;
+  void after_update(TrainingRun& run, const StepRecord& r) override;
+
+ private:
+  bool profiled(const TrainingRun& run, int64_t step) const { return step > run.start_step() + warmup_; }
+  int64_t warmup_;
+  int64_t allocations_before_ = 0;
+};
+
+}  // namespace mixtrain

@@ -1,0 +1,109 @@
+// The hooks of `mixtrain train` (train/run_hooks.h).
+#include "mixtrain/train/run_hooks.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+
+#include "mixtrain/kernels/ops.h"
+#include "mixtrain/tensor/allocator.h"
+#include "mixtrain/train/checkpointing.h"
+
+namespace mixtrain {
+namespace {
+nlohmann::ordered_json finite_or_null(double v) {
+  return std::isfinite(v) ? nlohmann::ordered_json(v) : nlohmann::ordered_json();
+}
+std::string number_or_null(double v) { return std::isfinite(v) ? std::to_string(v) : "null"; }
+}  // namespace
+
+void StepLogHook::on_run_start(TrainingRun& run) {
+  if (path_.empty()) return;
+  const int64_t start = run.start_step();
+  if (start > 0) trim_step_log(path_, start);
+  f_ = std::make_unique<std::ofstream>(path_, start > 0 ? std::ios::app : std::ios::trunc);
+  if (!*f_) throw IoError("cannot write log " + path_);
+}
+
+void StepLogHook::on_step_end(TrainingRun& run, const StepRecord& r) {
+  if (!f_) return;
+  nlohmann::ordered_json j;
+  j["step"] = r.step;
+  j["loss"] = finite_or_null(r.loss);
+  j["lr"] = r.lr;
+  j["grad_norm"] = finite_or_null(r.grad_norm);
+  j["tokens_per_s"] = r.tokens_per_s;
+  j["elapsed_s"] = r.elapsed_s;
+  j["loss_scale"] = r.loss_scale;
+  j["skipped"] = r.skipped;
+  j["found_inf"] = r.found_inf;
+  j["overflows"] = run.summary().overflows;
+  if (r.diverged) {
+    j["error"] = "non-finite loss";
+    j["diverged"] = true;
+  }
+  if (r.evaluated) j["val_loss"] = r.val_loss;
+  *f_ << j.dump() << '\n';
+  f_->flush();
+}
+
+ProgressHook::ProgressHook(int64_t every, bool quiet) : every_(every), quiet_(quiet), tty_(isatty(1)) {}
+
+void ProgressHook::line(const std::string& text) const {
+  if (quiet_) return;
+  if (tty_) std::printf("\n");
+  std::printf("%s\n", text.c_str());
+  std::fflush(stdout);
+}
+
+void ProgressHook::on_step_end(TrainingRun& run, const StepRecord& r) {
+  if (quiet_ || r.diverged) return;
+  const int64_t s = r.step, total = run.config().steps;
+  if (r.evaluated && s != total) line("step " + std::to_string(s) + " val_loss " + number_or_null(r.val_loss));
+  if (tty_) {
+    const int width = 30;
+    const int filled = static_cast<int>(width * s / total);
+    std::printf("\r[%.*s%*s] %lld/%lld loss %.4f  %.0f tok/s  lr %.2e ", filled, "##############################",
+                width - filled, "", static_cast<long long>(s), static_cast<long long>(total), r.loss, r.tokens_per_s,
+                static_cast<double>(r.lr));
+    if (s == total) std::printf("\n");
+    std::fflush(stdout);
+  } else if (s == 1 || s % every_ == 0 || s == total) {
+    std::printf("step %lld/%lld loss %.4f tok/s %.0f lr %.3e\n", static_cast<long long>(s),
+                static_cast<long long>(total), r.loss, r.tokens_per_s, static_cast<double>(r.lr));
+    std::fflush(stdout);
+  }
+  if (r.skipped)
+    line("step " + std::to_string(s) + ": non-finite gradients, step skipped (loss scale " +
+         std::to_string(r.loss_scale) + ")");
+}
+
+void FaultInjectionHook::after_backward(TrainingRun& run, int64_t step) {
+  const auto it = std::find(steps_.begin(), steps_.end(), step);
+  if (it == steps_.end()) return;
+  const double bad = (it - steps_.begin()) % 2 == 0 ? INFINITY : NAN;
+  Tensor grads = run.model().params().flat_grads();
+  store_from_f64(grads.raw_data(), grads.dtype(), 0, bad);
+}
+
+void ProfileHook::on_step_begin(TrainingRun& run, int64_t step) {
+  if (!profiled(run, step)) return;
+  if (run.summary().profiled_steps == 0) {
+    Profiler::reset();
+    allocations_before_ = cpu_allocator_stats().system_allocations;
+  }
+  Profiler::set_enabled(true);
+}
+
+void ProfileHook::after_update(TrainingRun& run, const StepRecord& r) {
+  if (!profiled(run, r.step)) return;
+  Profiler::set_enabled(false);
+  TrainSummary& sum = run.summary();
+  ++sum.profiled_steps;
+  sum.profiled_seconds += r.seconds;
+  sum.breakdown = Profiler::seconds();
+  sum.profiled_system_allocations = cpu_allocator_stats().system_allocations - allocations_before_;
+}
+
+}  // namespace mixtrain
