@@ -36,20 +36,4 @@ PrecisionMode parse_precision(std::string_view s) {
                       "' (valid: 32-true, 16-mixed, bf16-mixed, 16-true, bf16-true)");
 }
 
-UpdateRounding parse_update_rounding(std::string_view s) {
-  if (s == "nearest") return UpdateRounding::nearest;
-  if (s == "stochastic") return UpdateRounding::stochastic;
-  if (s == "kahan") return UpdateRounding::kahan;
-  throw ArgumentError("unknown update rounding '" + std::string(s) + "' (valid: nearest, stochastic, kahan)");
-}
-
-std::string_view update_rounding_name(UpdateRounding r) {
-  switch (r) {
-    case UpdateRounding::nearest: return "nearest";
-    case UpdateRounding::stochastic: return "stochastic";
-    case UpdateRounding::kahan: return "kahan";
-  }
-  return "?";
-}
-
 }  // namespace mixtrain

@@ -1,20 +1,13 @@
-// AdamW: config checks, the per-step scalars, the fp32 reference and fast kernels, and the class
-// (which picks the fp32 or the 16-bit kernels, adamw_lowp.cpp, by the store's dtype). The fast
-// kernel (SSE2, 4 lanes, OpenMP over fixed pieces; optim/adamw_kernel.h) does the same IEEE
-// operations in the same order as the reference, so it is bit-identical. Explicit intrinsics
-// rather than auto-vectorisation because std::sqrt only vectorises under -fno-math-errno, which
-// the library does not set. AdamW moves 28 bytes per element for a dozen flops: memory-bound, so
-// 4 lanes keep up with the memory system and wider vectors would buy little.
+// AdamW: config checks, the per-step scalars, and the class, which runs the update through the
+// backend (Backend::adamw_update; the kernels are src/kernels/cpu/adamw_cpu.cpp).
 #include "mixtrain/optim/adamw.h"
 
 #include <cmath>
 #include <string>
 
-#include "mixtrain/core/cpu_features.h"
-#include "optim/adamw_kernel.h"
-#include "optim/lowp_kernel.h"
-#include "optim/optim_util.h"
 #include "mixtrain/core/profiler.h"
+#include "mixtrain/kernels/backend.h"
+#include "optim/optim_util.h"
 
 namespace mixtrain {
 
@@ -49,26 +42,6 @@ AdamWScalars adamw_scalars(const AdamWConfig& c, float lr, int64_t step) {
   return s;
 }
 
-void adamw_update_ref(float* p, const float* g, float* m, float* v, const std::vector<FlatSpan>& spans,
-                      const AdamWScalars& s, const WorkingCopyOut& working) {
-  const bool small_w = optim_detail::lerp_weight_small(s.beta1_weight);
-  for (const FlatSpan& sp : spans) {
-    const int64_t o = sp.offset;
-    optim_detail::adamw_span_ref_f32(p + o, g + o, m + o, v + o, sp.numel, sp.decay, small_w, s);
-    write_working_copy(p, working, o, sp.numel);
-  }
-}
-
-void adamw_update(float* p, const float* g, float* m, float* v, const std::vector<FlatSpan>& spans,
-                  const AdamWScalars& s, const WorkingCopyOut& working) {
-  const bool small_w = optim_detail::lerp_weight_small(s.beta1_weight);
-  optim_detail::for_each_piece(spans, [&](const FlatSpan& sp) {
-    const int64_t o = sp.offset;
-    optim_detail::adamw_span_fast_f32(p + o, g + o, m + o, v + o, sp.numel, sp.decay, small_w, s);
-    write_working_copy(p, working, o, sp.numel);  // the piece is still in cache
-  });
-}
-
 AdamW::AdamW(const ParameterStore& store, AdamWConfig config) : config_(config) {
   validate(config_);
   if (!store.finalized()) throw ArgumentError("AdamW: the parameter store is not finalized");
@@ -81,21 +54,6 @@ AdamW::AdamW(const ParameterStore& store, AdamWConfig config) : config_(config) 
     c_ = Tensor::zeros({flat_numel_}, dtype_, MemCategory::optimizer_state);
 }
 
-namespace {
-// The 16-bit step for storage type T.
-template <class T>
-void adamw_step_lowp(ParameterStore& store, const Tensor& m, const Tensor& v, const Tensor& c,
-                     const std::vector<FlatSpan>& spans, const AdamWScalars& s, const LowpWrite& w) {
-  T* p = store.flat_params().data<T>();
-  const T* g = store.flat_grads().data<T>();
-  T* cc = c.defined() ? c.data<T>() : nullptr;
-  if (force_reference())
-    adamw_update_ref(p, g, m.data<T>(), v.data<T>(), cc, spans, s, w);
-  else
-    adamw_update(p, g, m.data<T>(), v.data<T>(), cc, spans, s, w);
-}
-}  // namespace
-
 void AdamW::step(ParameterStore& store, float lr, Tensor* working) {
   ProfileScope prof(WorkKind::optimizer);
   optim_detail::check_nonneg("AdamW::step", "lr", lr);
@@ -104,20 +62,9 @@ void AdamW::step(ParameterStore& store, float lr, Tensor* working) {
   if (w && dtype_ != DType::f32) throw ArgumentError("AdamW::step: a working copy is for fp32 master weights");
   const int64_t t = steps_ + 1;
   const AdamWScalars s = adamw_scalars(config_, lr, t);
-  if (dtype_ == DType::f32) {
-    float* p = store.flat_params().data<float>();
-    const float* g = store.flat_grads().data<float>();
-    if (force_reference())
-      adamw_update_ref(p, g, m_.data<float>(), v_.data<float>(), spans_, s, w);
-    else
-      adamw_update(p, g, m_.data<float>(), v_.data<float>(), spans_, s, w);
-  } else {
-    const LowpWrite lw{config_.rounding, config_.seed, uint64_t(steps_) * uint64_t(flat_numel_)};
-    if (dtype_ == DType::bf16)
-      adamw_step_lowp<bf16>(store, m_, v_, c_, spans_, s, lw);
-    else
-      adamw_step_lowp<fp16>(store, m_, v_, c_, spans_, s, lw);
-  }
+  const LowpWrite lw{config_.rounding, config_.seed, uint64_t(steps_) * uint64_t(flat_numel_)};
+  Tensor p = store.flat_params();
+  backend_for(p.device()).adamw_update(p, store.flat_grads(), m_, v_, c_, spans_, s, lw, w);
   store.flat_params().storage()->bump_version();  // cached casts of the old weights are stale now
   steps_ = t;
 }

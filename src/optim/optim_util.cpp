@@ -3,7 +3,7 @@
 
 #include <cstdio>
 
-#include "optim/lowp_kernel.h"
+#include <cmath>
 
 namespace mixtrain::optim_detail {
 
@@ -38,11 +38,6 @@ void check_rounding(const char* op, UpdateRounding r) {
   if (r != UpdateRounding::nearest && r != UpdateRounding::stochastic && r != UpdateRounding::kahan)
     throw ArgumentError(std::string(op) + ": rounding must be nearest, stochastic or kahan, got " +
                         std::to_string(int(r)));
-}
-
-void check_lowp_write(const void* c, const LowpWrite& w, const char* op) {
-  if (w.rounding == UpdateRounding::kahan && c == nullptr)
-    throw ArgumentError(std::string(op) + ": kahan rounding needs a compensation buffer");
 }
 
 void check_nonneg(const char* op, const char* what, double value) {

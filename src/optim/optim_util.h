@@ -1,18 +1,14 @@
-// Shared checks and the OpenMP work split of the flat optimizers (private to src/optim).
+// Shared checks of the flat optimizers (private to src/optim).
 #pragma once
 #include <cmath>
 #include <string>
 #include <vector>
 
-#include "mixtrain/amp/precision.h"
+#include "mixtrain/kernels/optimizer_kernels.h"
 #include "mixtrain/nn/parameters.h"
 #include "mixtrain/optim/flat_spans.h"
 
 namespace mixtrain::optim_detail {
-
-// Work items of at most this many elements: big enough to amortise the loop set-up, small enough
-// that a static schedule balances a few large matrices against many small vectors.
-constexpr int64_t kPieceNumel = 16384;
 
 // Throws unless the store is finalized with the layout (flat_numel) the optimizer was built for
 // (ArgumentError), parameters of param_dtype and gradients of the same dtype (DTypeError): f32 /

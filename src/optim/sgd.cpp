@@ -1,17 +1,13 @@
-// SGD with momentum: config checks, the fp32 scalar reference and OpenMP kernels, and the class
-// (which picks the fp32 or the 16-bit kernels, sgd_lowp.cpp, by the store's dtype). The element
-// loop (optim/sgd_kernel.h) is one template per (decay, mode, nesterov), so each inner loop is
-// branch-free and auto-vectorises (no sqrt or division here, unlike AdamW).
+// SGD with momentum: config checks and the class, which runs the update through the backend
+// (Backend::sgd_update; the kernels are src/kernels/cpu/sgd_cpu.cpp).
 #include "mixtrain/optim/sgd.h"
 
 #include <cmath>
 #include <string>
 
-#include "mixtrain/core/cpu_features.h"
-#include "optim/lowp_kernel.h"
-#include "optim/optim_util.h"
-#include "optim/sgd_kernel.h"
 #include "mixtrain/core/profiler.h"
+#include "mixtrain/kernels/backend.h"
+#include "optim/optim_util.h"
 
 namespace mixtrain {
 
@@ -26,25 +22,6 @@ void validate(const SgdConfig& c) {
   optim_detail::check_rounding("SGD", c.rounding);
 }
 
-namespace {
-void sgd_one_span(float* p, const float* g, float* buf, const FlatSpan& sp, const SgdScalars& s,
-                  const WorkingCopyOut& working) {
-  const int64_t o = sp.offset;
-  optim_detail::sgd_span_f32(p + o, g + o, buf ? buf + o : nullptr, sp.numel, sp.decay, s);
-  write_working_copy(p, working, o, sp.numel);
-}
-}  // namespace
-
-void sgd_update_ref(float* p, const float* g, float* buf, const std::vector<FlatSpan>& spans, const SgdScalars& s,
-                    const WorkingCopyOut& working) {
-  for (const FlatSpan& sp : spans) sgd_one_span(p, g, buf, sp, s, working);
-}
-
-void sgd_update(float* p, const float* g, float* buf, const std::vector<FlatSpan>& spans, const SgdScalars& s,
-                const WorkingCopyOut& working) {
-  optim_detail::for_each_piece(spans, [&](const FlatSpan& sp) { sgd_one_span(p, g, buf, sp, s, working); });
-}
-
 SGD::SGD(const ParameterStore& store, SgdConfig config) : config_(config) {
   validate(config_);
   if (!store.finalized()) throw ArgumentError("SGD: the parameter store is not finalized");
@@ -55,22 +32,6 @@ SGD::SGD(const ParameterStore& store, SgdConfig config) : config_(config) {
   if (dtype_ != DType::f32 && config_.rounding == UpdateRounding::kahan)
     c_ = Tensor::zeros({flat_numel_}, dtype_, MemCategory::optimizer_state);
 }
-
-namespace {
-// The 16-bit step for storage type T.
-template <class T>
-void sgd_step_lowp(ParameterStore& store, const Tensor& buf, const Tensor& c, const std::vector<FlatSpan>& spans,
-                   const SgdScalars& s, const LowpWrite& w) {
-  T* p = store.flat_params().data<T>();
-  const T* g = store.flat_grads().data<T>();
-  T* b = buf.defined() ? buf.data<T>() : nullptr;
-  T* cc = c.defined() ? c.data<T>() : nullptr;
-  if (force_reference())
-    sgd_update_ref(p, g, b, cc, spans, s, w);
-  else
-    sgd_update(p, g, b, cc, spans, s, w);
-}
-}  // namespace
 
 void SGD::step(ParameterStore& store, float lr, Tensor* working) {
   ProfileScope prof(WorkKind::optimizer);
@@ -85,21 +46,9 @@ void SGD::step(ParameterStore& store, float lr, Tensor* working) {
   s.one_minus_damp = float(1.0 - double(config_.dampening));
   s.first_step = steps_ == 0;
   s.nesterov = config_.nesterov;
-  if (dtype_ == DType::f32) {
-    float* p = store.flat_params().data<float>();
-    const float* g = store.flat_grads().data<float>();
-    float* buf = buf_.defined() ? buf_.data<float>() : nullptr;
-    if (force_reference())
-      sgd_update_ref(p, g, buf, spans_, s, w);
-    else
-      sgd_update(p, g, buf, spans_, s, w);
-  } else {
-    const LowpWrite lw{config_.rounding, config_.seed, uint64_t(steps_) * uint64_t(flat_numel_)};
-    if (dtype_ == DType::bf16)
-      sgd_step_lowp<bf16>(store, buf_, c_, spans_, s, lw);
-    else
-      sgd_step_lowp<fp16>(store, buf_, c_, spans_, s, lw);
-  }
+  const LowpWrite lw{config_.rounding, config_.seed, uint64_t(steps_) * uint64_t(flat_numel_)};
+  Tensor p = store.flat_params();
+  backend_for(p.device()).sgd_update(p, store.flat_grads(), buf_, c_, spans_, s, lw, w);
   store.flat_params().storage()->bump_version();  // cached casts of the old weights are stale now
   ++steps_;
 }

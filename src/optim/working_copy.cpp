@@ -3,7 +3,6 @@
 
 #include <string>
 
-#include "mixtrain/numeric/convert.h"
 
 namespace mixtrain {
 
@@ -16,14 +15,6 @@ WorkingCopyOut working_copy_out(Tensor* working, int64_t flat_numel, const char*
     throw ShapeError(std::string(op) + ": the working copy " + working->to_string() +
                      " does not match the parameter arena of " + std::to_string(flat_numel) + " elements");
   return {working->raw_data(), working->dtype()};
-}
-
-void write_working_copy(const float* p, const WorkingCopyOut& w, int64_t offset, int64_t n) {
-  if (!w || n <= 0) return;
-  if (w.dtype == DType::bf16)
-    convert_f32_to_bf16(p + offset, static_cast<bf16*>(w.data) + offset, static_cast<size_t>(n));
-  else
-    convert_f32_to_fp16(p + offset, static_cast<fp16*>(w.data) + offset, static_cast<size_t>(n));
 }
 
 }  // namespace mixtrain

@@ -12,9 +12,6 @@ namespace mixtrain {
 
 enum class PrecisionMode : uint8_t { true32, mixed16, mixed_bf16, true16, true_bf16 };
 
-// How a 16-bit weight update is rounded back to 16 bits in the *-true modes.
-enum class UpdateRounding : uint8_t { nearest, stochastic, kahan };
-
 struct PrecisionSpec {
   PrecisionMode mode;
   std::string_view name;   // "bf16-mixed"
@@ -31,7 +28,5 @@ const PrecisionSpec& precision_spec(PrecisionMode m);
 PrecisionMode parse_precision(std::string_view s);
 std::vector<PrecisionMode> all_precision_modes();
 
-UpdateRounding parse_update_rounding(std::string_view s);  // nearest | stochastic | kahan
-std::string_view update_rounding_name(UpdateRounding r);
 
 }  // namespace mixtrain

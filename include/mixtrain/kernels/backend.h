@@ -7,6 +7,7 @@
 
 #include "mixtrain/kernels/ops.h"
 #include "mixtrain/kernels/ops_backward.h"
+#include "mixtrain/kernels/optimizer_kernels.h"
 
 namespace mixtrain {
 
@@ -43,6 +44,16 @@ class Backend {
                                       Tensor& dlogits) = 0;
   virtual void sum_to_row_accumulate(const Tensor& x, Tensor& out) = 0;
   virtual void add_inplace(Tensor& acc, const Tensor& x) = 0;
+
+  // Optimizer updates over a flat parameter arena (kernels/optimizer_kernels.h). p, g, the state
+  // (m, v / buf) and c: (flat_numel) contiguous tensors of one dtype, f32, bf16 or f16; buf is
+  // undefined when SGD has no momentum, c unless 16-bit kahan rounding; `w` applies to 16-bit
+  // parameters, `working` (fp32 only) receives the 16-bit working copy.
+  virtual void adamw_update(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, Tensor& c,
+                            const std::vector<FlatSpan>& spans, const AdamWScalars& s, const LowpWrite& w,
+                            const WorkingCopyOut& working) = 0;
+  virtual void sgd_update(Tensor& p, const Tensor& g, Tensor& buf, Tensor& c, const std::vector<FlatSpan>& spans,
+                          const SgdScalars& s, const LowpWrite& w, const WorkingCopyOut& working) = 0;
 };
 
 // The backend for a device; throws ArgumentError for a device this build has no backend for.

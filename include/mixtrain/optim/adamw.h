@@ -24,7 +24,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "mixtrain/amp/precision.h"
+#include "mixtrain/kernels/optimizer_kernels.h"
 #include "mixtrain/nn/parameters.h"
 #include "mixtrain/optim/flat_spans.h"
 #include "mixtrain/optim/lowp.h"
@@ -49,40 +49,7 @@ struct AdamWConfig {
 // [0, 1), eps > 0, weight_decay >= 0, all finite.
 void validate(const AdamWConfig& config);
 
-// The fp32 scalars of one AdamW step, derived in double as torch derives them.
-struct AdamWScalars {
-  float decay_factor;    // 1 - lr*wd       (applied where the span decays)
-  float beta1_weight;    // 1 - beta1       (lerp weight)
-  float beta2;           // beta2
-  float one_minus_beta2; // 1 - beta2
-  float bc2_sqrt;        // sqrt(1 - beta2^t)
-  float eps;             // eps
-  float neg_step_size;   // -lr / (1 - beta1^t)
-};
 AdamWScalars adamw_scalars(const AdamWConfig& config, float lr, int64_t step);
-
-// The flat kernels. p, g, m, v: (flat_numel) f32; only the elements inside `spans` are read or
-// written. adamw_update_ref is the plain scalar loop (the oracle); adamw_update is the OpenMP
-// (static schedule over fixed pieces) vectorisable version, bit-identical to the reference for
-// any thread count. Thread count never changes a result: every element is independent.
-// With a working copy (the *-mixed modes), each updated element is also rounded into it.
-void adamw_update_ref(float* p, const float* g, float* m, float* v, const std::vector<FlatSpan>& spans,
-                      const AdamWScalars& s, const WorkingCopyOut& working = {});
-void adamw_update(float* p, const float* g, float* m, float* v, const std::vector<FlatSpan>& spans,
-                  const AdamWScalars& s, const WorkingCopyOut& working = {});
-
-// The 16-bit kernels (*-true). p, g, m, v, c: (flat_numel) of one 16-bit type; c is the Kahan
-// compensation, read and written only when w.rounding is kahan (ArgumentError if null then),
-// otherwise it may be null. Same contract as above: _ref is the scalar oracle, the other the
-// OpenMP version, bit-identical to it for any thread count.
-void adamw_update_ref(bf16* p, const bf16* g, bf16* m, bf16* v, bf16* c, const std::vector<FlatSpan>& spans,
-                      const AdamWScalars& s, const LowpWrite& w);
-void adamw_update(bf16* p, const bf16* g, bf16* m, bf16* v, bf16* c, const std::vector<FlatSpan>& spans,
-                  const AdamWScalars& s, const LowpWrite& w);
-void adamw_update_ref(fp16* p, const fp16* g, fp16* m, fp16* v, fp16* c, const std::vector<FlatSpan>& spans,
-                      const AdamWScalars& s, const LowpWrite& w);
-void adamw_update(fp16* p, const fp16* g, fp16* m, fp16* v, fp16* c, const std::vector<FlatSpan>& spans,
-                  const AdamWScalars& s, const LowpWrite& w);
 
 class AdamW final : public Optimizer {
  public:

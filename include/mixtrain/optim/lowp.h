@@ -3,7 +3,7 @@
 // 16-bit). Every 16-bit element is loaded to fp32, updated exactly as the fp32 kernel does, then
 // rounded back:
 //   optimizer state (AdamW m, v; SGD momentum): always round-to-nearest-even.
-//   parameters, per UpdateRounding (amp/precision.h):
+//   parameters, per UpdateRounding (kernels/optimizer_kernels.h):
 //     nearest     round-to-nearest-even (Lightning's behaviour). An update below half an ulp of
 //                 the parameter is lost: bf16 at 1.0 drops every |update| < 2^-8.
 //     stochastic  round up with probability proportional to the distance (Zamirai et al. 2020,
@@ -26,14 +26,10 @@
 #pragma once
 #include <cstdint>
 
-#include "mixtrain/amp/precision.h"
+#include "mixtrain/kernels/optimizer_kernels.h"
 
 namespace mixtrain {
 
-struct LowpWrite {
-  UpdateRounding rounding = UpdateRounding::nearest;
-  uint64_t seed = 0;          // stochastic: the counter_rng stream
-  uint64_t counter_base = 0;  // stochastic: flat element i draws counter_rng(seed, counter_base + i)
-};
+// LowpWrite (kernels/optimizer_kernels.h) carries the rounding, seed and counter base.
 
 }  // namespace mixtrain

@@ -10,7 +10,7 @@
 #include <memory>
 #include <string_view>
 
-#include "mixtrain/amp/precision.h"
+#include "mixtrain/kernels/optimizer_kernels.h"  // UpdateRounding
 #include "mixtrain/nn/parameters.h"
 #include "mixtrain/tensor/tensor.h"
 

@@ -18,7 +18,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "mixtrain/amp/precision.h"
+#include "mixtrain/kernels/optimizer_kernels.h"
 #include "mixtrain/nn/parameters.h"
 #include "mixtrain/optim/flat_spans.h"
 #include "mixtrain/optim/lowp.h"
@@ -42,38 +42,6 @@ struct SgdConfig {
 // Throws ArgumentError unless lr, momentum, dampening, weight_decay are >= 0 and finite, and
 // nesterov has momentum > 0 and dampening == 0 (torch's rule).
 void validate(const SgdConfig& config);
-
-struct SgdScalars {
-  float neg_lr;           // -lr
-  float weight_decay;     // wd (applied where the span decays; 0 disables)
-  float momentum;         // momentum (0: plain SGD, buf unused and may be null)
-  float one_minus_damp;   // 1 - dampening
-  bool first_step;        // buf = d instead of the momentum update
-  bool nesterov;
-};
-
-// p, g, buf: (flat_numel) f32, only elements inside `spans` are touched. buf may be null when
-// momentum == 0. sgd_update_ref is the plain loop, sgd_update the OpenMP vectorisable one
-// (bit-identical: same operations, and the library is built without FMA contraction in
-// baseline x86-64, so a vectorised loop rounds exactly like the scalar one).
-// With a working copy (the *-mixed modes), each updated element is also rounded into it.
-void sgd_update_ref(float* p, const float* g, float* buf, const std::vector<FlatSpan>& spans, const SgdScalars& s,
-                    const WorkingCopyOut& working = {});
-void sgd_update(float* p, const float* g, float* buf, const std::vector<FlatSpan>& spans, const SgdScalars& s,
-                const WorkingCopyOut& working = {});
-
-// The 16-bit kernels (*-true). p, g, buf, c: (flat_numel) of one 16-bit type; buf may be null
-// when momentum == 0; c is the Kahan compensation, used only when w.rounding is kahan
-// (ArgumentError if null then). _ref is the scalar oracle; the other is the OpenMP version,
-// bit-identical to it for any thread count.
-void sgd_update_ref(bf16* p, const bf16* g, bf16* buf, bf16* c, const std::vector<FlatSpan>& spans,
-                    const SgdScalars& s, const LowpWrite& w);
-void sgd_update(bf16* p, const bf16* g, bf16* buf, bf16* c, const std::vector<FlatSpan>& spans, const SgdScalars& s,
-                const LowpWrite& w);
-void sgd_update_ref(fp16* p, const fp16* g, fp16* buf, fp16* c, const std::vector<FlatSpan>& spans,
-                    const SgdScalars& s, const LowpWrite& w);
-void sgd_update(fp16* p, const fp16* g, fp16* buf, fp16* c, const std::vector<FlatSpan>& spans, const SgdScalars& s,
-                const LowpWrite& w);
 
 class SGD final : public Optimizer {
  public:

@@ -6,21 +6,13 @@
 #pragma once
 #include <cstdint>
 
+#include "mixtrain/kernels/optimizer_kernels.h"  // WorkingCopyOut, write_working_copy
 #include "mixtrain/tensor/tensor.h"
 
 namespace mixtrain {
 
-struct WorkingCopyOut {
-  void* data = nullptr;  // null: no working copy is written
-  DType dtype = DType::bf16;
-  explicit operator bool() const { return data != nullptr; }
-};
-
 // The descriptor for `working` (may be null: none). Throws DTypeError unless it is bf16 or f16,
 // ShapeError unless it is contiguous with flat_numel elements; `op` names the caller.
 WorkingCopyOut working_copy_out(Tensor* working, int64_t flat_numel, const char* op);
-
-// w[offset + i] = round_to_nearest_even(p[offset + i]) for i < n (no-op when w is empty).
-void write_working_copy(const float* p, const WorkingCopyOut& w, int64_t offset, int64_t n);
 
 }  // namespace mixtrain

@@ -38,6 +38,12 @@ class CpuBackend final : public Backend {
                               Tensor& dlogits) override;
   void sum_to_row_accumulate(const Tensor& x, Tensor& out) override;
   void add_inplace(Tensor& acc, const Tensor& x) override;
+
+  // adamw_cpu.cpp, sgd_cpu.cpp
+  void adamw_update(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, Tensor& c, const std::vector<FlatSpan>& spans,
+                    const AdamWScalars& s, const LowpWrite& w, const WorkingCopyOut& working) override;
+  void sgd_update(Tensor& p, const Tensor& g, Tensor& buf, Tensor& c, const std::vector<FlatSpan>& spans,
+                  const SgdScalars& s, const LowpWrite& w, const WorkingCopyOut& working) override;
 };
 
 }  // namespace mixtrain

@@ -1,4 +1,4 @@
-// The machinery shared by the 16-bit (*-true) optimizer kernels, private to src/optim: the
+// The machinery shared by the 16-bit (*-true) optimizer kernels, private to the kernels: the
 // per-format load/round functions, the reference write of one parameter (nearest, stochastic or
 // Kahan, see optim/lowp.h), and the fast driver that runs an fp32 span kernel over 16-bit chunks.
 //
@@ -14,11 +14,13 @@
 
 #include "mixtrain/numeric/convert.h"
 #include "mixtrain/numeric/stochastic.h"
-#include "mixtrain/optim/flat_spans.h"
-#include "mixtrain/optim/lowp.h"
-#include "optim/optim_util.h"
+#include "mixtrain/kernels/optimizer_kernels.h"
 
 namespace mixtrain::optim_detail {
+
+// Work items of at most this many elements: big enough to amortise the loop set-up, small enough
+// that a static schedule balances a few large matrices against many small vectors.
+constexpr int64_t kPieceNumel = 16384;
 
 template <class T>
 struct Lowp;

@@ -1,6 +1,9 @@
-// The fp32 AdamW element update and its SSE2 span loop, private to src/optim: the fp32 kernels
-// (adamw.cpp) run them on the flat buffers, the 16-bit kernels (adamw_lowp.cpp) on fp32 copies of
-// 16-bit chunks, so both precisions compute the update with the very same operations.
+// The fp32 AdamW element update and its SSE2 span loop, private to the kernels: the fp32 kernels
+// (adamw_cpu.cpp) run them on the flat buffers, the 16-bit kernels on fp32 copies of 16-bit
+// chunks, so both precisions compute the update with the very same operations. Explicit
+// intrinsics rather than auto-vectorisation because std::sqrt only vectorises under
+// -fno-math-errno, which the library does not set. AdamW moves 28 bytes per element for a dozen
+// flops: memory-bound, so 4 lanes keep up with the memory system and wider vectors buy little.
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -9,7 +12,7 @@
 #include <emmintrin.h>
 #endif
 
-#include "mixtrain/optim/adamw.h"
+#include "mixtrain/kernels/optimizer_kernels.h"
 
 namespace mixtrain::optim_detail {
 

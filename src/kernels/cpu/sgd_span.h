@@ -1,11 +1,11 @@
-// The fp32 SGD span loop, private to src/optim: the fp32 kernels (sgd.cpp) run it on the flat
-// buffers, the 16-bit kernels (sgd_lowp.cpp) on fp32 copies of 16-bit chunks. One template per
+// The fp32 SGD span loop, private to the kernels: the fp32 kernels (sgd_cpu.cpp) run it on the
+// flat buffers, the 16-bit kernels on fp32 copies of 16-bit chunks. One template per
 // (decay, mode, nesterov), so each inner loop is branch-free and auto-vectorises; the library is
 // built without FMA contraction, so a vectorised loop rounds exactly like the scalar one.
 #pragma once
 #include <cstdint>
 
-#include "mixtrain/optim/sgd.h"
+#include "mixtrain/kernels/optimizer_kernels.h"
 
 namespace mixtrain::optim_detail {
 

@@ -1,0 +1,121 @@
+// SGD's flat kernels (kernels/optimizer_kernels.h): the fp32 reference and OpenMP version, and on
+// 16-bit parameters, gradients and momentum (the *-true modes) the scalar reference and the
+// OpenMP version. The element loop (sgd_span.h) is one template per (decay, mode, nesterov), so
+// each inner loop is branch-free and auto-vectorises; the 16-bit kernels run it on values loaded
+// from 16 bits and round the results back as optim/lowp.h describes.
+#include <cstdint>
+#include <vector>
+
+#include "kernels/cpu/cpu_backend.h"
+#include "mixtrain/core/cpu_features.h"
+#include "kernels/cpu/lowp_span.h"
+#include "kernels/cpu/sgd_span.h"
+#include "mixtrain/kernels/optimizer_kernels.h"
+
+namespace mixtrain {
+
+namespace {
+void sgd_one_span(float* p, const float* g, float* buf, const FlatSpan& sp, const SgdScalars& s,
+                  const WorkingCopyOut& working) {
+  const int64_t o = sp.offset;
+  optim_detail::sgd_span_f32(p + o, g + o, buf ? buf + o : nullptr, sp.numel, sp.decay, s);
+  write_working_copy(p, working, o, sp.numel);
+}
+}  // namespace
+
+void sgd_update_ref(float* p, const float* g, float* buf, const std::vector<FlatSpan>& spans, const SgdScalars& s,
+                    const WorkingCopyOut& working) {
+  for (const FlatSpan& sp : spans) sgd_one_span(p, g, buf, sp, s, working);
+}
+
+void sgd_update(float* p, const float* g, float* buf, const std::vector<FlatSpan>& spans, const SgdScalars& s,
+                const WorkingCopyOut& working) {
+  optim_detail::for_each_piece(spans, [&](const FlatSpan& sp) { sgd_one_span(p, g, buf, sp, s, working); });
+}
+
+namespace {
+
+using optim_detail::Lowp;
+
+// The oracle: one element at a time, in flat order (the fp32 span loop on a single element).
+template <class T>
+void sgd_lowp_ref(T* p, const T* g, T* buf, T* c, const std::vector<FlatSpan>& spans, const SgdScalars& s,
+                  const LowpWrite& w) {
+  optim_detail::check_lowp_write(c, w, "sgd_update_ref");
+  for (const FlatSpan& sp : spans) {
+    for (int64_t i = sp.offset; i < sp.offset + sp.numel; ++i) {
+      const float old = Lowp<T>::load(p[i]), gf = Lowp<T>::load(g[i]);
+      float pf = old, bf = buf ? Lowp<T>::load(buf[i]) : 0.f;
+      optim_detail::sgd_span_f32(&pf, &gf, buf ? &bf : nullptr, 1, sp.decay, s);
+      if (buf) buf[i] = Lowp<T>::nearest(bf);
+      p[i] = optim_detail::write_param_ref(old, pf, c, w, i);
+    }
+  }
+}
+
+// OpenMP over fixed pieces; each piece in fp32 chunks through the vectorised span loop.
+template <class T>
+void sgd_lowp_fast(T* p, const T* g, T* buf, T* c, const std::vector<FlatSpan>& spans, const SgdScalars& s,
+                   const LowpWrite& w) {
+  optim_detail::check_lowp_write(c, w, "sgd_update");
+  optim_detail::for_each_piece(spans, [&](const FlatSpan& sp) {
+    optim_detail::lowp_span_fast(p, g, buf, static_cast<T*>(nullptr), c, sp, w,
+                                 [&](float* pf, const float* gf, float* bf, float*, int64_t n) {
+                                   optim_detail::sgd_span_f32(pf, gf, bf, n, sp.decay, s);
+                                 });
+  });
+}
+
+}  // namespace
+
+void sgd_update_ref(bf16* p, const bf16* g, bf16* buf, bf16* c, const std::vector<FlatSpan>& spans,
+                    const SgdScalars& s, const LowpWrite& w) {
+  sgd_lowp_ref(p, g, buf, c, spans, s, w);
+}
+void sgd_update(bf16* p, const bf16* g, bf16* buf, bf16* c, const std::vector<FlatSpan>& spans, const SgdScalars& s,
+                const LowpWrite& w) {
+  sgd_lowp_fast(p, g, buf, c, spans, s, w);
+}
+void sgd_update_ref(fp16* p, const fp16* g, fp16* buf, fp16* c, const std::vector<FlatSpan>& spans,
+                    const SgdScalars& s, const LowpWrite& w) {
+  sgd_lowp_ref(p, g, buf, c, spans, s, w);
+}
+void sgd_update(fp16* p, const fp16* g, fp16* buf, fp16* c, const std::vector<FlatSpan>& spans, const SgdScalars& s,
+                const LowpWrite& w) {
+  sgd_lowp_fast(p, g, buf, c, spans, s, w);
+}
+
+namespace {
+template <class T>
+void sgd_lowp(Tensor& p, const Tensor& g, Tensor& buf, Tensor& c, const std::vector<FlatSpan>& spans,
+              const SgdScalars& s, const LowpWrite& w) {
+  T* b = buf.defined() ? buf.data<T>() : nullptr;
+  T* cc = c.defined() ? c.data<T>() : nullptr;
+  if (force_reference())
+    sgd_update_ref(p.data<T>(), g.data<T>(), b, cc, spans, s, w);
+  else
+    sgd_update(p.data<T>(), g.data<T>(), b, cc, spans, s, w);
+}
+}  // namespace
+
+void CpuBackend::sgd_update(Tensor& p, const Tensor& g, Tensor& buf, Tensor& c, const std::vector<FlatSpan>& spans,
+                            const SgdScalars& s, const LowpWrite& w, const WorkingCopyOut& working) {
+  switch (p.dtype()) {
+    case DType::f32: {
+      float* b = buf.defined() ? buf.data<float>() : nullptr;
+      if (force_reference())
+        sgd_update_ref(p.data<float>(), g.data<float>(), b, spans, s, working);
+      else
+        mixtrain::sgd_update(p.data<float>(), g.data<float>(), b, spans, s, working);
+      return;
+    }
+    case DType::bf16:
+      return sgd_lowp<bf16>(p, g, buf, c, spans, s, w);
+    case DType::f16:
+      return sgd_lowp<fp16>(p, g, buf, c, spans, s, w);
+    default:
+      throw DTypeError("sgd_update: parameters must be f32, bf16 or f16, got " + p.to_string());
+  }
+}
+
+}  // namespace mixtrain

@@ -1,0 +1,56 @@
+// The optimizer kernels' shared pieces (kernels/optimizer_kernels.h): update-rounding names, the
+// work split of the flat arena, the working-copy writer, the Kahan-buffer check.
+#include "mixtrain/kernels/optimizer_kernels.h"
+
+#include <algorithm>
+#include <string>
+
+#include "kernels/cpu/lowp_span.h"
+#include "mixtrain/core/error.h"
+#include "mixtrain/numeric/convert.h"
+
+namespace mixtrain {
+
+UpdateRounding parse_update_rounding(std::string_view s) {
+  if (s == "nearest") return UpdateRounding::nearest;
+  if (s == "stochastic") return UpdateRounding::stochastic;
+  if (s == "kahan") return UpdateRounding::kahan;
+  throw ArgumentError("unknown update rounding '" + std::string(s) + "' (valid: nearest, stochastic, kahan)");
+}
+
+std::string_view update_rounding_name(UpdateRounding r) {
+  switch (r) {
+    case UpdateRounding::nearest: return "nearest";
+    case UpdateRounding::stochastic: return "stochastic";
+    case UpdateRounding::kahan: return "kahan";
+  }
+  return "?";
+}
+
+std::vector<FlatSpan> split_spans(const std::vector<FlatSpan>& spans, int64_t max_numel) {
+  if (max_numel < 1) throw ArgumentError("split_spans: max_numel must be >= 1, got " + std::to_string(max_numel));
+  std::vector<FlatSpan> out;
+  for (const FlatSpan& s : spans)
+    for (int64_t i = 0; i < s.numel; i += max_numel)
+      out.push_back({s.offset + i, std::min(max_numel, s.numel - i), s.decay});
+  return out;
+}
+
+void write_working_copy(const float* p, const WorkingCopyOut& w, int64_t offset, int64_t n) {
+  if (!w || n <= 0) return;
+  if (w.dtype == DType::bf16)
+    convert_f32_to_bf16(p + offset, static_cast<bf16*>(w.data) + offset, static_cast<size_t>(n));
+  else
+    convert_f32_to_fp16(p + offset, static_cast<fp16*>(w.data) + offset, static_cast<size_t>(n));
+}
+
+namespace optim_detail {
+
+void check_lowp_write(const void* c, const LowpWrite& w, const char* op) {
+  if (w.rounding == UpdateRounding::kahan && c == nullptr)
+    throw ArgumentError(std::string(op) + ": kahan rounding needs a compensation buffer");
+}
+
+}  // namespace optim_detail
+
+}  // namespace mixtrain
