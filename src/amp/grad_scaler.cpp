@@ -8,7 +8,7 @@
 #include <limits>
 #include <string>
 
-#include "mixtrain/amp/unscale.h"
+#include "mixtrain/kernels/backend.h"
 #include "mixtrain/core/error.h"
 
 namespace mixtrain {
@@ -72,7 +72,7 @@ GradScaler::GradScaler(GradScalerConfig config) : config_(config) {
 
 bool GradScaler::unscale(ParameterStore& store) {
   if (!store.finalized()) throw ArgumentError("GradScaler::unscale: the parameter store is not finalized");
-  const Tensor& g = store.flat_grads();
+  Tensor g = store.flat_grads();
   if (g.dtype() != DType::f32)
     throw DTypeError("GradScaler::unscale: gradients must be f32, got " + g.to_string() + " (unscaling " +
                      std::string(dtype_name(g.dtype())) + " gradients is refused, as torch.amp.GradScaler)");
@@ -81,7 +81,7 @@ bool GradScaler::unscale(ParameterStore& store) {
         "GradScaler::unscale: unscale() has already been called on this parameter store since the last update()");
   // torch: inv_scale = scale.double().reciprocal().float(); disabled: 1, i.e. check only.
   const float inv_scale = config_.enabled ? float(1.0 / state_.scale) : 1.f;
-  const UnscaleResult r = unscale_and_check(g.data<float>(), g.numel(), inv_scale);
+  const UnscaleResult r = backend_for(g.device()).unscale_and_check(g, inv_scale);
   unscaled_.push_back(&store);
   found_inf_ = found_inf_ || r.found_inf;
   sum_squares_ += r.sum_squares;

@@ -77,7 +77,7 @@ class GradScaler {
   // The factor the loss is multiplied by this iteration (1 when disabled).
   float scale() const { return config_.enabled ? float(state_.scale) : 1.f; }
 
-  // Unscales the store's flat f32 gradients in place, in one fused pass (amp/unscale.h), with
+  // Unscales the store's flat f32 gradients in place, in one fused pass (kernels/gradient_kernels.h), with
   // inv_scale = fp32(1 / scale) formed in double, as torch. Returns found_inf for this store.
   // Disabled: multiplies nothing, only checks. At most once per store between update()s
   // (ArgumentError, as torch's "unscale_() has already been called on this optimizer since the

@@ -7,6 +7,7 @@
 
 #include "mixtrain/kernels/ops.h"
 #include "mixtrain/kernels/ops_backward.h"
+#include "mixtrain/kernels/gradient_kernels.h"
 #include "mixtrain/kernels/optimizer_kernels.h"
 
 namespace mixtrain {
@@ -54,6 +55,11 @@ class Backend {
                             const WorkingCopyOut& working) = 0;
   virtual void sgd_update(Tensor& p, const Tensor& g, Tensor& buf, Tensor& c, const std::vector<FlatSpan>& spans,
                           const SgdScalars& s, const LowpWrite& w, const WorkingCopyOut& working) = 0;
+
+  // Flat contiguous f32 gradients (kernels/gradient_kernels.h): the fused unscale + non-finite
+  // check + sum of squares, and the blocked global L2 norm.
+  virtual UnscaleResult unscale_and_check(Tensor& g, float inv_scale) = 0;
+  virtual double global_norm(const Tensor& g) = 0;
 };
 
 // The backend for a device; throws ArgumentError for a device this build has no backend for.

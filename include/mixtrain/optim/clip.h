@@ -11,12 +11,11 @@
 #pragma once
 #include <cstdint>
 
+#include "mixtrain/kernels/gradient_kernels.h"  // global_norm_f32
 #include "mixtrain/nn/parameters.h"
 
 namespace mixtrain {
 
-// sqrt(sum x[i]^2) for a flat f32 array, as described above (OpenMP over blocks).
-double global_norm_f32(const float* x, int64_t n);
 
 // The global L2 norm of every gradient (flat_grads() must be f32: DTypeError otherwise).
 double grad_global_norm(const ParameterStore& store);

@@ -44,6 +44,10 @@ class CpuBackend final : public Backend {
                     const AdamWScalars& s, const LowpWrite& w, const WorkingCopyOut& working) override;
   void sgd_update(Tensor& p, const Tensor& g, Tensor& buf, Tensor& c, const std::vector<FlatSpan>& spans,
                   const SgdScalars& s, const LowpWrite& w, const WorkingCopyOut& working) override;
+
+  // gradient_cpu.cpp
+  UnscaleResult unscale_and_check(Tensor& g, float inv_scale) override;
+  double global_norm(const Tensor& g) override;
 };
 
 }  // namespace mixtrain

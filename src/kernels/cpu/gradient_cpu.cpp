@@ -1,8 +1,9 @@
-// The fused unscale + inf/NaN check + sum of squares (see amp/unscale.h): the scalar reference,
-// an AVX-512 block kernel (per-function target attribute, reached only by run-time dispatch) and
-// the OpenMP driver over fixed blocks. Both paths do the same fp32 operations on the same lanes in
-// the same order, so they agree bit for bit; the blocking is global_norm_f32's (src/optim/clip.cpp).
-#include "mixtrain/amp/unscale.h"
+// The gradient kernels (kernels/gradient_kernels.h). The fused unscale + inf/NaN check + sum of
+// squares: the scalar reference, an AVX-512 block kernel (per-function target attribute, reached
+// only by run-time dispatch) and the OpenMP driver over fixed blocks. Both paths do the same fp32
+// operations on the same lanes in the same order, so they agree bit for bit; the blocking is
+// global_norm_f32's (below).
+#include "mixtrain/kernels/gradient_kernels.h"
 
 #include <immintrin.h>
 
@@ -10,6 +11,7 @@
 #include <cmath>
 #include <vector>
 
+#include "kernels/cpu/cpu_backend.h"
 #include "mixtrain/core/cpu_features.h"
 
 // GCC 12's masked AVX-512 intrinsics trip a false -Wmaybe-uninitialized (GCC PR 105593).
@@ -22,7 +24,7 @@
 namespace mixtrain {
 namespace {
 
-constexpr int64_t kBlock = 4096;  // = kNormBlock in src/optim/clip.cpp (same sums, same bits)
+constexpr int64_t kBlock = 4096;  // the norm's blocks too (same sums, same bits)
 constexpr int kLanes = 16;
 
 // The fixed combining tree of the 16 lane sums (as block_sum_squares in clip.cpp).
@@ -84,6 +86,19 @@ MIXTRAIN_TARGET_AVX512 float block_avx512(float* g, int64_t len, float inv_scale
   return combine_lanes(lanes);
 }
 
+// Sum of squares of one block (n <= kBlock) in fp32: 16 independent lane accumulators (so
+// the loop vectorises without reassociation), combined in a fixed tree.
+float block_sum_squares(const float* x, int64_t n) {
+  float acc[kLanes] = {};
+  const int64_t n16 = n - n % kLanes;
+  for (int64_t i = 0; i < n16; i += kLanes)
+    for (int j = 0; j < kLanes; ++j) acc[j] += x[i + j] * x[i + j];
+  for (int64_t i = n16; i < n; ++i) acc[i - n16] += x[i] * x[i];
+  for (int w = kLanes / 2; w > 0; w /= 2)
+    for (int j = 0; j < w; ++j) acc[j] += acc[j + w];
+  return acc[0];
+}
+
 using BlockFn = float (*)(float*, int64_t, float, bool&);
 
 BlockFn pick_block(bool avx512, bool write) {
@@ -120,5 +135,25 @@ UnscaleResult unscale_and_check(float* g, int64_t n, float inv_scale) {
   r.found_inf = found_inf;
   return r;
 }
+
+double global_norm_f32(const float* x, int64_t n) {
+  if (n <= 0) return 0.0;
+  const int64_t blocks = (n + kBlock - 1) / kBlock;
+  std::vector<double> partial(size_t(blocks), 0.0);
+#pragma omp parallel for schedule(static) if (blocks > 4)
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t start = b * kBlock;
+    partial[size_t(b)] = block_sum_squares(x + start, std::min(kBlock, n - start));
+  }
+  double sum = 0.0;
+  for (double v : partial) sum += v;  // block order: independent of the thread count
+  return std::sqrt(sum);
+}
+
+UnscaleResult CpuBackend::unscale_and_check(Tensor& g, float inv_scale) {
+  return mixtrain::unscale_and_check(g.data<float>(), g.numel(), inv_scale);
+}
+
+double CpuBackend::global_norm(const Tensor& g) { return global_norm_f32(g.data<float>(), g.numel()); }
 
 }  // namespace mixtrain

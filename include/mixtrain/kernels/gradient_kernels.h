@@ -1,7 +1,10 @@
-// The fused loss-scale kernel: one pass over a flat fp32 gradient buffer that unscales it
-// (g[i] = g[i] * inv_scale), detects inf/NaN, and sums the squares of the unscaled values, so the
-// trainer gets the clipping norm without a second pass (torch needs three: unscale_, then the
-// norm inside clip_grad_norm_). Used by GradScaler (amp/grad_scaler.h).
+// The gradient kernels over a flat fp32 gradient buffer, reached through the backend
+// (Backend::unscale_and_check, Backend::global_norm):
+//
+// 1. The fused loss-scale kernel: one pass that unscales (g[i] = g[i] * inv_scale), detects
+// inf/NaN, and sums the squares of the unscaled values, so the trainer gets the clipping norm
+// without a second pass (torch needs three: unscale_, then the norm inside clip_grad_norm_).
+// Used by GradScaler (amp/grad_scaler.h).
 //
 // Semantics, shared by both entry points below (they return the same bits):
 // - Every element becomes exactly fp32(g[i] * inv_scale), like torch's
@@ -11,7 +14,7 @@
 //   whenever inv_scale <= 1, i.e. scale >= 1; for scale < 1 it also catches a finite gradient
 //   that the multiply pushes past fp32's range, which torch lets through to the optimizer.
 // - sum_squares: the sum of the unscaled values squared, with the same blocking as
-//   global_norm_f32 (optim/clip.h: fp32 in 4096-element blocks of 16 lanes with a fixed
+//   global_norm_f32 (below: fp32 in 4096-element blocks of 16 lanes with a fixed
 //   combining tree, the block sums added in double in block order), so sqrt(sum_squares) is
 //   bit-identical to global_norm_f32 over the unscaled buffer, for any thread count. It is
 //   meaningless when found_inf.
@@ -32,5 +35,11 @@ UnscaleResult unscale_and_check_ref(float* g, int64_t n, float inv_scale);  // g
 // (chosen at run time; the library targets baseline x86-64). Same bits as the reference for any
 // thread count. Uses the reference when force_reference() is on.
 UnscaleResult unscale_and_check(float* g, int64_t n, float inv_scale);  // g: (n)
+
+// 2. The global L2 norm, sqrt(sum x[i]^2), of a flat f32 array (optim/clip.h has the semantics):
+// squares accumulated in fp32 inside fixed 4096-element blocks (16 lanes, a fixed combining
+// tree), the block sums added in double in block order, the square root in double. OpenMP over
+// the blocks; the result does not depend on the thread count.
+double global_norm_f32(const float* x, int64_t n);
 
 }  // namespace mixtrain
