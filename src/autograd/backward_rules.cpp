@@ -212,7 +212,7 @@ void merge_heads_backward(Node& n, const Tensor& g) {
 void dropout_backward(Node& n, const Tensor& g) {
   VarImpl& X = *n.inputs[0];
   Tensor dx = Tensor::empty(X.shape, X.dtype);
-  apply_dropout_mask(g, static_cast<float>(n.f), static_cast<uint64_t>(n.i0), static_cast<uint64_t>(n.i1), dx);
+  dropout_mask(g, static_cast<float>(n.f), static_cast<uint64_t>(n.i0), static_cast<uint64_t>(n.i1), dx);
   accumulate_grad(X, dx);
 }
 

@@ -332,31 +332,6 @@ Var merge_heads(const Var& y_in, int64_t batch) {
   return make_output(out.reshape({batch, T, H * D}), n);
 }
 
-// Scales kept elements by 1/(1-p), zeroes the others; the mask is recomputed from (seed, offset)
-// in backward instead of being stored.
-void apply_dropout_mask(const Tensor& x, float p, uint64_t seed, uint64_t offset, Tensor& out) {
-  ProfileScope prof(WorkKind::elementwise);
-  // fp32 math for every float dtype, double for f64 (finite-difference checks need it).
-  auto run = [&](auto values, double keep_scale) {
-    const auto n = static_cast<int64_t>(values.size());
-    const auto threshold = static_cast<uint64_t>(static_cast<double>(p) * 4294967296.0);
-#pragma omp parallel for schedule(static) if (n > 65536)
-    for (int64_t i = 0; i < n; ++i) {
-      const bool keep = counter_rng(seed, offset + static_cast<uint64_t>(i)) >= threshold;
-      auto& v = values[static_cast<size_t>(i)];
-      v = keep ? static_cast<std::decay_t<decltype(v)>>(v * keep_scale) : 0;
-    }
-    return values;
-  };
-  const Tensor xc = x.contiguous();
-  Tensor tmp = x.dtype() == DType::f64
-                   ? Tensor::from_vector(run(xc.to_doubles(), 1.0 / (1.0 - p)), xc.shape(), out.dtype(),
-                                         MemCategory::workspace)
-                   : Tensor::from_floats(run(xc.to_floats(), 1.0f / (1.0f - p)), xc.shape(), out.dtype(),
-                                         MemCategory::workspace);
-  out.copy_from(tmp);
-}
-
 Var dropout(const Var& x_in, float p, uint64_t seed, uint64_t offset, bool training) {
   Var x = x_in;
   autocast(OpKind::dropout, {&x});
@@ -364,7 +339,7 @@ Var dropout(const Var& x_in, float p, uint64_t seed, uint64_t offset, bool train
   if (!(p >= 0.f && p < 1.f)) throw ArgumentError("dropout: p must be in [0, 1), got " + std::to_string(p));
   if (p == 0.f || !training) return x;
   Tensor out = Tensor::empty(x.shape(), x.dtype());
-  apply_dropout_mask(x.value(), p, seed, offset, out);
+  dropout_mask(x.value(), p, seed, offset, out);
   std::shared_ptr<Node> n;
   if (needs_grad({&x})) {
     n = make_node(OpKind::dropout, {&x});

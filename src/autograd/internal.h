@@ -2,32 +2,11 @@
 #pragma once
 #include <vector>
 
+#include "mixtrain/kernels/attention_ops.h"  // the blocked attention, heads_copy, dropout_mask
 #include "mixtrain/tensor/tensor.h"
 
 namespace mixtrain::autograd {
 
 // The (B, H, T, D) strided view of q (which=0), k (1) or v (2) inside qkv (B, T, 3C).
 Tensor heads_view(const Tensor& qkv, int which, int64_t n_head);
-// out = x * mask / (1 - p), mask from counter_rng(seed, offset + i).
-void apply_dropout_mask(const Tensor& x, float p, uint64_t seed, uint64_t offset, Tensor& out);
-// The attention op works on blocks of query rows: block i holds rows [i*Tb, min(T, (i+1)*Tb)) and,
-// being causal, only keys [0, r1) of them (r1 = its end row), so the masked upper triangle beyond
-// each block is never computed nor stored (about 40% of the T x T work at T = 256).
-int64_t attention_query_block(int64_t T);
-// Heads per chunk, so that the f32 scores (or their gradient) of one chunk of one query block
-// exist at a time: about 4 MiB of them, at least one head.
-int64_t attention_heads_per_chunk(int64_t T, int64_t Tb);
-// Empty probability blocks for n heads of length T (block i: (n, r1 - r0, r1)).
-std::vector<Tensor> attention_prob_blocks(int64_t n, int64_t T, DType dtype);
-// Every head of q, k, v (BH, T, D), a chunk of heads at a time (attention_blocks.cpp). Forward
-// writes the probability blocks and y; backward, given g = dL/dy, writes dq, dk, dv (an undefined
-// one is not computed; dq and dk come together).
-void attention_heads_forward(const Tensor& q, const Tensor& k, const Tensor& v, float scale,
-                             const std::vector<Tensor>& probs, Tensor& y);
-void attention_heads_backward(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<Tensor>& probs,
-                              const Tensor& g, float scale, const Tensor& dq, const Tensor& dk, const Tensor& dv);
-// rows (B, T, n*C) contiguous <-> the n contiguous tensors heads (B*H, T, D) (q, k, v side by side
-// for n = 3, one tensor for n = 1), copied in the direction to_heads says.
-void heads_copy(const Tensor& rows, const std::vector<Tensor>& heads, int64_t H, bool to_heads);
-
 }  // namespace mixtrain::autograd

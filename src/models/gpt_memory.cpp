@@ -23,7 +23,7 @@
 #include <unordered_map>
 #include <utility>
 
-#include "autograd/internal.h"  // attention_query_block, attention_heads_per_chunk
+#include "mixtrain/kernels/attention_ops.h"  // attention_query_block, attention_heads_per_chunk
 #include "mixtrain/amp/autocast.h"
 #include "mixtrain/autograd/node.h"
 #include "mixtrain/core/error.h"
@@ -633,13 +633,13 @@ class Replay {
     int64_t r0, r1;
   };
   static std::vector<QueryBlock> query_blocks(int64_t T) {
-    const int64_t Tb = autograd::attention_query_block(T);
+    const int64_t Tb = attention_query_block(T);
     std::vector<QueryBlock> b;
     for (int64_t r0 = 0; r0 < T; r0 += Tb) b.push_back({r0, std::min(T, r0 + Tb)});
     return b;
   }
   static int64_t heads_per_chunk(int64_t T) {
-    return autograd::attention_heads_per_chunk(T, autograd::attention_query_block(T));
+    return attention_heads_per_chunk(T, attention_query_block(T));
   }
   std::vector<STensor> prob_blocks(int64_t n, int64_t T, DType dt) {
     std::vector<STensor> probs;

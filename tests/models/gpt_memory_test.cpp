@@ -10,7 +10,7 @@
 #include <algorithm>
 #include <string>
 
-#include "autograd/internal.h"  // attention_query_block
+#include "mixtrain/kernels/attention_ops.h"  // attention_query_block
 #include "mixtrain/core/error.h"
 #include "models/gpt_memory_util.h"
 
@@ -92,7 +92,7 @@ TEST(GptMemory, WhatTheBlocksKeepForBackward) {
   const GptMemoryPrediction p = predict_gpt_memory(c, opts(PrecisionMode::mixed_bf16, B, T));
   // Peak at the end of the forward pass: every block's probabilities, once, in bf16, the lower
   // triangle only (query blocks of Tb rows, block [r0, r1) against keys [0, r1)) ...
-  const int64_t Tb = autograd::attention_query_block(T);
+  const int64_t Tb = attention_query_block(T);
   int64_t tri = 0;  // probabilities kept per head
   for (int64_t r0 = 0; r0 < T; r0 += Tb) tri += (std::min(T, r0 + Tb) - r0) * std::min(T, r0 + Tb);
   EXPECT_LT(tri, T * T * 2 / 3);

@@ -60,6 +60,10 @@ class Backend {
   // check + sum of squares, and the blocked global L2 norm.
   virtual UnscaleResult unscale_and_check(Tensor& g, float inv_scale) = 0;
   virtual double global_norm(const Tensor& g) = 0;
+
+  // kernels/attention_ops.h (arguments checked by the public functions).
+  virtual void heads_copy(const Tensor& rows, const std::vector<Tensor>& heads, int64_t H, bool to_heads) = 0;
+  virtual void dropout_mask(const Tensor& x, float p, uint64_t seed, uint64_t offset, Tensor& out) = 0;
 };
 
 // The backend for a device; throws ArgumentError for a device this build has no backend for.

@@ -48,6 +48,10 @@ class CpuBackend final : public Backend {
   // gradient_cpu.cpp
   UnscaleResult unscale_and_check(Tensor& g, float inv_scale) override;
   double global_norm(const Tensor& g) override;
+
+  // attention_cpu.cpp
+  void heads_copy(const Tensor& rows, const std::vector<Tensor>& heads, int64_t H, bool to_heads) override;
+  void dropout_mask(const Tensor& x, float p, uint64_t seed, uint64_t offset, Tensor& out) override;
 };
 
 }  // namespace mixtrain

@@ -1,5 +1,5 @@
-// The blocked causal attention shared by the attention ops (functions.cpp) and their backward
-// rules (backward_rules.cpp). Query rows go in blocks of Tb; block i, rows [r0, r1), sees only the
+// The blocked causal attention (kernels/attention_ops.h), shared by the autograd attention ops
+// and their backward rules, and the dispatch of heads_copy and dropout_mask to the backend. Query rows go in blocks of Tb; block i, rows [r0, r1), sees only the
 // keys [0, r1), so the masked upper triangle beyond each block is neither computed nor stored:
 //   forward   S_i = q[r0:r1] k[0:r1]^T (f32 workspace);  P_i = causal_softmax(scale * S_i) (saved);
 //             y[r0:r1] = P_i v[0:r1]
@@ -11,11 +11,14 @@
 #include <algorithm>
 #include <cstring>
 
-#include "internal.h"
+#include "mixtrain/core/error.h"
+#include "mixtrain/core/profiler.h"
+#include "mixtrain/kernels/attention_ops.h"
+#include "mixtrain/kernels/backend.h"
 #include "mixtrain/kernels/ops.h"
 #include "mixtrain/kernels/ops_backward.h"
 
-namespace mixtrain::autograd {
+namespace mixtrain {
 
 int64_t attention_query_block(int64_t T) { return std::min<int64_t>(T, 64); }
 
@@ -130,27 +133,26 @@ void attention_heads_backward(const Tensor& q, const Tensor& k, const Tensor& v,
   }
 }
 
-// (B, T, n*C) rows <-> n tensors (B*H, T, D): one pass over the rows, D elements at a time.
 void heads_copy(const Tensor& rows, const std::vector<Tensor>& heads, int64_t H, bool to_heads) {
-  const int64_t B = rows.size(0), T = rows.size(1), W = rows.size(2), n = static_cast<int64_t>(heads.size());
-  const int64_t C = W / n, D = C / H;
-  const size_t es = dtype_size(rows.dtype()), row_bytes = static_cast<size_t>(D) * es;
-  char* r = static_cast<char*>(rows.raw_data());
-  std::vector<char*> hp;
-  for (const Tensor& h : heads) hp.push_back(static_cast<char*>(h.raw_data()));
-#pragma omp parallel for schedule(static) if (B * T * W >= (1 << 16))
-  for (int64_t bt = 0; bt < B * T; ++bt) {
-    const int64_t b = bt / T, t = bt % T;
-    for (int64_t p = 0; p < n; ++p)
-      for (int64_t h = 0; h < H; ++h) {
-        char* row = r + static_cast<size_t>(bt * W + p * C + h * D) * es;
-        char* head = hp[static_cast<size_t>(p)] + static_cast<size_t>(((b * H + h) * T + t) * D) * es;
-        if (to_heads)
-          std::memcpy(head, row, row_bytes);
-        else
-          std::memcpy(row, head, row_bytes);
-      }
+  if (rows.dim() != 3 || !rows.is_contiguous() || heads.empty() || H < 1 || rows.size(2) % (int64_t(heads.size()) * H) != 0)
+    throw ShapeError("heads_copy: rows " + rows.to_string() + " must be contiguous (B, T, n*C) with n*C divisible by " +
+                     std::to_string(heads.size()) + " * " + std::to_string(H) + " heads");
+  const int64_t B = rows.size(0), T = rows.size(1), D = rows.size(2) / (int64_t(heads.size()) * H);
+  for (const Tensor& h : heads) {
+    if (!h.is_contiguous() || !(h.shape() == Shape{B * H, T, D}) || h.dtype() != rows.dtype())
+      throw ShapeError("heads_copy: head tensor " + h.to_string() + " must be contiguous (" + std::to_string(B * H) +
+                       ", " + std::to_string(T) + ", " + std::to_string(D) + ") of the rows' dtype");
+    if (!(h.device() == rows.device())) throw ArgumentError("heads_copy: rows and heads must share a device");
   }
+  backend_for(rows.device()).heads_copy(rows, heads, H, to_heads);
 }
 
-}  // namespace mixtrain::autograd
+void dropout_mask(const Tensor& x, float p, uint64_t seed, uint64_t offset, Tensor& out) {
+  ProfileScope prof(WorkKind::elementwise);
+  if (!(p >= 0.f && p < 1.f)) throw ArgumentError("dropout_mask: p must be in [0, 1), got " + std::to_string(p));
+  if (!(out.shape() == x.shape())) throw ShapeError("dropout_mask: out " + out.to_string() + " must have x's shape " + x.to_string());
+  if (!(out.device() == x.device())) throw ArgumentError("dropout_mask: x and out must share a device");
+  backend_for(x.device()).dropout_mask(x, p, seed, offset, out);
+}
+
+}  // namespace mixtrain

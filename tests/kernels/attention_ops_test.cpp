@@ -1,0 +1,108 @@
+// heads_copy and dropout_mask (kernels/attention_ops.h) in the op harness: the CPU kernels
+// (OpenMP) against their serial references, bit for bit (both are copies / one multiply), for
+// 1 and 2 threads; plus the argument checks.
+#include <gtest/gtest.h>
+
+#include "kernels/op_harness.h"
+#include "mixtrain/kernels/attention_ops.h"
+
+namespace mixtrain::test {
+namespace {
+
+Tolerance exact() { return {}; }
+
+// sizes = {B, T, H, D, n}; flags bit 0: to_heads (else heads -> rows).
+struct HeadsCopyTest : OpTest {
+  std::string name() const override { return "heads_copy"; }
+  std::vector<OpConfig> configs() const override {
+    std::vector<OpConfig> c;
+    for (DType t : {DType::f32, DType::bf16})
+      for (int to_heads : {1, 0})
+        for (auto sz : std::vector<std::vector<int64_t>>{{2, 5, 3, 4, 3}, {3, 64, 4, 32, 3}, {1, 7, 2, 8, 1}}) {
+          OpConfig g;
+          g.sizes = sz;
+          g.in = g.out = t;
+          g.flags = to_heads;
+          g.label = std::string(dtype_name(t)) + (to_heads ? " to heads" : " to rows") + " B=" +
+                    std::to_string(sz[0]) + " T=" + std::to_string(sz[1]) + " n=" + std::to_string(sz[4]);
+          c.push_back(g);
+        }
+    return c;
+  }
+  std::vector<Tensor> run(const OpConfig& cfg, bool reference) const override {
+    const int64_t B = cfg.sizes[0], T = cfg.sizes[1], H = cfg.sizes[2], D = cfg.sizes[3], n = cfg.sizes[4];
+    Tensor rows = cfg.flags ? Tensor::rand_uniform({B, T, n * H * D}, cfg.in, cfg.seed, -2.f, 2.f)
+                            : Tensor::zeros({B, T, n * H * D}, cfg.in);
+    std::vector<Tensor> heads;
+    for (int64_t i = 0; i < n; ++i)
+      heads.push_back(cfg.flags ? Tensor::zeros({B * H, T, D}, cfg.in)
+                                : Tensor::rand_uniform({B * H, T, D}, cfg.in, cfg.seed + uint64_t(i), -2.f, 2.f));
+    (reference ? ref::heads_copy : mixtrain::heads_copy)(rows, heads, H, cfg.flags != 0);
+    std::vector<Tensor> out{rows};
+    out.insert(out.end(), heads.begin(), heads.end());
+    return out;
+  }
+  Tolerance tolerance(const OpConfig&, size_t) const override { return exact(); }
+};
+
+// sizes = {n}; the dropout probability from flags (percent).
+struct DropoutMaskTest : OpTest {
+  std::string name() const override { return "dropout_mask"; }
+  std::vector<OpConfig> configs() const override {
+    std::vector<OpConfig> c;
+    for (DType t : {DType::f32, DType::bf16, DType::f16})
+      for (int64_t n : {int64_t{1}, int64_t{1000}, int64_t{70001}})
+        for (int pct : {10, 50}) {
+          OpConfig g;
+          g.sizes = {n};
+          g.in = g.out = t;
+          g.flags = pct;
+          g.label = std::string(dtype_name(t)) + " n=" + std::to_string(n) + " p=" + std::to_string(pct) + "%";
+          c.push_back(g);
+        }
+    return c;
+  }
+  std::vector<Tensor> run(const OpConfig& cfg, bool reference) const override {
+    const Tensor x = Tensor::rand_uniform({cfg.sizes[0]}, cfg.in, cfg.seed, -2.f, 2.f);
+    Tensor out = Tensor::empty(x.shape(), cfg.out);
+    (reference ? ref::dropout_mask : mixtrain::dropout_mask)(x, cfg.flags / 100.f, 42, 1000, out);
+    return {out};
+  }
+  Tolerance tolerance(const OpConfig&, size_t) const override { return exact(); }
+};
+
+MIXTRAIN_REGISTER_OP_TEST(HeadsCopyTest);
+MIXTRAIN_REGISTER_OP_TEST(DropoutMaskTest);
+
+TEST(AttentionOps, FastMatchesReference) { run_registered_op_tests(); }
+
+TEST(AttentionOps, ThreadCountDoesNotChangeResults) {
+  run_thread_count_checks([](const OpConfig& c) { return c.sizes[0] >= 3 || c.sizes.size() == 1; });
+}
+
+TEST(AttentionOps, DropoutKeepsAboutOneMinusPAndScales) {
+  const Tensor x = Tensor::full({100000}, DType::f32, 1.f);
+  Tensor out = Tensor::empty(x.shape(), DType::f32);
+  dropout_mask(x, 0.25f, 7, 0, out);
+  int64_t kept = 0;
+  for (double v : out.to_doubles()) {
+    ASSERT_TRUE(v == 0.0 || v == double(1.f / 0.75f)) << v;
+    kept += v != 0.0;
+  }
+  EXPECT_NEAR(double(kept) / 100000.0, 0.75, 0.01);
+}
+
+TEST(AttentionOps, BadArgumentsAreTypedErrors) {
+  const Tensor x = Tensor::zeros({4}, DType::f32);
+  Tensor out = Tensor::empty({5}, DType::f32);
+  EXPECT_THROW(dropout_mask(x, 0.1f, 1, 0, out), ShapeError);
+  Tensor ok = Tensor::empty({4}, DType::f32);
+  EXPECT_THROW(dropout_mask(x, 1.f, 1, 0, ok), ArgumentError);
+  const Tensor rows = Tensor::zeros({2, 3, 12}, DType::f32);
+  EXPECT_THROW(heads_copy(rows, {Tensor::zeros({4, 3, 5}, DType::f32)}, 2, true), ShapeError);  // D = 6, not 5
+  EXPECT_THROW(heads_copy(rows, {Tensor::zeros({4, 3, 6}, DType::bf16)}, 2, true), ShapeError);  // dtype
+  EXPECT_THROW(heads_copy(rows, {Tensor::zeros({4, 3, 6}, DType::f32)}, 5, true), ShapeError);   // 12 % 5
+}
+
+}  // namespace
+}  // namespace mixtrain::test
