@@ -1,14 +1,12 @@
-// `mixtrain bench train`: the speed of a training step and where its time goes. Trains with every
-// option of `train` (the first --profile-warmup steps excluded), then reports tokens/s, model
-// FLOP/s, the GEMM rate of the model's dtype measured in the same run, MFU, the step time by kind
-// of work (core/profiler.h) and system allocations per steady-state step; --thread-scaling runs
-// the same at one thread and at all threads.
+// `mixtrain bench train`: prints bench_train (train/bench_train.h), the speed of a training step
+// and where its time goes, for each run as it finishes (all threads, then one with
+// --thread-scaling), and optionally the results as JSON.
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
-#include "mixtrain/kernels/backend.h"
+#include "mixtrain/train/bench_train.h"
 #include "train_options.h"
 
 namespace mixtrain::cli {
@@ -19,46 +17,54 @@ struct BenchTrainOpts {
   bool thread_scaling = false;
 };
 
-nlohmann::ordered_json run_one(const TrainOptions& base, const GptConfig& cfg, int threads) {
-  set_num_threads(threads);
-  TrainOptions o = base;
-  o.quiet = true;
-  o.profile = true;
-  o.eval_every = 0;
-  TrainSummary s = train(o);
-  const int64_t T = o.seq_len > 0 ? o.seq_len : cfg.block_size;
-  const double tokens = static_cast<double>(o.batch_size * T * o.grad_accum * s.profiled_steps);
-  const double tok_s = tokens / s.profiled_seconds;
-  const double flops = tok_s * (s.model_flops_per_s / s.tokens_per_s);  // model FLOPs per token
-  nlohmann::ordered_json all = s.to_json();
+nlohmann::ordered_json to_json(const BenchTrainRun& r) {
+  nlohmann::ordered_json b;
+  for (size_t k = 0; k < kNumWorkKinds; ++k)
+    b[std::string(work_kind_name(static_cast<WorkKind>(k)))] = r.breakdown.work[k];
+  b["other"] = r.breakdown.other;
+  b["step"] = r.breakdown.step;
   nlohmann::ordered_json j;
-  j["precision"] = s.precision;
-  j["threads"] = threads;
-  j["tokens_per_s"] = tok_s;
-  j["model_flops_per_s"] = flops;
-  j["gemm_flops_per_s"] = s.gemm_flops_per_s;
-  j["mfu"] = flops / s.gemm_flops_per_s;
-  j["profiled_steps"] = s.profiled_steps;
-  j["breakdown"] = all["breakdown_s_per_step"];
-  j["system_allocations_per_step"] = all["system_allocations_per_step"];
-  j["peak_bytes"] = all["peak_bytes"];
+  j["precision"] = r.precision;
+  j["threads"] = r.threads;
+  j["tokens_per_s"] = r.tokens_per_s;
+  j["model_flops_per_s"] = r.model_flops_per_s;
+  j["gemm_flops_per_s"] = r.gemm_flops_per_s;
+  j["mfu"] = r.mfu;
+  j["profiled_steps"] = r.profiled_steps;
+  j["breakdown"] = b;
+  j["system_allocations_per_step"] = r.system_allocations_per_step;
+  j["peak_bytes"] = r.peak_bytes;
   return j;
 }
 
-void print_one(const nlohmann::ordered_json& j) {
+nlohmann::ordered_json to_json(const BenchTrainResult& result) {
+  nlohmann::ordered_json out = to_json(result.run);
+  if (result.thread_scaling) {
+    const ThreadScaling& ts = *result.thread_scaling;
+    out["thread_scaling"] = {{"threads", result.run.threads},
+                             {"tokens_per_s_1_thread", ts.one_thread.tokens_per_s},
+                             {"speedup", ts.speedup},
+                             {"one_thread", to_json(ts.one_thread)}};
+  }
+  return out;
+}
+
+void print_run(const BenchTrainRun& r) {
   std::printf("%s, %d thread%s: %.0f tokens/s, %.1f GFLOP/s model, %.1f GFLOP/s GEMM (%s), MFU %.1f%%, "
               "%.2f system allocations per step\n",
-              j["precision"].get<std::string>().c_str(), j["threads"].get<int>(), j["threads"].get<int>() == 1 ? "" : "s",
-              j["tokens_per_s"].get<double>(), j["model_flops_per_s"].get<double>() * 1e-9,
-              j["gemm_flops_per_s"].get<double>() * 1e-9, "1024^3, same dtype", 100 * j["mfu"].get<double>(),
-              j["system_allocations_per_step"].get<double>());
-  const double step = j["breakdown"]["step"].get<double>();
+              r.precision.c_str(), r.threads, r.threads == 1 ? "" : "s", r.tokens_per_s,
+              r.model_flops_per_s * 1e-9, r.gemm_flops_per_s * 1e-9, "1024^3, same dtype", 100 * r.mfu,
+              r.system_allocations_per_step);
+  const double step = r.breakdown.step;
   std::printf("  %-14s %10s %7s\n", "work", "ms/step", "share");
-  for (const auto& [k, v] : j["breakdown"].items()) {
-    if (k == "step") continue;
-    std::printf("  %-14s %10.2f %6.1f%%\n", k.c_str(), v.get<double>() * 1e3, 100 * v.get<double>() / step);
+  for (size_t k = 0; k < kNumWorkKinds; ++k) {
+    const double s = r.breakdown.work[k];
+    std::printf("  %-14s %10.2f %6.1f%%\n", std::string(work_kind_name(static_cast<WorkKind>(k))).c_str(),
+                s * 1e3, 100 * s / step);
   }
+  std::printf("  %-14s %10.2f %6.1f%%\n", "other", r.breakdown.other * 1e3, 100 * r.breakdown.other / step);
   std::printf("  %-14s %10.2f\n", "step", step * 1e3);
+  std::fflush(stdout);
 }
 
 }  // namespace
@@ -79,25 +85,10 @@ void register_bench_train(CLI::App* bench, GlobalOptions& g, std::vector<Command
   commands.push_back({[sub] { return sub->parsed(); }, [&g, f, o] {
     apply_global_options(g);
     f->finish();
-    if (f->opt.steps <= f->opt.profile_warmup)
-      throw ArgumentError("bench train: --steps " + std::to_string(f->opt.steps) + " leaves no step after the " +
-                          std::to_string(f->opt.profile_warmup) + " warm-up steps");
-    const GptConfig cfg = GptConfig::from_preset_or_file(f->opt.model);
-    const int all = num_threads();
-    nlohmann::ordered_json out = run_one(f->opt, cfg, all);
-    print_one(out);
-    if (o->thread_scaling && all > 1) {
-      nlohmann::ordered_json one = run_one(f->opt, cfg, 1);
-      print_one(one);
-      const double speedup = out["tokens_per_s"].get<double>() / one["tokens_per_s"].get<double>();
-      std::printf("thread scaling 1 -> %d threads: %.2fx\n", all, speedup);
-      out["thread_scaling"] = {{"threads", all},
-                               {"tokens_per_s_1_thread", one["tokens_per_s"]},
-                               {"speedup", speedup},
-                               {"one_thread", one}};
-      set_num_threads(all);
-    }
-    if (!o->json.empty()) write_file_atomic(o->json, out.dump(2) + "\n");
+    const BenchTrainResult r = bench_train(f->opt, o->thread_scaling, print_run);
+    if (r.thread_scaling)
+      std::printf("thread scaling 1 -> %d threads: %.2fx\n", r.run.threads, r.thread_scaling->speedup);
+    if (!o->json.empty()) write_file_atomic(o->json, to_json(r).dump(2) + "\n");
     return 0;
   }});
 }

@@ -28,6 +28,25 @@ void RunConfig::validate() const {
   mixtrain::validate(schedule);
 }
 
+StepBreakdown TrainSummary::breakdown_per_step() const {
+  StepBreakdown s;
+  if (profiled_steps <= 0) return s;
+  double known = 0;
+  const double n = static_cast<double>(profiled_steps);
+  for (size_t k = 0; k < kNumWorkKinds; ++k) {
+    s.work[k] = breakdown[k] / n;
+    known += breakdown[k];
+  }
+  s.other = (profiled_seconds - known) / n;
+  s.step = profiled_seconds / n;
+  return s;
+}
+
+double TrainSummary::system_allocations_per_step() const {
+  if (profiled_steps <= 0) return 0;
+  return static_cast<double>(profiled_system_allocations) / static_cast<double>(profiled_steps);
+}
+
 nlohmann::ordered_json TrainSummary::to_json() const {
   auto finite_or_null = [](double v) { return std::isfinite(v) ? nlohmann::ordered_json(v) : nlohmann::ordered_json(); };
   nlohmann::ordered_json j;
@@ -55,20 +74,15 @@ nlohmann::ordered_json TrainSummary::to_json() const {
   j["final_loss_scale"] = final_loss_scale;
   j["hit_min_scale"] = hit_min_scale;
   if (profiled_steps > 0) {
-    // Per profiled step: each kind, "other" (the rest of the step: autograd bookkeeping, the
-    // data batch, logging) and the step itself.
+    const StepBreakdown s = breakdown_per_step();
     nlohmann::ordered_json b;
-    double known = 0;
-    const double n = static_cast<double>(profiled_steps);
-    for (size_t k = 0; k < kNumWorkKinds; ++k) {
-      b[std::string(work_kind_name(static_cast<WorkKind>(k)))] = breakdown[k] / n;
-      known += breakdown[k];
-    }
-    b["other"] = (profiled_seconds - known) / n;
-    b["step"] = profiled_seconds / n;
+    for (size_t k = 0; k < kNumWorkKinds; ++k)
+      b[std::string(work_kind_name(static_cast<WorkKind>(k)))] = s.work[k];
+    b["other"] = s.other;
+    b["step"] = s.step;
     j["profiled_steps"] = profiled_steps;
     j["breakdown_s_per_step"] = b;
-    j["system_allocations_per_step"] = static_cast<double>(profiled_system_allocations) / n;
+    j["system_allocations_per_step"] = system_allocations_per_step();
   }
   return j;
 }

@@ -54,6 +54,14 @@ struct RunConfig {
   void validate() const;        // ArgumentError naming the field
 };
 
+// The profiled steps' time per step: each kind of work, "other" (the rest of the step: autograd
+// bookkeeping, the data batch, logging) and the whole step, in seconds.
+struct StepBreakdown {
+  std::array<double, kNumWorkKinds> work{};
+  double other = 0;
+  double step = 0;
+};
+
 struct TrainSummary {
   int64_t steps = 0;
   double final_train_loss = 0;
@@ -76,6 +84,8 @@ struct TrainSummary {
   double profiled_seconds = 0;                 // their total step time
   std::array<double, kNumWorkKinds> breakdown{};  // seconds per kind of work over them
   int64_t profiled_system_allocations = 0;     // blocks taken from the system during them
+  StepBreakdown breakdown_per_step() const;    // zeros without profiled steps
+  double system_allocations_per_step() const;  // 0 without profiled steps
   nlohmann::ordered_json to_json() const;
 };
 

@@ -1,0 +1,56 @@
+// `mixtrain compare` as a function: the same model trained from the same seed on the same batches
+// once per precision mode (or mode and update rounding), with each run's speed, memory and
+// accuracy side by side.
+//
+//   TrainOptions base;  // model, data, steps, ... (precision and rounding come from the entries)
+//   CompareResult r = compare_precisions(base, parse_compare_entries("32-true,bf16-true:kahan"));
+//   r.runs[1].summary.val_loss, r.runs[1].memory.peak_total, *r.runs[1].speedup_vs_32_true
+#pragma once
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "mixtrain/amp/precision.h"
+#include "mixtrain/tensor/memory.h"
+#include "mixtrain/train/trainer.h"
+
+namespace mixtrain {
+
+// One run of a comparison.
+struct CompareEntry {
+  PrecisionMode mode = PrecisionMode::true32;
+  UpdateRounding rounding = UpdateRounding::nearest;  // of the 16-bit weights (*-true modes)
+  // The run's name: "32-true", "bf16-true:kahan" (a *-true mode always shows its rounding).
+  std::string label;
+};
+
+// Parses a comma-separated list of MODE or MODE:ROUNDING ("32-true,bf16-mixed,bf16-true:kahan"),
+// so one comparison can show what each update rounding of a *-true mode costs and buys; a *-true
+// mode without a rounding takes `default_rounding`. Empty items are skipped. Throws ArgumentError
+// for an unknown mode or rounding, a rounding on a mode whose weights are fp32, or no entry at all.
+std::vector<CompareEntry> parse_compare_entries(std::string_view list,
+                                                UpdateRounding default_rounding = UpdateRounding::nearest);
+
+struct CompareRun {
+  CompareEntry entry;
+  TrainSummary summary;   // a diverged run too (summary.diverged): a result, not an error
+  MemorySnapshot memory;  // the allocator's tracker right after the run: the run's peaks
+  // tokens/s over those of the latest 32-true run so far (this one included); none before one.
+  std::optional<double> speedup_vs_32_true;
+};
+
+struct CompareResult {
+  std::vector<CompareRun> runs;  // in the entries' order
+  int threads = 0;               // the thread count every run used
+};
+
+// Trains `base` once per entry, with the entry's precision and rounding, quietly. A step log
+// (base.log_jsonl) gets the label as a suffix per run: log.jsonl -> log.bf16-true-kahan.jsonl.
+// `on_run` sees each run as soon as it finished (to print a row while the next one trains).
+// Throws ArgumentError for bad options (the first run validates them) or no entry.
+CompareResult compare_precisions(const TrainOptions& base, const std::vector<CompareEntry>& entries,
+                                 const std::function<void(const CompareRun&)>& on_run = {});
+
+}  // namespace mixtrain

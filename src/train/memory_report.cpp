@@ -1,0 +1,40 @@
+// Predicted and measured memory of a training run (train/memory_report.h).
+#include "mixtrain/train/memory_report.h"
+
+#include <cmath>
+
+namespace mixtrain {
+
+double relative_error(int64_t predicted, int64_t measured) {
+  if (measured == 0) return predicted == 0 ? 0.0 : NAN;
+  return static_cast<double>(predicted - measured) / static_cast<double>(measured);
+}
+
+MemoryReport memory_report(const TrainOptions& opt, bool predict_only) {
+  MemoryReport r;
+  r.model = GptConfig::from_preset_or_file(opt.model);
+  r.predicted = predict_gpt_memory(r.model, memory_options(opt));
+  r.seq_len = opt.seq_len > 0 ? opt.seq_len : r.model.block_size;
+  if (predict_only) return r;
+
+  // The measurement: a real run of train() with the same options (quiet, no MFU measurement).
+  opt.validate();
+  TrainOptions o = opt;
+  o.quiet = true;
+  o.measure_gemm_rate = false;
+  try {
+    train(o);
+  } catch (const DivergedError&) {
+    // The steps ran; their memory is what is asked for.
+  }
+  MeasuredMemory m;
+  m.peaks = MemoryTracker::global().snapshot();
+  m.process_peak_rss_bytes = process_peak_rss_bytes();
+  m.peak_error = relative_error(r.predicted.peak_bytes, m.peaks.peak_total);
+  for (size_t c = 0; c < kNumMemCategories; ++c)
+    m.error_by_category[c] = relative_error(r.predicted.peak_by_category[c], m.peaks.peak[c]);
+  r.measured = m;
+  return r;
+}
+
+}  // namespace mixtrain
