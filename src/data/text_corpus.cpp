@@ -74,7 +74,10 @@ std::string TextCorpus::default_corpus_path() {
   std::vector<std::string> tried;
   std::error_code ec;
   const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  if (!ec) tried.push_back((exe.parent_path() / "data" / kFile).string());
+  if (!ec) {
+    tried.push_back((exe.parent_path() / "data" / kFile).string());                         // build/
+    tried.push_back((exe.parent_path().parent_path() / "share" / "mixtrain" / kFile).string());  // installed
+  }
   tried.push_back((fs::path("build") / "data" / kFile).string());
   for (const std::string& p : tried) {
     std::error_code ec2;

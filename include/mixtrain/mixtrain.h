@@ -1,0 +1,29 @@
+// mixtrain's public API in one include: precision modes and autocast, tensors, the GPT model, the
+// optimizers, the data sources, the training engine (TrainingRun and its hooks) and the library
+// forms of `mixtrain train`, `compare`, `memory` and `bench train`; checkpoints and weights.
+//
+//   #include "mixtrain/mixtrain.h"
+//   find_package(mixtrain REQUIRED)  +  target_link_libraries(app PRIVATE mixtrain::mixtrain)
+#pragma once
+
+#include "mixtrain/amp/mixed_precision.h"
+#include "mixtrain/amp/precision.h"
+#include "mixtrain/checkpoint/load_model.h"
+#include "mixtrain/core/error.h"
+#include "mixtrain/data/data_source.h"
+#include "mixtrain/data/text_corpus.h"
+#include "mixtrain/kernels/backend.h"
+#include "mixtrain/models/generate.h"
+#include "mixtrain/models/gpt.h"
+#include "mixtrain/models/model.h"
+#include "mixtrain/optim/adamw.h"
+#include "mixtrain/optim/optimizer.h"
+#include "mixtrain/optim/schedule.h"
+#include "mixtrain/optim/sgd.h"
+#include "mixtrain/tensor/tensor.h"
+#include "mixtrain/train/bench_train.h"
+#include "mixtrain/train/compare.h"
+#include "mixtrain/train/memory_report.h"
+#include "mixtrain/train/run_hooks.h"
+#include "mixtrain/train/trainer.h"
+#include "mixtrain/train/training_run.h"
