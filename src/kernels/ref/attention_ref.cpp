@@ -1,56 +1,47 @@
-// The scalar references of heads_copy and dropout_mask (kernels/attention_ops.h): the CPU
-// kernels' loops without the threads.
-#include <cstring>
-#include <type_traits>
-
+// The scalar references of heads_copy and dropout_mask (kernels/attention_ops.h): one element at
+// a time through the dtype-generic accessors, written from the definitions rather than from the
+// CPU kernels (which copy whole head rows and work on contiguous fp32 copies).
+#include "kernels/ref/ref_util.h"
 #include "mixtrain/kernels/attention_ops.h"
 #include "mixtrain/numeric/stochastic.h"
 
 namespace mixtrain::ref {
 
-// (B, T, n*C) rows <-> n tensors (B*H, T, D): one pass over the rows, D elements at a time.
+// rows[b, t, p*C + h*D + d] <-> heads[p][b*H + h, t, d].
 void heads_copy(const Tensor& rows, const std::vector<Tensor>& heads, int64_t H, bool to_heads) {
-  const int64_t B = rows.size(0), T = rows.size(1), W = rows.size(2), n = static_cast<int64_t>(heads.size());
-  const int64_t C = W / n, D = C / H;
-  const size_t es = dtype_size(rows.dtype()), row_bytes = static_cast<size_t>(D) * es;
-  char* r = static_cast<char*>(rows.raw_data());
-  std::vector<char*> hp;
-  for (const Tensor& h : heads) hp.push_back(static_cast<char*>(h.raw_data()));
-  for (int64_t bt = 0; bt < B * T; ++bt) {
-    const int64_t b = bt / T, t = bt % T;
-    for (int64_t p = 0; p < n; ++p)
-      for (int64_t h = 0; h < H; ++h) {
-        char* row = r + static_cast<size_t>(bt * W + p * C + h * D) * es;
-        char* head = hp[static_cast<size_t>(p)] + static_cast<size_t>(((b * H + h) * T + t) * D) * es;
-        if (to_heads)
-          std::memcpy(head, row, row_bytes);
-        else
-          std::memcpy(row, head, row_bytes);
-      }
-  }
+  const int64_t B = rows.size(0), T = rows.size(1), n = static_cast<int64_t>(heads.size());
+  const int64_t C = rows.size(2) / n, D = C / H;
+  for (int64_t p = 0; p < n; ++p)
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t t = 0; t < T; ++t)
+          for (int64_t d = 0; d < D; ++d) {
+            const Tensor& hd = heads[static_cast<size_t>(p)];
+            const int64_t ro = b * rows.stride(0) + t * rows.stride(1) + (p * C + h * D + d) * rows.stride(2);
+            const int64_t ho = (b * H + h) * hd.stride(0) + t * hd.stride(1) + d * hd.stride(2);
+            if (to_heads)
+              detail::store<double>(hd, ho, detail::load<double>(rows, ro));  // exact for every float dtype
+            else
+              detail::store<double>(rows, ro, detail::load<double>(hd, ho));
+          }
 }
 
-// Scales kept elements by 1/(1-p), zeroes the others; the mask is recomputed from (seed, offset)
-// in backward instead of being stored.
+// out[i] = keep(i) ? x[i] * (1 / (1 - p)) : 0, keep(i) = counter_rng(seed, offset + i) >= p * 2^32,
+// i in row-major order. The scale 1/(1-p) is formed in fp32 and the product in double, rounded
+// once to out's dtype (f64: all in double).
 void dropout_mask(const Tensor& x, float p, uint64_t seed, uint64_t offset, Tensor& out) {
-  // fp32 math for every float dtype, double for f64 (finite-difference checks need it).
-  auto run = [&](auto values, double keep_scale) {
-    const auto n = static_cast<int64_t>(values.size());
-    const auto threshold = static_cast<uint64_t>(static_cast<double>(p) * 4294967296.0);
-    for (int64_t i = 0; i < n; ++i) {
-      const bool keep = counter_rng(seed, offset + static_cast<uint64_t>(i)) >= threshold;
-      auto& v = values[static_cast<size_t>(i)];
-      v = keep ? static_cast<std::decay_t<decltype(v)>>(v * keep_scale) : 0;
-    }
-    return values;
-  };
-  const Tensor xc = x.contiguous();
-  Tensor tmp = x.dtype() == DType::f64
-                   ? Tensor::from_vector(run(xc.to_doubles(), 1.0 / (1.0 - p)), xc.shape(), out.dtype(),
-                                         MemCategory::workspace)
-                   : Tensor::from_floats(run(xc.to_floats(), 1.0f / (1.0f - p)), xc.shape(), out.dtype(),
-                                         MemCategory::workspace);
-  out.copy_from(tmp);
+  const auto threshold = static_cast<uint64_t>(static_cast<double>(p) * 4294967296.0);
+  const bool f64 = x.dtype() == DType::f64;
+  const double keep_scale = f64 ? 1.0 / (1.0 - p) : static_cast<double>(1.0f / (1.0f - p));
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    const bool keep = counter_rng(seed, offset + static_cast<uint64_t>(i)) >= threshold;
+    const double v = keep ? detail::load<double>(x, detail::elem_offset(x, i)) * keep_scale : 0.0;
+    const int64_t o = detail::elem_offset(out, i);
+    if (f64)
+      detail::store<double>(out, o, v);
+    else
+      detail::store<float>(out, o, static_cast<float>(v));  // the CPU kernel's fp32 value
+  }
 }
 
 }  // namespace mixtrain::ref
