@@ -74,10 +74,10 @@ class Ledger {
  public:
   struct Block {
     Ledger* owner = nullptr;
+    int64_t id = 0;
     int64_t bytes = 0;
     MemCategory category = MemCategory::other;
     std::string name;
-    std::list<Block*>::iterator self;
     ~Block() { owner->release(*this); }
   };
   using BlockPtr = std::shared_ptr<Block>;
@@ -85,11 +85,12 @@ class Ledger {
   BlockPtr allocate(int64_t bytes, MemCategory c, std::string name) {
     auto b = std::make_shared<Block>();
     b->owner = this;
+    b->id = static_cast<int64_t>(blocks_.size());
     b->bytes = bytes;
     b->category = c;
     b->name = std::move(name);
-    live_.push_front(b.get());
-    b->self = live_.begin();
+    blocks_.push_back({intern(b->name), c, bytes});
+    events_.push_back(b->id + 1);
     const auto i = static_cast<size_t>(c);
     by_cat_[i] += bytes;
     total_ += bytes;
@@ -98,9 +99,7 @@ class Ledger {
       peak_total_ = total_;
       at_peak_ = by_cat_;
       peak_moment_ = phase;
-      peak_blocks_.clear();
-      peak_blocks_.reserve(live_.size());
-      for (const Block* x : live_) peak_blocks_.push_back({x->name, x->category, x->bytes});
+      peak_event_ = events_.size();  // the live set at the peak is replayed from the log in fill()
     }
     return b;
   }
@@ -112,10 +111,18 @@ class Ledger {
     p.peak_by_category = peak_by_cat_;
     p.at_peak = at_peak_;
     p.peak_moment = peak_moment_;
+    // The blocks alive at the peak: the allocation log replayed up to the peak's event. (Copying
+    // the live set at every new peak instead made a prediction quadratic in the number of layers.)
+    std::vector<char> alive(blocks_.size(), 0);
+    for (size_t e = 0; e < peak_event_; ++e)
+      alive[static_cast<size_t>(std::abs(events_[e]) - 1)] = events_[e] > 0;
     std::map<std::pair<std::string, MemCategory>, MemoryTerm> terms;
-    for (const Snap& s : peak_blocks_) {
-      MemoryTerm& t = terms[{s.name, s.category}];
-      t.name = s.name;
+    for (size_t id = 0; id < blocks_.size(); ++id) {
+      if (!alive[id]) continue;
+      const Logged& s = blocks_[id];
+      const std::string& name = names_[static_cast<size_t>(s.name)];
+      MemoryTerm& t = terms[{name, s.category}];
+      t.name = name;
       t.category = s.category;
       ++t.count;
       t.bytes += s.bytes;
@@ -127,21 +134,29 @@ class Ledger {
   }
 
  private:
-  struct Snap {
-    std::string name;
+  struct Logged {
+    int32_t name;  // into names_
     MemCategory category;
     int64_t bytes;
   };
+  int32_t intern(const std::string& name) {
+    const auto [it, added] = name_ids_.try_emplace(name, static_cast<int32_t>(names_.size()));
+    if (added) names_.push_back(name);
+    return it->second;
+  }
   void release(Block& b) {
     by_cat_[static_cast<size_t>(b.category)] -= b.bytes;
     total_ -= b.bytes;
-    live_.erase(b.self);
+    events_.push_back(-(b.id + 1));
   }
-  std::list<Block*> live_;
+  std::vector<Logged> blocks_;     // every allocation, by id
+  std::vector<int64_t> events_;    // id + 1: allocated, -(id + 1): freed, in order
+  size_t peak_event_ = 0;          // events_[0, peak_event_) lead to the peak
+  std::vector<std::string> names_;
+  std::unordered_map<std::string, int32_t> name_ids_;
   std::array<int64_t, kNumMemCategories> by_cat_{}, peak_by_cat_{}, at_peak_{};
   int64_t total_ = 0, peak_total_ = 0;
   std::string peak_moment_;
-  std::vector<Snap> peak_blocks_;
 };
 
 // ---- tensors, variables and nodes without data (autograd/variable.h, node.h) ----------------------
