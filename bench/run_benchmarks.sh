@@ -3,7 +3,7 @@
 # their raw output in bench/results/. Ratios (bf16 vs fp32, mixtrain vs oneDNN direct, model
 # FLOP/s vs GEMM FLOP/s) are always taken within one command, so a noisy machine biases both
 # sides alike. Usage: bench/run_benchmarks.sh
-#   [gemm|convert|train-nano|train-mini|precisions|bench-train|peer|gpt2-small|curve-mini|accuracy|all]
+#   [gemm|convert|train-nano|train-mini|precisions|bench-train|peer|gpt2-small|curve-mini|accuracy|predict-scaling|all]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 what="${1:-all}"
@@ -16,6 +16,18 @@ run() { [ "$what" = all ] || [ "$what" = "$1" ]; }
 { uname -srm; lscpu | grep -E 'Model name|^CPU\(s\)'; date -u; } >"$R/machine.txt"
 $M info --json >"$R/info.json"
 
+if run predict-scaling; then
+  # `memory --predict-only` time against the number of layers (gpt-nano's width, batch 4, T 128):
+  # it must grow linearly.
+  cfg="$(mktemp --suffix=.json)"
+  for L in 128 256 512 1024 2048 4096; do
+    echo "{\"n_layer\": $L, \"n_head\": 4, \"n_embd\": 128, \"block_size\": 128}" >"$cfg"
+    s=$EPOCHREALTIME
+    $M memory --model "$cfg" --batch-size 4 --seq-len 128 --predict-only >/dev/null
+    awk -v l="$L" -v a="$s" -v b="$EPOCHREALTIME" 'BEGIN { printf "layers %5d  predict-only %.2f s\n", l, b - a }'
+  done | tee "$R/predict_scaling.txt"
+  rm -f "$cfg"
+fi
 if run gemm; then
   $M bench gemm --json "$R/gemm.json" | tee "$R/gemm.txt"
 fi
