@@ -27,28 +27,16 @@ std::string shape_text(const std::vector<int64_t>& s) {
   return t + ")";
 }
 
-// A view of `t` (2-D) with its two dimensions swapped, when the name is a Conv1D weight.
-Tensor hf_layout(const std::string& name, const Tensor& t) {
-  return is_hf_conv1d_weight(name) ? t.transpose(0, 1) : t;
-}
-
 }  // namespace
 
-bool is_hf_conv1d_weight(const std::string& name) {
-  return ends_with(name, ".attn.c_attn.weight") || ends_with(name, ".attn.c_proj.weight") ||
-         ends_with(name, ".mlp.c_fc.weight") || ends_with(name, ".mlp.c_proj.weight");
-}
-
-SafetensorsWriter gpt_safetensors_writer(const Gpt& model) {
+SafetensorsWriter model_safetensors_writer(const Model& model) {
   SafetensorsWriter w;
-  const ParameterStore& store = model.params();
-  for (size_t i = 0; i < store.size(); ++i) {
-    const std::string& name = store.infos()[i].name;
-    w.add(name, hf_layout(name, store.param(i)));
-  }
+  for (const NamedWeight& n : model.named_weights()) w.add(n.name, n.tensor);
   w.set_metadata("format", "pt");
   return w;
 }
+
+SafetensorsWriter gpt_safetensors_writer(const Gpt& model) { return model_safetensors_writer(model); }
 
 void save_gpt_safetensors(const std::string& path, const Gpt& model,
                           const std::map<std::string, std::string>& extra_metadata) {
@@ -91,7 +79,8 @@ void load_gpt_safetensors(const SafetensorsFile& file, Gpt& model) {
     if (e.shape != want)
       throw ShapeError(where + ": tensor '" + printable(e.name) + "' has shape " + shape_text(e.shape) +
                        ", expected " + shape_text(want) + " for this model");
-    loaded[i] = hf_layout(p.name, file.tensor(e, MemCategory::workspace));
+    const Tensor x = file.tensor(e, MemCategory::workspace);
+    loaded[i] = is_hf_conv1d_weight(p.name) ? x.transpose(0, 1) : x;  // (IN, OUT) -> our (OUT, IN)
     by_name.erase(it);
   }
   if (!by_name.empty())

@@ -201,4 +201,22 @@ Gpt::Output Gpt::forward(const Tensor& idx, const Tensor* targets, bool training
   return out;
 }
 
+bool is_hf_conv1d_weight(const std::string& name) {
+  const auto ends_with = [&](const std::string& tail) {
+    return name.size() >= tail.size() && name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
+  };
+  return ends_with(".attn.c_attn.weight") || ends_with(".attn.c_proj.weight") || ends_with(".mlp.c_fc.weight") ||
+         ends_with(".mlp.c_proj.weight");
+}
+
+std::vector<NamedWeight> Gpt::named_weights() const {
+  std::vector<NamedWeight> w;
+  for (size_t i = 0; i < store_.size(); ++i) {
+    const std::string& name = store_.infos()[i].name;
+    const Tensor& p = store_.param(i);
+    w.push_back({name, is_hf_conv1d_weight(name) ? p.transpose(0, 1) : p});
+  }
+  return w;
+}
+
 }  // namespace mixtrain

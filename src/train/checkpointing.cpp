@@ -129,7 +129,7 @@ bool TrainCheckpointing::should_stop(TrainingRun& r, const StepRecord& rec) {
   if (!c.dir.empty() && due) {
     std::vector<CheckpointFile> files(2);
     files[0].name = kModelFile;
-    SafetensorsWriter w = gpt_safetensors_writer(model_);
+    SafetensorsWriter w = model_safetensors_writer(r.model());
     w.set_metadata("mixtrain_config", cfg_.to_json().dump());
     files[0].bytes = w.serialize();
     files[1].name = kStateFile;

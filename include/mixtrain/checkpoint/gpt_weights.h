@@ -16,14 +16,13 @@
 
 namespace mixtrain {
 
-// Whether a parameter name is a Conv1D weight in Hugging Face's GPT-2 (stored transposed there).
-bool is_hf_conv1d_weight(const std::string& name);
-
 // The model's parameters in its parameter dtype, as above; metadata "format": "pt" (what
 // transformers expects) plus `extra_metadata`. Written durably (file_io.h).
 void save_gpt_safetensors(const std::string& path, const Gpt& model,
                           const std::map<std::string, std::string>& extra_metadata = {});
 SafetensorsWriter gpt_safetensors_writer(const Gpt& model);
+// Any model's named weights (Model::named_weights, views), metadata "format": "pt".
+SafetensorsWriter model_safetensors_writer(const Model& model);
 
 // Copies every parameter of `model` from `file`. Errors (one line naming the file and tensor):
 // a parameter missing (IoError), a shape that differs from the model's (ShapeError), a dtype

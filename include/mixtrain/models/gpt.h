@@ -38,6 +38,10 @@ struct GptConfig {
   nlohmann::json to_json() const;
 };
 
+// True for the parameters Hugging Face's GPT-2 stores as Conv1D weights, (IN, OUT): attn.c_attn,
+// attn.c_proj, mlp.c_fc and mlp.c_proj weights.
+bool is_hf_conv1d_weight(const std::string& name);
+
 class Gpt final : public Model {
  public:
   // Declares and allocates every parameter (dtype for values, grad_dtype for gradients, the values
@@ -50,6 +54,9 @@ class Gpt final : public Model {
   ParameterStore& params() override { return store_; }
   const ParameterStore& params() const override { return store_; }
   nlohmann::json config_json() const override { return cfg_.to_json(); }
+  // GPT-2's names (transformer.h.0.attn.c_attn.weight, ...) in Hugging Face's layout: the four
+  // Conv1D weights of each block (is_hf_conv1d_weight) as (IN, OUT) views of our (OUT, IN).
+  std::vector<NamedWeight> named_weights() const override;
 
   // logits (B, T, V); loss scalar f32 (undefined without targets).
   using Output = ModelOutput;

@@ -4,13 +4,23 @@
 #pragma once
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "mixtrain/autograd/variable.h"
 #include "mixtrain/data/data_source.h"
 #include "mixtrain/nn/parameters.h"
 
 namespace mixtrain {
+
+// A weight under the name and in the layout of the model's interchange format (for GPT: Hugging
+// Face's GPT-2 names and its transposed Conv1D weights); the tensor is a view of the parameter.
+struct NamedWeight {
+  std::string name;
+  Tensor tensor;
+};
 
 struct ModelOutput {
   autograd::Var logits;  // the model's output scores
@@ -30,6 +40,8 @@ class Model {
   // Keep only each block's input for backward and recompute it there (same gradients).
   virtual void set_activation_checkpointing(bool on) = 0;
   virtual nlohmann::json config_json() const = 0;
+  // Every weight by name, as checkpoints write them (model.safetensors): views, not copies.
+  virtual std::vector<NamedWeight> named_weights() const = 0;
   int64_t num_parameters() const { return params().numel(); }
 };
 
