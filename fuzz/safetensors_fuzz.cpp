@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "fuzz_init.h"
-#include "mixtrain/checkpoint/safetensors.h"
+#include "checkpoint/safetensors.h"
 #include "mixtrain/core/error.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

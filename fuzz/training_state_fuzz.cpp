@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "fuzz_init.h"
-#include "mixtrain/checkpoint/training_state.h"
+#include "checkpoint/training_state.h"
 #include "mixtrain/core/error.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

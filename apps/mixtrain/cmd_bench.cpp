@@ -4,8 +4,8 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
-#include "mixtrain/bench/convert_bench.h"
-#include "mixtrain/bench/gemm_bench.h"
+#include "bench/convert_bench.h"
+#include "bench/gemm_bench.h"
 
 namespace mixtrain::cli {
 

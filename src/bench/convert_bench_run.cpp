@@ -6,7 +6,7 @@
 #include <functional>
 #include <sstream>
 
-#include "mixtrain/bench/convert_bench.h"
+#include "bench/convert_bench.h"
 #include "mixtrain/kernels/backend.h"
 #include "mixtrain/numeric/convert.h"
 #include "mixtrain/tensor/tensor.h"

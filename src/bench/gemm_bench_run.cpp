@@ -14,7 +14,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 #include <sstream>
 
-#include "mixtrain/bench/gemm_bench.h"
+#include "bench/gemm_bench.h"
 #include "mixtrain/kernels/backend.h"
 #include "mixtrain/kernels/gemm_info.h"
 #include "mixtrain/tensor/tensor.h"

@@ -1,5 +1,5 @@
 // Checkpoint directories: atomic creation, verification, listing and pruning.
-#include "mixtrain/checkpoint/checkpoint_dir.h"
+#include "checkpoint/checkpoint_dir.h"
 
 #include <unistd.h>
 
@@ -7,9 +7,9 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "mixtrain/checkpoint/checksum.h"
-#include "mixtrain/checkpoint/file_io.h"
-#include "mixtrain/checkpoint/json_input.h"
+#include "checkpoint/checksum.h"
+#include "checkpoint/file_io.h"
+#include "checkpoint/json_input.h"
 #include "mixtrain/core/error.h"
 
 namespace fs = std::filesystem;

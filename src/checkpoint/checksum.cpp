@@ -1,5 +1,5 @@
 // CRC-32, table-driven (one byte per step: checkpoints are megabytes, this is not a hot path).
-#include "mixtrain/checkpoint/checksum.h"
+#include "checkpoint/checksum.h"
 
 #include <array>
 #include <cstdio>

@@ -1,5 +1,5 @@
 // Durable writes (temp file + fsync + rename + directory fsync) and bounded reads.
-#include "mixtrain/checkpoint/file_io.h"
+#include "checkpoint/file_io.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

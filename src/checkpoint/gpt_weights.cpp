@@ -1,10 +1,10 @@
 // GPT weights <-> safetensors in Hugging Face's GPT-2 layout (transposed Conv1D weights).
-#include "mixtrain/checkpoint/gpt_weights.h"
+#include "checkpoint/gpt_weights.h"
 
 #include <cstring>
 #include <map>
 
-#include "mixtrain/checkpoint/file_io.h"
+#include "checkpoint/file_io.h"
 #include "mixtrain/core/error.h"
 
 namespace mixtrain {

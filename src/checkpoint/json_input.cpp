@@ -1,10 +1,10 @@
 // Depth-limited, duplicate-rejecting JSON parsing for untrusted files.
-#include "mixtrain/checkpoint/json_input.h"
+#include "checkpoint/json_input.h"
 
 #include <set>
 #include <vector>
 
-#include "mixtrain/checkpoint/file_io.h"
+#include "checkpoint/file_io.h"
 #include "mixtrain/core/error.h"
 
 namespace mixtrain {

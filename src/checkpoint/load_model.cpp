@@ -3,10 +3,10 @@
 
 #include <filesystem>
 
-#include "mixtrain/checkpoint/checkpoint_dir.h"
-#include "mixtrain/checkpoint/file_io.h"
-#include "mixtrain/checkpoint/gpt_weights.h"
-#include "mixtrain/checkpoint/json_input.h"
+#include "checkpoint/checkpoint_dir.h"
+#include "checkpoint/file_io.h"
+#include "checkpoint/gpt_weights.h"
+#include "checkpoint/json_input.h"
 #include "mixtrain/core/error.h"
 
 namespace fs = std::filesystem;

@@ -1,13 +1,13 @@
 // safetensors reader (validating everything, see the header) and writer.
-#include "mixtrain/checkpoint/safetensors.h"
+#include "checkpoint/safetensors.h"
 
 #include <algorithm>
 #include <bit>
 #include <cstring>
 #include <nlohmann/json.hpp>
 
-#include "mixtrain/checkpoint/file_io.h"
-#include "mixtrain/checkpoint/json_input.h"
+#include "checkpoint/file_io.h"
+#include "checkpoint/json_input.h"
 #include "mixtrain/core/error.h"
 
 namespace mixtrain {

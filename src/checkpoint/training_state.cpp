@@ -1,12 +1,12 @@
 // train_state.safetensors: encode, and decode with every field checked.
-#include "mixtrain/checkpoint/training_state.h"
+#include "checkpoint/training_state.h"
 
 #include <cmath>
 
 #include "mixtrain/amp/precision.h"
-#include "mixtrain/checkpoint/file_io.h"
-#include "mixtrain/checkpoint/json_input.h"
-#include "mixtrain/checkpoint/safetensors.h"
+#include "checkpoint/file_io.h"
+#include "checkpoint/json_input.h"
+#include "checkpoint/safetensors.h"
 #include "mixtrain/core/error.h"
 
 namespace mixtrain {

@@ -1,5 +1,5 @@
 // The trainer's checkpoints: what is captured, when it is saved, and how a run resumes.
-#include "mixtrain/train/checkpointing.h"
+#include "train/checkpointing.h"
 
 #include <cmath>
 #include <cstdio>
@@ -8,10 +8,10 @@
 #include <sstream>
 
 #include "mixtrain/amp/grad_scaler.h"
-#include "mixtrain/checkpoint/checksum.h"
-#include "mixtrain/checkpoint/file_io.h"
-#include "mixtrain/checkpoint/gpt_weights.h"
-#include "mixtrain/checkpoint/json_input.h"
+#include "checkpoint/checksum.h"
+#include "checkpoint/file_io.h"
+#include "checkpoint/gpt_weights.h"
+#include "checkpoint/json_input.h"
 #include "mixtrain/checkpoint/load_model.h"
 #include "mixtrain/data/text_corpus.h"
 #include "mixtrain/train/trainer.h"

@@ -8,7 +8,7 @@
 
 #include "mixtrain/kernels/ops.h"
 #include "mixtrain/tensor/allocator.h"
-#include "mixtrain/train/checkpointing.h"
+#include "train/checkpointing.h"
 
 namespace mixtrain {
 namespace {

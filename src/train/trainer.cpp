@@ -13,7 +13,7 @@
 #include "mixtrain/kernels/ops.h"
 #include "mixtrain/optim/schedule.h"
 #include "mixtrain/tensor/allocator.h"
-#include "mixtrain/train/checkpointing.h"
+#include "train/checkpointing.h"
 #include "mixtrain/train/run_hooks.h"
 
 namespace mixtrain {

@@ -1,6 +1,6 @@
 // Checkpoint directories: complete checkpoints read back verified; a torn, corrupt or incomplete
 // one is refused naming the problem, and resolve_checkpoint falls back to the one before it.
-#include "mixtrain/checkpoint/checkpoint_dir.h"
+#include "checkpoint/checkpoint_dir.h"
 
 #include <gtest/gtest.h>
 
@@ -8,8 +8,8 @@
 #include <fstream>
 
 #include "checkpoint/checkpoint_test_util.h"
-#include "mixtrain/checkpoint/checksum.h"
-#include "mixtrain/checkpoint/file_io.h"
+#include "checkpoint/checksum.h"
+#include "checkpoint/file_io.h"
 
 namespace fs = std::filesystem;
 

@@ -4,10 +4,10 @@
 
 #include <filesystem>
 
-#include "mixtrain/checkpoint/file_io.h"
+#include "checkpoint/file_io.h"
 #include "mixtrain/checkpoint/load_model.h"
-#include "mixtrain/checkpoint/safetensors.h"
-#include "mixtrain/checkpoint/training_state.h"
+#include "checkpoint/safetensors.h"
+#include "checkpoint/training_state.h"
 
 namespace mixtrain {
 namespace {

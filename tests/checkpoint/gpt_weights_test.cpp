@@ -1,7 +1,7 @@
 // GPT weights in safetensors: our files round-trip bit for bit in Hugging Face's GPT-2 layout,
 // Hugging Face style files (no prefix, tied lm_head, mask buffers) load, and a file that does not
 // fit the model is refused with a one-line error, leaving the model unchanged.
-#include "mixtrain/checkpoint/gpt_weights.h"
+#include "checkpoint/gpt_weights.h"
 
 #include <gtest/gtest.h>
 

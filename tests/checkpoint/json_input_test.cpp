@@ -1,12 +1,12 @@
 // JSON from untrusted files: deep nesting and duplicate keys refused, messages one line even for
 // hostile values (nested containers, keys with newlines).
-#include "mixtrain/checkpoint/json_input.h"
+#include "checkpoint/json_input.h"
 
 #include <gtest/gtest.h>
 
 #include "checkpoint/checkpoint_test_util.h"
 #include "mixtrain/checkpoint/load_model.h"
-#include "mixtrain/checkpoint/safetensors.h"
+#include "checkpoint/safetensors.h"
 #include "mixtrain/models/gpt.h"
 
 namespace mixtrain {

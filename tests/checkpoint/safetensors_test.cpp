@@ -1,6 +1,6 @@
 // The safetensors reader and writer: bit-exact round trips of every dtype, and every kind of
 // malformed or malicious file rejected with a one-line IoError naming the file and the problem.
-#include "mixtrain/checkpoint/safetensors.h"
+#include "checkpoint/safetensors.h"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -8,7 +8,7 @@
 #include <cstring>
 
 #include "checkpoint/checkpoint_test_util.h"
-#include "mixtrain/checkpoint/file_io.h"
+#include "checkpoint/file_io.h"
 
 namespace mixtrain {
 namespace {

@@ -1,6 +1,6 @@
 // train_state.safetensors: a round trip keeps every field and buffer bit for bit, and corrupt or
 // ill-typed state is refused with a one-line IoError naming the file and the field.
-#include "mixtrain/checkpoint/training_state.h"
+#include "checkpoint/training_state.h"
 
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@
 #include <functional>
 
 #include "checkpoint/checkpoint_test_util.h"
-#include "mixtrain/checkpoint/safetensors.h"
+#include "checkpoint/safetensors.h"
 
 namespace mixtrain {
 namespace {

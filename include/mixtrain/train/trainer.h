@@ -14,10 +14,20 @@
 #include "mixtrain/models/gpt.h"
 #include "mixtrain/models/gpt_memory.h"
 #include "mixtrain/optim/optimizer.h"
-#include "mixtrain/train/checkpointing.h"
 #include "mixtrain/train/training_run.h"
 
 namespace mixtrain {
+
+// Checkpoints, resuming, initial weights (the checkpoint hook, src/train/checkpointing.cpp).
+struct CheckpointOptions {
+  std::string dir;         // where step-NNNNNN/ checkpoints go; empty: no checkpoints
+  int64_t save_every = 0;  // every N steps (and always at the last step); 0: only at the last
+  int64_t keep = 0;        // newest checkpoints kept in dir; 0: all
+  std::string resume;      // a checkpoint, or a directory of them (the newest valid one is used)
+  int64_t stop_after = 0;  // end the run after this step (saving a checkpoint), as if stopped
+  std::string init_from;   // start from these weights (safetensors file or checkpoint), fresh optimizer
+  void validate() const;   // ArgumentError
+};
 
 struct TrainOptions {
   std::string model = "gpt-nano";  // preset name or .json config path

@@ -11,7 +11,7 @@
 #pragma once
 #include <string>
 
-#include "mixtrain/checkpoint/safetensors.h"
+#include "checkpoint/safetensors.h"
 #include "mixtrain/models/gpt.h"
 
 namespace mixtrain {

@@ -10,24 +10,15 @@
 #include <cstdint>
 #include <string>
 
-#include "mixtrain/checkpoint/checkpoint_dir.h"
-#include "mixtrain/checkpoint/training_state.h"
+#include "checkpoint/checkpoint_dir.h"
+#include "checkpoint/training_state.h"
+#include "mixtrain/train/trainer.h"  // TrainOptions, CheckpointOptions
 #include "mixtrain/train/training_run.h"
 
 namespace mixtrain {
 
-struct TrainOptions;
 class TextCorpus;
 
-struct CheckpointOptions {
-  std::string dir;         // where step-NNNNNN/ checkpoints go; empty: no checkpoints
-  int64_t save_every = 0;  // every N steps (and always at the last step); 0: only at the last
-  int64_t keep = 0;        // newest checkpoints kept in dir; 0: all
-  std::string resume;      // a checkpoint, or a directory of them (the newest valid one is used)
-  int64_t stop_after = 0;  // end the run after this step (saving a checkpoint), as if stopped
-  std::string init_from;   // start from these weights (safetensors file or checkpoint), fresh optimizer
-  void validate() const;   // ArgumentError
-};
 
 class TrainCheckpointing final : public TrainingHook {
  public:
