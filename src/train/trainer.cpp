@@ -5,7 +5,7 @@
 #include <chrono>
 #include <cmath>
 
-#include "mixtrain/amp/mixed_precision.h"
+#include "mixtrain/optim/mixed_precision.h"
 #include "mixtrain/data/data_source.h"
 #include "mixtrain/data/text_corpus.h"
 #include "mixtrain/kernels/backend.h"
@@ -74,7 +74,7 @@ TrainSummary train(const TrainOptions& opt) {
   gemm_scratch_release();  // the peaks are this run's: no GEMM temporaries of an earlier one
   MemoryTracker::global().reset_peaks();
   // In the *-mixed modes the fp32 arena is the master copy of the 16-bit working weights, and is
-  // accounted as such (the working copy, amp/mixed_precision.h, is MemCategory::parameters).
+  // accounted as such (the working copy, optim/mixed_precision.h, is MemCategory::parameters).
   const bool masters = spec.autocast && spec.param_dtype == DType::f32;
   Gpt model(cfg, opt.seed, spec.param_dtype, spec.grad_dtype,
             masters ? MemCategory::master_weights : MemCategory::parameters);
