@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <string>
 
-#include "mixtrain/amp/mixed_precision.h"
+#include "mixtrain/optim/mixed_precision.h"
 #include "mixtrain/data/text_corpus.h"
 #include "mixtrain/models/gpt.h"
 #include "mixtrain/optim/adamw.h"

@@ -3,7 +3,7 @@
 // and the optimizer step. Learns a synthetic 4-class problem; exits non-zero if it does not.
 #include <cstdio>
 
-#include "mixtrain/amp/mixed_precision.h"
+#include "mixtrain/optim/mixed_precision.h"
 #include "mixtrain/autograd/functions.h"
 #include "mixtrain/nn/layers.h"
 #include "mixtrain/optim/adamw.h"

@@ -13,7 +13,7 @@ void register_train(CLI::App& app, GlobalOptions& g, std::vector<Command>& comma
   add_train_flags(sub, *f, /*with_precision=*/true);
   add_checkpoint_flags(sub, *f);
   sub->add_flag("--json", *json, "Print the run summary as JSON on stdout (progress goes quiet)");
-  commands.push_back({[sub] { return sub->parsed(); }, [&g, f, json] {
+  commands.push_back({[sub] { return sub->parsed(); }, [&g, f, json, sub] {
                         apply_global_options(g);
                         f->finish();
                         if (*json) f->opt.quiet = true;
@@ -32,7 +32,7 @@ void register_train(CLI::App& app, GlobalOptions& g, std::vector<Command>& comma
                           return 0;
                         } catch (const DivergedError& e) {
                           if (*json) std::printf("%s\n", e.summary.to_json().dump(2).c_str());
-                          std::fprintf(stderr, "mixtrain: error: %s\n", e.what());
+                          std::fprintf(stderr, "mixtrain: error: %s\n", error_message(e, *sub).c_str());
                           return kExitDiverged;
                         }
                       }});

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "mixtrain/core/error.h"
+
 namespace mixtrain::cli {
 
 struct GlobalOptions {
@@ -22,6 +24,13 @@ struct Command {
 void apply_global_options(const GlobalOptions& g);
 // Writes text to path atomically (temporary file + rename): never a half-written file.
 void write_file_atomic(const std::string& path, const std::string& text);
+
+// The command the user ran: the innermost parsed subcommand of app (app itself if none).
+const CLI::App& selected_command(const CLI::App& app);
+// A library error in the words of this command's user: every option the library names
+// (Error::fields(): "seq_len", "checkpoint.dir") is replaced by the flag that sets it
+// ("--seq-len", "--checkpoint-dir") where the command (or a parent) has that flag.
+std::string error_message(const Error& e, const CLI::App& command);
 
 void register_info(CLI::App& app, GlobalOptions& g, std::vector<Command>& commands);
 void register_bench(CLI::App& app, GlobalOptions& g, std::vector<Command>& commands);

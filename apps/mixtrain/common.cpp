@@ -1,7 +1,10 @@
 // Helpers shared by the subcommands.
+#include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "commands.h"
 #include "mixtrain/core/error.h"
@@ -31,6 +34,65 @@ void write_file_atomic(const std::string& path, const std::string& text) {
     std::remove(tmp.c_str());
     throw IoError("cannot write " + path + ": " + ec.message());
   }
+}
+
+namespace {
+
+// The flag that sets a library field: the field's last part with dashes (seq_len -> --seq-len,
+// checkpoint.keep -> --keep), except where the flag says more than the field.
+std::string flag_for_field(const std::string& field) {
+  static const std::map<std::string, std::string> kIrregular = {
+      {"checkpoint.dir", "--checkpoint-dir"},
+  };
+  if (const auto it = kIrregular.find(field); it != kIrregular.end()) return it->second;
+  std::string name = field.substr(field.rfind('.') + 1);
+  std::replace(name.begin(), name.end(), '_', '-');
+  return "--" + name;
+}
+
+bool has_flag(const CLI::App& command, const std::string& flag) {
+  for (const CLI::App* a = &command; a != nullptr; a = a->get_parent())
+    if (a->get_option_no_throw(flag) != nullptr) return true;
+  return false;
+}
+
+// Part of a name or a path (so "steps" in "/runs/steps/x" or "max_bad_steps" is left alone).
+bool word_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '/'; }
+
+// Replaces every whole-word occurrence of `word` in `text` by `by`.
+std::string replace_word(const std::string& text, const std::string& word, const std::string& by) {
+  std::string out;
+  size_t from = 0;
+  for (size_t at = text.find(word); at != std::string::npos; at = text.find(word, at + 1)) {
+    const size_t end = at + word.size();
+    const bool starts = at == 0 || (!word_char(text[at - 1]) && text[at - 1] != '.');
+    // A dot ends a sentence but joins a file name ("steps.json").
+    const bool ends = end == text.size() ||
+                      (!word_char(text[end]) && !(text[end] == '.' && end + 1 < text.size() &&
+                                                  std::isalnum(static_cast<unsigned char>(text[end + 1]))));
+    if (!starts || !ends || at < from) continue;
+    out += text.substr(from, at - from) + by;
+    from = end;
+  }
+  return out + text.substr(from);
+}
+
+}  // namespace
+
+const CLI::App& selected_command(const CLI::App& app) {
+  const CLI::App* a = &app;
+  for (std::vector<CLI::App*> subs = a->get_subcommands(); !subs.empty(); subs = a->get_subcommands())
+    a = subs.front();
+  return *a;
+}
+
+std::string error_message(const Error& e, const CLI::App& command) {
+  std::string msg = e.what();
+  for (const std::string& field : e.fields()) {
+    const std::string flag = flag_for_field(field);
+    if (has_flag(command, flag)) msg = replace_word(msg, field, flag);
+  }
+  return msg;
 }
 
 }  // namespace mixtrain::cli

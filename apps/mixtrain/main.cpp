@@ -46,7 +46,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "mixtrain: error: no command given (see mixtrain --help)\n");
     return 2;
   } catch (const mixtrain::Error& e) {
-    std::fprintf(stderr, "mixtrain: error: %s\n", e.what());
+    // The library names its options as the C++ API spells them; say the flags the user typed.
+    std::fprintf(stderr, "mixtrain: error: %s\n", error_message(e, selected_command(app)).c_str());
     return 2;
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "mixtrain: error: out of memory\n");

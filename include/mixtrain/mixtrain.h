@@ -6,7 +6,7 @@
 //   find_package(mixtrain REQUIRED)  +  target_link_libraries(app PRIVATE mixtrain::mixtrain)
 #pragma once
 
-#include "mixtrain/amp/mixed_precision.h"
+#include "mixtrain/optim/mixed_precision.h"
 #include "mixtrain/amp/precision.h"
 #include "mixtrain/checkpoint/load_model.h"
 #include "mixtrain/core/error.h"

@@ -7,6 +7,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "mixtrain/autograd/cast_hook.h"
 #include "mixtrain/autograd/functions.h"
 #include "mixtrain/core/error.h"
 
@@ -118,6 +119,26 @@ Var autocast_cast(const Var& x, DType target) {
   return cast_from_cache(x, value);
 }
 
+// Autocast as autograd's cast hook (autograd/cast_hook.h): every op asks it through there.
+class AutocastHook final : public autograd::CastHook {
+ public:
+  bool active() const override { return autocast_active(); }
+  void cast_inputs(autograd::OpKind op, std::initializer_list<Var*> inputs) const override {
+    autocast_inputs(op, inputs);
+  }
+  DType output_dtype(autograd::OpKind op, DType input) const override { return autocast_output_dtype(op, input); }
+  DType promote_dtype(DType a, DType b) const override { return autocast_promote_dtype(a, b); }
+  DType compute_dtype() const override { return t_state.enabled ? t_state.dtype : DType::f32; }
+  std::function<Var(const Var&)> bind_state(std::function<Var(const Var&)> fn) const override {
+    const AutocastState state = current_autocast_state();
+    return [fn = std::move(fn), state](const Var& in) {
+      AutocastStateScope scope(state);
+      return fn(in);
+    };
+  }
+};
+const AutocastHook kAutocastHook;
+
 }  // namespace
 
 AutocastScope::AutocastScope(bool enabled, DType dtype, bool cache_enabled)
@@ -127,6 +148,9 @@ AutocastScope::AutocastScope(bool enabled, DType dtype, bool cache_enabled)
       prev_upcast_(t_state.upcast) {
   if (enabled && dtype != DType::bf16 && dtype != DType::f16)
     throw ArgumentError("autocast: dtype must be bf16 or f16, got " + std::string(dtype_name(dtype)));
+  // Only a region can make autocast act, so entering one is where the ops get routed through it
+  // (cheap, and idempotent: no static initializer that a static link could drop).
+  autograd::set_cast_hook(&kAutocastHook);
   State& s = t_state;
   s.upcast = !enabled && (s.enabled || s.upcast);
   s.enabled = enabled;

@@ -70,19 +70,21 @@ GradScaler::GradScaler(GradScalerConfig config) : config_(config) {
   state_.hysteresis_left = config_.hysteresis;
 }
 
-bool GradScaler::unscale(ParameterStore& store) {
-  if (!store.finalized()) throw ArgumentError("GradScaler::unscale: the parameter store is not finalized");
-  Tensor g = store.flat_grads();
+bool GradScaler::unscale(const Tensor& flat_grads) {
+  if (!flat_grads.defined())
+    throw ArgumentError("GradScaler::unscale: the gradients are undefined (is the parameter store finalized?)");
+  Tensor g = flat_grads;
   if (g.dtype() != DType::f32)
     throw DTypeError("GradScaler::unscale: gradients must be f32, got " + g.to_string() + " (unscaling " +
                      std::string(dtype_name(g.dtype())) + " gradients is refused, as torch.amp.GradScaler)");
-  if (std::find(unscaled_.begin(), unscaled_.end(), &store) != unscaled_.end())
+  const std::pair<const Storage*, int64_t> id{g.storage().get(), g.offset()};
+  if (std::find(unscaled_.begin(), unscaled_.end(), id) != unscaled_.end())
     throw ArgumentError(
-        "GradScaler::unscale: unscale() has already been called on this parameter store since the last update()");
+        "GradScaler::unscale: unscale() has already been called on these gradients since the last update()");
   // torch: inv_scale = scale.double().reciprocal().float(); disabled: 1, i.e. check only.
   const float inv_scale = config_.enabled ? float(1.0 / state_.scale) : 1.f;
   const UnscaleResult r = backend_for(g.device()).unscale_and_check(g, inv_scale);
-  unscaled_.push_back(&store);
+  unscaled_.push_back(id);
   found_inf_ = found_inf_ || r.found_inf;
   sum_squares_ += r.sum_squares;
   return r.found_inf;

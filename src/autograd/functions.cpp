@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "mixtrain/amp/autocast.h"
+#include "mixtrain/autograd/cast_hook.h"
 #include "mixtrain/autograd/node.h"
 #include "mixtrain/kernels/ops.h"
 #include "mixtrain/kernels/ops_backward.h"
@@ -40,11 +40,26 @@ std::shared_ptr<Node> make_node(OpKind op, std::initializer_list<const Var*> inp
   return n;
 }
 
-// Autocast (amp/autocast.h): inside an active region, replaces the op's inputs by their casts
-// under the op's policy, recorded as cast ops, so the node below sees the cast values and backward
-// runs the op in the dtype forward chose. Outside any region nothing changes.
+// The installed cast hook (autograd/cast_hook.h; amp's autocast) when it acts on this thread now,
+// else null: then every op runs in its inputs' dtypes.
+const CastHook* active_hook() {
+  const CastHook* h = cast_hook();
+  return h && h->active() ? h : nullptr;
+}
+
+// Autocast: inside an active region, replaces the op's inputs by their casts under the op's
+// policy, recorded as cast ops, so the node below sees the cast values and backward runs the op
+// in the dtype forward chose. Outside any region nothing changes.
 void autocast(OpKind op, std::initializer_list<Var*> inputs) {
-  if (autocast_active()) autocast_inputs(op, inputs);
+  if (const CastHook* h = active_hook()) h->cast_inputs(op, inputs);
+}
+DType autocast_output_dtype(OpKind op, DType input) {
+  const CastHook* h = active_hook();
+  return h ? h->output_dtype(op, input) : input;
+}
+DType autocast_promote_dtype(DType a, DType b) {
+  const CastHook* h = active_hook();
+  return h ? h->promote_dtype(a, b) : a;
 }
 
 void require(const Var& v, const char* op, const char* what) {
@@ -175,7 +190,7 @@ Var gelu(const Var& x_in) {
 Var layer_norm(const Var& x_in, const Var& weight_in, const Var& bias_in, float eps) {
   Var x = x_in, weight = weight_in, bias = bias_in;
   autocast(OpKind::layer_norm, {&x, &weight, &bias});
-  const DType out_dtype = autocast_active() ? autocast_output_dtype(OpKind::layer_norm, x.dtype()) : x.dtype();
+  const DType out_dtype = autocast_output_dtype(OpKind::layer_norm, x.dtype());
   require(x, "layer_norm", "x");
   require(weight, "layer_norm", "weight");
   require(bias, "layer_norm", "bias");
@@ -193,9 +208,10 @@ Var layer_norm(const Var& x_in, const Var& weight_in, const Var& bias_in, float 
   // dweight, like the 16-bit dout it meets there. (Apex's memory-efficient layer norm saves its
   // output for the same reason.) The forward output is unchanged (fp32 math, fp32 x-hat); the
   // kernel writes x-hat in the same pass.
-  const bool keep_xhat = grad && autocast_enabled() && dtype_size(autocast_dtype()) < dtype_size(x2.dtype()) &&
-                         x2.dtype() == DType::f32;
-  Tensor xhat = keep_xhat ? Tensor::empty({R, C}, autocast_dtype()) : Tensor();
+  const CastHook* hook = cast_hook();
+  const DType low = hook ? hook->compute_dtype() : DType::f32;  // f32 outside an enabled region
+  const bool keep_xhat = grad && dtype_size(low) < dtype_size(x2.dtype()) && x2.dtype() == DType::f32;
+  Tensor xhat = keep_xhat ? Tensor::empty({R, C}, low) : Tensor();
   mixtrain::layer_norm(x2, weight.value(), bias.value(), eps, out2, &mean, &rstd, keep_xhat ? &xhat : nullptr);
   std::shared_ptr<Node> n;
   if (grad) {
@@ -230,7 +246,7 @@ Var embedding(const Var& weight_in, const Tensor& ids) {
 Var causal_softmax(const Var& x_in, float scale_) {
   Var x = x_in;
   autocast(OpKind::causal_softmax, {&x});
-  const DType out_dtype = autocast_active() ? autocast_output_dtype(OpKind::causal_softmax, x.dtype()) : x.dtype();
+  const DType out_dtype = autocast_output_dtype(OpKind::causal_softmax, x.dtype());
   require(x, "causal_softmax", "x");
   Tensor out = Tensor::empty(x.shape(), out_dtype);
   mixtrain::causal_softmax(x.value(), scale_, out);
@@ -424,11 +440,9 @@ Var checkpoint(const std::function<Var(const Var&)>& fn, const Var& x) {
   }
   std::shared_ptr<Node> n = make_node(OpKind::checkpoint, {&x});
   n->in_values[0] = x.value();  // the one thing kept: the input
-  const AutocastState state = current_autocast_state();
-  n->fn = [fn, state](const Var& in) {
-    AutocastStateScope scope(state);
-    return fn(in);
-  };
+  // Recomputed in backward under the cast policy's state of now (no hook: nothing to restore).
+  const CastHook* hook = cast_hook();
+  n->fn = hook ? hook->bind_state(fn) : fn;
   return make_output(out, n);
 }
 

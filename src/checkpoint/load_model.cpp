@@ -76,8 +76,8 @@ InferenceModel load_gpt_for_inference(const std::string& path, int64_t n_head,
       cfg = gpt_config_from_hf_json(std::string(b.begin(), b.end()), hf_config.string());
     } else {
       if (n_head <= 0)
-        throw ArgumentError("safetensors file " + path +
-                            " carries no configuration: give --n-head (or a config.json beside it)");
+        throw ArgumentError({"n_head"}, "safetensors file " + path +
+                                            " carries no configuration: give n_head (or a config.json beside it)");
       cfg = infer_gpt_config(f, n_head);
     }
     out.model = build_and_load(cfg, f);

@@ -17,10 +17,11 @@ std::vector<int32_t> generate(Gpt& model, const std::vector<int32_t>& prompt, co
     if (t < 0 || t >= cfg.vocab_size)
       throw ArgumentError("generate: token " + std::to_string(t) + " is outside the vocabulary of " +
                           std::to_string(cfg.vocab_size));
-  if (opt.tokens < 0) throw ArgumentError("--tokens must be >= 0");
+  // GenerateOptions' fields as spelled there; the CLI says its flags instead (Error::fields()).
+  if (opt.tokens < 0) throw ArgumentError({"tokens"}, "tokens must be >= 0");
   if (!(opt.temperature >= 0.f) || !std::isfinite(opt.temperature))
-    throw ArgumentError("--temperature must be >= 0");
-  if (opt.top_k < 0) throw ArgumentError("--top-k must be >= 0");
+    throw ArgumentError({"temperature"}, "temperature must be >= 0");
+  if (opt.top_k < 0) throw ArgumentError({"top_k"}, "top_k must be >= 0");
 
   autograd::NoGradGuard no_grad;
   std::vector<int32_t> seq = prompt, out;

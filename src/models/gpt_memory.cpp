@@ -34,16 +34,15 @@ namespace mixtrain {
 
 void GptMemoryOptions::validate(const GptConfig& cfg) const {
   cfg.validate();
-  if (batch_size <= 0)
-    throw ArgumentError("--batch-size must be positive, got " + std::to_string(batch_size));
-  if (seq_len < 0) throw ArgumentError("--seq-len must be positive, got " + std::to_string(seq_len));
+  // Messages name the fields as spelled here; the CLI says its flags instead (Error::fields()).
+  auto bad = [](const char* field, const std::string& what) { throw ArgumentError({field}, field + what); };
+  if (batch_size <= 0) bad("batch_size", " must be positive, got " + std::to_string(batch_size));
+  if (seq_len < 0) bad("seq_len", " must be positive, got " + std::to_string(seq_len));
   if (seq_len > cfg.block_size)
-    throw ArgumentError("--seq-len " + std::to_string(seq_len) + " exceeds the model's block_size " +
-                        std::to_string(cfg.block_size));
-  if (grad_accum <= 0)
-    throw ArgumentError("--grad-accum must be positive, got " + std::to_string(grad_accum));
-  if (steps <= 0) throw ArgumentError("--steps must be positive, got " + std::to_string(steps));
-  if (eval_batches < 0) throw ArgumentError("--eval-batches must be >= 0");
+    bad("seq_len", " " + std::to_string(seq_len) + " exceeds the model's block_size " + std::to_string(cfg.block_size));
+  if (grad_accum <= 0) bad("grad_accum", " must be positive, got " + std::to_string(grad_accum));
+  if (steps <= 0) bad("steps", " must be positive, got " + std::to_string(steps));
+  if (eval_batches < 0) bad("eval_batches", " must be >= 0");
   // The largest tensors (B*H*T*T probabilities, B*T*V logits) must have a byte count far from
   // int64's range.
   const double B = static_cast<double>(batch_size),
@@ -51,8 +50,9 @@ void GptMemoryOptions::validate(const GptConfig& cfg) const {
   const double widest = std::max({static_cast<double>(cfg.n_head) * T, static_cast<double>(cfg.vocab_size),
                                   4.0 * static_cast<double>(cfg.n_embd)});
   if (B * T * widest * 8.0 > 1e18)
-    throw ArgumentError("batch " + std::to_string(batch_size) + " x seq-len " +
-                        std::to_string(static_cast<int64_t>(T)) + " is impossibly large for this model");
+    throw ArgumentError({"batch_size", "seq_len"}, "batch_size " + std::to_string(batch_size) + " x seq_len " +
+                                                       std::to_string(static_cast<int64_t>(T)) +
+                                                       " is impossibly large for this model");
 }
 
 namespace {

@@ -1,10 +1,11 @@
-// Global gradient norm and clip_grad_norm (see clip.h).
+// Global gradient norm and clip_grad_norm, for f32 and any-dtype gradients (see clip.h).
 #include "mixtrain/optim/clip.h"
 
 #include <cmath>
 #include <string>
 
 #include "mixtrain/kernels/backend.h"
+#include "mixtrain/kernels/ops.h"
 #include "optim/optim_util.h"
 
 namespace mixtrain {
@@ -27,6 +28,22 @@ double clip_grad_norm(ParameterStore& store, double max_norm) {
     scale(g, float(clip_coef), g);  // fp32(g * coef), in place
   }
   return total;
+}
+
+double grad_norm_any_dtype(const ParameterStore& p) {
+  if (p.flat_grads().dtype() == DType::f32) return grad_global_norm(p);
+  return std::sqrt(reduce(p.flat_grads(), ReduceOp::sum_squares));
+}
+
+double clip_grad_norm_any_dtype(ParameterStore& p, double max_norm) {
+  if (p.flat_grads().dtype() == DType::f32) return clip_grad_norm(p, max_norm);
+  const double norm = grad_norm_any_dtype(p);
+  const double coef = max_norm / (norm + 1e-6);
+  if (std::isfinite(norm) && coef < 1.0) {
+    Tensor g = p.flat_grads();
+    scale(g, static_cast<float>(coef), g);
+  }
+  return norm;
 }
 
 }  // namespace mixtrain

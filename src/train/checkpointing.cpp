@@ -86,13 +86,21 @@ std::string first_difference(const nlohmann::json& saved, const nlohmann::json& 
 }  // namespace
 
 void CheckpointOptions::validate() const {
-  if (save_every < 0) throw ArgumentError("--save-every must be >= 0, got " + std::to_string(save_every));
-  if (keep < 0) throw ArgumentError("--keep must be >= 0, got " + std::to_string(keep));
-  if (stop_after < 0) throw ArgumentError("--stop-after must be >= 0, got " + std::to_string(stop_after));
-  if (dir.empty() && save_every > 0) throw ArgumentError("--save-every needs --checkpoint-dir");
-  if (dir.empty() && keep > 0) throw ArgumentError("--keep needs --checkpoint-dir");
+  // Named as TrainOptions spells them (opt.checkpoint.keep); the CLI says its flags instead.
+  auto bad = [](std::vector<std::string> fields, const std::string& what) {
+    throw ArgumentError(std::move(fields), what);
+  };
+  if (save_every < 0)
+    bad({"checkpoint.save_every"}, "checkpoint.save_every must be >= 0, got " + std::to_string(save_every));
+  if (keep < 0) bad({"checkpoint.keep"}, "checkpoint.keep must be >= 0, got " + std::to_string(keep));
+  if (stop_after < 0)
+    bad({"checkpoint.stop_after"}, "checkpoint.stop_after must be >= 0, got " + std::to_string(stop_after));
+  if (dir.empty() && save_every > 0)
+    bad({"checkpoint.save_every", "checkpoint.dir"}, "checkpoint.save_every needs checkpoint.dir");
+  if (dir.empty() && keep > 0) bad({"checkpoint.keep", "checkpoint.dir"}, "checkpoint.keep needs checkpoint.dir");
   if (!resume.empty() && !init_from.empty())
-    throw ArgumentError("--resume and --init-from exclude each other (a checkpoint holds its own weights)");
+    bad({"checkpoint.resume", "checkpoint.init_from"},
+        "checkpoint.resume and checkpoint.init_from exclude each other (a checkpoint holds its own weights)");
 }
 
 TrainCheckpointing::TrainCheckpointing(const TrainOptions& opt, Gpt& model, int64_t T, const TextCorpus& corpus)
@@ -155,9 +163,10 @@ void TrainCheckpointing::prepare_directory(int64_t start) const {
   const auto all = list_checkpoints(dir);
   if (opt_.checkpoint.resume.empty()) {
     if (!all.empty())
-      throw ArgumentError("checkpoint directory " + dir + " already holds checkpoints (newest " +
-                          all.back().second + "): continue them with --resume " + dir +
-                          ", or choose another directory");
+      throw ArgumentError({"checkpoint.resume"}, "checkpoint directory " + dir +
+                                                     " already holds checkpoints (newest " + all.back().second +
+                                                     "): continue them with checkpoint.resume=" + dir +
+                                                     ", or choose another directory");
     return;
   }
   for (const auto& [step, path] : all) {
@@ -210,8 +219,8 @@ int64_t TrainCheckpointing::restore(TrainingRun& r) {
   if (diff.empty()) diff = first_difference(s.run, run_);
   if (!diff.empty()) throw ArgumentError(where + "options differ, " + diff);
   if (s.step > opt_.steps)
-    throw ArgumentError(where + "it is at step " + std::to_string(s.step) + ", past --steps " +
-                        std::to_string(opt_.steps));
+    throw ArgumentError({"steps"}, where + "it is at step " + std::to_string(s.step) + ", past steps " +
+                                       std::to_string(opt_.steps));
 
   ParameterStore& store = r.model().params();
   const std::string bad = "checkpoint " + found->path + ": ";

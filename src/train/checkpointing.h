@@ -1,6 +1,6 @@
-// The trainer's checkpoints: --save-every / --checkpoint-dir / --keep / --resume / --stop-after,
-// as a hook on the TrainingRun (train/training_run.h): it restores when the run starts and saves
-// (or stops the run) after each step.
+// The trainer's checkpoints (TrainOptions::checkpoint: dir, save_every, keep, resume, stop_after,
+// init_from) as a hook on the TrainingRun (train/training_run.h): it restores when the run
+// starts and saves (or stops the run) after each step.
 //
 // A checkpoint (checkpoint/checkpoint_dir.h) holds model.safetensors (checkpoint/gpt_weights.h:
 // the weights in Hugging Face's GPT-2 layout) and train_state.safetensors
@@ -26,16 +26,16 @@ class TrainCheckpointing final : public TrainingHook {
   // sequence length in use; corpus: the training data (its checksum is part of the run).
   TrainCheckpointing(const TrainOptions& opt, Gpt& model, int64_t T, const TextCorpus& corpus);
 
-  // With --resume: loads the checkpoint into the run (weights, optimizer, scaler, counters) and
-  // starts it after the checkpoint's step (from 0 without --resume, or when the directory holds
-  // no checkpoint yet). With --init-from: loads the weights only. Then keeps "the newest
-  // checkpoint in --checkpoint-dir is this run's": a run without --resume refuses a directory
+  // With resume: loads the checkpoint into the run (weights, optimizer, scaler, counters) and
+  // starts it after the checkpoint's step (from 0 without resume, or when the directory holds
+  // no checkpoint yet). With init_from: loads the weights only. Then keeps "the newest
+  // checkpoint in dir is this run's": a run without resume refuses a directory
   // that already holds checkpoints (ArgumentError), a resumed one moves those newer than its step
   // to abandoned-step-NNNNNN/. ArgumentError when the checkpoint was made with different
   // trajectory-shaping options (naming the first difference).
   void on_run_start(TrainingRun& run) override;
   // After a step is complete and logged: saves when due. True when the run must stop here
-  // (--stop-after).
+  // (stop_after).
   bool should_stop(TrainingRun& run, const StepRecord& r) override;
 
  private:

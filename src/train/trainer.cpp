@@ -5,7 +5,7 @@
 #include <chrono>
 #include <cmath>
 
-#include "mixtrain/amp/mixed_precision.h"
+#include "mixtrain/optim/mixed_precision.h"
 #include "mixtrain/data/data_source.h"
 #include "mixtrain/data/text_corpus.h"
 #include "mixtrain/kernels/backend.h"
@@ -23,23 +23,25 @@ double seconds_since(Clock::time_point t0) { return std::chrono::duration<double
 }  // namespace
 
 void TrainOptions::validate() const {
-  auto positive = [](int64_t v, const char* what) {
-    if (v <= 0) throw ArgumentError(std::string("--") + what + " must be positive, got " + std::to_string(v));
+  // Messages name the fields as spelled here; the CLI says its flags instead (Error::fields()).
+  auto bad = [](const char* field, const std::string& what) { throw ArgumentError({field}, field + what); };
+  auto positive = [&](int64_t v, const char* field) {
+    if (v <= 0) bad(field, " must be positive, got " + std::to_string(v));
   };
   positive(steps, "steps");
-  positive(batch_size, "batch-size");
-  if (seq_len < 0) throw ArgumentError("--seq-len must be positive, got " + std::to_string(seq_len));
-  if (!(lr > 0.f) || !std::isfinite(lr)) throw ArgumentError("--lr must be a positive number");
-  if (warmup < 0 || warmup > steps) throw ArgumentError("--warmup must be in [0, --steps]");
-  if (!(weight_decay >= 0.f)) throw ArgumentError("--weight-decay must be >= 0");
-  if (!(grad_clip >= 0.f)) throw ArgumentError("--grad-clip must be >= 0 (0 disables clipping)");
-  if (eval_every < 0) throw ArgumentError("--eval-every must be >= 0");
-  positive(eval_batches, "eval-batches");
-  positive(log_every, "log-every");
-  positive(grad_accum, "grad-accum");
+  positive(batch_size, "batch_size");
+  if (seq_len < 0) bad("seq_len", " must be positive, got " + std::to_string(seq_len));
+  if (!(lr > 0.f) || !std::isfinite(lr)) bad("lr", " must be a positive number");
+  if (warmup < 0 || warmup > steps) throw ArgumentError({"warmup", "steps"}, "warmup must be in [0, steps]");
+  if (!(weight_decay >= 0.f)) bad("weight_decay", " must be >= 0");
+  if (!(grad_clip >= 0.f)) bad("grad_clip", " must be >= 0 (0 disables clipping)");
+  if (eval_every < 0) bad("eval_every", " must be >= 0");
+  positive(eval_batches, "eval_batches");
+  positive(log_every, "log_every");
+  positive(grad_accum, "grad_accum");
   for (int64_t s : inject_nonfinite)
-    if (s < 1) throw ArgumentError("--inject-nonfinite steps count from 1, got " + std::to_string(s));
-  if (max_bad_steps == 0 || max_bad_steps < -1) throw ArgumentError("--max-bad-steps must be positive");
+    if (s < 1) bad("inject_nonfinite", " steps count from 1, got " + std::to_string(s));
+  if (max_bad_steps == 0 || max_bad_steps < -1) bad("max_bad_steps", " must be positive");
 }
 
 double measure_gemm_flops(DType dtype, int64_t m, int64_t n, int64_t k, double seconds) {
@@ -63,8 +65,8 @@ TrainSummary train(const TrainOptions& opt) {
   const GptConfig cfg = GptConfig::from_preset_or_file(opt.model);
   const int64_t T = opt.seq_len > 0 ? opt.seq_len : cfg.block_size;
   if (T > cfg.block_size)
-    throw ArgumentError("--seq-len " + std::to_string(T) + " exceeds the model's block_size " +
-                        std::to_string(cfg.block_size));
+    throw ArgumentError({"seq_len"}, "seq_len " + std::to_string(T) + " exceeds the model's block_size " +
+                                         std::to_string(cfg.block_size));
   MixedPrecision mp(spec.name, opt.scaler, opt.force_loss_scaling);
   const TextCorpus corpus = TextCorpus::load(opt.data.empty() ? TextCorpus::default_corpus_path() : opt.data);
   const LmWindows data(corpus, opt.batch_size, T, opt.seed);
@@ -74,7 +76,7 @@ TrainSummary train(const TrainOptions& opt) {
   gemm_scratch_release();  // the peaks are this run's: no GEMM temporaries of an earlier one
   MemoryTracker::global().reset_peaks();
   // In the *-mixed modes the fp32 arena is the master copy of the 16-bit working weights, and is
-  // accounted as such (the working copy, amp/mixed_precision.h, is MemCategory::parameters).
+  // accounted as such (the working copy, optim/mixed_precision.h, is MemCategory::parameters).
   const bool masters = spec.autocast && spec.param_dtype == DType::f32;
   Gpt model(cfg, opt.seed, spec.param_dtype, spec.grad_dtype,
             masters ? MemCategory::master_weights : MemCategory::parameters);

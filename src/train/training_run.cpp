@@ -88,9 +88,10 @@ nlohmann::ordered_json TrainSummary::to_json() const {
 }
 
 DivergedError::DivergedError(int64_t s, double loss, int64_t bad, TrainSummary sum)
-    : Error("training diverged: loss is " + std::string(std::isnan(loss) ? "NaN" : "infinite") + " at step " +
-            std::to_string(s) + (bad > 1 ? " (" + std::to_string(bad) + " non-finite steps in a row)" : "") +
-            "; lower --lr, enable --grad-clip, or use a loss scale"),
+    : Error({"lr", "grad_clip"},
+            "training diverged: loss is " + std::string(std::isnan(loss) ? "NaN" : "infinite") + " at step " +
+                std::to_string(s) + (bad > 1 ? " (" + std::to_string(bad) + " non-finite steps in a row)" : "") +
+                "; lower lr, enable grad_clip, or use a loss scale"),
       step(s),
       summary(std::move(sum)) {}
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "mixtrain/amp/autocast.h"
+#include "mixtrain/autograd/cast_hook.h"
 #include "mixtrain/autograd/functions.h"
 #include "mixtrain/numeric/bf16.h"
 
@@ -153,6 +154,22 @@ TEST(Autocast, OutsideAnyRegionNothingIsCast) {
   EXPECT_EQ(add(a, b).dtype(), DType::bf16);  // the existing rule: a's dtype
   Var x(rnd({3, 4}, DType::f32, 3)), w(rnd({5, 4}, DType::f32, 4), true);
   EXPECT_EQ(linear(x, w, Var()).dtype(), DType::f32);
+}
+
+TEST(Autocast, EnteringARegionRoutesTheOpsThroughAutocast) {
+  // autograd calls no amp code: the first region installs autocast as autograd's cast hook.
+  set_cast_hook(nullptr);
+  {
+    AutocastScope on(true, DType::bf16);
+    ASSERT_NE(cast_hook(), nullptr);
+    EXPECT_TRUE(cast_hook()->active());
+    EXPECT_EQ(cast_hook()->compute_dtype(), DType::bf16);
+    Var x(rnd({3, 4}, DType::f32, 3)), w(rnd({5, 4}, DType::f32, 4), true);
+    EXPECT_EQ(linear(x, w, Var()).dtype(), DType::bf16);
+  }
+  ASSERT_NE(cast_hook(), nullptr);  // stays installed, inactive outside any region
+  EXPECT_FALSE(cast_hook()->active());
+  EXPECT_EQ(cast_hook()->compute_dtype(), DType::f32);
 }
 
 TEST(Autocast, GemmRunsOnRoundedInputsAndGradientsComeBackInTheInputsDtype) {

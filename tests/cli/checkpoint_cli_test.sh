@@ -116,6 +116,7 @@ fi
 # A fresh run into a directory that already holds checkpoints is refused.
 expect_exit 2 "fresh run into a used directory" -- "${TRAIN[@]}" --steps 8 --checkpoint-dir "$O"
 expect_stderr_has "already holds checkpoints" "fresh run into a used directory"
+expect_stderr_has "continue them with --resume=$O," "the refusal names the flag that continues"
 
 # Refusals: exit 2, one line naming the problem, log and checkpoints untouched.
 snapshot() { (cd "$TMP" && find ck_corrupt -type f | sort | xargs md5sum; md5sum corrupt.jsonl); }
@@ -139,6 +140,9 @@ expect_exit 2 "named corrupt checkpoint" -- "${TRAIN[@]}" --steps 8 --log-jsonl 
   --resume "$TMP/named_bad"
 expect_stderr_has "CRC-32" "named corrupt checkpoint"
 expect_exit 2 "save-every without a directory" -- "${TRAIN[@]}" --steps 8 --save-every 2
+expect_stderr_has "error: --save-every needs --checkpoint-dir" "library errors name the CLI's flags"
+expect_exit 2 "resume and init-from" -- "${TRAIN[@]}" --steps 8 --resume "$C" --init-from "$C"
+expect_stderr_has "error: --resume and --init-from exclude each other" "resume and init-from"
 snapshot >"$TMP/after"
 if cmp -s "$TMP/before" "$TMP/after"; then pass; else fail "a refused resume changed files: $(diff "$TMP/before" "$TMP/after")"; fi
 

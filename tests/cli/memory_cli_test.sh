@@ -62,6 +62,7 @@ expect_stderr_has "unknown model preset 'gpt-huge'" "unknown preset"
 expect_exit 2 "seq-len over block size" -- "$MIXTRAIN" memory --model gpt-nano --seq-len 129 --predict-only
 expect_stderr_has "exceeds the model's block_size" "seq-len over block size"
 expect_exit 2 "zero batch" -- "$MIXTRAIN" memory --model gpt-nano --batch-size 0 --predict-only
+expect_stderr_has "error: --batch-size must be positive, got 0" "zero batch names the flag"
 expect_exit 2 "negative seq-len" -- "$MIXTRAIN" memory --model gpt-nano --seq-len -3 --predict-only
 expect_exit 2 "impossible batch" -- "$MIXTRAIN" memory --model gpt2-small --batch-size 100000000000 --predict-only
 expect_stderr_has "impossibly large" "impossible batch"

@@ -80,7 +80,7 @@ ok = a == b and a['tokens'] == [ord(c) for c in 'line 1'] and len(a['logits']) =
 sys.exit(0 if ok else 1)"; then pass; else fail "--logits-json: checkpoint and copy differ, or wrong shape"; fi
 rm "$TMP/hf/config.json"
 expect_exit 2 "bare file without a config" -- "${SAMPLE[@]}" --checkpoint "$TMP/hf/model.safetensors"
-expect_stderr_has "--n-head" "bare file without a config"
+expect_stderr_has "carries no configuration: give --n-head (or a config.json beside it)" "bare file without a config"
 expect_exit 0 "bare file with --n-head" -- "${SAMPLE[@]}" --checkpoint "$TMP/hf/model.safetensors" --n-head 2 --seed 5
 if cmp -s "$TMP/out" "$TMP/s1"; then pass; else fail "shapes + --n-head samples differently"; fi
 echo '{"n_embd": "32", "n_layer": 2, "n_head": 2, "n_positions": 32, "vocab_size": 256}' >"$TMP/hf/config.json"
@@ -145,6 +145,9 @@ expect_exit 2 "missing checkpoint" -- "${SAMPLE[@]}" --checkpoint "$TMP/none"
 expect_stderr_has "$TMP/none" "missing checkpoint"
 expect_exit 2 "empty prompt" -- "${SAMPLE[@]}" --checkpoint "$C" --prompt ""
 expect_exit 2 "negative temperature" -- "${SAMPLE[@]}" --checkpoint "$C" --temperature -1
+expect_stderr_has "error: --temperature must be >= 0" "negative temperature names the flag"
+expect_exit 2 "negative top-k" -- "${SAMPLE[@]}" --checkpoint "$C" --top-k -1
+expect_stderr_has "error: --top-k must be >= 0" "negative top-k names the flag"
 expect_exit 2 "no --checkpoint" -- "$MIXTRAIN" sample --prompt x
 mkdir -p "$TMP/empty"
 expect_exit 2 "directory without checkpoints" -- "${SAMPLE[@]}" --checkpoint "$TMP/empty"

@@ -61,9 +61,19 @@ expect_stderr_has "malformed.json" "malformed JSON names the file"
 echo '{"n_layers": 2}' >"$TMP/unknown_key.json"
 expect_exit 2 "unknown config key" -- "$MIXTRAIN" train --model "$TMP/unknown_key.json" --data "$TMP/text.txt" --steps 1
 expect_exit 2 "missing config file" -- "$MIXTRAIN" train --model "$TMP/none.json" --steps 1
-expect_exit 2 "seq-len over block size" -- "${TRAIN[@]}" --steps 1 --seq-len 17
+# The library names its options as the C++ API spells them (seq_len); the CLI says its flags.
+expect_exit 2 "seq-len twice" -- "${TRAIN[@]}" --steps 1 --seq-len 17
+expect_exit 2 "seq-len over block size" -- "$MIXTRAIN" --threads 2 train --model "$TMP/tiny.json" --batch-size 4 \
+  --data "$TMP/text.txt" --steps 1 --seq-len 17
+expect_stderr_has "error: --seq-len 17 exceeds the model's block_size 16" "seq-len over block size names the flag"
 expect_exit 2 "zero steps" -- "${TRAIN[@]}" --steps 0
+expect_stderr_has "error: --steps must be positive, got 0" "zero steps names the flag"
 expect_exit 2 "negative lr" -- "${TRAIN[@]}" --steps 1 --lr -1
+expect_stderr_has "error: --lr must be a positive number" "negative lr names the flag"
+expect_exit 2 "warmup past steps" -- "${TRAIN[@]}" --steps 2 --warmup 3
+expect_stderr_has "error: --warmup must be in [0, --steps]" "warmup names both flags"
+expect_exit 2 "zero max-bad-steps" -- "${TRAIN[@]}" --steps 1 --max-bad-steps 0
+expect_stderr_has "error: --max-bad-steps must be positive" "max-bad-steps names the flag"
 expect_exit 2 "unknown optimizer" -- "${TRAIN[@]}" --steps 1 --optimizer lion
 expect_exit 2 "unwritable log" -- "${TRAIN[@]}" --steps 1 --log-jsonl "$TMP/no/dir/log.jsonl"
 
@@ -71,6 +81,7 @@ expect_exit 2 "unwritable log" -- "${TRAIN[@]}" --steps 1 --log-jsonl "$TMP/no/d
 # stops naming the step, exit 3, and the log keeps every step up to it.
 expect_exit 3 "non-finite loss" -- "${TRAIN[@]}" --steps 50 --lr 1e30 --grad-clip 0 --log-jsonl "$TMP/nan.jsonl"
 expect_stderr_has "at step" "non-finite loss names the step"
+expect_stderr_has "; lower --lr, enable --grad-clip, or use a loss scale" "divergence advice names the flags"
 if python3 - "$TMP/nan.jsonl" <<'PY'
 import json, sys
 lines = [json.loads(l) for l in open(sys.argv[1])]

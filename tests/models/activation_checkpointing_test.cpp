@@ -5,7 +5,7 @@
 
 #include <cstring>
 
-#include "mixtrain/amp/mixed_precision.h"
+#include "mixtrain/optim/mixed_precision.h"
 #include "mixtrain/autograd/functions.h"
 #include "mixtrain/models/gpt.h"
 

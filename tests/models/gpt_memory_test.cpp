@@ -142,19 +142,24 @@ TEST(GptMemory, Gpt2SmallFitsIn24GiBWithCheckpointing) {
 
 TEST(GptMemory, RefusesImpossibleRuns) {
   const GptConfig c = GptConfig::preset("gpt-nano");
-  auto refuses = [&](GptMemoryOptions o, const std::string& says) {
+  // The message names the option as the code spells it, and fields() lists it (the CLI turns it
+  // into its flag).
+  auto refuses = [&](GptMemoryOptions o, const std::string& says, std::vector<std::string> fields = {}) {
     try {
       predict_gpt_memory(c, o);
       ADD_FAILURE() << "accepted: " << says;
     } catch (const ArgumentError& e) {
       EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+      if (!fields.empty()) {
+        EXPECT_EQ(e.fields(), fields) << e.what();
+      }
     }
   };
   GptMemoryOptions o = opts(PrecisionMode::true32, 2, 16);
   o.seq_len = c.block_size + 1;
-  refuses(o, "exceeds the model's block_size");
+  refuses(o, "seq_len 129 exceeds the model's block_size", {"seq_len"});
   o = opts(PrecisionMode::true32, 0, 16);
-  refuses(o, "--batch-size must be positive");
+  refuses(o, "batch_size must be positive", {"batch_size"});
   o = opts(PrecisionMode::true32, int64_t{1} << 50, 16);
   refuses(o, "impossibly large");
   // An unknown optimizer cannot be named at all: the kind is an enum, parsed once.
@@ -166,7 +171,7 @@ TEST(GptMemory, RefusesImpossibleRuns) {
   }
   o = opts(PrecisionMode::true32, 2, 16);
   o.grad_accum = 0;
-  refuses(o, "--grad-accum must be positive");
+  refuses(o, "grad_accum must be positive", {"grad_accum"});
   GptConfig bad = c;
   bad.n_head = 3;  // 128 is not divisible by 3
   EXPECT_THROW(predict_gpt_memory(bad, opts(PrecisionMode::true32, 2, 16)), ArgumentError);

@@ -20,10 +20,11 @@
 
 namespace mixtrain {
 
-// RAII region, nestable, thread-local (like `with torch.autocast(...)`). Entering saves the
-// thread's (enabled, dtype, cache flag) and sets them; leaving (also by an exception) restores
-// them; leaving the outermost scope clears the weight-cast cache. enabled=false inside an
-// enabled region runs in fp32: 16-bit inputs that come from outside are cast up.
+// RAII region, nestable, thread-local (like `with torch.autocast(...)`). Entering installs
+// autocast as autograd's cast hook (autograd/cast_hook.h), saves the thread's (enabled, dtype,
+// cache flag) and sets them; leaving (also by an exception) restores them; leaving the outermost
+// scope clears the weight-cast cache. enabled=false inside an enabled region runs in fp32:
+// 16-bit inputs that come from outside are cast up.
 // dtype must be bf16 or f16 when enabled (ArgumentError otherwise).
 class AutocastScope {
  public:
@@ -56,8 +57,8 @@ std::string_view cast_policy_name(CastPolicy p);
 // The policy table: one entry per autograd op (amp/autocast_policy.cpp).
 CastPolicy autocast_policy(autograd::OpKind op);
 
-// Called at the top of every autograd op (autograd/functions.cpp): when this thread's autocast
-// is active, replaces each defined, floating, non-f64 input by its cast under `op`'s policy.
+// What autograd's cast hook (autograd/cast_hook.h, installed by the first AutocastScope) runs at
+// the top of every autograd op: when this thread's autocast is active, replaces each defined, floating, non-f64 input by its cast under `op`'s policy.
 // A no-op outside any region. Inputs not eligible (i32, f64, undefined) are left alone.
 // The output dtype of an op whose input has dtype `input`: f32 for the fp32-policy ops on 16-bit
 // inputs inside an autocast region (they widen inside their kernels), else `input`.

@@ -33,10 +33,12 @@
 // at the smallest fp32 subnormal and reported the same way), where torch would get stuck at 0.
 #pragma once
 #include <cmath>
+#include <concepts>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
-#include "mixtrain/nn/parameters.h"
+#include "mixtrain/tensor/tensor.h"
 
 namespace mixtrain {
 
@@ -77,13 +79,22 @@ class GradScaler {
   // The factor the loss is multiplied by this iteration (1 when disabled).
   float scale() const { return config_.enabled ? float(state_.scale) : 1.f; }
 
-  // Unscales the store's flat f32 gradients in place, in one fused pass (kernels/gradient_kernels.h), with
-  // inv_scale = fp32(1 / scale) formed in double, as torch. Returns found_inf for this store.
-  // Disabled: multiplies nothing, only checks. At most once per store between update()s
+  // Unscales a flat f32 gradient buffer in place, in one fused pass (kernels/gradient_kernels.h),
+  // with inv_scale = fp32(1 / scale) formed in double, as torch. Returns found_inf for it.
+  // Disabled: multiplies nothing, only checks. At most once per buffer between update()s
   // (ArgumentError, as torch's "unscale_() has already been called on this optimizer since the
-  // last update()"); distinct stores are told apart by address. DTypeError for non-f32 gradients
-  // (as torch, which refuses to unscale fp16 gradients); ArgumentError if not finalized.
-  bool unscale(ParameterStore& store);
+  // last update()"); buffers are told apart by storage and offset. DTypeError for non-f32
+  // gradients (as torch, which refuses to unscale fp16 gradients); ArgumentError if undefined.
+  bool unscale(const Tensor& flat_grads);
+  // The same for anything that keeps its gradients in one flat buffer, flat_grads() (nn's
+  // ParameterStore: call it once per store). A template, so the scaler needs nothing above it.
+  template <typename Store>
+    requires requires(const Store& s) {
+      { s.flat_grads() } -> std::convertible_to<const Tensor&>;
+    }
+  bool unscale(Store& store) {
+    return unscale(store.flat_grads());
+  }
 
   // After unscale(): whether this iteration's optimizer steps must be skipped (any store had an
   // inf/NaN gradient). ArgumentError if nothing was unscaled since the last update().
@@ -115,7 +126,7 @@ class GradScaler {
   float floor_ = 0;  // smallest fp32 >= min_scale, and > 0
   float cap_ = 0;    // largest fp32 <= max_scale (inf when max_scale is inf)
   // This iteration (reset by update()):
-  std::vector<const ParameterStore*> unscaled_;
+  std::vector<std::pair<const Storage*, int64_t>> unscaled_;  // (storage, offset) of each buffer
   bool found_inf_ = false;
   double sum_squares_ = 0;
   // Events of the last update():

@@ -1,8 +1,9 @@
 // The differentiable ops. Each runs the forward kernel (kernels/ops.h) and, when gradients are
 // enabled and an input requires one, records a Node for backward. Outputs have the dtype of the
 // first floating input unless stated; all math is fp32 inside the kernels. Inside an autocast
-// region (amp/autocast.h) the op's policy first casts the inputs (GEMM family to 16 bits, promote
-// for add/mul) or, for layer_norm / causal_softmax / cross_entropy, makes the output fp32.
+// region (amp's autocast, reached through autograd/cast_hook.h) the op's policy first casts the
+// inputs (GEMM family to 16 bits, promote for add/mul) or, for layer_norm / causal_softmax /
+// cross_entropy, makes the output fp32.
 //
 // Dimension letters: B batch, T sequence, C channels, H heads, D = C / H head size, V vocab.
 #pragma once

@@ -16,7 +16,6 @@
 
 namespace mixtrain {
 
-
 // The global L2 norm of every gradient (flat_grads() must be f32: DTypeError otherwise).
 double grad_global_norm(const ParameterStore& store);
 
@@ -25,5 +24,10 @@ double grad_global_norm(const ParameterStore& store);
 // before clipping. A non-finite norm is returned as is and the gradients are left untouched
 // (the caller reports it / skips the step). max_norm must be > 0 and finite (ArgumentError).
 double clip_grad_norm(ParameterStore& store, double max_norm);
+
+// The same for gradients of any float dtype: fp32 through the fused blocked kernel above, 16-bit
+// (the *-true modes) through the generic reduction and scale kernels.
+double grad_norm_any_dtype(const ParameterStore& store);
+double clip_grad_norm_any_dtype(ParameterStore& store, double max_norm);
 
 }  // namespace mixtrain

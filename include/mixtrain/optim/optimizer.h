@@ -4,7 +4,7 @@
 // and one OptimizerConfig, so no caller compares optimizer names.
 //
 //   std::unique_ptr<Optimizer> opt = make_optimizer(store, {.kind = OptimizerKind::sgd, .momentum = 0.9f});
-//   mp.step(*opt, store, lr, max_norm);   // amp/mixed_precision.h
+//   mp.step(*opt, store, lr, max_norm);   // optim/mixed_precision.h
 #pragma once
 #include <cstdint>
 #include <memory>

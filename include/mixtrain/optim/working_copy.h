@@ -1,7 +1,7 @@
 // The 16-bit working copy of the fp32 master weights (the *-mixed modes): a flat bf16 or f16
 // buffer in the ParameterStore's layout. The optimizers write it in the same pass over memory as
 // the fp32 update (each piece is rounded while it is still in cache), so the next forward pass
-// reads it (amp/mixed_precision.h registers it with autocast) instead of casting every weight
+// reads it (optim/mixed_precision.h registers it with autocast) instead of casting every weight
 // again.
 #pragma once
 #include <cstdint>

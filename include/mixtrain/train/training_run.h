@@ -32,7 +32,7 @@
 #include <string>
 #include <vector>
 
-#include "mixtrain/amp/mixed_precision.h"
+#include "mixtrain/optim/mixed_precision.h"
 #include "mixtrain/core/error.h"
 #include "mixtrain/core/profiler.h"
 #include "mixtrain/data/data_source.h"

@@ -2,7 +2,9 @@
 // it owns the mode's autocast settings, the loss scaler and the step discipline
 //   forward under autocast -> backward of the scaled loss -> unscale -> clip -> step or skip
 //   -> scaler update
-// (torch.amp semantics, shared/reference/amp-semantics.md). The fp32 master weights of the mixed
+// (torch.amp semantics, shared/reference/amp-semantics.md). It lives in optim, above amp: it
+// drives an optimizer over a parameter store (nn) with amp's pieces (autocast, GradScaler, the
+// precision specs), which themselves know nothing of either. The fp32 master weights of the mixed
 // modes are the ParameterStore itself (finalized with param_dtype()). Before the first step
 // autocast casts them down per op and caches the casts; from then on the optimizer writes a
 // 16-bit working copy of the masters in the same pass as the update (optim/working_copy.h),
@@ -23,6 +25,7 @@
 #include "mixtrain/amp/precision.h"
 #include "mixtrain/autograd/variable.h"
 #include "mixtrain/nn/parameters.h"
+#include "mixtrain/optim/clip.h"  // grad_norm_any_dtype, clip_grad_norm_any_dtype
 
 namespace mixtrain {
 
@@ -98,10 +101,5 @@ class MixedPrecision {
   Tensor working_master_;  // the fp32 arena it mirrors
   uint64_t working_version_ = 0;
 };
-
-// Global gradient norm and clipping (torch.nn.utils.clip_grad_norm_ semantics) for gradients of
-// any float dtype: fp32 through the fused blocked kernel, 16-bit through the generic kernels.
-double grad_norm_any_dtype(const ParameterStore& store);
-double clip_grad_norm_any_dtype(ParameterStore& store, double max_norm);
 
 }  // namespace mixtrain

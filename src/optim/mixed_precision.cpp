@@ -1,9 +1,8 @@
 // MixedPrecision: the precision mode's step discipline (see the header).
-#include "mixtrain/amp/mixed_precision.h"
+#include "mixtrain/optim/mixed_precision.h"
 
-#include "mixtrain/kernels/ops.h"
-#include "mixtrain/optim/clip.h"
 #include "mixtrain/core/profiler.h"
+#include "mixtrain/optim/clip.h"
 
 namespace mixtrain {
 namespace {
@@ -55,22 +54,6 @@ StepResult MixedPrecision::prepare_step(ParameterStore& store, double max_norm) 
     r.found_inf = !std::isfinite(r.grad_norm);
   }
   return r;
-}
-
-double grad_norm_any_dtype(const ParameterStore& p) {
-  if (p.flat_grads().dtype() == DType::f32) return grad_global_norm(p);
-  return std::sqrt(reduce(p.flat_grads(), ReduceOp::sum_squares));
-}
-
-double clip_grad_norm_any_dtype(ParameterStore& p, double max_norm) {
-  if (p.flat_grads().dtype() == DType::f32) return clip_grad_norm(p, max_norm);
-  const double norm = grad_norm_any_dtype(p);
-  const double coef = max_norm / (norm + 1e-6);
-  if (std::isfinite(norm) && coef < 1.0) {
-    Tensor g = p.flat_grads();
-    scale(g, static_cast<float>(coef), g);
-  }
-  return norm;
 }
 
 }  // namespace mixtrain

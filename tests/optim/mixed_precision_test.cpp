@@ -2,7 +2,7 @@
 // mode takes its 16-bit weights from the copy the optimizer wrote (no cast, no cache entry), the
 // results are bit-identical to casting the masters each time, and a copy is never used once the
 // masters have changed behind the optimizer's back.
-#include "mixtrain/amp/mixed_precision.h"
+#include "mixtrain/optim/mixed_precision.h"
 
 #include <gtest/gtest.h>
 
