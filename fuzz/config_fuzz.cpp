@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "models/gpt_config_json.h"
 #include "fuzz_init.h"
 #include "mixtrain/checkpoint/load_model.h"
 #include "mixtrain/core/error.h"
@@ -20,7 +21,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (!j.is_discarded()) {
     try {
-      (void)mixtrain::GptConfig::from_json(j, "fuzz");
+      (void)mixtrain::gpt_config_from_json(j, "fuzz");
     } catch (const mixtrain::Error&) {
     }
   }

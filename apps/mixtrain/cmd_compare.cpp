@@ -2,6 +2,7 @@
 // each run finishes, speed, memory and accuracy side by side (the main job), and optionally JSON.
 #include <cmath>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 
 #include "commands.h"
 #include "mixtrain/train/compare.h"

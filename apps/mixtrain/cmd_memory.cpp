@@ -6,6 +6,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "models/gpt_config_json.h"
 #include "commands.h"
 #include "mixtrain/train/memory_report.h"
 #include "train_options.h"
@@ -35,7 +36,7 @@ nlohmann::ordered_json json_number(double v) {
 nlohmann::ordered_json to_json(const MemoryReport& r, const TrainOptions& o) {
   const GptMemoryPrediction& p = r.predicted;
   nlohmann::ordered_json j;
-  j["model"] = r.model.to_json();
+  j["model"] = gpt_config_to_json(r.model);
   nlohmann::ordered_json c;
   c["precision"] = precision_spec(o.precision).name;
   c["batch_size"] = o.batch_size;

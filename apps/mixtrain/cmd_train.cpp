@@ -1,6 +1,7 @@
 // `mixtrain train`: trains a GPT on a text file (default: the built-in corpus) in one precision.
 #include <cstdio>
 
+#include "train/summary_json.h"
 #include "commands.h"
 #include "train_options.h"
 
@@ -20,7 +21,7 @@ void register_train(CLI::App& app, GlobalOptions& g, std::vector<Command>& comma
                         try {
                           const TrainSummary s = train(f->opt);
                           if (*json) {
-                            std::printf("%s\n", s.to_json().dump(2).c_str());
+                            std::printf("%s\n", summary_to_json(s).dump(2).c_str());
                           } else {
                             std::printf(
                                 "done (%s): %lld steps (%lld skipped), train loss %.4f, val loss %.4f (unigram "
@@ -31,7 +32,7 @@ void register_train(CLI::App& app, GlobalOptions& g, std::vector<Command>& comma
                           }
                           return 0;
                         } catch (const DivergedError& e) {
-                          if (*json) std::printf("%s\n", e.summary.to_json().dump(2).c_str());
+                          if (*json) std::printf("%s\n", summary_to_json(e.summary).dump(2).c_str());
                           std::fprintf(stderr, "mixtrain: error: %s\n", error_message(e, *sub).c_str());
                           return kExitDiverged;
                         }

@@ -1,6 +1,8 @@
-// mixtrain's public API in one include: precision modes and autocast, tensors, the GPT model, the
-// optimizers, the data sources, the training engine (TrainingRun and its hooks) and the library
-// forms of `mixtrain train`, `compare`, `memory` and `bench train`; checkpoints and weights.
+// mixtrain's public API in one include: the number formats and their conversions, precision
+// modes and autocast, tensors, the GPT model, the optimizers, the data sources, the training
+// engine (TrainingRun and its hooks), the library forms of `mixtrain train`, `compare`, `memory`
+// and `bench train`, and loading weights. Everything under include/mixtrain is installed; what
+// is under src/ is internal.
 //
 //   #include "mixtrain/mixtrain.h"
 //   find_package(mixtrain REQUIRED)  +  target_link_libraries(app PRIVATE mixtrain::mixtrain)
@@ -16,6 +18,11 @@
 #include "mixtrain/models/generate.h"
 #include "mixtrain/models/gpt.h"
 #include "mixtrain/models/model.h"
+#include "mixtrain/numeric/bf16.h"
+#include "mixtrain/numeric/convert.h"
+#include "mixtrain/numeric/fp16.h"
+#include "mixtrain/numeric/fp8.h"
+#include "mixtrain/numeric/stochastic.h"
 #include "mixtrain/optim/adamw.h"
 #include "mixtrain/optim/optimizer.h"
 #include "mixtrain/optim/schedule.h"

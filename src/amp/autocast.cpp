@@ -7,7 +7,7 @@
 #include <string>
 #include <unordered_map>
 
-#include "mixtrain/autograd/cast_hook.h"
+#include "autograd/cast_hook.h"
 #include "mixtrain/autograd/functions.h"
 #include "mixtrain/core/error.h"
 

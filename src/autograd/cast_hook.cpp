@@ -1,5 +1,5 @@
 // The installed cast hook (autograd/cast_hook.h): one pointer for the process, read by every op.
-#include "mixtrain/autograd/cast_hook.h"
+#include "autograd/cast_hook.h"
 
 #include <atomic>
 

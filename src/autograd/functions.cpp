@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "mixtrain/autograd/cast_hook.h"
+#include "autograd/cast_hook.h"
 #include "mixtrain/autograd/node.h"
 #include "mixtrain/kernels/ops.h"
 #include "mixtrain/kernels/ops_backward.h"

@@ -2,7 +2,7 @@
 #pragma once
 #include <vector>
 
-#include "mixtrain/kernels/attention_ops.h"  // the blocked attention, heads_copy, dropout_mask
+#include "kernels/attention_ops.h"  // the blocked attention, heads_copy, dropout_mask
 #include "mixtrain/tensor/tensor.h"
 
 namespace mixtrain::autograd {

@@ -16,7 +16,7 @@
 
 #include "bench/gemm_bench.h"
 #include "mixtrain/kernels/backend.h"
-#include "mixtrain/kernels/gemm_info.h"
+#include "kernels/gemm_info.h"
 #include "mixtrain/tensor/tensor.h"
 
 namespace mixtrain {

@@ -1,4 +1,5 @@
 // Loading a GPT for inference from a checkpoint, a directory of them, or a safetensors file.
+#include "models/gpt_config_json.h"
 #include "mixtrain/checkpoint/load_model.h"
 
 #include <filesystem>
@@ -23,7 +24,7 @@ std::unique_ptr<Gpt> build_and_load(const GptConfig& cfg, const SafetensorsFile&
 GptConfig config_from_json_text(const std::string& text, const std::string& where) {
   const nlohmann::json j = parse_untrusted_json(text, where);
   try {
-    return GptConfig::from_json(j, where);
+    return gpt_config_from_json(j, where);
   } catch (const ArgumentError& e) {
     throw IoError(e.what());
   }

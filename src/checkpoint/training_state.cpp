@@ -1,4 +1,5 @@
 // train_state.safetensors: encode, and decode with every field checked.
+#include "models/gpt_config_json.h"
 #include "checkpoint/training_state.h"
 
 #include <cmath>
@@ -68,7 +69,7 @@ std::vector<uint8_t> encode_training_state(const TrainingState& s) {
   nlohmann::ordered_json j;
   j["step"] = s.step;
   j["precision"] = s.precision;
-  j["model"] = s.model.to_json();
+  j["model"] = gpt_config_to_json(s.model);
   j["run"] = s.run;
   j["optimizer"] = {{"kind", std::string(optimizer_kind_name(s.optimizer.kind))}, {"steps", s.optimizer.steps}};
   j["scaler"] = {{"scale", s.scaler.scale},
@@ -131,7 +132,7 @@ TrainingState decode_training_state(std::vector<uint8_t> bytes, const std::strin
     top.fail("precision", "is not a precision mode: '" + printable(s.precision) + "'");
   }
   try {
-    s.model = GptConfig::from_json(top.at("model"), "model");
+    s.model = gpt_config_from_json(top.at("model"), "model");
   } catch (const ArgumentError& e) {
     throw IoError("training state " + name + ": " + e.what());
   }

@@ -13,7 +13,7 @@
 
 #include "mixtrain/core/error.h"
 #include "mixtrain/core/profiler.h"
-#include "mixtrain/kernels/attention_ops.h"
+#include "kernels/attention_ops.h"
 #include "mixtrain/kernels/backend.h"
 #include "mixtrain/kernels/ops.h"
 #include "mixtrain/kernels/ops_backward.h"

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "mixtrain/core/error.h"
+#include "models/gpt_config_json.h"
 
 namespace mixtrain {
 
@@ -39,7 +40,7 @@ std::string excerpt(const nlohmann::json& v) {
 }
 }  // namespace
 
-GptConfig GptConfig::from_json(const nlohmann::json& j, const std::string& where) {
+GptConfig gpt_config_from_json(const nlohmann::json& j, const std::string& where) {
   if (!j.is_object()) throw ArgumentError(where + ": model config must be a JSON object");
   GptConfig c;
   c.name = where;
@@ -81,7 +82,7 @@ GptConfig GptConfig::from_json_file(const std::string& path) {
   } catch (const nlohmann::json::parse_error& e) {
     throw IoError("model config " + path + " is not valid JSON: " + e.what());
   }
-  return from_json(j, path);
+  return gpt_config_from_json(j, path);
 }
 
 GptConfig GptConfig::from_preset_or_file(const std::string& spec) {
@@ -108,9 +109,21 @@ void GptConfig::validate() const {
     throw ArgumentError("model config " + name + ": sizes are impossibly large");
 }
 
-nlohmann::json GptConfig::to_json() const {
-  return {{"name", name},       {"vocab_size", vocab_size}, {"block_size", block_size}, {"n_layer", n_layer},
-          {"n_head", n_head},   {"n_embd", n_embd},         {"dropout", dropout},       {"ln_eps", ln_eps}};
+nlohmann::json gpt_config_to_json(const GptConfig& c) {
+  return {{"name", c.name},     {"vocab_size", c.vocab_size}, {"block_size", c.block_size}, {"n_layer", c.n_layer},
+          {"n_head", c.n_head}, {"n_embd", c.n_embd},         {"dropout", c.dropout},       {"ln_eps", c.ln_eps}};
+}
+
+std::string GptConfig::to_json_text() const { return gpt_config_to_json(*this).dump(); }
+
+GptConfig GptConfig::from_json_text(const std::string& text, const std::string& where) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw ArgumentError(where + ": not valid JSON (" + e.what() + ")");
+  }
+  return gpt_config_from_json(j, where);
 }
 
 Gpt::Gpt(const GptConfig& cfg, uint64_t seed, DType dtype, DType grad_dtype, MemCategory param_category)

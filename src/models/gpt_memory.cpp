@@ -23,11 +23,11 @@
 #include <unordered_map>
 #include <utility>
 
-#include "mixtrain/kernels/attention_ops.h"  // attention_query_block, attention_heads_per_chunk
+#include "kernels/attention_ops.h"  // attention_query_block, attention_heads_per_chunk
 #include "mixtrain/amp/autocast.h"
 #include "mixtrain/autograd/node.h"
 #include "mixtrain/core/error.h"
-#include "mixtrain/kernels/gemm_info.h"
+#include "kernels/gemm_info.h"
 #include "mixtrain/nn/layers.h"
 
 namespace mixtrain {

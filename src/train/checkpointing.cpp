@@ -1,4 +1,5 @@
 // The trainer's checkpoints: what is captured, when it is saved, and how a run resumes.
+#include "models/gpt_config_json.h"
 #include "train/checkpointing.h"
 
 #include <cmath>
@@ -138,13 +139,13 @@ bool TrainCheckpointing::should_stop(TrainingRun& r, const StepRecord& rec) {
     std::vector<CheckpointFile> files(2);
     files[0].name = kModelFile;
     SafetensorsWriter w = model_safetensors_writer(r.model());
-    w.set_metadata("mixtrain_config", cfg_.to_json().dump());
+    w.set_metadata("mixtrain_config", gpt_config_to_json(cfg_).dump());
     files[0].bytes = w.serialize();
     files[1].name = kStateFile;
     files[1].bytes = encode_training_state(capture(step, r));
     nlohmann::ordered_json info;
     info["precision"] = std::string(precision_spec(opt_.precision).name);
-    info["model"] = cfg_.to_json();
+    info["model"] = gpt_config_to_json(cfg_);
     write_checkpoint(c.dir, step, files, info);
     prune_checkpoints(c.dir, c.keep);
   }
@@ -212,7 +213,7 @@ int64_t TrainCheckpointing::restore(TrainingRun& r) {
   }
   const TrainingState& s = *state;
   const std::string where = "cannot resume from " + found->path + ": ";
-  nlohmann::json saved_model = s.model.to_json(), this_model = cfg_.to_json();
+  nlohmann::json saved_model = gpt_config_to_json(s.model), this_model = gpt_config_to_json(cfg_);
   saved_model.erase("name");  // a preset's name or the config file's path: not the model itself
   this_model.erase("name");
   std::string diff = first_difference(saved_model, this_model, "model.");

@@ -9,7 +9,7 @@
 #include "mixtrain/data/data_source.h"
 #include "mixtrain/data/text_corpus.h"
 #include "mixtrain/kernels/backend.h"
-#include "mixtrain/kernels/gemm_info.h"
+#include "kernels/gemm_info.h"
 #include "mixtrain/kernels/ops.h"
 #include "mixtrain/optim/schedule.h"
 #include "mixtrain/tensor/allocator.h"

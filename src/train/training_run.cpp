@@ -47,46 +47,6 @@ double TrainSummary::system_allocations_per_step() const {
   return static_cast<double>(profiled_system_allocations) / static_cast<double>(profiled_steps);
 }
 
-nlohmann::ordered_json TrainSummary::to_json() const {
-  auto finite_or_null = [](double v) { return std::isfinite(v) ? nlohmann::ordered_json(v) : nlohmann::ordered_json(); };
-  nlohmann::ordered_json j;
-  j["steps"] = steps;
-  j["final_train_loss"] = finite_or_null(final_train_loss);
-  j["val_loss"] = finite_or_null(val_loss);
-  j["unigram_baseline"] = unigram_baseline;
-  j["tokens_per_s"] = tokens_per_s;
-  j["model_flops_per_s"] = model_flops_per_s;
-  j["gemm_flops_per_s"] = gemm_flops_per_s;
-  j["mfu"] = mfu;
-  j["parameters"] = parameters;
-  j["elapsed_s"] = elapsed_s;
-  const MemorySnapshot m = MemoryTracker::global().snapshot();
-  j["peak_bytes"] = m.peak_total;
-  nlohmann::ordered_json by;
-  for (size_t c = 0; c < kNumMemCategories; ++c)
-    if (m.peak[c] > 0) by[std::string(mem_category_name(static_cast<MemCategory>(c)))] = m.peak[c];
-  j["peak_bytes_by_category"] = by;
-  j["peak_rss_bytes"] = process_peak_rss_bytes();
-  j["precision"] = precision;
-  j["skipped_steps"] = skipped_steps;
-  j["overflows"] = overflows;
-  j["diverged"] = diverged;
-  j["final_loss_scale"] = final_loss_scale;
-  j["hit_min_scale"] = hit_min_scale;
-  if (profiled_steps > 0) {
-    const StepBreakdown s = breakdown_per_step();
-    nlohmann::ordered_json b;
-    for (size_t k = 0; k < kNumWorkKinds; ++k)
-      b[std::string(work_kind_name(static_cast<WorkKind>(k)))] = s.work[k];
-    b["other"] = s.other;
-    b["step"] = s.step;
-    j["profiled_steps"] = profiled_steps;
-    j["breakdown_s_per_step"] = b;
-    j["system_allocations_per_step"] = system_allocations_per_step();
-  }
-  return j;
-}
-
 DivergedError::DivergedError(int64_t s, double loss, int64_t bad, TrainSummary sum)
     : Error({"lr", "grad_clip"},
             "training diverged: loss is " + std::string(std::isnan(loss) ? "NaN" : "infinite") + " at step " +

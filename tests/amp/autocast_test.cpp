@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "mixtrain/amp/autocast.h"
-#include "mixtrain/autograd/cast_hook.h"
+#include "autograd/cast_hook.h"
 #include "mixtrain/autograd/functions.h"
 #include "mixtrain/numeric/bf16.h"
 

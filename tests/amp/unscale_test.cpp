@@ -16,7 +16,7 @@
 #include <random>
 #include <vector>
 
-#include "mixtrain/core/cpu_features.h"
+#include "core/cpu_features.h"
 #include "mixtrain/optim/clip.h"
 
 namespace mixtrain {

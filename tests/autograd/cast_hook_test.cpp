@@ -6,7 +6,7 @@
 #include <utility>
 #include <vector>
 
-#include "mixtrain/autograd/cast_hook.h"
+#include "autograd/cast_hook.h"
 #include "mixtrain/autograd/functions.h"
 
 using namespace mixtrain;

@@ -1,5 +1,6 @@
 // JSON from untrusted files: deep nesting and duplicate keys refused, messages one line even for
 // hostile values (nested containers, keys with newlines).
+#include "models/gpt_config_json.h"
 #include "checkpoint/json_input.h"
 
 #include <gtest/gtest.h>
@@ -51,12 +52,12 @@ TEST(JsonInput, HostileSafetensorsHeaderAndConfigs) {
   // GptConfig::from_json (the --model FILE.json path, parsed by nlohmann directly): a deeply
   // nested value and a key with a newline still give one-line messages, without recursion.
   const nlohmann::json deep_value = nlohmann::json::parse("{\"n_layer\": " + nested(100000) + "}");
-  expect_error<ArgumentError>([&] { GptConfig::from_json(deep_value, "m.json"); },
+  expect_error<ArgumentError>([&] { gpt_config_from_json(deep_value, "m.json"); },
                               {"'n_layer' must be an integer, got an array"});
-  expect_error<ArgumentError>([] { GptConfig::from_json(nlohmann::json::parse(R"({"a\nb": 1})"), "m.json"); },
+  expect_error<ArgumentError>([] { gpt_config_from_json(nlohmann::json::parse(R"({"a\nb": 1})"), "m.json"); },
                               {"unknown model config key"});
   expect_error<ArgumentError>(
-      [] { GptConfig::from_json(nlohmann::json::parse(R"({"name": "x\ny"})"), "m.json"); },
+      [] { gpt_config_from_json(nlohmann::json::parse(R"({"name": "x\ny"})"), "m.json"); },
       {"control character"});
 }
 

@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "kernels/op_harness.h"
-#include "mixtrain/kernels/attention_ops.h"
+#include "kernels/attention_ops.h"
 
 namespace mixtrain::test {
 namespace {

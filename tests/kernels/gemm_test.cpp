@@ -9,8 +9,8 @@
 #include <thread>
 
 #include "kernels/op_harness.h"
-#include "mixtrain/core/cpu_features.h"
-#include "mixtrain/kernels/gemm_info.h"
+#include "core/cpu_features.h"
+#include "kernels/gemm_info.h"
 #include "mixtrain/kernels/ops.h"
 
 namespace mixtrain::test {

@@ -10,7 +10,7 @@
 #include <algorithm>
 #include <string>
 
-#include "mixtrain/kernels/attention_ops.h"  // attention_query_block
+#include "kernels/attention_ops.h"  // attention_query_block
 #include "mixtrain/core/error.h"
 #include "models/gpt_memory_util.h"
 

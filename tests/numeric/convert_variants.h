@@ -3,7 +3,7 @@
 #pragma once
 #include <vector>
 
-#include "mixtrain/core/cpu_features.h"
+#include "core/cpu_features.h"
 #include "mixtrain/numeric/convert.h"
 
 namespace mixtrain::test {

@@ -5,7 +5,6 @@
 //
 // Dimension letters: B batch, T sequence (<= block_size), C n_embd, H n_head, L n_layer, V vocab.
 #pragma once
-#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -28,14 +27,15 @@ struct GptConfig {
   // gpt2-small (L=12, C=768, H=12, T=1024, V=50257). Throws ArgumentError listing the presets.
   static GptConfig preset(const std::string& name);
   static std::vector<std::string> preset_names();
-  // A JSON object with any of the fields above; missing fields keep the defaults.
-  static GptConfig from_json(const nlohmann::json& j, const std::string& where);
+  // JSON text of an object with any of the fields above; missing fields keep the defaults.
+  // ArgumentError naming `where` for malformed JSON, an unknown key or a wrongly typed value.
+  static GptConfig from_json_text(const std::string& text, const std::string& where);
   static GptConfig from_json_file(const std::string& path);
   // A preset name or a path to a .json file.
   static GptConfig from_preset_or_file(const std::string& spec);
   // Throws ArgumentError for impossible configurations (C not divisible by H, sizes <= 0, ...).
   void validate() const;
-  nlohmann::json to_json() const;
+  std::string to_json_text() const;  // {"name", "vocab_size", ..., "ln_eps"}
 };
 
 // True for the parameters Hugging Face's GPT-2 stores as Conv1D weights, (IN, OUT): attn.c_attn,
@@ -53,7 +53,7 @@ class Gpt final : public Model {
   std::string_view family() const override { return "gpt"; }
   ParameterStore& params() override { return store_; }
   const ParameterStore& params() const override { return store_; }
-  nlohmann::json config_json() const override { return cfg_.to_json(); }
+  std::string config_json() const override { return cfg_.to_json_text(); }
   // GPT-2's names (transformer.h.0.attn.c_attn.weight, ...) in Hugging Face's layout: the four
   // Conv1D weights of each block (is_hf_conv1d_weight) as (IN, OUT) views of our (OUT, IN).
   std::vector<NamedWeight> named_weights() const override;

@@ -3,7 +3,6 @@
 // Gpt implements it (models/gpt.h); an encoder with a classification head implements it next.
 #pragma once
 #include <cstdint>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -39,7 +38,7 @@ class Model {
   virtual double flops_per_token(int64_t T) const = 0;
   // Keep only each block's input for backward and recompute it there (same gradients).
   virtual void set_activation_checkpointing(bool on) = 0;
-  virtual nlohmann::json config_json() const = 0;
+  virtual std::string config_json() const = 0;  // the configuration as JSON text
   // Every weight by name, as checkpoints write them (model.safetensors): views, not copies.
   virtual std::vector<NamedWeight> named_weights() const = 0;
   int64_t num_parameters() const { return params().numel(); }

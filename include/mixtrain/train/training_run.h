@@ -28,7 +28,6 @@
 #include <cmath>
 #include <cstdint>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -86,7 +85,6 @@ struct TrainSummary {
   int64_t profiled_system_allocations = 0;     // blocks taken from the system during them
   StepBreakdown breakdown_per_step() const;    // zeros without profiled steps
   double system_allocations_per_step() const;  // 0 without profiled steps
-  nlohmann::ordered_json to_json() const;
 };
 
 // The loss stayed non-finite for max_bad_steps steps in a row: the run stops; the step log up to

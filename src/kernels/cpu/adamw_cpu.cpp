@@ -10,7 +10,7 @@
 
 #include "kernels/cpu/adamw_span.h"
 #include "kernels/cpu/cpu_backend.h"
-#include "mixtrain/core/cpu_features.h"
+#include "core/cpu_features.h"
 #include "kernels/cpu/lowp_span.h"
 #include "mixtrain/kernels/optimizer_kernels.h"
 

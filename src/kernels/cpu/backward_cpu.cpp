@@ -13,7 +13,7 @@
 
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/cpu_rows.h"
-#include "mixtrain/core/cpu_features.h"
+#include "core/cpu_features.h"
 #include "mixtrain/kernels/ops_backward.h"
 
 namespace mixtrain {

@@ -4,7 +4,7 @@
 // only on its inputs, so results are identical for any thread count.
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/cpu_rows.h"
-#include "mixtrain/core/cpu_features.h"
+#include "core/cpu_features.h"
 
 namespace mixtrain {
 namespace cpu {

@@ -28,8 +28,8 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_backend.h"
-#include "mixtrain/core/cpu_features.h"
-#include "mixtrain/kernels/gemm_info.h"
+#include "core/cpu_features.h"
+#include "kernels/gemm_info.h"
 
 namespace mixtrain {
 namespace {

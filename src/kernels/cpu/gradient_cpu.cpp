@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_backend.h"
-#include "mixtrain/core/cpu_features.h"
+#include "core/cpu_features.h"
 
 // GCC 12's masked AVX-512 intrinsics trip a false -Wmaybe-uninitialized (GCC PR 105593).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"

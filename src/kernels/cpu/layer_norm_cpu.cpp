@@ -6,7 +6,7 @@
 
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/cpu_rows.h"
-#include "mixtrain/core/cpu_features.h"
+#include "core/cpu_features.h"
 
 namespace mixtrain {
 namespace cpu {

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_backend.h"
-#include "mixtrain/core/cpu_features.h"
+#include "core/cpu_features.h"
 #include "kernels/cpu/lowp_span.h"
 #include "kernels/cpu/sgd_span.h"
 #include "mixtrain/kernels/optimizer_kernels.h"

@@ -2,7 +2,7 @@
 // a time through the dtype-generic accessors, written from the definitions rather than from the
 // CPU kernels (which copy whole head rows and work on contiguous fp32 copies).
 #include "kernels/ref/ref_util.h"
-#include "mixtrain/kernels/attention_ops.h"
+#include "kernels/attention_ops.h"
 #include "mixtrain/numeric/stochastic.h"
 
 namespace mixtrain::ref {

@@ -1,0 +1,52 @@
+// TrainSummary as the JSON `mixtrain train --json` prints (train/summary_json.h).
+#include "train/summary_json.h"
+
+#include <cmath>
+#include <string>
+
+#include "mixtrain/tensor/allocator.h"
+#include "mixtrain/tensor/memory.h"
+
+namespace mixtrain {
+
+nlohmann::ordered_json summary_to_json(const TrainSummary& r) {
+  auto finite_or_null = [](double v) { return std::isfinite(v) ? nlohmann::ordered_json(v) : nlohmann::ordered_json(); };
+  nlohmann::ordered_json j;
+  j["steps"] = r.steps;
+  j["final_train_loss"] = finite_or_null(r.final_train_loss);
+  j["val_loss"] = finite_or_null(r.val_loss);
+  j["unigram_baseline"] = r.unigram_baseline;
+  j["tokens_per_s"] = r.tokens_per_s;
+  j["model_flops_per_s"] = r.model_flops_per_s;
+  j["gemm_flops_per_s"] = r.gemm_flops_per_s;
+  j["mfu"] = r.mfu;
+  j["parameters"] = r.parameters;
+  j["elapsed_s"] = r.elapsed_s;
+  const MemorySnapshot m = MemoryTracker::global().snapshot();
+  j["peak_bytes"] = m.peak_total;
+  nlohmann::ordered_json by;
+  for (size_t c = 0; c < kNumMemCategories; ++c)
+    if (m.peak[c] > 0) by[std::string(mem_category_name(static_cast<MemCategory>(c)))] = m.peak[c];
+  j["peak_bytes_by_category"] = by;
+  j["peak_rss_bytes"] = process_peak_rss_bytes();
+  j["precision"] = r.precision;
+  j["skipped_steps"] = r.skipped_steps;
+  j["overflows"] = r.overflows;
+  j["diverged"] = r.diverged;
+  j["final_loss_scale"] = r.final_loss_scale;
+  j["hit_min_scale"] = r.hit_min_scale;
+  if (r.profiled_steps > 0) {
+    const StepBreakdown s = r.breakdown_per_step();
+    nlohmann::ordered_json b;
+    for (size_t k = 0; k < kNumWorkKinds; ++k)
+      b[std::string(work_kind_name(static_cast<WorkKind>(k)))] = s.work[k];
+    b["other"] = s.other;
+    b["step"] = s.step;
+    j["profiled_steps"] = r.profiled_steps;
+    j["breakdown_s_per_step"] = b;
+    j["system_allocations_per_step"] = r.system_allocations_per_step();
+  }
+  return j;
+}
+
+}  // namespace mixtrain
