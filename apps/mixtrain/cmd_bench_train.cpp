@@ -7,6 +7,7 @@
 
 #include "commands.h"
 #include "mixtrain/train/bench_train.h"
+#include "train/summary_json.h"
 #include "train_options.h"
 
 namespace mixtrain::cli {
@@ -18,11 +19,6 @@ struct BenchTrainOpts {
 };
 
 nlohmann::ordered_json to_json(const BenchTrainRun& r) {
-  nlohmann::ordered_json b;
-  for (size_t k = 0; k < kNumWorkKinds; ++k)
-    b[std::string(work_kind_name(static_cast<WorkKind>(k)))] = r.breakdown.work[k];
-  b["other"] = r.breakdown.other;
-  b["step"] = r.breakdown.step;
   nlohmann::ordered_json j;
   j["precision"] = r.precision;
   j["threads"] = r.threads;
@@ -31,7 +27,7 @@ nlohmann::ordered_json to_json(const BenchTrainRun& r) {
   j["gemm_flops_per_s"] = r.gemm_flops_per_s;
   j["mfu"] = r.mfu;
   j["profiled_steps"] = r.profiled_steps;
-  j["breakdown"] = b;
+  j["breakdown"] = breakdown_to_json(r.breakdown);
   j["system_allocations_per_step"] = r.system_allocations_per_step;
   j["peak_bytes"] = r.peak_bytes;
   return j;

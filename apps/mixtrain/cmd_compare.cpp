@@ -6,6 +6,7 @@
 
 #include "commands.h"
 #include "mixtrain/train/compare.h"
+#include "train/summary_json.h"
 #include "train_options.h"
 
 namespace mixtrain::cli {
@@ -29,10 +30,6 @@ void print_row(const CompareRun& run) {
               mib(run.memory.peak[static_cast<size_t>(MemCategory::activations)]).c_str(), s.final_train_loss,
               s.val_loss, static_cast<long long>(s.skipped_steps), s.diverged ? "yes" : "no");
   std::fflush(stdout);
-}
-
-nlohmann::ordered_json finite_or_null(double v) {
-  return std::isfinite(v) ? nlohmann::ordered_json(v) : nullptr;
 }
 
 nlohmann::ordered_json to_json(const CompareResult& result, const TrainOptions& base) {

@@ -9,12 +9,10 @@
 #include "mixtrain/kernels/ops.h"
 #include "mixtrain/tensor/allocator.h"
 #include "train/checkpointing.h"
+#include "train/summary_json.h"
 
 namespace mixtrain {
 namespace {
-nlohmann::ordered_json finite_or_null(double v) {
-  return std::isfinite(v) ? nlohmann::ordered_json(v) : nlohmann::ordered_json();
-}
 std::string number_or_null(double v) { return std::isfinite(v) ? std::to_string(v) : "null"; }
 }  // namespace
 

@@ -9,8 +9,19 @@
 
 namespace mixtrain {
 
+nlohmann::ordered_json finite_or_null(double v) {
+  return std::isfinite(v) ? nlohmann::ordered_json(v) : nlohmann::ordered_json();
+}
+
+nlohmann::ordered_json breakdown_to_json(const StepBreakdown& s) {
+  nlohmann::ordered_json b;
+  for (size_t k = 0; k < kNumWorkKinds; ++k) b[std::string(work_kind_name(static_cast<WorkKind>(k)))] = s.work[k];
+  b["other"] = s.other;
+  b["step"] = s.step;
+  return b;
+}
+
 nlohmann::ordered_json summary_to_json(const TrainSummary& r) {
-  auto finite_or_null = [](double v) { return std::isfinite(v) ? nlohmann::ordered_json(v) : nlohmann::ordered_json(); };
   nlohmann::ordered_json j;
   j["steps"] = r.steps;
   j["final_train_loss"] = finite_or_null(r.final_train_loss);
@@ -36,14 +47,8 @@ nlohmann::ordered_json summary_to_json(const TrainSummary& r) {
   j["final_loss_scale"] = r.final_loss_scale;
   j["hit_min_scale"] = r.hit_min_scale;
   if (r.profiled_steps > 0) {
-    const StepBreakdown s = r.breakdown_per_step();
-    nlohmann::ordered_json b;
-    for (size_t k = 0; k < kNumWorkKinds; ++k)
-      b[std::string(work_kind_name(static_cast<WorkKind>(k)))] = s.work[k];
-    b["other"] = s.other;
-    b["step"] = s.step;
     j["profiled_steps"] = r.profiled_steps;
-    j["breakdown_s_per_step"] = b;
+    j["breakdown_s_per_step"] = breakdown_to_json(r.breakdown_per_step());
     j["system_allocations_per_step"] = r.system_allocations_per_step();
   }
   return j;
