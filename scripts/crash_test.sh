@@ -53,7 +53,10 @@ def alive():
         return False
 end = time.time() + 20
 if mode == "write":
-    while time.time() < end and alive() and not glob.glob(os.path.join(ck, ".step-*.tmp")):
+    # Until a checkpoint write is seen; if the poll keeps missing them (a loaded machine), give up
+    # after 20 more steps and kill anyway, so 20 kills cannot run out of the 1000 steps.
+    limit = lines() + 20
+    while time.time() < end and alive() and not glob.glob(os.path.join(ck, ".step-*.tmp")) and lines() < limit:
         time.sleep(0.0005)
 else:
     # After a resume the log is first cut back to the checkpoint's step: wait for it to grow.
