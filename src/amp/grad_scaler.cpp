@@ -7,9 +7,10 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <vector>
 
-#include "mixtrain/kernels/backend.h"
 #include "mixtrain/core/error.h"
+#include "mixtrain/kernels/backend.h"
 
 namespace mixtrain {
 
@@ -21,7 +22,10 @@ std::string fmt(double v) {  // shortest round-trip form, for messages
   return std::string(buf, res.ptr);
 }
 
-[[noreturn]] void bad_config(const std::string& what) { throw ArgumentError("GradScalerConfig: " + what); }
+// The fields named let the CLI print its flags instead (--growth-factor for growth_factor).
+[[noreturn]] void bad_config(std::vector<std::string> fields, const std::string& what) {
+  throw ArgumentError(std::move(fields), "GradScalerConfig: " + what);
+}
 
 // Smallest fp32 >= min_scale, and never 0 (so a backoff cannot reach 0 and stick there).
 float scale_floor(double min_scale) {
@@ -42,23 +46,28 @@ float scale_cap(double max_scale) {
 
 void GradScalerConfig::validate() const {
   if (!(growth_factor > 1.0) || !std::isfinite(growth_factor))
-    bad_config("growth_factor must be > 1 and finite, got " + fmt(growth_factor));
+    bad_config({"growth_factor"}, "growth_factor must be > 1 and finite, got " + fmt(growth_factor));
   if (!(backoff_factor > 0.0 && backoff_factor < 1.0))
-    bad_config("backoff_factor must be in (0, 1), got " + fmt(backoff_factor));
-  if (growth_interval < 1) bad_config("growth_interval must be >= 1, got " + std::to_string(growth_interval));
-  if (hysteresis < 1) bad_config("hysteresis must be >= 1, got " + std::to_string(hysteresis));
+    bad_config({"backoff_factor"}, "backoff_factor must be in (0, 1), got " + fmt(backoff_factor));
+  if (growth_interval < 1)
+    bad_config({"growth_interval"}, "growth_interval must be >= 1, got " + std::to_string(growth_interval));
+  if (hysteresis < 1)
+    bad_config({"hysteresis"}, "hysteresis must be >= 1, got " + std::to_string(hysteresis));
   if (!(init_scale > 0.0) || !std::isfinite(float(init_scale)) || float(init_scale) == 0.f)
-    bad_config("init_scale must be > 0 and finite in fp32, got " + fmt(init_scale));
+    bad_config({"init_scale"}, "init_scale must be > 0 and finite in fp32, got " + fmt(init_scale));
   if (!(min_scale >= 0.0) || !std::isfinite(min_scale))
-    bad_config("min_scale must be >= 0 and finite, got " + fmt(min_scale));
-  if (!(max_scale > 0.0)) bad_config("max_scale must be > 0, got " + fmt(max_scale));
+    bad_config({"min_scale"}, "min_scale must be >= 0 and finite, got " + fmt(min_scale));
+  if (!(max_scale > 0.0)) bad_config({"max_scale"}, "max_scale must be > 0, got " + fmt(max_scale));
   if (min_scale > max_scale)
-    bad_config("min_scale " + fmt(min_scale) + " is greater than max_scale " + fmt(max_scale));
+    bad_config({"min_scale", "max_scale"},
+               "min_scale " + fmt(min_scale) + " is greater than max_scale " + fmt(max_scale));
   if (init_scale < min_scale || init_scale > max_scale)
-    bad_config("init_scale " + fmt(init_scale) + " is outside [min_scale, max_scale] = [" + fmt(min_scale) +
-               ", " + fmt(max_scale) + "]");
+    bad_config({"init_scale", "min_scale", "max_scale"}, "init_scale " + fmt(init_scale) +
+                                                             " is outside [min_scale, max_scale] = [" +
+                                                             fmt(min_scale) + ", " + fmt(max_scale) + "]");
   if (scale_floor(min_scale) > scale_cap(max_scale))
-    bad_config("no fp32 value lies in [min_scale, max_scale] = [" + fmt(min_scale) + ", " + fmt(max_scale) + "]");
+    bad_config({"min_scale", "max_scale"}, "no fp32 value lies in [min_scale, max_scale] = [" +
+                                               fmt(min_scale) + ", " + fmt(max_scale) + "]");
 }
 
 GradScaler::GradScaler(GradScalerConfig config) : config_(config) {
@@ -72,7 +81,8 @@ GradScaler::GradScaler(GradScalerConfig config) : config_(config) {
 
 bool GradScaler::unscale(const Tensor& flat_grads) {
   if (!flat_grads.defined())
-    throw ArgumentError("GradScaler::unscale: the gradients are undefined (is the parameter store finalized?)");
+    throw ArgumentError(
+        "GradScaler::unscale: the gradients are undefined (is the parameter store finalized?)");
   Tensor g = flat_grads;
   if (g.dtype() != DType::f32)
     throw DTypeError("GradScaler::unscale: gradients must be f32, got " + g.to_string() + " (unscaling " +
@@ -92,13 +102,15 @@ bool GradScaler::unscale(const Tensor& flat_grads) {
 
 bool GradScaler::step_should_skip() const {
   if (unscaled_.empty())
-    throw ArgumentError("GradScaler::step_should_skip: unscale() has not been called since the last update()");
+    throw ArgumentError(
+        "GradScaler::step_should_skip: unscale() has not been called since the last update()");
   return found_inf_;
 }
 
 double GradScaler::grad_sum_squares() const {
   if (unscaled_.empty())
-    throw ArgumentError("GradScaler::grad_sum_squares: unscale() has not been called since the last update()");
+    throw ArgumentError(
+        "GradScaler::grad_sum_squares: unscale() has not been called since the last update()");
   return sum_squares_;
 }
 
@@ -140,7 +152,8 @@ void GradScaler::update(bool found_inf) {
 
 void GradScaler::load_state(const GradScalerState& s) {
   if (!unscaled_.empty())
-    throw ArgumentError("GradScaler::load_state: called between unscale() and update(); load it between iterations");
+    throw ArgumentError(
+        "GradScaler::load_state: called between unscale() and update(); load it between iterations");
   const auto bad = [](const std::string& what) { throw ArgumentError("GradScaler::load_state: " + what); };
   if (!(s.scale > 0.0) || !std::isfinite(s.scale) || double(float(s.scale)) != s.scale)
     bad("scale must be a positive finite fp32 value, got " + fmt(s.scale));
@@ -148,8 +161,8 @@ void GradScaler::load_state(const GradScalerState& s) {
     bad("scale " + fmt(s.scale) + " is outside [min_scale, max_scale] = [" + fmt(config_.min_scale) + ", " +
         fmt(config_.max_scale) + "]");
   if (s.growth_tracker < 0 || s.growth_tracker >= config_.growth_interval)
-    bad("growth_tracker must be in [0, growth_interval = " + std::to_string(config_.growth_interval) + "), got " +
-        std::to_string(s.growth_tracker));
+    bad("growth_tracker must be in [0, growth_interval = " + std::to_string(config_.growth_interval) +
+        "), got " + std::to_string(s.growth_tracker));
   if (s.hysteresis_left < 1 || s.hysteresis_left > config_.hysteresis)
     bad("hysteresis_left must be in [1, hysteresis = " + std::to_string(config_.hysteresis) + "], got " +
         std::to_string(s.hysteresis_left));

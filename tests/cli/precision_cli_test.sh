@@ -60,6 +60,9 @@ expect_exit 2 "unknown rounding" -- "${TRAIN[@]}" --steps 1 --precision bf16-tru
 expect_exit 2 "bad loss scale" -- "${TRAIN[@]}" --steps 1 --precision 16-mixed --loss-scale lots
 expect_exit 2 "scaler with 16-bit grads" -- "${TRAIN[@]}" --steps 1 --precision bf16-true --loss-scale dynamic
 expect_exit 2 "bad growth factor" -- "${TRAIN[@]}" --steps 1 --precision 16-mixed --growth-factor 0.5
+expect_stderr_has "--growth-factor must be > 1" "the scaler's error names the flag"
+expect_exit 2 "min scale above max scale" -- "${TRAIN[@]}" --steps 1 --precision 16-mixed --min-scale 8 --max-scale 4
+expect_stderr_has "--min-scale 8 is greater than --max-scale 4" "both flags named"
 expect_exit 2 "bad inject list" -- "${TRAIN[@]}" --steps 1 --inject-nonfinite 2,x
 
 # Divergence: non-finite losses --max-bad-steps times in a row stop the run (exit 3) with the log kept.
