@@ -5,11 +5,11 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "models/gpt_config_json.h"
 #include "fuzz_init.h"
 #include "mixtrain/checkpoint/load_model.h"
 #include "mixtrain/core/error.h"
 #include "mixtrain/models/gpt.h"
+#include "models/gpt_config_json.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);

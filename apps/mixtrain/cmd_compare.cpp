@@ -49,10 +49,6 @@ nlohmann::ordered_json to_json(const CompareResult& result, const TrainOptions& 
   out["runs"] = nlohmann::ordered_json::array();
   for (const CompareRun& run : result.runs) {
     const TrainSummary& s = run.summary;
-    nlohmann::ordered_json by;
-    for (size_t c = 0; c < kNumMemCategories; ++c)
-      if (run.memory.peak[c] > 0)
-        by[std::string(mem_category_name(static_cast<MemCategory>(c)))] = run.memory.peak[c];
     nlohmann::ordered_json row;
     row["precision"] = s.precision;
     if (precision_spec(run.entry.mode).param_dtype != DType::f32)
@@ -61,7 +57,7 @@ nlohmann::ordered_json to_json(const CompareResult& result, const TrainOptions& 
     row["speedup_vs_32_true"] =
         run.speedup_vs_32_true ? nlohmann::ordered_json(*run.speedup_vs_32_true) : nlohmann::ordered_json();
     row["peak_bytes"] = run.memory.peak_total;
-    row["peak_bytes_by_category"] = by;
+    row["peak_bytes_by_category"] = nonzero_peaks_json(run.memory.peak);
     row["final_train_loss"] = finite_or_null(s.final_train_loss);
     row["val_loss"] = finite_or_null(s.val_loss);
     row["skipped_steps"] = s.skipped_steps;

@@ -6,10 +6,11 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
-#include "models/gpt_config_json.h"
 #include "commands.h"
+#include "train/summary_json.h"
 #include "mixtrain/train/memory_report.h"
 #include "train_options.h"
+#include "models/gpt_config_json.h"
 
 namespace mixtrain::cli {
 namespace {
@@ -27,10 +28,6 @@ nlohmann::ordered_json by_category(const std::array<int64_t, kNumMemCategories>&
   for (size_t c = 0; c < kNumMemCategories; ++c)
     j[std::string(mem_category_name(static_cast<MemCategory>(c)))] = bytes[c];
   return j;
-}
-
-nlohmann::ordered_json json_number(double v) {
-  return std::isfinite(v) ? nlohmann::ordered_json(v) : nullptr;
 }
 
 nlohmann::ordered_json to_json(const MemoryReport& r, const TrainOptions& o) {
@@ -68,10 +65,10 @@ nlohmann::ordered_json to_json(const MemoryReport& r, const TrainOptions& o) {
     j["measured"] = mj;
     j["process_peak_rss_bytes"] = m.process_peak_rss_bytes;
     nlohmann::ordered_json e;
-    e["peak_bytes"] = json_number(m.peak_error);
+    e["peak_bytes"] = finite_or_null(m.peak_error);
     nlohmann::ordered_json ec;
     for (size_t k = 0; k < kNumMemCategories; ++k)
-      ec[std::string(mem_category_name(static_cast<MemCategory>(k)))] = json_number(m.error_by_category[k]);
+      ec[std::string(mem_category_name(static_cast<MemCategory>(k)))] = finite_or_null(m.error_by_category[k]);
     e["by_category"] = ec;
     j["relative_error"] = e;
   } else {

@@ -1,9 +1,9 @@
 // `mixtrain train`: trains a GPT on a text file (default: the built-in corpus) in one precision.
 #include <cstdio>
 
-#include "train/summary_json.h"
 #include "commands.h"
 #include "train_options.h"
+#include "train/summary_json.h"
 
 namespace mixtrain::cli {
 

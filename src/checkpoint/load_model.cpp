@@ -1,5 +1,4 @@
 // Loading a GPT for inference from a checkpoint, a directory of them, or a safetensors file.
-#include "models/gpt_config_json.h"
 #include "mixtrain/checkpoint/load_model.h"
 
 #include <filesystem>
@@ -9,6 +8,7 @@
 #include "checkpoint/gpt_weights.h"
 #include "checkpoint/json_input.h"
 #include "mixtrain/core/error.h"
+#include "models/gpt_config_json.h"
 
 namespace fs = std::filesystem;
 

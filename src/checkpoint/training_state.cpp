@@ -1,5 +1,4 @@
 // train_state.safetensors: encode, and decode with every field checked.
-#include "models/gpt_config_json.h"
 #include "checkpoint/training_state.h"
 
 #include <cmath>
@@ -9,6 +8,7 @@
 #include "checkpoint/json_input.h"
 #include "checkpoint/safetensors.h"
 #include "mixtrain/core/error.h"
+#include "models/gpt_config_json.h"
 
 namespace mixtrain {
 namespace {

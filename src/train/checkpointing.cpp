@@ -1,5 +1,4 @@
 // The trainer's checkpoints: what is captured, when it is saved, and how a run resumes.
-#include "models/gpt_config_json.h"
 #include "train/checkpointing.h"
 
 #include <cmath>
@@ -16,6 +15,7 @@
 #include "mixtrain/checkpoint/load_model.h"
 #include "mixtrain/data/text_corpus.h"
 #include "mixtrain/train/trainer.h"
+#include "models/gpt_config_json.h"
 
 namespace mixtrain {
 namespace {

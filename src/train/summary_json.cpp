@@ -13,6 +13,13 @@ nlohmann::ordered_json finite_or_null(double v) {
   return std::isfinite(v) ? nlohmann::ordered_json(v) : nlohmann::ordered_json();
 }
 
+nlohmann::ordered_json nonzero_peaks_json(const std::array<int64_t, kNumMemCategories>& peak) {
+  nlohmann::ordered_json by;
+  for (size_t c = 0; c < kNumMemCategories; ++c)
+    if (peak[c] > 0) by[std::string(mem_category_name(static_cast<MemCategory>(c)))] = peak[c];
+  return by;
+}
+
 nlohmann::ordered_json breakdown_to_json(const StepBreakdown& s) {
   nlohmann::ordered_json b;
   for (size_t k = 0; k < kNumWorkKinds; ++k) b[std::string(work_kind_name(static_cast<WorkKind>(k)))] = s.work[k];
@@ -35,10 +42,7 @@ nlohmann::ordered_json summary_to_json(const TrainSummary& r) {
   j["elapsed_s"] = r.elapsed_s;
   const MemorySnapshot m = MemoryTracker::global().snapshot();
   j["peak_bytes"] = m.peak_total;
-  nlohmann::ordered_json by;
-  for (size_t c = 0; c < kNumMemCategories; ++c)
-    if (m.peak[c] > 0) by[std::string(mem_category_name(static_cast<MemCategory>(c)))] = m.peak[c];
-  j["peak_bytes_by_category"] = by;
+  j["peak_bytes_by_category"] = nonzero_peaks_json(m.peak);
   j["peak_rss_bytes"] = process_peak_rss_bytes();
   j["precision"] = r.precision;
   j["skipped_steps"] = r.skipped_steps;

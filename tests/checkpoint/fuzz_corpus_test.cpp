@@ -4,11 +4,11 @@
 
 #include <filesystem>
 
-#include "models/gpt_config_json.h"
 #include "checkpoint/file_io.h"
 #include "mixtrain/checkpoint/load_model.h"
 #include "checkpoint/safetensors.h"
 #include "checkpoint/training_state.h"
+#include "models/gpt_config_json.h"
 
 namespace mixtrain {
 namespace {

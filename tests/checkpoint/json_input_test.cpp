@@ -1,6 +1,5 @@
 // JSON from untrusted files: deep nesting and duplicate keys refused, messages one line even for
 // hostile values (nested containers, keys with newlines).
-#include "models/gpt_config_json.h"
 #include "checkpoint/json_input.h"
 
 #include <gtest/gtest.h>
@@ -9,6 +8,7 @@
 #include "mixtrain/checkpoint/load_model.h"
 #include "checkpoint/safetensors.h"
 #include "mixtrain/models/gpt.h"
+#include "models/gpt_config_json.h"
 
 namespace mixtrain {
 namespace {

@@ -1,6 +1,5 @@
 // train_state.safetensors: a round trip keeps every field and buffer bit for bit, and corrupt or
 // ill-typed state is refused with a one-line IoError naming the file and the field.
-#include "models/gpt_config_json.h"
 #include "checkpoint/training_state.h"
 
 #include <gtest/gtest.h>
@@ -10,6 +9,7 @@
 
 #include "checkpoint/checkpoint_test_util.h"
 #include "checkpoint/safetensors.h"
+#include "models/gpt_config_json.h"
 
 namespace mixtrain {
 namespace {
