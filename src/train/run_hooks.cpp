@@ -82,6 +82,7 @@ void FaultInjectionHook::after_backward(TrainingRun& run, int64_t step) {
   if (it == steps_.end()) return;
   const double bad = (it - steps_.begin()) % 2 == 0 ? INFINITY : NAN;
   Tensor grads = run.model().params().flat_grads();
+  if (grads.is_meta()) return;  // nothing to poison
   store_from_f64(grads.raw_data(), grads.dtype(), 0, bad);
 }
 

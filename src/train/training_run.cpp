@@ -7,6 +7,7 @@
 #include "mixtrain/autograd/functions.h"
 #include "mixtrain/tensor/allocator.h"
 #include "mixtrain/tensor/memory.h"
+#include "tensor/alloc_site.h"
 
 namespace mixtrain {
 namespace {
@@ -75,6 +76,7 @@ int64_t TrainingRun::tokens_per_step() const {
 }
 
 double TrainingRun::evaluate() {
+  const ScopedPhase phase(step_, "evaluation");
   return mp_.forward([&] {
     autograd::NoGradGuard no_grad;
     const int64_t available = data_.num_eval_batches();
@@ -105,6 +107,7 @@ StepRecord TrainingRun::step() {
   double loss = 0;
   for (int64_t micro = 0; micro < K; ++micro) {
     const int64_t position = (r.step - 1) * K + micro + 1;  // data and dropout stream position
+    const ScopedPhase phase(r.step, "forward");
     data_.train_batch(position, batch_);
     ModelOutput out = mp_.forward(
         [&] { return model_.forward_batch(batch_, true, config_.seed ^ (static_cast<uint64_t>(position) << 20)); });
@@ -121,6 +124,7 @@ StepRecord TrainingRun::step() {
   r.found_inf = true;
   if (r.loss_finite) {
     for (auto& h : hooks_) h->after_backward(*this, r.step);
+    const ScopedPhase phase(r.step, "optimizer update");
     const StepResult s = mp_.prepare_step(params, config_.grad_clip);
     r.found_inf = s.found_inf;
     r.grad_norm = s.grad_norm;

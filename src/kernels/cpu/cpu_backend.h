@@ -6,6 +6,11 @@
 
 namespace mixtrain {
 
+// What CpuBackend::gemm allocates for these arguments (its per-thread scratch buffers, grown and
+// trimmed as a real call would), without computing: the meta backend's GEMM. The buffers are
+// the meta device's own when the operands are meta tensors.
+void gemm_workspace_only(const Tensor& a, const Tensor& b, Tensor& c, const GemmOptions& opt, const Tensor* bias);
+
 class CpuBackend final : public Backend {
  public:
   static CpuBackend& instance();
