@@ -573,30 +573,6 @@ std::string gemm_impl_for(DType in_dtype, DType out_dtype, int64_t m, int64_t n,
   return describe_plan(choose(p), in_dtype);
 }
 
-GemmScratchBytes gemm_scratch_for(const GemmQuery& q) {
-  if (force_reference() || q.in == DType::f64 || q.m * q.n == 0 || q.k == 0) return {};
-  static const float no_data = 0.f;  // only its presence counts: the plan depends on the bias mode
-  Problem p;
-  p.nd = q.batch > 1 ? 3 : 2;
-  p.src = dense_mat(q.in, q.a_batched ? q.batch : 1, q.trans_a ? q.k : q.m, q.trans_a ? q.m : q.k, q.trans_a,
-                q.a_batch_stride);
-  p.wei = dense_mat(q.in, q.b_batched ? q.batch : 1, q.trans_b ? q.n : q.k, q.trans_b ? q.k : q.n, q.trans_b,
-                q.b_batch_stride);
-  p.dst = dense_mat(q.out, q.batch, q.m, q.n, false, q.c_batch_stride);
-  if (q.bias) p.bias = &no_data;
-  p.beta = q.beta;
-  const Plan plan = choose(p);
-  if (!plan.entry) return {};
-  GemmScratchBytes s;
-  s.scratchpad = static_cast<int64_t>(plan.entry->scratch_md.get_size());
-  if (plan.variant.convert_inputs) {
-    s.src_f32 = static_cast<int64_t>(plan.run.src.bytes());
-    s.wei_f32 = static_cast<int64_t>(plan.run.wei.bytes());
-  }
-  if (plan.variant.f32_dst) s.dst_f32 = static_cast<int64_t>(plan.run.dst.bytes());
-  return s;
-}
-
 void gemm_scratch_release() {
   thread_scratch(Device::cpu()).trim(0);
   thread_scratch(Device::meta()).trim(0);
