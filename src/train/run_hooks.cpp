@@ -41,7 +41,10 @@ void StepLogHook::on_step_end(TrainingRun& run, const StepRecord& r) {
     j["error"] = "non-finite loss";
     j["diverged"] = true;
   }
-  if (r.evaluated) j["val_loss"] = r.val_loss;
+  if (r.evaluated) {
+    j["val_loss"] = r.val_loss;
+    j["val_accuracy"] = r.val_accuracy;
+  }
   *f_ << j.dump() << '\n';
   f_->flush();
 }

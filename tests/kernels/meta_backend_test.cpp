@@ -114,6 +114,10 @@ TEST(MetaBackend, ElementwiseAndReductions) {
       Tensor x = rnd({12, 30}, t), out = rnd({12, 2}, DType::f32).select(1, 1);
       return [=]() mutable { reduce_last(x, ReduceOp::max, out); };
     });
+    expect_same("argmax_last strided " + d, [=] {
+      Tensor x = strided(12, 30, t), out = Tensor::empty({12}, DType::i32);
+      return [=]() mutable { argmax_last(x, out); };
+    });
     expect_same("sum_to_row_accumulate " + d, [=] {
       Tensor x = rnd({12, 30}, t), out = rnd({30}, t);
       return [=]() mutable { sum_to_row_accumulate(x, out); };

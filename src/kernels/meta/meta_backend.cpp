@@ -101,6 +101,8 @@ void MetaBackend::reduce_last(const Tensor& x, ReduceOp, Tensor& out) {  // redu
 
 void MetaBackend::sum_to_row(const Tensor&, Tensor&) {}  // reduce_cpu.cpp: host rows only
 
+void MetaBackend::argmax_last(const Tensor&, Tensor&) {}  // reduce_cpu.cpp: rows read in place
+
 void MetaBackend::softmax_last(const Tensor& x, Tensor& out) {  // softmax_cpu.cpp
   if (force_reference() || !cpu::fast_dtype(x.dtype()) || !cpu::fast_dtype(out.dtype())) return;
   unary_rows(x, out);

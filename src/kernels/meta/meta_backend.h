@@ -24,6 +24,7 @@ class MetaBackend final : public Backend {
   double reduce(const Tensor& x, ReduceOp op) override;
   void reduce_last(const Tensor& x, ReduceOp op, Tensor& out) override;
   void sum_to_row(const Tensor& x, Tensor& out) override;
+  void argmax_last(const Tensor& x, Tensor& out) override;
   void softmax_last(const Tensor& x, Tensor& out) override;
   void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps, Tensor& out,
                   Tensor* mean, Tensor* rstd, Tensor* xhat) override;
