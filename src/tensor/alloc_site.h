@@ -13,6 +13,7 @@ struct AllocSite {
   const std::string* module = nullptr;  // null: outside any named module
   const char* op = nullptr;             // null: outside any op
   bool backward = false;                // the op's backward rule runs
+  bool recompute = false;               // activation checkpointing runs a forward again in backward
   int64_t step = 0;                     // the optimizer step a TrainingRun is in (0: before the first)
   const char* phase = nullptr;          // what the run does: "forward", "optimizer update", "evaluation"
 };

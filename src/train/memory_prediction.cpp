@@ -38,7 +38,10 @@ std::string describe_site(const AllocSite& s, bool pattern) {
   if (s.op) {
     if (!where.empty()) where += ' ';
     where += s.op;
-    if (s.backward) where += " backward";
+    if (s.backward)
+      where += " backward";
+    else if (s.recompute)
+      where += " (recomputed)";
   }
   return where.empty() ? "(outside any module or op)" : where;
 }
@@ -105,7 +108,7 @@ class Ledger final : public MetaObserver {
     std::string m;
     if (s.phase) {
       m = s.step > 0 ? "step " + std::to_string(s.step) + " " : "";
-      m += s.backward && std::string(s.phase) == "forward" ? "backward" : s.phase;
+      m += (s.backward || s.recompute) && std::string(s.phase) == "forward" ? "backward" : s.phase;
     } else {
       m = "set-up";
     }
