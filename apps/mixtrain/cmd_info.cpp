@@ -5,7 +5,7 @@
 
 #include "commands.h"
 #include "core/cpu_features.h"
-#include "mixtrain/kernels/backend.h"
+#include "kernels/backend.h"
 #include "kernels/gemm_info.h"
 #include "mixtrain/numeric/convert.h"
 

@@ -8,7 +8,7 @@
 
 #include "commands.h"
 #include "mixtrain/core/error.h"
-#include "mixtrain/kernels/backend.h"
+#include "kernels/backend.h"
 
 namespace mixtrain::cli {
 

@@ -14,7 +14,7 @@
 #include "mixtrain/core/error.h"
 #include "mixtrain/data/data_source.h"
 #include "mixtrain/data/text_corpus.h"
-#include "mixtrain/kernels/backend.h"
+#include "mixtrain/kernels/threads.h"
 #include "mixtrain/models/generate.h"
 #include "mixtrain/models/gpt.h"
 #include "mixtrain/models/model.h"

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "mixtrain/core/error.h"
-#include "mixtrain/kernels/backend.h"
+#include "kernels/backend.h"
 
 namespace mixtrain {
 

@@ -9,7 +9,7 @@
 #include "internal.h"
 #include "mixtrain/autograd/node.h"
 #include "mixtrain/kernels/ops.h"
-#include "mixtrain/kernels/ops_backward.h"
+#include "kernels/ops_backward.h"
 #include "mixtrain/core/profiler.h"
 #include "tensor/alloc_site.h"
 

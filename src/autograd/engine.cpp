@@ -4,7 +4,7 @@
 #include "mixtrain/autograd/node.h"
 #include "tensor/alloc_site.h"
 #include "mixtrain/kernels/ops.h"
-#include "mixtrain/kernels/ops_backward.h"
+#include "kernels/ops_backward.h"
 
 namespace mixtrain::autograd {
 

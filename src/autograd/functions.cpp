@@ -7,7 +7,7 @@
 #include "autograd/cast_hook.h"
 #include "mixtrain/autograd/node.h"
 #include "mixtrain/kernels/ops.h"
-#include "mixtrain/kernels/ops_backward.h"
+#include "kernels/ops_backward.h"
 #include "mixtrain/numeric/stochastic.h"
 #include "internal.h"
 #include "tensor/alloc_site.h"

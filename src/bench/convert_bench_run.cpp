@@ -7,7 +7,7 @@
 #include <sstream>
 
 #include "bench/convert_bench.h"
-#include "mixtrain/kernels/backend.h"
+#include "kernels/backend.h"
 #include "mixtrain/numeric/convert.h"
 #include "mixtrain/tensor/tensor.h"
 

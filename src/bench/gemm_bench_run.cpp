@@ -15,7 +15,7 @@
 #include <sstream>
 
 #include "bench/gemm_bench.h"
-#include "mixtrain/kernels/backend.h"
+#include "kernels/backend.h"
 #include "kernels/gemm_info.h"
 #include "mixtrain/tensor/tensor.h"
 

@@ -14,9 +14,9 @@
 #include "mixtrain/core/error.h"
 #include "mixtrain/core/profiler.h"
 #include "kernels/attention_ops.h"
-#include "mixtrain/kernels/backend.h"
+#include "kernels/backend.h"
 #include "mixtrain/kernels/ops.h"
-#include "mixtrain/kernels/ops_backward.h"
+#include "kernels/ops_backward.h"
 
 namespace mixtrain {
 

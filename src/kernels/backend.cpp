@@ -1,6 +1,6 @@
 // Backend lookup by device, and the kernel thread count (OpenMP; oneDNN's OpenMP runtime follows
 // it). Only the CPU backend exists in this build.
-#include "mixtrain/kernels/backend.h"
+#include "kernels/backend.h"
 
 #include <omp.h>
 

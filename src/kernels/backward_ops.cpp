@@ -7,8 +7,8 @@
 
 #include "kernels/op_checks.h"
 #include "kernels/ref/ref_util.h"
-#include "mixtrain/kernels/backend.h"
-#include "mixtrain/kernels/ops_backward.h"
+#include "kernels/backend.h"
+#include "kernels/ops_backward.h"
 #include "mixtrain/core/profiler.h"
 
 namespace mixtrain {

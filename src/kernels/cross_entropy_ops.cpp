@@ -3,7 +3,7 @@
 #include <string>
 
 #include "kernels/op_checks.h"
-#include "mixtrain/kernels/backend.h"
+#include "kernels/backend.h"
 #include "mixtrain/kernels/ops.h"
 #include "kernels/ref/ref_util.h"
 #include "mixtrain/core/profiler.h"

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "kernels/op_checks.h"
-#include "mixtrain/kernels/backend.h"
+#include "kernels/backend.h"
 #include "mixtrain/kernels/ops.h"
 #include "mixtrain/core/profiler.h"
 

@@ -7,7 +7,7 @@
 #include <utility>
 
 #include "mixtrain/core/error.h"
-#include "mixtrain/kernels/backend.h"
+#include "kernels/backend.h"
 #include "mixtrain/tensor/tensor.h"
 
 namespace mixtrain::detail {

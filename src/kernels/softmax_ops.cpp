@@ -1,6 +1,6 @@
 // Public softmax over the last dim: argument checks, then the device's backend.
 #include "kernels/op_checks.h"
-#include "mixtrain/kernels/backend.h"
+#include "kernels/backend.h"
 #include "mixtrain/kernels/ops.h"
 #include "mixtrain/core/profiler.h"
 

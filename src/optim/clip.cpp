@@ -4,9 +4,10 @@
 #include <cmath>
 #include <string>
 
-#include "mixtrain/kernels/backend.h"
+#include "kernels/backend.h"
 #include "mixtrain/kernels/ops.h"
 #include "optim/optim_util.h"
+#include "kernels/gradient_kernels.h"
 
 namespace mixtrain {
 

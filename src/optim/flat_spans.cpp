@@ -1,5 +1,5 @@
 // flat_spans: the optimizer's view of the parameter arena.
-#include "mixtrain/optim/flat_spans.h"
+#include "optim/flat_spans.h"
 
 #include <algorithm>
 

@@ -6,7 +6,7 @@
 
 #include "mixtrain/kernels/optimizer_kernels.h"
 #include "mixtrain/nn/parameters.h"
-#include "mixtrain/optim/flat_spans.h"
+#include "optim/flat_spans.h"
 
 namespace mixtrain::optim_detail {
 

@@ -6,9 +6,12 @@
 #include <string>
 
 #include "mixtrain/core/profiler.h"
-#include "mixtrain/kernels/backend.h"
+#include "kernels/backend.h"
 #include "optim/optim_util.h"
 #include "tensor/alloc_site.h"
+#include "optim/working_copy.h"
+#include "optim/lowp.h"
+#include "optim/flat_spans.h"
 
 namespace mixtrain {
 

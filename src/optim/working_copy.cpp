@@ -1,5 +1,5 @@
 // The working copy writer shared by the fp32 optimizers (see the header).
-#include "mixtrain/optim/working_copy.h"
+#include "optim/working_copy.h"
 
 #include <string>
 

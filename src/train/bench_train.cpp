@@ -2,7 +2,7 @@
 #include "mixtrain/train/bench_train.h"
 
 #include "mixtrain/core/error.h"
-#include "mixtrain/kernels/backend.h"
+#include "kernels/backend.h"
 #include "mixtrain/tensor/memory.h"
 
 namespace mixtrain {

@@ -5,7 +5,7 @@
 #include <sstream>
 
 #include "mixtrain/core/error.h"
-#include "mixtrain/kernels/backend.h"
+#include "kernels/backend.h"
 
 namespace mixtrain {
 namespace {

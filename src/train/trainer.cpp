@@ -8,7 +8,7 @@
 #include "mixtrain/optim/mixed_precision.h"
 #include "mixtrain/data/data_source.h"
 #include "mixtrain/data/text_corpus.h"
-#include "mixtrain/kernels/backend.h"
+#include "kernels/backend.h"
 #include "kernels/gemm_info.h"
 #include "mixtrain/kernels/ops.h"
 #include "mixtrain/optim/schedule.h"

@@ -2,7 +2,7 @@
 // the sum of squares) with inf/NaN at the start, middle, end and in the tail after the last full
 // vector; exact fp32 products; the sum of squares against a double sum and against
 // global_norm_f32; thread-count independence; empty buffers.
-#include "mixtrain/kernels/gradient_kernels.h"
+#include "kernels/gradient_kernels.h"
 
 #include <gtest/gtest.h>
 #include <omp.h>

@@ -9,7 +9,7 @@
 #include <string>
 
 #include "mixtrain/core/error.h"
-#include "mixtrain/kernels/ops_backward.h"
+#include "kernels/ops_backward.h"
 
 namespace mixtrain {
 namespace {

@@ -8,8 +8,8 @@
 #include <sstream>
 
 #include "kernels/op_harness.h"
-#include "mixtrain/kernels/backend.h"
-#include "mixtrain/kernels/ops_backward.h"
+#include "kernels/backend.h"
+#include "kernels/ops_backward.h"
 
 namespace mixtrain::test {
 namespace {

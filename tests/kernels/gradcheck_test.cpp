@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "mixtrain/kernels/ops.h"
-#include "mixtrain/kernels/ops_backward.h"
+#include "kernels/ops_backward.h"
 
 namespace mixtrain {
 namespace {

@@ -6,7 +6,7 @@
 #include <tuple>
 
 #include "kernels/op_harness.h"
-#include "mixtrain/kernels/backend.h"
+#include "kernels/backend.h"
 
 namespace mixtrain::test {
 namespace {

@@ -12,7 +12,7 @@
 #include "kernels/attention_ops.h"
 #include "kernels/gemm_info.h"
 #include "mixtrain/kernels/ops.h"
-#include "mixtrain/kernels/ops_backward.h"
+#include "kernels/ops_backward.h"
 #include "mixtrain/tensor/tensor.h"
 
 namespace mixtrain {

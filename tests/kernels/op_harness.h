@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "mixtrain/kernels/backend.h"
+#include "kernels/backend.h"
 #include "mixtrain/kernels/ops.h"
 #include "mixtrain/tensor/tensor.h"
 

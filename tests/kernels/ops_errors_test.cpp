@@ -6,7 +6,7 @@
 #include <functional>
 #include <string>
 
-#include "mixtrain/kernels/backend.h"
+#include "kernels/backend.h"
 #include "mixtrain/kernels/ops.h"
 
 namespace mixtrain {

@@ -5,7 +5,7 @@
 #include <cstring>
 
 #include "kernels/op_harness.h"
-#include "mixtrain/kernels/backend.h"
+#include "kernels/backend.h"
 
 namespace mixtrain::test {
 namespace {

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "mixtrain/optim/adamw.h"
+#include "optim/flat_spans.h"
 #include "optim/lowp_test_util.h"
 
 namespace mixtrain {

@@ -1,7 +1,7 @@
 // The 16-bit working copy the fp32 optimizers write in the same pass as the update (the *-mixed
 // modes): after every step it is exactly the round-to-nearest-even of the new fp32 parameters,
 // from the fast kernels and the references alike, and the fp32 update itself is unchanged.
-#include "mixtrain/optim/working_copy.h"
+#include "optim/working_copy.h"
 
 #include <gtest/gtest.h>
 

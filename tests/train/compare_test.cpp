@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "checkpoint/checkpoint_test_util.h"
-#include "mixtrain/kernels/backend.h"
+#include "kernels/backend.h"
 #include "tiny_run.h"
 
 namespace mixtrain {

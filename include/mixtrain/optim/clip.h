@@ -11,7 +11,6 @@
 #pragma once
 #include <cstdint>
 
-#include "mixtrain/kernels/gradient_kernels.h"  // global_norm_f32
 #include "mixtrain/nn/parameters.h"
 
 namespace mixtrain {

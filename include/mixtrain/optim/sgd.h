@@ -20,10 +20,7 @@
 
 #include "mixtrain/kernels/optimizer_kernels.h"
 #include "mixtrain/nn/parameters.h"
-#include "mixtrain/optim/flat_spans.h"
-#include "mixtrain/optim/lowp.h"
 #include "mixtrain/optim/optimizer.h"
-#include "mixtrain/optim/working_copy.h"
 #include "mixtrain/tensor/tensor.h"
 
 namespace mixtrain {

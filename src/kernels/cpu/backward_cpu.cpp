@@ -14,7 +14,7 @@
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/cpu_rows.h"
 #include "core/cpu_features.h"
-#include "mixtrain/kernels/ops_backward.h"
+#include "kernels/ops_backward.h"
 
 namespace mixtrain {
 namespace cpu {

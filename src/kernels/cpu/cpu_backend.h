@@ -2,7 +2,7 @@
 // falling back to the scalar reference when force_reference() is on. The method bodies live in
 // one file per op family (gemm_onednn.cpp, elementwise_cpu.cpp, ...).
 #pragma once
-#include "mixtrain/kernels/backend.h"
+#include "kernels/backend.h"
 
 namespace mixtrain {
 

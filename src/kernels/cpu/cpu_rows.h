@@ -14,7 +14,7 @@
 #include <cstring>
 #include <vector>
 
-#include "mixtrain/kernels/backend.h"
+#include "kernels/backend.h"
 #include "mixtrain/numeric/bf16.h"
 #include "mixtrain/tensor/tensor.h"
 

@@ -3,7 +3,7 @@
 // only by run-time dispatch) and the OpenMP driver over fixed blocks. Both paths do the same fp32
 // operations on the same lanes in the same order, so they agree bit for bit; the blocking is
 // global_norm_f32's (below).
-#include "mixtrain/kernels/gradient_kernels.h"
+#include "kernels/gradient_kernels.h"
 
 #include <immintrin.h>
 

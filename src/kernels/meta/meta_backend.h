@@ -6,7 +6,7 @@
 // mirrors; the GEMM asks the CPU GEMM's own planner (gemm_onednn.cpp) for its scratch buffers.
 // The memory-prediction tests (tests/train/memory_prediction_test.cpp) hold the two to the byte.
 #pragma once
-#include "mixtrain/kernels/backend.h"
+#include "kernels/backend.h"
 
 namespace mixtrain {
 

@@ -10,7 +10,7 @@
 
 #include "kernels/ref/ref_util.h"
 #include "mixtrain/core/error.h"
-#include "mixtrain/kernels/ops_backward.h"
+#include "kernels/ops_backward.h"
 
 namespace mixtrain::ref {
 namespace {

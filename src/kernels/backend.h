@@ -1,4 +1,4 @@
-// The backend interface: one object per device type implements every op for tensors on that
+// The backend interface (internal: callers use kernels/ops.h): one object per device type implements every op for tensors on that
 // device. Callers use kernels/ops.h, which validates and then dispatches here, so a CUDA backend
 // can be added later without touching callers. The CPU backend runs the fast kernels, or the
 // scalar references when force_reference() is on.
@@ -6,8 +6,9 @@
 #include <string>
 
 #include "mixtrain/kernels/ops.h"
-#include "mixtrain/kernels/ops_backward.h"
-#include "mixtrain/kernels/gradient_kernels.h"
+#include "mixtrain/kernels/threads.h"
+#include "kernels/ops_backward.h"
+#include "kernels/gradient_kernels.h"
 #include "mixtrain/kernels/optimizer_kernels.h"
 
 namespace mixtrain {
@@ -70,8 +71,5 @@ class Backend {
 // The backend for a device; throws ArgumentError for a device this build has no backend for.
 Backend& backend_for(Device device);
 
-// Thread count used by every kernel (OpenMP and oneDNN). Default: all cores.
-void set_num_threads(int n);
-int num_threads();
 
 }  // namespace mixtrain
