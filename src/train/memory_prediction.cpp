@@ -51,7 +51,12 @@ class Ledger final : public MetaObserver {
   void on_allocate(uintptr_t address, size_t bytes, MemCategory category, const MetaTensorDesc* desc) override {
     const AllocSite& site = alloc_site();
     std::string label = describe_site(site, true);
-    if (desc) label += " " + desc->shape.to_string() + " " + std::string(dtype_name(desc->dtype));
+    if (desc) {  // appended piece by piece (GCC 12 warns, falsely, of overlapping copies in a + chain)
+      label += ' ';
+      label += desc->shape.to_string();
+      label += ' ';
+      label += dtype_name(desc->dtype);
+    }
     label += '\x1f';  // the key also holds the category (one name may be in two: an arena)
     label += static_cast<char>('0' + static_cast<int>(category));
     auto [it, fresh] = label_ids_.try_emplace(label, static_cast<int32_t>(labels_.size()));
