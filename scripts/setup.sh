@@ -12,6 +12,7 @@ PACKAGES=(
   libcli11-dev         # command-line parsing
   nlohmann-json3-dev   # JSON logs, summaries, configs
   googletest libgtest-dev libgmock-dev
+  liblzma-dev          # the tests read the xz-compressed tokenizer fixture
   libbenchmark-dev     # Google Benchmark micro-benchmarks
   fortunes             # the built-in default training corpus (English text)
   libicu-dev           # Unicode NFD and character categories for the BERT tokenizer

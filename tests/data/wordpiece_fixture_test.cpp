@@ -113,7 +113,10 @@ std::string crc_hex(const std::string& s) {
 
 std::string ids_str(const std::vector<int32_t>& ids) {
   std::string s;
-  for (size_t i = 0; i < ids.size() && i < 40; ++i) s += (i ? " " : "") + std::to_string(ids[i]);
+  for (size_t i = 0; i < ids.size() && i < 40; ++i) {
+    if (i > 0) s += ' ';
+    s += std::to_string(ids[i]);
+  }
   return ids.size() > 40 ? s + " ..." : s;
 }
 
