@@ -213,8 +213,9 @@ std::vector<RawExample> from_rows(std::vector<Row> rows, const TextColumns& want
 
 std::vector<RawExample> parse_jsonl(std::string_view text, const TextColumns& want, const std::string& name) {
   std::vector<RawExample> out;
-  for (const auto& [l, number] : split_lines(text)) {
+  for (const auto& [l, line_number] : split_lines(text)) {
     if (blank(l)) continue;
+    const int64_t number = line_number;  // (clang 14 cannot capture a structured binding)
     nlohmann::json j;
     try {
       j = nlohmann::json::parse(l);
