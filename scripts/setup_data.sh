@@ -18,7 +18,7 @@
 # {models,finefoods} to these folders, where mixtrain looks for its built-in data.
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
-cache="${MIXTRAIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/mixtrain}"
+cache="${MIXTRAIN_CACHE:-${XDG_CACHE_HOME:-${HOME:-$repo}/.cache}/mixtrain}"
 python="${PYTHON:-python3}"
 data="$repo/data"
 

@@ -117,6 +117,10 @@ TEST(TextClassification, JsonlBadRows) {
   EXPECT_NE(error_of("{\"text\": \"a\", \"label\": \"x\"}\n{\"text\": \n", TextFormat::jsonl).find("d:2: not valid JSON"),
             std::string::npos);
   EXPECT_EQ(error_of("{\"label\": \"x\"}\n", TextFormat::jsonl), "d:1: no text field 'text'");
+  EXPECT_EQ(error_of("{\"text\": \"a\", \"label\": \"x\", \"deep\": " + std::string(100000, '[') +
+                         std::string(100000, ']') + "}\n",
+                     TextFormat::jsonl),
+            "d:1: JSON nested deeper than 64 levels");
   EXPECT_EQ(error_of("{\"text\": 3, \"label\": \"x\"}\n", TextFormat::jsonl), "d:1: text field 'text' is not a string");
   EXPECT_EQ(error_of("{\"text\": \"a\"}\n", TextFormat::jsonl), "d:1: no label field 'label'");
   EXPECT_EQ(error_of("{\"text\": \"a\", \"label\": 0.5}\n", TextFormat::jsonl),
