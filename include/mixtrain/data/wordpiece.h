@@ -13,8 +13,10 @@
 //   5. WordPiece each word: more than max_chars_per_word (100) code points -> [UNK]; else greedy
 //      longest match from the start, continuation pieces prefixed "##"; a word with a position
 //      no piece matches is one [UNK].
-// Unicode data (categories, NFD, case) comes from ICU. Text must be UTF-8 (ArgumentError
-// otherwise, naming the byte offset).
+// Unicode data (categories, NFD, case) comes from ICU. The categories of steps 1, 3 and 4 are
+// taken as of Unicode 8.0, as tokenizers has them (its unicode_categories tables): a character
+// assigned later counts as unassigned there. Text must be UTF-8 (ArgumentError otherwise, naming
+// the byte offset).
 #pragma once
 #include <cstdint>
 #include <string>
