@@ -30,6 +30,7 @@ void TrainOptions::validate() const {
   };
   positive(steps, "steps");
   positive(batch_size, "batch_size");
+  if (batch_size > (int64_t{1} << 20)) bad("batch_size", " must be at most 2^20 (1048576), got " + std::to_string(batch_size));
   if (seq_len < 0) bad("seq_len", " must be positive, got " + std::to_string(seq_len));
   if (!(lr > 0.f) || !std::isfinite(lr)) bad("lr", " must be a positive number");
   if (warmup < 0 || warmup > steps) throw ArgumentError({"warmup", "steps"}, "warmup must be in [0, steps]");
@@ -74,7 +75,7 @@ TrainSummary train(const TrainOptions& opt) {
     throw ArgumentError("model vocab_size " + std::to_string(cfg.vocab_size) + " is smaller than the 256 byte tokens");
 
   gemm_scratch_release();  // the peaks are this run's: no GEMM temporaries of an earlier one
-  MemoryTracker::global().reset_peaks();
+  MemoryTracker::current().reset_peaks();  // the meta device's in a prediction
   // In the *-mixed modes the fp32 arena is the master copy of the 16-bit working weights, and is
   // accounted as such (the working copy, optim/mixed_precision.h, is MemCategory::parameters).
   const bool masters = spec.autocast && spec.param_dtype == DType::f32;
@@ -123,19 +124,5 @@ TrainSummary train(const TrainOptions& opt) {
   return sum;
 }
 
-GptMemoryOptions memory_options(const TrainOptions& o) {
-  GptMemoryOptions m;
-  m.precision = o.precision;
-  m.batch_size = o.batch_size;
-  m.seq_len = o.seq_len;
-  m.checkpoint_activations = o.checkpoint_activations;
-  m.optimizer = o.optimizer;
-  m.momentum = o.momentum;
-  m.update_rounding = o.update_rounding;
-  m.grad_accum = o.grad_accum;
-  m.steps = o.steps;
-  m.eval_batches = o.eval_batches;
-  return m;
-}
 
 }  // namespace mixtrain

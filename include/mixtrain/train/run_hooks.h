@@ -14,7 +14,7 @@ namespace mixtrain {
 
 // One JSON line per step, each written and flushed whole, so a run that stops keeps every
 // completed step: {"step", "loss", "lr", "grad_norm", "tokens_per_s", "elapsed_s", "loss_scale",
-// "skipped", "found_inf", "overflows"} plus "val_loss" after an evaluation, or "error" and
+// "skipped", "found_inf", "overflows"} plus "val_loss" and "val_accuracy" after an evaluation, or "error" and
 // "diverged" on the step that ended the run. A resumed run keeps the log's lines up to its start
 // step and appends.
 class StepLogHook final : public TrainingHook {
