@@ -57,6 +57,7 @@ CompareResult compare_precisions(const TrainOptions& base, const std::vector<Com
     std::string tag = e.label;
     std::replace(tag.begin(), tag.end(), ':', '-');
     if (!o.log_jsonl.empty()) o.log_jsonl = with_suffix(o.log_jsonl, tag);
+    if (!o.tensorboard.empty()) o.tensorboard += "/" + tag;  // one TensorBoard run per mode
     CompareRun run;
     run.entry = e;
     try {
