@@ -81,7 +81,7 @@ nlohmann::ordered_json compare_report(const nlohmann::ordered_json& j,
     const nlohmann::ordered_json& row = j["runs"][i];
     nlohmann::ordered_json run;
     std::string label = row["precision"].get<std::string>();
-    if (row.contains("update_rounding")) label += ":" + row["update_rounding"].get<std::string>();
+    if (row.contains("update_rounding")) label.append(":").append(row["update_rounding"].get<std::string>());
     run["label"] = label;
     run["summary"] = row;
     run["steps"] = i < steps.size() ? report_steps_from_log_lines(steps[i]) : nlohmann::ordered_json::array();

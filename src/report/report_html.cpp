@@ -75,7 +75,7 @@ std::string comparison_table(const json& runs) {
     const json s = run.contains("summary") && run["summary"].is_object() ? run["summary"] : json::object();
     auto get = [&](const char* k) { return s.contains(k) ? s[k] : json(); };
     t += "<tr data-run=\"" + escape_html(run["label"].get<std::string>()) + "\"><td>" +
-         escape_html(run["label"].get<std::string>()) + "</td><td>" + cell_number(get("elapsed_s"), "%.1f") +
+         escape_html(run["label"].get<std::string>()) + "</td><td>" + cell_number(get("elapsed_s"), "%.2f") +
          "</td><td>" + cell_number(get("tokens_per_s"), "%.0f") + "</td><td>" +
          cell_number(get("peak_bytes"), "%.1f", 1.0 / (1 << 20)) + "</td><td>" +
          cell_number(get("final_train_loss"), "%.4f") + "</td><td>" + cell_number(get("val_loss"), "%.4f") +

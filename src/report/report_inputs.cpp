@@ -129,7 +129,7 @@ void add_compare(json& report, const std::string& path, const json& cmp) {
       throw IoError("comparison " + path + ": a run without a \"precision\" string");
     std::string label = row["precision"].get<std::string>();
     if (row.contains("update_rounding") && row["update_rounding"].is_string())
-      label += ":" + row["update_rounding"].get<std::string>();
+      label.append(":").append(row["update_rounding"].get<std::string>());
     json run;
     run["label"] = label;
     run["summary"] = row;
