@@ -3,8 +3,8 @@
 // and as a mail attachment.
 //
 // For tests and people alike the page says what it drew: each chart's <canvas> gets
-// data-series (the datasets' labels, '|'-separated) and data-painted (pixels that are not
-// transparent after drawing); <body> gets data-charts-drawn, data-render-ms and, if the script
+// data-series (the datasets' labels, '|'-separated), data-points (each dataset's points that
+// have a value) and data-painted (pixels that are not transparent after drawing); <body> gets data-charts-drawn, data-render-ms and, if the script
 // failed, data-error.
 #include <cmath>
 #include <cstdio>
@@ -112,6 +112,9 @@ constexpr std::string_view kScript = R"js(
     let painted = 0;
     for (let i = 3; i < px.length; i += 4) if (px[i] !== 0) painted++;
     canvas.dataset.series = chart.data.datasets.map((d) => d.label).join('|');
+    // Points with a value per dataset (a bar is a number, a line point {x, y}).
+    canvas.dataset.points = chart.data.datasets.map((d) => d.data.filter((p) =>
+      (typeof p === 'number' && p > 0) || (p !== null && typeof p === 'object' && p.y !== null)).length).join('|');
     canvas.dataset.painted = String(painted);
     if (painted > 0) drawn++;
   }

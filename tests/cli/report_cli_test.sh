@@ -64,6 +64,8 @@ for cid in ("chart-loss", "chart-loss-scale", "chart-memory"):
     if c is None: errors.append(f"no canvas {cid}"); continue
     if int(c.get("data-painted", "0")) < 1000: errors.append(f"{cid}: {c.get('data-painted')} pixels painted")
 series = {cid: c.get("data-series", "").split("|") for cid, c in p.canvas.items()}
+points = {cid: dict(zip(series[cid], map(int, c.get("data-points", "").split("|")))) if c.get("data-points") else {}
+          for cid, c in p.canvas.items()}
 if json_path != "-":
     runs = json.load(open(json_path))["runs"]
     labels = [r["precision"] + (":" + r["update_rounding"] if "update_rounding" in r else "") for r in runs]
@@ -75,11 +77,17 @@ if json_path != "-":
                 str(r["skipped_steps"]), "yes" if r["diverged"] else "no"]
         if row[1:] != want: errors.append(f"row {row[1:]} != JSON {want}")
     cats = sorted({c for r in runs for c in r["peak_bytes_by_category"]})
+    for c in cats:
+        if points["chart-memory"].get(c) != sum(1 for r in runs if r["peak_bytes_by_category"].get(c)):
+            errors.append(f"memory chart: {points['chart-memory'].get(c)} bars of {c}")
     if sorted(series.get("chart-memory", [])) != cats: errors.append(f"memory series {series.get('chart-memory')} != {cats}")
 else:
     if [r[0] for r in p.rows] != labels: errors.append(f"table rows {[r[0] for r in p.rows]} != {labels}")
 train = [s[:-len(" train")] for s in series.get("chart-loss", []) if s.endswith(" train")]
 if train != labels: errors.append(f"loss chart training series {train} != {labels}")
+for l in labels:  # every step of every run is a point (the runs here have 8 steps, none diverged)
+    for cid, name in (("chart-loss", l + " train"), ("chart-loss-scale", l)):
+        if points.get(cid, {}).get(name) != 8: errors.append(f"{cid} {name}: {points.get(cid, {}).get(name)} points, expected 8")
 scale = [s for s in series.get("chart-loss-scale", []) if not s.endswith(" skipped")]
 if scale != labels: errors.append(f"loss-scale series {scale} != {labels}")
 print(f"{dom_path}: {len(p.rows)} rows, series {series.get('chart-loss')}, rendered in {ms} ms")
