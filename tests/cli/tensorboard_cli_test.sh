@@ -103,6 +103,13 @@ before=$(cat "$TMP"/tb-a/* | sha256sum)
 expect_exit 2 "fresh run into a used TensorBoard directory" -- "${TRAIN[@]}" --steps 2 --tensorboard "$TMP/tb-a"
 expect_stderr_has "--tensorboard" "used TensorBoard directory"
 [ "$(cat "$TMP"/tb-a/* | sha256sum)" = "$before" ] && pass || fail "the refused run changed the event files"
+# A comparison is refused before its first run when any mode's directory is used (here the
+# second one's): the first mode's directory gets no second file.
+rm -rf "$TMP/tb-c/32-true"
+expect_exit 2 "compare into a used TensorBoard directory" -- "$MIXTRAIN" --threads 1 compare --model "$TMP/tiny.json" \
+  --data "$TMP/text.txt" --batch-size 4 --seq-len 16 --steps 2 --precisions 32-true,bf16-true:kahan --tensorboard "$TMP/tb-c"
+expect_stderr_has "$TMP/tb-c/bf16-true-kahan" "compare into a used TensorBoard directory"
+[ ! -e "$TMP/tb-c/32-true" ] && pass || fail "the refused comparison trained its first mode"
 echo x >"$TMP/file"
 expect_exit 2 "TensorBoard directory under a file" -- "${TRAIN[@]}" --steps 2 --tensorboard "$TMP/file/tb"
 expect_stderr_has "$TMP/file/tb" "TensorBoard directory under a file"
