@@ -56,6 +56,11 @@ std::string cell_text(const json& v) {
   if (v.is_null()) return "&ndash;";
   if (v.is_boolean()) return v.get<bool>() ? "yes" : "no";
   if (v.is_string()) return escape_html(v.get<std::string>());
+  if (v.is_number_float()) {  // 6 significant digits: a float option (lr 1e-3) stored as double
+    char b[64];
+    std::snprintf(b, sizeof b, "%.6g", v.get<double>());
+    return b;
+  }
   return escape_html(v.dump());
 }
 
