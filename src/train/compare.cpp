@@ -55,8 +55,8 @@ CompareResult compare_precisions(const TrainOptions& base, const std::vector<Com
                                  const std::function<void(const CompareRun&)>& on_run) {
   if (entries.empty()) throw ArgumentError("compare_precisions: no entry to run");
   // Refuse used TensorBoard directories before the first run trains (train() checks its own).
-  if (!base.tensorboard.empty() && base.checkpoint.resume.empty())
-    for (const CompareEntry& e : entries) TensorBoardHook(base.tensorboard + "/" + tag_of(e), false);
+  if (!base.tensorboard_dir.empty() && base.checkpoint.resume.empty())
+    for (const CompareEntry& e : entries) TensorBoardHook(base.tensorboard_dir + "/" + tag_of(e), false);
   CompareResult result;
   result.threads = num_threads();
   double base_tok_s = 0;  // the latest 32-true run's
@@ -68,7 +68,7 @@ CompareResult compare_precisions(const TrainOptions& base, const std::vector<Com
     std::string tag = e.label;
     std::replace(tag.begin(), tag.end(), ':', '-');
     if (!o.log_jsonl.empty()) o.log_jsonl = with_suffix(o.log_jsonl, tag);
-    if (!o.tensorboard.empty()) o.tensorboard += "/" + tag;  // one TensorBoard run per mode
+    if (!o.tensorboard_dir.empty()) o.tensorboard_dir += "/" + tag;  // one TensorBoard run per mode
     CompareRun run;
     run.entry = e;
     try {

@@ -17,9 +17,9 @@ struct TensorBoardHook::Impl {
 };
 
 TensorBoardHook::TensorBoardHook(std::string dir, bool resuming) : impl_(std::make_unique<Impl>()) {
-  if (dir.empty()) throw ArgumentError({"tensorboard"}, "tensorboard needs a directory");
+  if (dir.empty()) throw ArgumentError({"tensorboard_dir"}, "tensorboard_dir is empty");
   if (!resuming && !list_event_files(dir).empty())
-    throw ArgumentError({"tensorboard"}, "tensorboard directory " + dir +
+    throw ArgumentError({"tensorboard_dir"}, "tensorboard_dir " + dir +
                                              " already holds event files of another run (resume that run, or "
                                              "choose another directory)");
   impl_->dir = std::move(dir);

@@ -114,8 +114,8 @@ TrainSummary train(const TrainOptions& opt) {
   if (opt.profile) run.add_hook(std::make_unique<ProfileHook>(opt.profile_warmup));
   if (!opt.inject_nonfinite.empty()) run.add_hook(std::make_unique<FaultInjectionHook>(opt.inject_nonfinite));
   run.add_hook(std::make_unique<StepLogHook>(opt.log_jsonl));
-  if (!opt.tensorboard.empty())
-    run.add_hook(std::make_unique<TensorBoardHook>(opt.tensorboard, !opt.checkpoint.resume.empty()));
+  if (!opt.tensorboard_dir.empty())
+    run.add_hook(std::make_unique<TensorBoardHook>(opt.tensorboard_dir, !opt.checkpoint.resume.empty()));
   run.add_hook(std::make_unique<ProgressHook>(opt.log_every, opt.quiet));
   if (opt.add_hooks) opt.add_hooks(run);
   TrainSummary sum = run.run();

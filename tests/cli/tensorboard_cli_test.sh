@@ -110,6 +110,10 @@ expect_exit 2 "compare into a used TensorBoard directory" -- "$MIXTRAIN" --threa
   --data "$TMP/text.txt" --batch-size 4 --seq-len 16 --steps 2 --precisions 32-true,bf16-true:kahan --tensorboard "$TMP/tb-c"
 expect_stderr_has "$TMP/tb-c/bf16-true-kahan" "compare into a used TensorBoard directory"
 [ ! -e "$TMP/tb-c/32-true" ] && pass || fail "the refused comparison trained its first mode"
+# A path holding the word "tensorboard" stays as it is in the message.
+cp -r "$TMP/tb-a" "$TMP/tensorboard"
+expect_exit 2 "fresh run into a used directory named tensorboard" -- "${TRAIN[@]}" --steps 2 --tensorboard "$TMP/tensorboard"
+expect_stderr_has "--tensorboard $TMP/tensorboard already holds event files" "used directory named tensorboard"
 echo x >"$TMP/file"
 expect_exit 2 "TensorBoard directory under a file" -- "${TRAIN[@]}" --steps 2 --tensorboard "$TMP/file/tb"
 expect_stderr_has "$TMP/file/tb" "TensorBoard directory under a file"

@@ -179,7 +179,7 @@ TEST_F(TensorBoardHookTest, OneEventPerStepWithTheStepLogScalars) {
   TrainOptions o = train_test::tiny_run(PrecisionMode::mixed_bf16);
   o.steps = 3;
   o.eval_every = 2;
-  o.tensorboard = dir_.string();
+  o.tensorboard_dir = dir_.string();
   const TrainSummary s = train(o);
   const std::vector<ScalarEvent> ev = read_scalar_events(dir_.string());
   ASSERT_EQ(ev.size(), 3u);
@@ -200,7 +200,7 @@ TEST_F(TensorBoardHookTest, OneEventPerStepWithTheStepLogScalars) {
     train(o);
     FAIL() << "expected ArgumentError";
   } catch (const ArgumentError& e) {
-    EXPECT_EQ(e.fields(), std::vector<std::string>{"tensorboard"});
+    EXPECT_EQ(e.fields(), std::vector<std::string>{"tensorboard_dir"});
   }
 }
 

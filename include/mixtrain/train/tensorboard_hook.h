@@ -12,7 +12,7 @@
 // already in DIR back to steps <= S (the records of a crashed or abandoned continuation go, as
 // the step log's lines do), then writes a new file whose name sorts after the old ones, so
 // TensorBoard sees each step once. A fresh run refuses a DIR that already holds event files
-// (ArgumentError naming the field "tensorboard"), unless `resuming` (a resumed run that found no
+// (ArgumentError naming the field "tensorboard_dir"), unless `resuming` (a resumed run that found no
 // checkpoint starts from step 0 and drops them).
 #pragma once
 #include <memory>
