@@ -2,12 +2,16 @@
 # Quick start, part 1: set up, build (Release, into build/), and run the main job.
 # It prints what this CPU offers, benchmarks the GEMMs (fp32 vs bf16 vs fp16, mixtrain vs oneDNN
 # called directly), then compares the five precision modes on gpt-nano with the built-in corpus
-# (the same model, seed and batches for each; a few minutes on 2 cores). Extra arguments go to
-# `mixtrain compare` (e.g. --steps 500 --model gpt-mini).
+# (the same model, seed and batches for each; a few minutes on 2 cores), and ends by writing the
+# comparison's HTML report (build/report.html, with the step logs in build/compare-logs/) and
+# printing its path. Extra arguments go to `mixtrain compare` (e.g. --steps 500 --model gpt-mini).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/build.sh release
 build/mixtrain info
 build/mixtrain bench gemm --json build/bench_gemm.json
-build/mixtrain compare --json build/compare.json "$@"
+mkdir -p build/compare-logs
+build/mixtrain compare --json build/compare.json --log-jsonl build/compare-logs/compare.jsonl \
+  --report build/report.html "$@"
+echo "report of the comparison: $(pwd)/build/report.html"

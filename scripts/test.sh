@@ -8,6 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+bash tools/setup_dev_venv.sh --test  # the Python readers some tests check output with (tensorboard)
 jobs="$(nproc)"
 
 bash scripts/build.sh release

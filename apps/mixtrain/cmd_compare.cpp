@@ -1,11 +1,13 @@
 // `mixtrain compare`: prints compare_precisions (train/compare.h), one row per precision mode as
 // each run finishes, speed, memory and accuracy side by side (the main job), and optionally JSON.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
 #include "mixtrain/train/compare.h"
+#include "report/report.h"
 #include "train/summary_json.h"
 #include "train_options.h"
 
@@ -32,6 +34,62 @@ void print_row(const CompareRun& run) {
   std::fflush(stdout);
 }
 
+// The step log a comparison writes for one entry (train/compare.h): log.jsonl -> log.<label>.jsonl.
+std::string compare_log_path(const std::string& log, const CompareEntry& e) {
+  std::string tag = e.label;
+  std::replace(tag.begin(), tag.end(), ':', '-');
+  const auto dot = log.rfind('.');
+  const auto slash = log.rfind('/');
+  if (dot == std::string::npos || (slash != std::string::npos && dot < slash)) return log + "." + tag;
+  return log.substr(0, dot) + "." + tag + log.substr(dot);
+}
+
+// Keeps every step of a run as a step-log object (the fields the report draws).
+class StepCollector final : public TrainingHook {
+ public:
+  explicit StepCollector(std::vector<nlohmann::ordered_json>& out) : out_(out) {}
+  void on_step_end(TrainingRun&, const StepRecord& r) override {
+    nlohmann::ordered_json j;
+    j["step"] = r.step;
+    j["loss"] = finite_or_null(r.loss);
+    j["lr"] = r.lr;
+    j["grad_norm"] = finite_or_null(r.grad_norm);
+    j["tokens_per_s"] = r.tokens_per_s;
+    j["loss_scale"] = r.loss_scale;
+    j["skipped"] = r.skipped;
+    if (r.evaluated) j["val_loss"] = finite_or_null(r.val_loss);
+    out_.push_back(std::move(j));
+  }
+
+ private:
+  std::vector<nlohmann::ordered_json>& out_;
+};
+
+// The report model of a comparison (report/report.h): its JSON's config, machine and rows, each
+// row with the steps collected while it ran.
+nlohmann::ordered_json compare_report(const nlohmann::ordered_json& j,
+                                      const std::vector<std::vector<nlohmann::ordered_json>>& steps,
+                                      const std::string& json_path) {
+  nlohmann::ordered_json r;
+  r["title"] = "mixtrain compare";
+  r["sources"] = nlohmann::ordered_json::array();
+  if (!json_path.empty()) r["sources"].push_back(json_path);
+  r["config"] = j["config"];
+  r["machine"] = j["machine"];
+  r["runs"] = nlohmann::ordered_json::array();
+  for (size_t i = 0; i < j["runs"].size(); ++i) {
+    const nlohmann::ordered_json& row = j["runs"][i];
+    nlohmann::ordered_json run;
+    std::string label = row["precision"].get<std::string>();
+    if (row.contains("update_rounding")) label.append(":").append(row["update_rounding"].get<std::string>());
+    run["label"] = label;
+    run["summary"] = row;
+    run["steps"] = i < steps.size() ? report_steps_from_log_lines(steps[i]) : nlohmann::ordered_json::array();
+    r["runs"].push_back(run);
+  }
+  return r;
+}
+
 nlohmann::ordered_json to_json(const CompareResult& result, const TrainOptions& base) {
   nlohmann::ordered_json out;
   nlohmann::ordered_json config;
@@ -46,6 +104,7 @@ nlohmann::ordered_json to_json(const CompareResult& result, const TrainOptions& 
   config["update_rounding"] = update_rounding_name(base.update_rounding);
   config["threads"] = result.threads;
   out["config"] = config;
+  out["machine"] = machine_json();
   out["runs"] = nlohmann::ordered_json::array();
   for (const CompareRun& run : result.runs) {
     const TrainSummary& s = run.summary;
@@ -64,6 +123,8 @@ nlohmann::ordered_json to_json(const CompareResult& result, const TrainOptions& 
     row["diverged"] = s.diverged;
     row["final_loss_scale"] = s.final_loss_scale;
     row["mfu"] = s.mfu;
+    row["elapsed_s"] = s.elapsed_s;
+    if (!base.log_jsonl.empty()) row["log_jsonl"] = compare_log_path(base.log_jsonl, run.entry);
     out["runs"].push_back(row);
   }
   return out;
@@ -76,10 +137,12 @@ void register_compare(CLI::App& app, GlobalOptions& g, std::vector<Command>& com
   auto f = std::make_shared<TrainFlags>();
   auto precisions = std::make_shared<std::string>("32-true,16-mixed,bf16-mixed,16-true,bf16-true");
   auto json_path = std::make_shared<std::string>();
+  auto report_path = std::make_shared<std::string>();
   add_train_flags(sub, *f, /*with_precision=*/false);
   sub->add_option("--precisions", *precisions, "Comma-separated precision modes")->capture_default_str();
   sub->add_option("--json", *json_path, "Also write the comparison as JSON to FILE");
-  commands.push_back({[sub] { return sub->parsed(); }, [&g, f, precisions, json_path] {
+  sub->add_option("--report", *report_path, "Also write the comparison as a self-contained HTML report to FILE");
+  commands.push_back({[sub] { return sub->parsed(); }, [&g, f, precisions, json_path, report_path] {
     apply_global_options(g);
     f->finish();
     std::vector<CompareEntry> entries;
@@ -88,9 +151,20 @@ void register_compare(CLI::App& app, GlobalOptions& g, std::vector<Command>& com
     } catch (const ArgumentError& e) {
       throw ArgumentError(std::string("--precisions: ") + e.what());
     }
+    // --report: every run's steps, collected as step-log objects for the curves.
+    auto steps = std::make_shared<std::vector<std::vector<nlohmann::ordered_json>>>();
+    if (!report_path->empty()) f->opt.add_hooks = [steps](TrainingRun& run) {
+      steps->emplace_back();
+      run.add_hook(std::make_unique<StepCollector>(steps->back()));
+    };
     print_header();
     const CompareResult result = compare_precisions(f->opt, entries, print_row);
-    if (!json_path->empty()) write_file_atomic(*json_path, to_json(result, f->opt).dump(2) + "\n");
+    const nlohmann::ordered_json j = to_json(result, f->opt);
+    if (!json_path->empty()) write_file_atomic(*json_path, j.dump(2) + "\n");
+    if (!report_path->empty()) {
+      write_file_atomic(*report_path, render_report_html(compare_report(j, *steps, *json_path)));
+      std::printf("report: %s\n", report_path->c_str());
+    }
     return 0;
   }});
 }

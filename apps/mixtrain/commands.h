@@ -39,5 +39,6 @@ void register_train(CLI::App& app, GlobalOptions& g, std::vector<Command>& comma
 void register_compare(CLI::App& app, GlobalOptions& g, std::vector<Command>& commands);
 void register_sample(CLI::App& app, GlobalOptions& g, std::vector<Command>& commands);
 void register_memory(CLI::App& app, GlobalOptions& g, std::vector<Command>& commands);
+void register_report(CLI::App& app, GlobalOptions& g, std::vector<Command>& commands);
 
 }  // namespace mixtrain::cli

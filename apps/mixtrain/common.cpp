@@ -43,6 +43,7 @@ namespace {
 std::string flag_for_field(const std::string& field) {
   static const std::map<std::string, std::string> kIrregular = {
       {"checkpoint.dir", "--checkpoint-dir"},
+      {"tensorboard_dir", "--tensorboard"},
   };
   if (const auto it = kIrregular.find(field); it != kIrregular.end()) return it->second;
   std::string name = field.substr(field.rfind('.') + 1);

@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
   register_compare(app, global, commands);
   register_sample(app, global, commands);
   register_memory(app, global, commands);
+  register_report(app, global, commands);
 
   try {
     app.parse(argc, argv);

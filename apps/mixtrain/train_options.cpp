@@ -27,6 +27,7 @@ void add_train_flags(CLI::App* sub, TrainFlags& f, bool with_precision) {
   sub->add_option("--eval-every", o.eval_every, "Validation every K steps (0: only at the end)")->capture_default_str();
   sub->add_option("--eval-batches", o.eval_batches, "Validation batches per evaluation")->capture_default_str();
   sub->add_option("--log-jsonl", o.log_jsonl, "Write one JSON line per step to FILE");
+  sub->add_option("--tensorboard", o.tensorboard_dir, "Write TensorBoard event files (the step log's scalars) to DIR");
   sub->add_option("--log-every", o.log_every, "Progress line every K steps when not on a terminal")
       ->capture_default_str();
   if (with_precision)

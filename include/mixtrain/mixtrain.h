@@ -32,5 +32,6 @@
 #include "mixtrain/train/compare.h"
 #include "mixtrain/train/memory_report.h"
 #include "mixtrain/train/run_hooks.h"
+#include "mixtrain/train/tensorboard_hook.h"
 #include "mixtrain/train/trainer.h"
 #include "mixtrain/train/training_run.h"

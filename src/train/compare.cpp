@@ -6,6 +6,7 @@
 
 #include "mixtrain/core/error.h"
 #include "kernels/backend.h"
+#include "mixtrain/train/tensorboard_hook.h"
 
 namespace mixtrain {
 namespace {
@@ -16,6 +17,13 @@ std::string with_suffix(const std::string& path, const std::string& tag) {
   const auto slash = path.rfind('/');
   if (dot == std::string::npos || (slash != std::string::npos && dot < slash)) return path + "." + tag;
   return path.substr(0, dot) + "." + tag + path.substr(dot);
+}
+
+// The entry's label as a file-name part: bf16-true:kahan -> bf16-true-kahan.
+std::string tag_of(const CompareEntry& e) {
+  std::string tag = e.label;
+  std::replace(tag.begin(), tag.end(), ':', '-');
+  return tag;
 }
 
 bool has_16bit_weights(PrecisionMode m) { return precision_spec(m).param_dtype != DType::f32; }
@@ -46,6 +54,9 @@ std::vector<CompareEntry> parse_compare_entries(std::string_view list, UpdateRou
 CompareResult compare_precisions(const TrainOptions& base, const std::vector<CompareEntry>& entries,
                                  const std::function<void(const CompareRun&)>& on_run) {
   if (entries.empty()) throw ArgumentError("compare_precisions: no entry to run");
+  // Refuse used TensorBoard directories before the first run trains (train() checks its own).
+  if (!base.tensorboard_dir.empty() && base.checkpoint.resume.empty())
+    for (const CompareEntry& e : entries) TensorBoardHook(base.tensorboard_dir + "/" + tag_of(e), false);
   CompareResult result;
   result.threads = num_threads();
   double base_tok_s = 0;  // the latest 32-true run's
@@ -57,6 +68,7 @@ CompareResult compare_precisions(const TrainOptions& base, const std::vector<Com
     std::string tag = e.label;
     std::replace(tag.begin(), tag.end(), ':', '-');
     if (!o.log_jsonl.empty()) o.log_jsonl = with_suffix(o.log_jsonl, tag);
+    if (!o.tensorboard_dir.empty()) o.tensorboard_dir += "/" + tag;  // one TensorBoard run per mode
     CompareRun run;
     run.entry = e;
     try {

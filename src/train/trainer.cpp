@@ -15,6 +15,7 @@
 #include "mixtrain/tensor/allocator.h"
 #include "train/checkpointing.h"
 #include "mixtrain/train/run_hooks.h"
+#include "mixtrain/train/tensorboard_hook.h"
 
 namespace mixtrain {
 namespace {
@@ -114,7 +115,10 @@ TrainSummary train(const TrainOptions& opt) {
   if (opt.profile) run.add_hook(std::make_unique<ProfileHook>(opt.profile_warmup));
   if (!opt.inject_nonfinite.empty()) run.add_hook(std::make_unique<FaultInjectionHook>(opt.inject_nonfinite));
   run.add_hook(std::make_unique<StepLogHook>(opt.log_jsonl));
+  if (!opt.tensorboard_dir.empty())
+    run.add_hook(std::make_unique<TensorBoardHook>(opt.tensorboard_dir, !opt.checkpoint.resume.empty()));
   run.add_hook(std::make_unique<ProgressHook>(opt.log_every, opt.quiet));
+  if (opt.add_hooks) opt.add_hooks(run);
   TrainSummary sum = run.run();
   // MFU against this machine's GEMM rate for the dtype the model's GEMMs run in, measured now.
   if (opt.measure_gemm_rate) {

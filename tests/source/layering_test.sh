@@ -14,7 +14,8 @@
 #   optim       optimizers, clipping, schedules, MixedPrecision (the step discipline)
 #   models      Model, Gpt
 #   checkpoint  safetensors, GPT-2 weights, the training-state file
-#   train       TrainingRun, train(), checkpointing of a run, memory prediction
+#   train       TrainingRun, train(), checkpointing of a run, memory prediction, TensorBoard event files
+#   report      the HTML report of runs and comparisons (reads what train writes)
 #   cli         apps/ (the command-line program)
 #
 # Every #include of src/, include/mixtrain/ and apps/ is resolved as the compiler does: a quoted
@@ -26,7 +27,7 @@
 # Usage: layering_test.sh SOURCE_DIR
 src="${1:?usage: layering_test.sh SOURCE_DIR}"
 cd "$src" || exit 2
-order="core numeric tensor data kernels bench autograd amp nn optim models checkpoint train cli"
+order="core numeric tensor data kernels bench autograd amp nn optim models checkpoint train report cli"
 passed=0
 failed=0
 pass() { passed=$((passed + 1)); }

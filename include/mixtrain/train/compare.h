@@ -47,7 +47,8 @@ struct CompareResult {
 };
 
 // Trains `base` once per entry, with the entry's precision and rounding, quietly. A step log
-// (base.log_jsonl) gets the label as a suffix per run: log.jsonl -> log.bf16-true-kahan.jsonl.
+// (base.log_jsonl) gets the label as a suffix per run: log.jsonl -> log.bf16-true-kahan.jsonl;
+// TensorBoard files (base.tensorboard_dir) go to one subdirectory per run: DIR/bf16-true-kahan/.
 // `on_run` sees each run as soon as it finished (to print a row while the next one trains).
 // Throws ArgumentError for bad options (the first run validates them) or no entry.
 CompareResult compare_precisions(const TrainOptions& base, const std::vector<CompareEntry>& entries,

@@ -47,6 +47,7 @@ struct TrainOptions {
   int64_t eval_every = 0;          // 0: only at the end
   int64_t eval_batches = 8;
   std::string log_jsonl;           // per-step JSON lines; empty: none
+  std::string tensorboard_dir;     // TensorBoard event files in this directory (train/tensorboard_hook.h); empty: none
   int64_t log_every = 10;          // plain progress lines when stdout is not a terminal
   bool quiet = false;              // no progress output at all
   // Step-time breakdown (core/profiler.h) over the steps after the first profile_warmup ones
@@ -73,6 +74,9 @@ struct TrainOptions {
   int64_t max_bad_steps = -1;
   // Checkpoints, resuming, initial weights (train/checkpointing.h).
   CheckpointOptions checkpoint;
+  // Called with the run after the built-in hooks are attached, to attach more (e.g. to collect
+  // every StepRecord); empty: none.
+  std::function<void(TrainingRun&)> add_hooks;
   void validate() const;           // throws ArgumentError
 };
 

@@ -1,0 +1,69 @@
+// TFRecord framing and CRC-32C (train/tfrecord.h).
+#include "train/tfrecord.h"
+
+#include <array>
+#include <cstring>
+
+namespace mixtrain {
+namespace {
+
+// Reflected CRC-32C table: polynomial 0x1EDC6F41, reversed 0x82F63B78.
+constexpr std::array<uint32_t, 256> make_table() {
+  std::array<uint32_t, 256> t{};
+  for (uint32_t i = 0; i < 256; ++i) {
+    uint32_t c = i;
+    for (int k = 0; k < 8; ++k) c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+    t[i] = c;
+  }
+  return t;
+}
+constexpr std::array<uint32_t, 256> kTable = make_table();
+
+void put_le(std::string& out, uint64_t v, int bytes) {
+  for (int i = 0; i < bytes; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xFF));
+}
+uint64_t get_le(const char* p, int bytes) {
+  uint64_t v = 0;
+  for (int i = 0; i < bytes; ++i) v |= static_cast<uint64_t>(static_cast<unsigned char>(p[i])) << (8 * i);
+  return v;
+}
+
+}  // namespace
+
+uint32_t crc32c(const void* data, size_t n, uint32_t crc) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  crc = ~crc;
+  for (size_t i = 0; i < n; ++i) crc = kTable[(crc ^ p[i]) & 0xFF] ^ (crc >> 8);
+  return ~crc;
+}
+
+uint32_t mask_crc32c(uint32_t crc) { return ((crc >> 15) | (crc << 17)) + 0xa282ead8u; }
+
+std::string tfrecord_frame(std::string_view data) {
+  std::string out;
+  out.reserve(data.size() + 16);
+  put_le(out, data.size(), 8);
+  put_le(out, mask_crc32c(crc32c(out.data(), 8)), 4);
+  out.append(data);
+  put_le(out, mask_crc32c(crc32c(data.data(), data.size())), 4);
+  return out;
+}
+
+std::vector<std::string> tfrecord_parse(std::string_view bytes, size_t* valid_bytes) {
+  std::vector<std::string> records;
+  size_t pos = 0;
+  while (bytes.size() - pos >= 12) {
+    const char* h = bytes.data() + pos;
+    const uint64_t len = get_le(h, 8);
+    if (get_le(h + 8, 4) != mask_crc32c(crc32c(h, 8))) break;
+    if (len > bytes.size() - pos - 12 || bytes.size() - pos - 12 - len < 4) break;
+    const std::string_view data = bytes.substr(pos + 12, len);
+    if (get_le(h + 12 + len, 4) != mask_crc32c(crc32c(data.data(), data.size()))) break;
+    records.emplace_back(data);
+    pos += 16 + len;
+  }
+  if (valid_bytes) *valid_bytes = pos;
+  return records;
+}
+
+}  // namespace mixtrain
