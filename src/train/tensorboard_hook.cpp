@@ -53,7 +53,10 @@ void TensorBoardHook::on_step_end(TrainingRun& run, const StepRecord& r) {
   add("amp/skipped", r.skipped ? 1 : 0);
   add("amp/found_inf", r.found_inf ? 1 : 0);
   add("amp/overflows", static_cast<double>(run.summary().overflows));
-  if (r.evaluated) add("val/loss", r.val_loss);
+  if (r.evaluated) {
+    add("val/loss", r.val_loss);
+    add("val/accuracy", r.val_accuracy);
+  }
   const MemorySnapshot mem = MemoryTracker::global().snapshot();
   for (size_t c = 0; c < kNumMemCategories; ++c) {
     if (mem.peak[c] == 0) continue;

@@ -33,7 +33,8 @@ rows = [json.loads(l) for l in open(log)]
 f32 = lambda v: struct.unpack("f", struct.pack("f", v))[0]
 want_tags = {"train/loss": "loss", "train/lr": "lr", "train/grad_norm": "grad_norm",
              "train/tokens_per_s": "tokens_per_s", "amp/loss_scale": "loss_scale", "amp/skipped": "skipped",
-             "amp/found_inf": "found_inf", "amp/overflows": "overflows", "val/loss": "val_loss"}
+             "amp/found_inf": "found_inf", "amp/overflows": "overflows", "val/loss": "val_loss",
+             "val/accuracy": "val_accuracy"}
 errors = []
 for extra in ("memory/parameters_mib", "memory/gradients_mib", "memory/total_mib"):
     if extra not in tags:
