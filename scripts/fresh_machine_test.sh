@@ -118,8 +118,10 @@ trap 'exit 130' INT TERM
 tar -C "$root" --numeric-owner -xf "$base"
 # The network's configuration, which every machine on this network has and no package provides:
 # the host's CA bundle (it holds the CA of a TLS-intercepting egress proxy, if there is one) and
-# pip's configuration pointing at it. Without them pip cannot reach PyPI from the root.
-for f in /etc/ssl/certs/ca-certificates.crt /etc/pip.conf; do
+# pip's configuration pointing at it, and the local CA files (so that the bundle keeps them when
+# the ca-certificates package, pulled in by setup.sh, rebuilds it). Without them pip cannot reach
+# PyPI from the root.
+for f in /etc/ssl/certs/ca-certificates.crt /etc/pip.conf /usr/local/share/ca-certificates/*.crt; do
   if [ -f "$f" ]; then mkdir -p "$root$(dirname "$f")"; cp "$f" "$root$f"; fi
 done
 mkdir -p "$root/src/mixtrain"
