@@ -1,6 +1,7 @@
 // `mixtrain compare`: prints compare_precisions (train/compare.h), one row per precision mode as
 // each run finishes, speed, memory and accuracy side by side (the main job), and optionally JSON.
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
@@ -18,7 +19,8 @@ std::string mib(int64_t bytes) {
   return b;
 }
 
-void print_header() {
+void print_header(const std::string& baseline) {
+  std::printf("speed-up relative to %s\n", baseline.c_str());
   std::printf("%-18s %10s %8s %10s %12s %10s %10s %8s %9s\n", "precision", "tokens/s", "speedup", "peak MiB",
               "activ. MiB", "train loss", "val loss", "skipped", "diverged");
 }
@@ -26,7 +28,7 @@ void print_header() {
 void print_row(const CompareRun& run) {
   const TrainSummary& s = run.summary;
   std::printf("%-18s %10.0f %7.2fx %10s %12s %10.4f %10.4f %8lld %9s\n", run.entry.label.c_str(),
-              s.tokens_per_s, run.speedup_vs_32_true.value_or(0.0), mib(run.memory.peak_total).c_str(),
+              s.tokens_per_s, run.speedup, mib(run.memory.peak_total).c_str(),
               mib(run.memory.peak[static_cast<size_t>(MemCategory::activations)]).c_str(), s.final_train_loss,
               s.val_loss, static_cast<long long>(s.skipped_steps), s.diverged ? "yes" : "no");
   std::fflush(stdout);
@@ -46,6 +48,8 @@ nlohmann::ordered_json to_json(const CompareResult& result, const TrainOptions& 
   config["update_rounding"] = update_rounding_name(base.update_rounding);
   config["threads"] = result.threads;
   out["config"] = config;
+  out["speedup_baseline"] = result.baseline;
+  if (result.interrupted) out["interrupted_during"] = result.interrupted_label;
   out["runs"] = nlohmann::ordered_json::array();
   for (const CompareRun& run : result.runs) {
     const TrainSummary& s = run.summary;
@@ -54,8 +58,7 @@ nlohmann::ordered_json to_json(const CompareResult& result, const TrainOptions& 
     if (precision_spec(run.entry.mode).param_dtype != DType::f32)
       row["update_rounding"] = update_rounding_name(run.entry.rounding);
     row["tokens_per_s"] = s.tokens_per_s;
-    row["speedup_vs_32_true"] =
-        run.speedup_vs_32_true ? nlohmann::ordered_json(*run.speedup_vs_32_true) : nlohmann::ordered_json();
+    row["speedup"] = run.speedup;
     row["peak_bytes"] = run.memory.peak_total;
     row["peak_bytes_by_category"] = nonzero_peaks_json(run.memory.peak);
     row["final_train_loss"] = finite_or_null(s.final_train_loss);
@@ -79,19 +82,34 @@ void register_compare(CLI::App& app, GlobalOptions& g, std::vector<Command>& com
   add_train_flags(sub, *f, /*with_precision=*/false);
   sub->add_option("--precisions", *precisions, "Comma-separated precision modes")->capture_default_str();
   sub->add_option("--json", *json_path, "Also write the comparison as JSON to FILE");
-  commands.push_back({[sub] { return sub->parsed(); }, [&g, f, precisions, json_path] {
+  auto sub_given_json = [sub](const std::string&) { return sub->count("--json") > 0; };
+  commands.push_back({[sub] { return sub->parsed(); }, [&g, f, precisions, json_path, sub_given_json] {
     apply_global_options(g);
-    f->finish();
     std::vector<CompareEntry> entries;
     try {
-      entries = parse_compare_entries(*precisions, f->opt.update_rounding);
+      entries = parse_compare_entries(*precisions, parse_update_rounding(f->update_rounding));
     } catch (const ArgumentError& e) {
       throw ArgumentError(std::string("--precisions: ") + e.what());
     }
-    print_header();
-    const CompareResult result = compare_precisions(f->opt, entries, print_row);
+    std::vector<PrecisionMode> modes;
+    for (const CompareEntry& e : entries) modes.push_back(e.mode);
+    f->finish(modes);
+    if (sub_given_json(*json_path)) check_output_path(*json_path, "--json");
+    install_stop_handlers();
+    f->opt.stop_signal = &g_stop_signal;
+    // The header waits for the first row: compare_precisions checks every path first.
+    bool header = false;
+    const CompareResult result = compare_precisions(f->opt, entries, [&](const CompareRun& run) {
+      if (!header) print_header(run.entry.label);
+      header = true;
+      print_row(run);
+    });
+    if (result.interrupted)
+      std::fprintf(stderr, "mixtrain: interrupted during %s by %s; %zu finished mode(s) reported\n",
+                   result.interrupted_label.c_str(), result.stop_signal == SIGINT ? "SIGINT" : "SIGTERM",
+                   result.runs.size());
     if (!json_path->empty()) write_file_atomic(*json_path, to_json(result, f->opt).dump(2) + "\n");
-    return 0;
+    return result.interrupted ? 128 + result.stop_signal : 0;
   }});
 }
 

@@ -22,7 +22,8 @@ struct Command {
 
 // Applies --threads (to OpenMP and oneDNN) before a command runs.
 void apply_global_options(const GlobalOptions& g);
-// Writes text to path atomically (temporary file + rename): never a half-written file.
+// Writes text to path whole: "-" is stdout, a device or FIFO is written through, a regular file
+// (at a symlink's target) is replaced atomically (never half-written); every write checked.
 void write_file_atomic(const std::string& path, const std::string& text);
 
 // The command the user ran: the innermost parsed subcommand of app (app itself if none).

@@ -14,7 +14,15 @@
 #include "mixtrain/optim/schedule.h"
 #include "mixtrain/tensor/allocator.h"
 #include "train/checkpointing.h"
+#include "train/dir_lock.h"
+#include "train/model_config.h"
+#include "train/output_paths.h"
 #include "mixtrain/train/run_hooks.h"
+
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <fstream>
 
 namespace mixtrain {
 namespace {
@@ -42,6 +50,12 @@ void TrainOptions::validate() const {
   for (int64_t s : inject_nonfinite)
     if (s < 1) bad("inject_nonfinite", " steps count from 1, got " + std::to_string(s));
   if (max_bad_steps == 0 || max_bad_steps < -1) bad("max_bad_steps", " must be positive");
+  if (max_data_bytes <= 0) bad("max_data_bytes", " must be positive, got " + std::to_string(max_data_bytes));
+  if (!(min_lr_ratio >= 0.f && min_lr_ratio <= 1.f)) bad("min_lr_ratio", " must be in [0, 1]");
+  if (!(beta1 >= 0.f && beta1 < 1.f)) bad("beta1", " must be in [0, 1)");
+  if (!(beta2 >= 0.f && beta2 < 1.f)) bad("beta2", " must be in [0, 1)");
+  if (!(eps > 0.f)) bad("eps", " must be positive");
+  if (!(momentum >= 0.f) || !std::isfinite(momentum)) bad("momentum", " must be >= 0");
 }
 
 double measure_gemm_flops(DType dtype, int64_t m, int64_t n, int64_t k, double seconds) {
@@ -59,16 +73,69 @@ double measure_gemm_flops(DType dtype, int64_t m, int64_t n, int64_t k, double s
   return 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) / best;
 }
 
-TrainSummary train(const TrainOptions& opt) {
-  opt.validate();
+namespace {
+
+// The data file: a regular file (a FIFO or device has no size to check and may never end) of at
+// most max_bytes. IoError naming the file and the limit.
+void check_data_file(const std::string& path, int64_t max_bytes) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return;  // TextCorpus::load names the problem
+  if (S_ISDIR(st.st_mode)) return;
+  if (!S_ISREG(st.st_mode))
+    throw IoError("data file " + path + " is not a regular file (a device or FIFO has no size to check; copy it to a file)");
+  if (st.st_size > max_bytes)
+    throw IoError("data file " + path + " is " + std::to_string(st.st_size) + " bytes, over the max_data_bytes limit of " +
+                  std::to_string(max_bytes));
+}
+
+// MemAvailable from /proc/meminfo in bytes; 0 when unknown.
+int64_t available_memory_bytes() {
+  std::ifstream f("/proc/meminfo");
+  std::string key;
+  int64_t kib = 0;
+  std::string unit;
+  while (f >> key >> kib) {
+    std::getline(f, unit);
+    if (key == "MemAvailable:") return kib * 1024;
+  }
+  return 0;
+}
+
+std::string gib(int64_t bytes) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.2f GiB", static_cast<double>(bytes) / double(1LL << 30));
+  return b;
+}
+
+}  // namespace
+
+TrainSummary train(const TrainOptions& opt_in) {
+  opt_in.validate();
+  TrainOptions opt = opt_in;
+  if (opt.log_jsonl == "-") opt.quiet = true;  // stdout carries the log
+  // Every path checked, and the checkpoint directory locked, before anything is loaded or trained.
+  check_run_paths(train_run_paths(opt));
+  DirectoryLock lock;
+  if (!opt.checkpoint.dir.empty()) lock = DirectoryLock(opt.checkpoint.dir, "checkpoint.dir");
   const PrecisionSpec& spec = precision_spec(opt.precision);
-  const GptConfig cfg = GptConfig::from_preset_or_file(opt.model);
+  const GptConfig cfg = load_model_config(opt.model);
   const int64_t T = opt.seq_len > 0 ? opt.seq_len : cfg.block_size;
   if (T > cfg.block_size)
     throw ArgumentError({"seq_len"}, "seq_len " + std::to_string(T) + " exceeds the model's block_size " +
                                          std::to_string(cfg.block_size));
+  if (!opt.force) {
+    const int64_t available = available_memory_bytes();
+    if (available > 0) {
+      const int64_t predicted = predict_gpt_memory(cfg, memory_options(opt)).peak_bytes;
+      if (predicted > available)
+        throw ArgumentError({"force"}, "the run needs about " + gib(predicted) + " (predicted peak) but only " +
+                                           gib(available) + " is available; force tries anyway");
+    }
+  }
   MixedPrecision mp(spec.name, opt.scaler, opt.force_loss_scaling);
-  const TextCorpus corpus = TextCorpus::load(opt.data.empty() ? TextCorpus::default_corpus_path() : opt.data);
+  const std::string data_path = opt.data.empty() ? TextCorpus::default_corpus_path() : opt.data;
+  check_data_file(data_path, opt.max_data_bytes);
+  const TextCorpus corpus = TextCorpus::load(data_path);
   const LmWindows data(corpus, opt.batch_size, T, opt.seed);
   if (cfg.vocab_size < 256)
     throw ArgumentError("model vocab_size " + std::to_string(cfg.vocab_size) + " is smaller than the 256 byte tokens");
@@ -109,6 +176,7 @@ TrainSummary train(const TrainOptions& opt) {
   TrainingRun run(model, *optimizer, mp, data, rc);
   // Hook order: the checkpoint restores first (the log trims to its step), the profile is taken
   // around the step only.
+  if (opt.stop_signal) run.add_hook(std::make_unique<InterruptHook>(opt.stop_signal));
   run.add_hook(std::make_unique<TrainCheckpointing>(opt, model, T, corpus));
   if (opt.profile) run.add_hook(std::make_unique<ProfileHook>(opt.profile_warmup));
   if (!opt.inject_nonfinite.empty()) run.add_hook(std::make_unique<FaultInjectionHook>(opt.inject_nonfinite));
@@ -116,7 +184,7 @@ TrainSummary train(const TrainOptions& opt) {
   run.add_hook(std::make_unique<ProgressHook>(opt.log_every, opt.quiet));
   TrainSummary sum = run.run();
   // MFU against this machine's GEMM rate for the dtype the model's GEMMs run in, measured now.
-  if (opt.measure_gemm_rate) {
+  if (opt.measure_gemm_rate && !sum.interrupted) {
     sum.gemm_flops_per_s = measure_gemm_flops(spec.compute_dtype, 1024, 1024, 1024, 0.5);
     sum.mfu = sum.model_flops_per_s / sum.gemm_flops_per_s;
   }

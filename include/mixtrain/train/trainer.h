@@ -3,6 +3,7 @@
 // checkpoints, profiling) to a TrainingRun (train/training_run.h, the loop itself) and runs it.
 #pragma once
 #include <array>
+#include <csignal>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -47,7 +48,8 @@ struct TrainOptions {
   uint64_t seed = 1337;
   int64_t eval_every = 0;          // 0: only at the end
   int64_t eval_batches = 8;
-  std::string log_jsonl;           // per-step JSON lines; empty: none
+  std::string log_jsonl;           // per-step JSON lines; empty: none; "-": stdout
+  bool overwrite = false;          // replace an existing log_jsonl (without it: refused unless resuming)
   int64_t log_every = 10;          // plain progress lines when stdout is not a terminal
   bool quiet = false;              // no progress output at all
   // Step-time breakdown (core/profiler.h) over the steps after the first profile_warmup ones
@@ -74,6 +76,15 @@ struct TrainOptions {
   int64_t max_bad_steps = -1;
   // Checkpoints, resuming, initial weights (train/checkpointing.h).
   CheckpointOptions checkpoint;
+  // Input limits: the data file must be a regular file of at most this many bytes (read whole).
+  int64_t max_data_bytes = int64_t{4} << 30;
+  // Refused before anything is allocated when the memory predictor's peak exceeds the memory
+  // the system has available (MemAvailable); force tries anyway.
+  bool force = false;
+  // Set asynchronously to a signal number (by a SIGINT/SIGTERM handler) to stop the run: it
+  // finishes the current step, saves a checkpoint when checkpoint.dir is set, and returns a
+  // summary with interrupted = true. Null: not interruptible.
+  const volatile std::sig_atomic_t* stop_signal = nullptr;
   void validate() const;           // throws ArgumentError
 };
 
