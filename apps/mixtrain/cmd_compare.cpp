@@ -7,6 +7,7 @@
 
 #include "commands.h"
 #include "mixtrain/train/compare.h"
+#include "train/output_paths.h"
 #include "train/summary_json.h"
 #include "train_options.h"
 
@@ -94,7 +95,16 @@ void register_compare(CLI::App& app, GlobalOptions& g, std::vector<Command>& com
     std::vector<PrecisionMode> modes;
     for (const CompareEntry& e : entries) modes.push_back(e.mode);
     f->finish(modes);
-    if (sub_given_json(*json_path)) check_output_path(*json_path, "--json");
+    // --json checked with every run's step log before the first run trains (an unwritable or
+    // clashing --json would otherwise be found after all of them).
+    if (sub_given_json(*json_path))
+      for (const CompareEntry& e : entries) {
+        TrainOptions o = f->opt;
+        o.log_jsonl = compare_log_path(f->opt.log_jsonl, e);
+        RunPaths paths = train_run_paths(o);
+        paths.outputs.push_back({"--json", *json_path});
+        check_run_paths(paths);
+      }
     install_stop_handlers();
     f->opt.stop_signal = &g_stop_signal;
     // The header waits for the first row: compare_precisions checks every path first.

@@ -43,7 +43,8 @@ void register_train(CLI::App& app, GlobalOptions& g, std::vector<Command>& comma
                                         s.final_train_loss, s.tokens_per_s,
                                         s.checkpoint_path.empty() ? "" : "; checkpoint ", s.checkpoint_path.c_str());
                           } else {
-                            std::printf(
+                            // With the step log on stdout (--log-jsonl -), the summary line goes to stderr.
+                            std::fprintf(f->opt.log_jsonl == "-" ? stderr : stdout,
                                 "done (%s): %lld steps (%lld skipped), train loss %.4f, val loss %.4f (unigram "
                                 "baseline %.4f), %.0f tokens/s, %.1f GFLOP/s model, MFU %.1f%%\n",
                                 s.precision.c_str(), static_cast<long long>(s.steps),
