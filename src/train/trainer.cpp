@@ -38,6 +38,7 @@ void TrainOptions::validate() const {
   };
   positive(steps, "steps");
   positive(batch_size, "batch_size");
+  if (batch_size > (int64_t{1} << 20)) bad("batch_size", " must be at most 2^20, got " + std::to_string(batch_size));
   if (seq_len < 0) bad("seq_len", " must be positive, got " + std::to_string(seq_len));
   if (!(lr > 0.f) || !std::isfinite(lr)) bad("lr", " must be a positive number");
   if (warmup < 0 || warmup > steps) throw ArgumentError({"warmup", "steps"}, "warmup must be in [0, steps]");
@@ -84,8 +85,8 @@ void check_data_file(const std::string& path, int64_t max_bytes) {
   if (!S_ISREG(st.st_mode))
     throw IoError("data file " + path + " is not a regular file (a device or FIFO has no size to check; copy it to a file)");
   if (st.st_size > max_bytes)
-    throw IoError("data file " + path + " is " + std::to_string(st.st_size) + " bytes, over the max_data_bytes limit of " +
-                  std::to_string(max_bytes));
+    throw IoError({"max_data_bytes"}, "data file " + path + " is " + std::to_string(st.st_size) +
+                                          " bytes, over the max_data_bytes limit of " + std::to_string(max_bytes));
 }
 
 // MemAvailable from /proc/meminfo in bytes; 0 when unknown.
