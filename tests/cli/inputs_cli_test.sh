@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Bounded and validated input: data files regular and under --max-data-bytes, model JSON without
 # duplicate keys or deep nesting, a named checkpoint without its manifest refused, a model that
-# cannot fit refused before allocating; every option checked with the flag's name, 0 or empty
+# cannot fit refused before allocating; the cosine schedule's first step at the peak; every option checked with the flag's name, 0 or empty
 # values that would silently mean "unset" refused, options without effect warned about.
 MIXTRAIN="$1"
 . "$(dirname "$0")/cli_common.sh"
@@ -87,5 +87,14 @@ expect_exit 0 "compare without 32-true" -- "$MIXTRAIN" --threads 2 compare --mod
 grep -q "speed-up relative to bf16-mixed" "$TMP/out" && pass || fail "compare does not say its baseline"
 if grep -q "0.00x" "$TMP/out"; then fail "compare printed 0.00x: $(cat "$TMP/out")"; else pass; fi
 grep -qE "^bf16-mixed +[0-9]+ +1.00x" "$TMP/out" && pass || fail "the baseline row is not 1.00x: $(cat "$TMP/out")"
+
+# The cosine schedule without warm-up gives step 1 the peak (PyTorch, Hugging Face), the last the floor.
+expect_exit 0 "cosine, no warm-up" -- "${TRAIN[@]}" --steps 4 --lr 1e-3 --min-lr-ratio 0.1 --log-jsonl "$TMP/cos.jsonl"
+python3 - "$TMP/cos.jsonl" <<'PY' && pass || fail "cosine schedule: $(cat "$TMP/cos.jsonl" | head -c 400)"
+import json, math, sys
+lr = [json.loads(l)["lr"] for l in open(sys.argv[1])]
+want = [1e-3, 1e-4 + 0.5 * (1 + math.cos(math.pi / 3)) * 9e-4, 1e-4 + 0.5 * (1 + math.cos(2 * math.pi / 3)) * 9e-4, 1e-4]
+assert all(abs(a - b) <= 1e-6 * b for a, b in zip(lr, want)) and len(lr) == 4, (lr, want)
+PY
 
 finish
