@@ -83,8 +83,7 @@ void register_compare(CLI::App& app, GlobalOptions& g, std::vector<Command>& com
   add_train_flags(sub, *f, /*with_precision=*/false);
   sub->add_option("--precisions", *precisions, "Comma-separated precision modes")->capture_default_str();
   sub->add_option("--json", *json_path, "Also write the comparison as JSON to FILE");
-  auto sub_given_json = [sub](const std::string&) { return sub->count("--json") > 0; };
-  commands.push_back({[sub] { return sub->parsed(); }, [&g, f, precisions, json_path, sub_given_json] {
+  commands.push_back({[sub] { return sub->parsed(); }, [&g, f, precisions, json_path, sub] {
     apply_global_options(g);
     std::vector<CompareEntry> entries;
     try {
@@ -97,7 +96,7 @@ void register_compare(CLI::App& app, GlobalOptions& g, std::vector<Command>& com
     f->finish(modes);
     // --json checked with every run's step log before the first run trains (an unwritable or
     // clashing --json would otherwise be found after all of them).
-    if (sub_given_json(*json_path))
+    if (sub->count("--json") > 0)
       for (const CompareEntry& e : entries) {
         TrainOptions o = f->opt;
         o.log_jsonl = compare_log_path(f->opt.log_jsonl, e);

@@ -63,13 +63,17 @@ void register_sample(CLI::App& app, GlobalOptions& g, std::vector<Command>& comm
       "--logits-json", f->logits_json,
       "Also write the prompt's fp32 logits, (T, V), as JSON to FILE (tools/check_torch_interop.py)");
   commands.push_back({[sub] { return sub->parsed(); },
-                      [&g, f] {
+                      [&g, f, sub] {
                         apply_global_options(g);
                         f->gen.kv_cache = !f->no_kv_cache;
                         if (f->prompt.empty()) throw ArgumentError("--prompt must not be empty");
-                        auto warn = [](const std::string& line) {
-                          std::fprintf(stderr, "mixtrain: warning: %s\n", line.c_str());
+                        auto warn = [sub](const std::string& line) {
+                          // The library says its fields (n_head); the user typed flags (--n-head).
+                          std::fprintf(stderr, "mixtrain: warning: %s\n",
+                                       error_message(ArgumentError({"n_head"}, line), *sub).c_str());
                         };
+                        if (f->gen.temperature == 0.f && f->gen.top_k > 0)
+                          warn("--top-k has no effect at --temperature 0 (greedy)");
                         InferenceModel m = load_gpt_for_inference(f->checkpoint, f->n_head, warn);
                         std::vector<int32_t> prompt;
                         for (unsigned char c : f->prompt) prompt.push_back(c);

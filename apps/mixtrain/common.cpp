@@ -23,6 +23,12 @@ void write_file_atomic(const std::string& path, const std::string& text) {
   write_output_file(path, text, "output");
 }
 
+void check_output_path(const std::string& path, const std::string& flag) {
+  RunPaths p;
+  p.outputs.push_back({flag, path});
+  check_run_paths(p);
+}
+
 namespace {
 
 // The flag that sets a library field: the field's last part with dashes (seq_len -> --seq-len,

@@ -32,12 +32,6 @@ void install_stop_handlers() {
   sigaction(SIGTERM, &sa, nullptr);
 }
 
-void check_output_path(const std::string& path, const std::string& flag) {
-  RunPaths p;
-  p.outputs.push_back({flag, path});
-  check_run_paths(p);
-}
-
 void add_train_flags(CLI::App* sub, TrainFlags& f, bool with_precision) {
   f.app = sub;
   TrainOptions& o = f.opt;

@@ -37,10 +37,6 @@ void add_train_flags(CLI::App* sub, TrainFlags& f, bool with_precision);
 extern volatile std::sig_atomic_t g_stop_signal;
 void install_stop_handlers();
 
-// Refuses an output path before any work (a directory, unwritable, the same file as an input):
-// ArgumentError naming `flag`.
-void check_output_path(const std::string& path, const std::string& flag);
-
 // Adds --checkpoint-dir, --save-every, --keep, --resume and --stop-after (train only: compare
 // runs several modes, which one directory of checkpoints cannot hold).
 void add_checkpoint_flags(CLI::App* sub, TrainFlags& f);

@@ -79,6 +79,11 @@ expect_exit 0 "log to /dev/null" -- "${TRAIN[@]}" --steps 1 --log-jsonl /dev/nul
 expect_exit 2 "compare --json into a directory" -- "${COMPARE[@]}" --steps 50 --precisions 32-true --json "$TMP"
 expect_stderr_has "is a directory" "compare --json into a directory"
 [ ! -s "$TMP/out" ] && pass || fail "compare trained before refusing its --json: $(head -c 200 "$TMP/out")"
+expect_exit 2 "bench gemm --json into a directory" -- "$MIXTRAIN" --threads 2 bench gemm --json "$TMP"
+[ ! -s "$TMP/out" ] && pass || fail "bench gemm ran before refusing its --json"
+expect_exit 2 "bench train --json into a directory" -- "$MIXTRAIN" --threads 2 bench train --model "$TMP/tiny.json" \
+  --data "$TMP/text.txt" --batch-size 4 --seq-len 16 --steps 20 --json "$TMP"
+[ ! -s "$TMP/out" ] && pass || fail "bench train ran before refusing its --json"
 echo x >"$TMP/a-file"
 expect_exit 2 "checkpoint dir is a file" -- "${TRAIN[@]}" --steps 50 --checkpoint-dir "$TMP/a-file"
 expect_stderr_has "--checkpoint-dir" "checkpoint dir is a file"

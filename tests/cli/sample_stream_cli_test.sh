@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `sample` with a KV cache: the same greedy tokens as re-running the window (--no-kv-cache) while
 # the context fits in block_size, generation past block_size, and tokens streamed to stdout as
-# they are drawn (the first ones arrive while the command still runs).
+# they are drawn (the first ones arrive while the command still runs); --n-head and --top-k warned
+# about where they do nothing.
 MIXTRAIN="$1"
 . "$(dirname "$0")/cli_common.sh"
 
@@ -39,5 +40,11 @@ done
 kill -9 "$pid" 2>/dev/null
 wait "$pid" 2>/dev/null
 [ "$streamed" = yes ] && pass || fail "no token arrived on stdout while sample was running"
+
+# Options without effect: warned about, naming the flag.
+expect_exit 0 "--n-head on a checkpoint" -- "${SAMPLE[@]}" --tokens 2 --n-head 3
+expect_stderr_has "warning: --n-head 3 has no effect" "--n-head on a checkpoint"
+expect_exit 0 "--top-k when greedy" -- "${SAMPLE[@]}" --tokens 2 --temperature 0 --top-k 5
+expect_stderr_has "warning: --top-k has no effect" "--top-k when greedy"
 
 finish
