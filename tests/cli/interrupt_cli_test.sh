@@ -76,4 +76,23 @@ assert len(j["runs"]) >= 1 and j["runs"][0]["precision"] == "32-true", j
 assert "interrupted_during" in j and len(j["runs"]) < 5, j
 PY
 
+# A second signal exits at once (128 + signal). The run is held before its first step by a step
+# log that is a FIFO nobody reads (opening it blocks); the first SIGINT only sets the flag, so it
+# stays blocked; the second must end it. (Without that, it would wait for the timeout: 124.)
+mkfifo "$TMP/stuck.fifo"
+timeout 60 "${TRAIN[@]}" --steps 10 --log-jsonl "$TMP/stuck.fifo" >"$TMP/double.out" 2>"$TMP/double.err" &
+pid=$!
+for _ in $(seq 1 100); do
+  mp=$(pgrep -P "$pid" | head -n 1)  # timeout's child: mixtrain
+  [ -n "$mp" ] && grep -q fifo "/proc/$mp/wchan" 2>/dev/null && break
+  sleep 0.05
+done
+kill -INT "$mp"
+sleep 0.3
+kill -0 "$mp" 2>/dev/null && pass || fail "double SIGINT: the first signal alone ended the run"
+kill -INT "$mp"
+wait "$pid"
+code=$?
+[ "$code" = 130 ] && pass || fail "double SIGINT: exit $code, expected 130 at once"
+
 finish
