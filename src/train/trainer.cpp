@@ -19,7 +19,12 @@
 #include "train/output_paths.h"
 #include "mixtrain/train/run_hooks.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <cstdio>
 #include <fstream>
@@ -51,7 +56,7 @@ void TrainOptions::validate() const {
   for (int64_t s : inject_nonfinite)
     if (s < 1) bad("inject_nonfinite", " steps count from 1, got " + std::to_string(s));
   if (max_bad_steps == 0 || max_bad_steps < -1) bad("max_bad_steps", " must be positive");
-  if (max_data_bytes <= 0) bad("max_data_bytes", " must be positive, got " + std::to_string(max_data_bytes));
+  if (max_data_bytes < 0) bad("max_data_bytes", " must be >= 0 (0: the default), got " + std::to_string(max_data_bytes));
   if (!(min_lr_ratio >= 0.f && min_lr_ratio <= 1.f)) bad("min_lr_ratio", " must be in [0, 1]");
   if (!(beta1 >= 0.f && beta1 < 1.f)) bad("beta1", " must be in [0, 1)");
   if (!(beta2 >= 0.f && beta2 < 1.f)) bad("beta2", " must be in [0, 1)");
@@ -76,17 +81,48 @@ double measure_gemm_flops(DType dtype, int64_t m, int64_t n, int64_t k, double s
 
 namespace {
 
-// The data file: a regular file (a FIFO or device has no size to check and may never end) of at
-// most max_bytes. IoError naming the file and the limit.
-void check_data_file(const std::string& path, int64_t max_bytes) {
+// The data: a regular file of at most max_bytes (4 GiB when 0), or, with an explicit max_bytes, a
+// stream ("-": stdin, a FIFO, a device) read up to it. IoError naming the file and the limit.
+TextCorpus load_data(const std::string& path, int64_t max_bytes) {
+  constexpr int64_t kDefaultMax = int64_t{4} << 30;
+  const int64_t limit = max_bytes > 0 ? max_bytes : kDefaultMax;
+  auto over = [&](const std::string& size) {
+    return IoError({"max_data_bytes"}, "data file " + path + " is " + size + ", over the " +
+                                           (max_bytes > 0 ? "max_data_bytes limit of " + std::to_string(limit)
+                                                          : "default limit of " + std::to_string(limit) +
+                                                                " (raise it with max_data_bytes)"));
+  };
   struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) return;  // TextCorpus::load names the problem
-  if (S_ISDIR(st.st_mode)) return;
-  if (!S_ISREG(st.st_mode))
-    throw IoError("data file " + path + " is not a regular file (a device or FIFO has no size to check; copy it to a file)");
-  if (st.st_size > max_bytes)
-    throw IoError({"max_data_bytes"}, "data file " + path + " is " + std::to_string(st.st_size) +
-                                          " bytes, over the max_data_bytes limit of " + std::to_string(max_bytes));
+  const bool stdin_data = path == "-";
+  if (!stdin_data && (::stat(path.c_str(), &st) != 0 || S_ISDIR(st.st_mode) || S_ISREG(st.st_mode))) {
+    if (S_ISREG(st.st_mode) && st.st_size > limit) throw over(std::to_string(st.st_size) + " bytes");
+    return TextCorpus::load(path);  // names a missing file or a directory itself
+  }
+  if (max_bytes <= 0)
+    throw IoError({"max_data_bytes"}, "data " + path +
+                                          " is not a regular file (a stream may never end): give max_data_bytes to read "
+                                          "it up to that size");
+  const int fd = stdin_data ? STDIN_FILENO : ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw IoError("data file " + path + ": cannot be read (" + std::strerror(errno) + ")");
+  std::vector<uint8_t> bytes;
+  std::vector<uint8_t> chunk(1 << 16);
+  for (;;) {
+    const ssize_t got = ::read(fd, chunk.data(), chunk.size());
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) {
+      const std::string why = std::strerror(errno);
+      if (!stdin_data) ::close(fd);
+      throw IoError("data file " + path + ": read error (" + why + ")");
+    }
+    if (got == 0) break;
+    bytes.insert(bytes.end(), chunk.begin(), chunk.begin() + got);
+    if (static_cast<int64_t>(bytes.size()) > limit) {
+      if (!stdin_data) ::close(fd);
+      throw over("more than " + std::to_string(limit) + " bytes");
+    }
+  }
+  if (!stdin_data) ::close(fd);
+  return TextCorpus::from_bytes(std::move(bytes), path);
 }
 
 // MemAvailable from /proc/meminfo in bytes; 0 when unknown.
@@ -134,9 +170,8 @@ TrainSummary train(const TrainOptions& opt_in) {
     }
   }
   MixedPrecision mp(spec.name, opt.scaler, opt.force_loss_scaling);
-  const std::string data_path = opt.data.empty() ? TextCorpus::default_corpus_path() : opt.data;
-  check_data_file(data_path, opt.max_data_bytes);
-  const TextCorpus corpus = TextCorpus::load(data_path);
+  const TextCorpus corpus =
+      load_data(opt.data.empty() ? TextCorpus::default_corpus_path() : opt.data, opt.max_data_bytes);
   const LmWindows data(corpus, opt.batch_size, T, opt.seed);
   if (cfg.vocab_size < 256)
     throw ArgumentError("model vocab_size " + std::to_string(cfg.vocab_size) + " is smaller than the 256 byte tokens");

@@ -17,9 +17,21 @@ train_with() {
   "$MIXTRAIN" --threads 2 train --model "$model" --data "$data" --batch-size "$batch" --seq-len 16 "$@"
 }
 
-# Data: regular files only (a device or FIFO could be endless or block), size limit named.
+# Data: regular files, or a stream (stdin, FIFO, device: it could be endless or block) only with an
+# explicit --max-data-bytes; the limit named.
 expect_exit 2 "data from /dev/zero" -- timeout 30 "$MIXTRAIN" --threads 2 train --model "$TMP/tiny.json" --data /dev/zero --steps 1
 expect_stderr_has "/dev/zero is not a regular file" "data from /dev/zero"
+expect_stderr_has "--max-data-bytes" "data from /dev/zero says how to read a stream"
+expect_exit 2 "data from /dev/zero with a cap" -- timeout 30 "$MIXTRAIN" --threads 2 train --model "$TMP/tiny.json" \
+  --data /dev/zero --steps 1 --max-data-bytes 1000000
+expect_stderr_has "over the --max-data-bytes limit of 1000000" "data from /dev/zero with a cap"
+# A stream with an explicit cap: stdin ("-") and a FIFO with a writer train like the file.
+STREAM=("$MIXTRAIN" --threads 2 train --model "$TMP/tiny.json" --batch-size 4 --seq-len 16 --steps 2 --max-data-bytes 100000)
+expect_exit 0 "data from stdin with a cap" -- bash -c '"$@" <"$0"' "$TMP/text.txt" "${STREAM[@]}" --data - --json
+python3 -c "import json,sys; assert json.load(open(sys.argv[1]))['steps'] == 2" "$TMP/out" && pass || fail "data from stdin"
+mkfifo "$TMP/data.fifo"
+cat "$TMP/text.txt" >"$TMP/data.fifo" &
+expect_exit 0 "data from a FIFO with a cap" -- timeout 30 "${STREAM[@]}" --data "$TMP/data.fifo"
 mkfifo "$TMP/fifo"
 expect_exit 2 "data from a FIFO without a writer" -- timeout 30 "$MIXTRAIN" --threads 2 train --model "$TMP/tiny.json" --data "$TMP/fifo" --steps 1
 expect_stderr_has "not a regular file" "data from a FIFO"

@@ -76,8 +76,10 @@ struct TrainOptions {
   int64_t max_bad_steps = -1;
   // Checkpoints, resuming, initial weights (train/checkpointing.h).
   CheckpointOptions checkpoint;
-  // Input limits: the data file must be a regular file of at most this many bytes (read whole).
-  int64_t max_data_bytes = int64_t{4} << 30;
+  // Input limits: 0 (default): data must be a regular file of at most 4 GiB (read whole); a
+  // stream ("-" for stdin, a FIFO, a device) is refused, as it may never end. > 0: the limit for
+  // any data, and a stream is read up to it (an explicit cap).
+  int64_t max_data_bytes = 0;
   // Refused before anything is allocated when the memory predictor's peak exceeds the memory
   // the system has available (MemAvailable); force tries anyway.
   bool force = false;
