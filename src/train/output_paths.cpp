@@ -132,7 +132,7 @@ void check_run_paths(const RunPaths& p) {
 RunPaths train_run_paths(const TrainOptions& o) {
   RunPaths p;
   // Named as TrainOptions spells them; the CLI says its flags (Error::fields()).
-  if (!o.data.empty()) p.inputs.push_back({"data", o.data});
+  if (!o.data.empty() && o.data != "-") p.inputs.push_back({"data", o.data});
   if (o.model.size() > 5 && o.model.ends_with(".json")) p.inputs.push_back({"model", o.model});
   const CheckpointOptions& c = o.checkpoint;
   if (!c.init_from.empty()) p.inputs.push_back({"checkpoint.init_from", c.init_from});
