@@ -31,7 +31,7 @@ nlohmann::ordered_json by_category(const std::array<int64_t, kNumMemCategories>&
 }
 
 nlohmann::ordered_json to_json(const MemoryReport& r, const TrainOptions& o) {
-  const GptMemoryPrediction& p = r.predicted;
+  const MemoryPrediction& p = r.predicted;
   nlohmann::ordered_json j;
   j["model"] = gpt_config_to_json(r.model);
   nlohmann::ordered_json c;
@@ -88,7 +88,7 @@ void print_error_cell(double e) {
 }
 
 void print_table(const MemoryReport& r, const TrainOptions& o, int max_terms) {
-  const GptMemoryPrediction& p = r.predicted;
+  const MemoryPrediction& p = r.predicted;
   const MeasuredMemory* m = r.measured ? &*r.measured : nullptr;
   std::printf("%s: %lld parameters, %s, batch %lld, seq %lld, %s%s%s\n", r.model.name.c_str(),
               static_cast<long long>(p.parameters), std::string(precision_spec(o.precision).name).c_str(),

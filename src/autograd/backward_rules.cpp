@@ -11,6 +11,7 @@
 #include "mixtrain/kernels/ops.h"
 #include "mixtrain/kernels/ops_backward.h"
 #include "mixtrain/core/profiler.h"
+#include "tensor/alloc_site.h"
 
 namespace mixtrain::autograd {
 namespace {
@@ -264,7 +265,14 @@ void attention_qkv_backward(Node& n, const Tensor& g) {
 void checkpoint_backward(Node& n, const Tensor& g) {
   VarImpl& X = *n.inputs[0];
   Var x(n.in_values[0], X.requires_grad);
-  Var y = n.fn(x);
+  AllocSite again = alloc_site();  // the forward ops run again: named as recomputed, not backward
+  again.backward = false;
+  again.recompute = true;
+  Var y;
+  {
+    const ScopedAllocSite site(again);
+    y = n.fn(x);
+  }
   if (y.requires_grad()) y.backward_from(g);
   if (X.requires_grad && x.grad().defined()) accumulate_grad(X, x.grad());
 }

@@ -2,6 +2,7 @@
 #include <unordered_set>
 
 #include "mixtrain/autograd/node.h"
+#include "tensor/alloc_site.h"
 #include "mixtrain/kernels/ops.h"
 #include "mixtrain/kernels/ops_backward.h"
 
@@ -125,7 +126,14 @@ void Var::backward_from(const Tensor& grad) const {
     VarImpl* v = it->get();
     if (v->grad_fn) {
       std::shared_ptr<Node> node = std::move(v->grad_fn);
-      if (v->grad.defined()) backward_rule(node->op)(*node, v->grad);
+      if (v->grad.defined()) {
+        AllocSite named = alloc_site();  // keeps the step and phase
+        named.module = node->module;
+        named.op = op_kind_name(node->op).data();
+        named.backward = true;
+        const ScopedAllocSite site(named);
+        backward_rule(node->op)(*node, v->grad);
+      }
       v->grad = Tensor();  // intermediate gradients are not kept (leaves keep theirs)
     }
     it->reset();

@@ -10,6 +10,7 @@
 #include "mixtrain/kernels/ops_backward.h"
 #include "mixtrain/numeric/stochastic.h"
 #include "internal.h"
+#include "tensor/alloc_site.h"
 #include "mixtrain/core/profiler.h"
 
 namespace mixtrain::autograd {
@@ -32,6 +33,7 @@ Var make_output(Tensor value, std::shared_ptr<Node> node) {
 std::shared_ptr<Node> make_node(OpKind op, std::initializer_list<const Var*> inputs) {
   auto n = std::make_shared<Node>();
   n->op = op;
+  n->module = alloc_site().module;
   for (const Var* v : inputs) {
     const bool keep = v->defined() && backward_reads_input(op, n->inputs.size());
     n->in_values.push_back(keep ? v->value() : Tensor());
@@ -81,6 +83,7 @@ Shape matmul_shape(const Tensor& a, const Tensor& b, bool ta, bool tb) {
 }  // namespace
 
 Var matmul(const Var& a_in, const Var& b_in, bool trans_a, bool trans_b) {
+  ScopedOp site_op("matmul");  // names what this op allocates (tensor/alloc_site.h)
   Var a = a_in, b = b_in;
   autocast(OpKind::matmul, {&a, &b});
   require(a, "matmul", "a");
@@ -107,6 +110,7 @@ Var matmul(const Var& a_in, const Var& b_in, bool trans_a, bool trans_b) {
 }
 
 Var linear(const Var& x_in, const Var& w_in, const Var& b_in) {
+  ScopedOp site_op("linear");  // names what this op allocates (tensor/alloc_site.h)
   Var x = x_in, w = w_in, b = b_in;
   autocast(OpKind::linear, {&x, &w, &b});
   require(x, "linear", "x");
@@ -139,6 +143,7 @@ Var linear(const Var& x_in, const Var& w_in, const Var& b_in) {
 }
 
 Var add(const Var& a_in, const Var& b_in) {
+  ScopedOp site_op("add");  // names what this op allocates (tensor/alloc_site.h)
   Var a = a_in, b = b_in;
   autocast(OpKind::add, {&a, &b});
   require(a, "add", "a");
@@ -151,6 +156,7 @@ Var add(const Var& a_in, const Var& b_in) {
 }
 
 Var mul(const Var& a_in, const Var& b_in) {
+  ScopedOp site_op("mul");  // names what this op allocates (tensor/alloc_site.h)
   Var a = a_in, b = b_in;
   autocast(OpKind::mul, {&a, &b});
   require(a, "mul", "a");
@@ -163,6 +169,7 @@ Var mul(const Var& a_in, const Var& b_in) {
 }
 
 Var scale(const Var& a_in, float s) {
+  ScopedOp site_op("scale");  // names what this op allocates (tensor/alloc_site.h)
   Var a = a_in;
   autocast(OpKind::scale, {&a});
   require(a, "scale", "a");
@@ -177,6 +184,7 @@ Var scale(const Var& a_in, float s) {
 }
 
 Var gelu(const Var& x_in) {
+  ScopedOp site_op("gelu");  // names what this op allocates (tensor/alloc_site.h)
   Var x = x_in;
   autocast(OpKind::gelu, {&x});
   require(x, "gelu", "x");
@@ -188,6 +196,7 @@ Var gelu(const Var& x_in) {
 }
 
 Var layer_norm(const Var& x_in, const Var& weight_in, const Var& bias_in, float eps) {
+  ScopedOp site_op("layer_norm");  // names what this op allocates (tensor/alloc_site.h)
   Var x = x_in, weight = weight_in, bias = bias_in;
   autocast(OpKind::layer_norm, {&x, &weight, &bias});
   const DType out_dtype = autocast_output_dtype(OpKind::layer_norm, x.dtype());
@@ -227,6 +236,7 @@ Var layer_norm(const Var& x_in, const Var& weight_in, const Var& bias_in, float 
 }
 
 Var embedding(const Var& weight_in, const Tensor& ids) {
+  ScopedOp site_op("embedding");  // names what this op allocates (tensor/alloc_site.h)
   Var weight = weight_in;
   autocast(OpKind::embedding, {&weight});
   require(weight, "embedding", "weight");
@@ -244,6 +254,7 @@ Var embedding(const Var& weight_in, const Tensor& ids) {
 }
 
 Var causal_softmax(const Var& x_in, float scale_) {
+  ScopedOp site_op("causal_softmax");  // names what this op allocates (tensor/alloc_site.h)
   Var x = x_in;
   autocast(OpKind::causal_softmax, {&x});
   const DType out_dtype = autocast_output_dtype(OpKind::causal_softmax, x.dtype());
@@ -260,6 +271,7 @@ Var causal_softmax(const Var& x_in, float scale_) {
 }
 
 Var cross_entropy(const Var& logits_in, const Tensor& targets) {
+  ScopedOp site_op("cross_entropy");  // names what this op allocates (tensor/alloc_site.h)
   Var logits = logits_in;
   autocast(OpKind::cross_entropy, {&logits});
   require(logits, "cross_entropy", "logits");
@@ -277,6 +289,7 @@ Var cross_entropy(const Var& logits_in, const Tensor& targets) {
 }
 
 Var reshape(const Var& x_in, const Shape& shape) {
+  ScopedOp site_op("reshape");  // names what this op allocates (tensor/alloc_site.h)
   Var x = x_in;
   autocast(OpKind::reshape, {&x});
   require(x, "reshape", "x");
@@ -309,6 +322,7 @@ Tensor checked_qkv(const char* op, const Var& qkv, int64_t n_head) {
 }  // namespace
 
 Var split_heads(const Var& qkv_in, int which, int64_t n_head) {
+  ScopedOp site_op("split_heads");  // names what this op allocates (tensor/alloc_site.h)
   ProfileScope prof(WorkKind::elementwise);
   Var qkv = qkv_in;
   autocast(OpKind::split_heads, {&qkv});
@@ -329,6 +343,7 @@ Var split_heads(const Var& qkv_in, int which, int64_t n_head) {
 }
 
 Var merge_heads(const Var& y_in, int64_t batch) {
+  ScopedOp site_op("merge_heads");  // names what this op allocates (tensor/alloc_site.h)
   ProfileScope prof(WorkKind::elementwise);
   Var y = y_in;
   autocast(OpKind::merge_heads, {&y});
@@ -349,6 +364,7 @@ Var merge_heads(const Var& y_in, int64_t batch) {
 }
 
 Var dropout(const Var& x_in, float p, uint64_t seed, uint64_t offset, bool training) {
+  ScopedOp site_op("dropout");  // names what this op allocates (tensor/alloc_site.h)
   Var x = x_in;
   autocast(OpKind::dropout, {&x});
   require(x, "dropout", "x");
@@ -368,6 +384,7 @@ Var dropout(const Var& x_in, float p, uint64_t seed, uint64_t offset, bool train
 
 // An explicit dtype: never autocast (its policy is keep).
 Var cast(const Var& x, DType dtype) {
+  ScopedOp site_op("cast");  // names what this op allocates (tensor/alloc_site.h)
   require(x, "cast", "x");
   if (x.dtype() == dtype) return x;
   Tensor out = x.value().to(dtype, MemCategory::activations);
@@ -379,6 +396,7 @@ Var cast(const Var& x, DType dtype) {
 // Blocked causal attention (attention_blocks.cpp), a chunk of heads at a time. Saved for backward:
 // q, k, v and the probability blocks (the lower triangle only) in the compute dtype.
 Var attention(const Var& q_in, const Var& k_in, const Var& v_in, float scale_) {
+  ScopedOp site_op("attention");  // names what this op allocates (tensor/alloc_site.h)
   ProfileScope prof(WorkKind::attention);
   Var q = q_in, k = k_in, v = v_in;
   autocast(OpKind::attention, {&q, &k, &v});
@@ -406,6 +424,7 @@ Var attention(const Var& q_in, const Var& k_in, const Var& v_in, float scale_) {
 // q, k, v copied out of qkv in one pass (the GEMMs want each head contiguous), the output
 // copied into (B, T, C) in one pass. Saved: q, k, v (B*H, T, D) and the probability blocks.
 Var attention_qkv(const Var& qkv_in, int64_t n_head, float scale_) {
+  ScopedOp site_op("attention_qkv");  // names what this op allocates (tensor/alloc_site.h)
   ProfileScope prof(WorkKind::attention);
   Var qkv = qkv_in;
   autocast(OpKind::attention_qkv, {&qkv});
@@ -431,6 +450,7 @@ Var attention_qkv(const Var& qkv_in, int64_t n_head, float scale_) {
 }
 
 Var checkpoint(const std::function<Var(const Var&)>& fn, const Var& x) {
+  ScopedOp site_op("checkpoint");  // names what this op allocates (tensor/alloc_site.h)
   require(x, "checkpoint", "x");
   if (!grad_enabled()) return fn(x);
   Tensor out;

@@ -14,6 +14,7 @@
 #include <memory>
 
 #include "mixtrain/numeric/stochastic.h"
+#include "tensor/alloc_site.h"
 
 namespace mixtrain {
 
@@ -103,6 +104,7 @@ void TextCorpus::prepare_batch(int64_t B, int64_t T, Tensor& idx, Tensor& target
   if (B < 1 || B > kMaxRows)
     throw ArgumentError(std::string(op) + ": batch size B must be in [1, 2^20], got " + std::to_string(B));
   check_window(T);
+  const ScopedOp site("batch");  // names the token tensors in memory reports
   for (Tensor* t : {&idx, &targets}) {
     if (!t->defined()) {
       *t = Tensor::empty({B, T}, DType::i32, MemCategory::data);
@@ -126,6 +128,7 @@ int64_t TextCorpus::train_window_start(int64_t T, uint64_t seed, int64_t step, i
 void TextCorpus::train_batch(int64_t B, int64_t T, uint64_t seed, int64_t step, Tensor& idx,
                              Tensor& targets) const {
   prepare_batch(B, T, idx, targets, "TextCorpus::train_batch");
+  if (idx.is_meta()) return;  // a meta batch has a shape and no tokens
   int32_t* x = idx.data<int32_t>();     // (B, T)
   int32_t* y = targets.data<int32_t>(); // (B, T)
   const uint8_t* data = train_bytes();
@@ -155,6 +158,7 @@ int64_t TextCorpus::val_batch(int64_t batch_index, int64_t B, int64_t T, Tensor&
   if (batch_index < 0 || batch_index >= batches)
     throw ArgumentError("TextCorpus::val_batch: batch index " + std::to_string(batch_index) + " out of range [0, " +
                         std::to_string(batches) + ")");
+  if (idx.is_meta()) return std::min(B, windows - batch_index * B);  // rows a real batch would fill
   int32_t* x = idx.data<int32_t>();     // (B, T)
   int32_t* y = targets.data<int32_t>(); // (B, T)
   const uint8_t* data = val_bytes();

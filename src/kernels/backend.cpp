@@ -8,6 +8,7 @@
 #include <string>
 
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/meta/meta_backend.h"
 #include "mixtrain/core/error.h"
 
 namespace mixtrain {
@@ -23,6 +24,7 @@ CpuBackend& CpuBackend::instance() {
 
 Backend& backend_for(Device device) {
   if (device.type == DeviceType::cpu) return CpuBackend::instance();
+  if (device.type == DeviceType::meta) return MetaBackend::instance();
   throw ArgumentError("no backend for device " + device.to_string() + " in this build");
 }
 

@@ -22,28 +22,9 @@ std::string gemm_impl_for(DType in_dtype, DType out_dtype, int64_t m, int64_t n,
 // or oneDNN has no fp16 matmul for it).
 bool gemm_fp16_converts_to_f32();
 
-// The temporary memory gemm() takes on this machine for one problem: op(a) (batch|1, M, K) @
-// op(b) (batch|1, K, N) -> (batch, M, N), each operand's rows dense (a transposed operand stored
-// the other way round), its matrices a batch stride apart (dense when 0: slices of a longer
-// sequence are not), plus beta and whether a bias row is added. Each kind lives in a per-thread
-// buffer (MemCategory::workspace) that grows to the largest need and is kept between calls
-// (freed after a call only when over 64 MiB). For the memory predictor (models/gpt_memory.h).
-struct GemmQuery {
-  DType in = DType::f32, out = DType::f32;
-  int64_t batch = 1, m = 1, n = 1, k = 1;
-  bool a_batched = false, b_batched = false;  // false: one matrix shared by the batch
-  int64_t a_batch_stride = 0, b_batch_stride = 0, c_batch_stride = 0;  // elements; 0: r * c
-  bool trans_a = false, trans_b = false;
-  float beta = 0.f;
-  bool bias = false;
-};
-struct GemmScratchBytes {
-  int64_t scratchpad = 0;  // oneDNN's own scratchpad for the primitive
-  int64_t src_f32 = 0;     // fp32 copy of op(a), when the inputs are converted (fp16 without fp16 arithmetic)
-  int64_t wei_f32 = 0;     // fp32 copy of op(b), likewise
-  int64_t dst_f32 = 0;     // fp32 output, when oneDNN cannot write the output dtype directly
-};
-GemmScratchBytes gemm_scratch_for(const GemmQuery& q);
+// The CPU GEMM's temporaries live in per-thread buffers (MemCategory::workspace), one set per
+// device, grown to the largest need and kept between calls (freed after a call only when over
+// 64 MiB); the meta device's GEMM takes the same buffers (kernels/cpu/cpu_backend.h).
 // Frees the calling thread's GEMM buffers (the next gemm() grows them again), so that a training
 // run's memory peaks do not include a previous run's temporaries.
 void gemm_scratch_release();

@@ -45,4 +45,19 @@ void sum_to_row(const Tensor& x, Tensor& out) {
   backend_for(dev).sum_to_row(x, out);
 }
 
+void argmax_last(const Tensor& x, Tensor& out) {
+  ProfileScope prof(WorkKind::elementwise);
+  const char* op_name = "argmax_last";
+  const Device dev = detail::check_defined_same_device(op_name, {{"x", &x}, {"out", &out}});
+  detail::check_float(op_name, {{"x", &x}});
+  out.check_dtype(DType::i32, "argmax_last: out");
+  detail::check_min_dim(op_name, {"x", &x}, 1);
+  if (!(out.shape() == detail::leading_shape(x)))
+    throw ShapeError(std::string(op_name) + ": out " + out.to_string() + " must have the leading shape " +
+                     detail::leading_shape(x).to_string() + " of x " + x.to_string());
+  if (x.size(-1) == 0 && out.numel() > 0)
+    throw ArgumentError(std::string(op_name) + ": argmax over an empty last dim of x " + x.to_string());
+  backend_for(dev).argmax_last(x, out);
+}
+
 }  // namespace mixtrain

@@ -3,6 +3,8 @@
 
 #include <cmath>
 
+#include "tensor/alloc_site.h"
+
 namespace mixtrain::nn {
 
 Var bind_parameter(const ParameterStore& store, const std::string& name) {
@@ -24,6 +26,11 @@ void Linear::bind(const ParameterStore& s) {
   if (has_bias) bias = bind_parameter(s, prefix + ".bias");
 }
 
+Var Linear::operator()(const Var& x) const {
+  const ScopedModule site(prefix);
+  return autograd::linear(x, weight, bias);
+}
+
 void LayerNorm::declare(ParameterStore& s, std::string name, int64_t channels, float eps_) {
   prefix = std::move(name);
   dim = channels;
@@ -37,6 +44,11 @@ void LayerNorm::bind(const ParameterStore& s) {
   bias = bind_parameter(s, prefix + ".bias");
 }
 
+Var LayerNorm::operator()(const Var& x) const {
+  const ScopedModule site(prefix);
+  return autograd::layer_norm(x, weight, bias, eps);
+}
+
 void Embedding::declare(ParameterStore& s, std::string name, int64_t num_embeddings, int64_t channels) {
   prefix = std::move(name);
   num = num_embeddings;
@@ -46,6 +58,11 @@ void Embedding::declare(ParameterStore& s, std::string name, int64_t num_embeddi
 
 void Embedding::bind(const ParameterStore& s) { weight = bind_parameter(s, prefix + ".weight"); }
 
+Var Embedding::operator()(const Tensor& ids) const {
+  const ScopedModule site(prefix);
+  return autograd::embedding(weight, ids);
+}
+
 Var DropoutState::operator()(const Var& x) {
   if (p == 0.f || !training) return x;
   Var y = autograd::dropout(x, p, seed, offset, training);
@@ -53,7 +70,8 @@ Var DropoutState::operator()(const Var& x) {
   return y;
 }
 
-void CausalSelfAttention::declare(ParameterStore& s, const std::string& prefix, int64_t C, int64_t H) {
+void CausalSelfAttention::declare(ParameterStore& s, const std::string& name, int64_t C, int64_t H) {
+  prefix = name;
   n_head = H;
   c_attn.declare(s, prefix + ".c_attn", C, 3 * C);
   c_proj.declare(s, prefix + ".c_proj", C, C);
@@ -66,6 +84,7 @@ void CausalSelfAttention::bind(const ParameterStore& s) {
 
 Var CausalSelfAttention::operator()(const Var& x, DropoutState& drop) const {
   using namespace autograd;
+  const ScopedModule site(prefix);
   const int64_t B = x.size(0), C = x.size(2), D = C / n_head;
   Var qkv = c_attn(x);                      // (B, T, 3C)
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
@@ -103,7 +122,8 @@ Var Block::decode(const Var& x, Tensor& k_cache, Tensor& v_cache, int64_t pos) c
   return autograd::add(h, mlp(ln_2(h), none));
 }
 
-void Mlp::declare(ParameterStore& s, const std::string& prefix, int64_t C) {
+void Mlp::declare(ParameterStore& s, const std::string& name, int64_t C) {
+  prefix = name;
   c_fc.declare(s, prefix + ".c_fc", C, 4 * C);
   c_proj.declare(s, prefix + ".c_proj", 4 * C, C);
 }
@@ -114,10 +134,12 @@ void Mlp::bind(const ParameterStore& s) {
 }
 
 Var Mlp::operator()(const Var& x, DropoutState& drop) const {
+  const ScopedModule site(prefix);
   return drop(c_proj(autograd::gelu(c_fc(x))));  // (B, T, C) -> (B, T, 4C) -> (B, T, C)
 }
 
-void Block::declare(ParameterStore& s, const std::string& prefix, int64_t C, int64_t H, float eps) {
+void Block::declare(ParameterStore& s, const std::string& name, int64_t C, int64_t H, float eps) {
+  prefix = name;
   ln_1.declare(s, prefix + ".ln_1", C, eps);
   attn.declare(s, prefix + ".attn", C, H);
   ln_2.declare(s, prefix + ".ln_2", C, eps);
@@ -132,6 +154,7 @@ void Block::bind(const ParameterStore& s) {
 }
 
 Var Block::operator()(const Var& x, DropoutState& drop) const {
+  const ScopedModule site(prefix);
   Var h = autograd::add(x, attn(ln_1(x), drop));
   return autograd::add(h, mlp(ln_2(h), drop));
 }

@@ -2,6 +2,7 @@
 #include "mixtrain/nn/parameters.h"
 
 #include <cstring>
+#include "tensor/alloc_site.h"
 
 namespace mixtrain {
 
@@ -25,6 +26,7 @@ void ParameterStore::declare(const std::string& name, const Shape& shape, bool w
 
 void ParameterStore::finalize(DType dtype, DType grad_dtype, MemCategory category) {
   if (finalized()) throw ArgumentError("ParameterStore::finalize: called twice");
+  const ScopedOp site("flat arena");  // names the two arenas in memory reports
   params_ = Tensor::zeros({flat_numel_}, dtype, category);
   grads_ = Tensor::zeros({flat_numel_}, grad_dtype, MemCategory::gradients);
 }
@@ -58,7 +60,7 @@ Tensor ParameterStore::grad(size_t i) const {
 }
 
 void ParameterStore::zero_grads() {
-  if (grads_.defined()) std::memset(grads_.raw_data(), 0, grads_.nbytes());
+  if (grads_.defined() && !grads_.is_meta()) std::memset(grads_.raw_data(), 0, grads_.nbytes());
 }
 
 }  // namespace mixtrain

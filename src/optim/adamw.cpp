@@ -8,6 +8,7 @@
 #include "mixtrain/core/profiler.h"
 #include "mixtrain/kernels/backend.h"
 #include "optim/optim_util.h"
+#include "tensor/alloc_site.h"
 
 namespace mixtrain {
 
@@ -48,6 +49,7 @@ AdamW::AdamW(const ParameterStore& store, AdamWConfig config) : config_(config) 
   dtype_ = optim_detail::optimizer_param_dtype(store, "AdamW");
   flat_numel_ = store.flat_numel();
   spans_ = flat_spans(store);
+  const ScopedOp site("AdamW moments");  // names the state in memory reports
   m_ = Tensor::zeros({flat_numel_}, dtype_, MemCategory::optimizer_state);
   v_ = Tensor::zeros({flat_numel_}, dtype_, MemCategory::optimizer_state);
   if (dtype_ != DType::f32 && config_.rounding == UpdateRounding::kahan)

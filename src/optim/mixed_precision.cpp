@@ -3,6 +3,7 @@
 
 #include "mixtrain/core/profiler.h"
 #include "mixtrain/optim/clip.h"
+#include "tensor/alloc_site.h"
 
 namespace mixtrain {
 namespace {
@@ -33,6 +34,7 @@ Tensor* MixedPrecision::working_copy_for(ParameterStore& store) {
   const bool same = working_.defined() && working_master_.storage() == master.storage() &&
                     working_master_.offset() == master.offset() && working_.numel() == master.numel();
   if (!same) {
+    const ScopedOp site("16-bit working copy");  // names it in memory reports
     working_ = Tensor::empty({master.numel()}, spec_.compute_dtype, MemCategory::parameters);
     working_master_ = master;
     working_version_ = ~uint64_t{0};

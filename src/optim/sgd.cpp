@@ -8,6 +8,7 @@
 #include "mixtrain/core/profiler.h"
 #include "mixtrain/kernels/backend.h"
 #include "optim/optim_util.h"
+#include "tensor/alloc_site.h"
 
 namespace mixtrain {
 
@@ -28,6 +29,7 @@ SGD::SGD(const ParameterStore& store, SgdConfig config) : config_(config) {
   dtype_ = optim_detail::optimizer_param_dtype(store, "SGD");
   flat_numel_ = store.flat_numel();
   spans_ = flat_spans(store);
+  const ScopedOp site("SGD state");  // names the state in memory reports
   if (config_.momentum != 0.f) buf_ = Tensor::zeros({flat_numel_}, dtype_, MemCategory::optimizer_state);
   if (dtype_ != DType::f32 && config_.rounding == UpdateRounding::kahan)
     c_ = Tensor::zeros({flat_numel_}, dtype_, MemCategory::optimizer_state);

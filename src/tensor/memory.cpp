@@ -1,6 +1,8 @@
 // Memory tracker: process-wide live/peak byte counters per category.
 #include "mixtrain/tensor/memory.h"
 
+#include "mixtrain/tensor/device.h"
+
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -28,6 +30,13 @@ MemoryTracker& MemoryTracker::global() {
   static MemoryTracker t;
   return t;
 }
+
+MemoryTracker& MemoryTracker::meta() {
+  static MemoryTracker t;
+  return t;
+}
+
+MemoryTracker& MemoryTracker::current() { return default_device().is_meta() ? meta() : global(); }
 
 void MemoryTracker::raise_peak(std::atomic<int64_t>& peak, int64_t value) {
   int64_t cur = peak.load(std::memory_order_relaxed);

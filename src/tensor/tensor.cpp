@@ -10,6 +10,7 @@
 
 #include "mixtrain/numeric/stochastic.h"
 #include "mixtrain/core/profiler.h"
+#include "tensor/meta.h"
 
 namespace mixtrain {
 namespace {
@@ -37,15 +38,15 @@ void fill_f32(float* dst, int64_t n, F f) {
 // ---- creation ------------------------------------------------------------------------------------
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, MemCategory category, Device device) {
-  if (device.type != DeviceType::cpu)
-    throw ArgumentError("Tensor::empty: no allocator for device " + device.to_string() + " in this build");
+  Allocator& allocator = allocator_for(device);
   const int64_t n = shape.numel();  // checks negative extents and overflow
   const auto esize = static_cast<int64_t>(dtype_size(dtype));
   if (n > INT64_MAX / esize)
     throw ShapeError("Tensor::empty: " + shape.to_string() + " of " + std::string(dtype_name(dtype)) +
                      " overflows the byte count");
+  if (device.is_meta()) meta_note_tensor(shape, dtype);
   Tensor t;
-  t.storage_ = std::make_shared<Storage>(static_cast<size_t>(n * esize), category, cpu_allocator());
+  t.storage_ = std::make_shared<Storage>(static_cast<size_t>(n * esize), category, allocator);
   t.shape_ = shape;
   t.strides_ = contiguous_strides(shape);
   t.dtype_ = dtype;
@@ -54,7 +55,7 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, MemCategory category, Devi
 
 Tensor Tensor::zeros(const Shape& shape, DType dtype, MemCategory category, Device device) {
   Tensor t = empty(shape, dtype, category, device);
-  std::memset(t.raw_data(), 0, t.nbytes());  // all-zero bits is +0 in every dtype
+  if (!t.is_meta()) std::memset(t.raw_data(), 0, t.nbytes());  // all-zero bits is +0 in every dtype
   return t;
 }
 
@@ -69,7 +70,7 @@ Tensor Tensor::from_vector(const std::vector<double>& values, const Shape& shape
     throw ShapeError("Tensor::from_vector: " + std::to_string(values.size()) + " values for shape " +
                      shape.to_string());
   Tensor t = empty(shape, dtype, category);
-  convert_any(values.data(), DType::f64, t.raw_data(), dtype, values.size());
+  if (!t.is_meta()) convert_any(values.data(), DType::f64, t.raw_data(), dtype, values.size());
   return t;
 }
 
@@ -78,7 +79,7 @@ Tensor Tensor::from_floats(const std::vector<float>& values, const Shape& shape,
     throw ShapeError("Tensor::from_floats: " + std::to_string(values.size()) + " values for shape " +
                      shape.to_string());
   Tensor t = empty(shape, dtype, category);
-  convert_any(values.data(), DType::f32, t.raw_data(), dtype, values.size());
+  if (!t.is_meta()) convert_any(values.data(), DType::f32, t.raw_data(), dtype, values.size());
   return t;
 }
 
@@ -87,7 +88,7 @@ Tensor Tensor::from_ints(const std::vector<int32_t>& values, const Shape& shape,
     throw ShapeError("Tensor::from_ints: " + std::to_string(values.size()) + " values for shape " +
                      shape.to_string());
   Tensor t = empty(shape, DType::i32, category);
-  if (!values.empty()) std::memcpy(t.raw_data(), values.data(), values.size() * sizeof(int32_t));
+  if (!values.empty() && !t.is_meta()) std::memcpy(t.raw_data(), values.data(), values.size() * sizeof(int32_t));
   return t;
 }
 
@@ -95,7 +96,8 @@ Tensor Tensor::randn(const Shape& shape, DType dtype, uint64_t seed, float mean,
   const int64_t n = shape.numel();
   Tensor f = empty(shape, DType::f32, dtype == DType::f32 ? category : MemCategory::workspace);
   // Box-Muller on two independent counters per element.
-  fill_f32(f.data<float>(), n, [&](int64_t i) {
+  if (!f.is_meta())
+    fill_f32(f.data<float>(), n, [&](int64_t i) {
     const auto c = static_cast<uint64_t>(i) * 2;
     const float u1 = 1.0f - unit_float(counter_rng(seed, c));  // (0, 1]: log is finite
     const float u2 = unit_float(counter_rng(seed, c + 1));
@@ -108,7 +110,8 @@ Tensor Tensor::randn(const Shape& shape, DType dtype, uint64_t seed, float mean,
 Tensor Tensor::rand_uniform(const Shape& shape, DType dtype, uint64_t seed, float lo, float hi, MemCategory category) {
   const int64_t n = shape.numel();
   Tensor f = empty(shape, DType::f32, dtype == DType::f32 ? category : MemCategory::workspace);
-  fill_f32(f.data<float>(), n,
+  if (!f.is_meta())
+    fill_f32(f.data<float>(), n,
            [&](int64_t i) { return lo + (hi - lo) * unit_float(counter_rng(seed, static_cast<uint64_t>(i))); });
   return dtype == DType::f32 ? f : f.to(dtype, category);
 }
@@ -289,6 +292,8 @@ void Tensor::copy_from(const Tensor& src) {
   if (!defined() || !src.defined()) throw ArgumentError("Tensor::copy_from: undefined tensor");
   if (!(shape_ == src.shape_))
     throw ShapeError("Tensor::copy_from: shape mismatch, destination " + to_string() + " source " + src.to_string());
+  if (is_meta()) return;  // a meta tensor holds no values (any source may be copied "into" it)
+  if (src.is_meta()) throw ArgumentError("Tensor::copy_from: the source " + src.to_string() + " is a meta tensor (no data)");
   if (is_contiguous() && src.is_contiguous()) {
     convert_any(src.raw_data(), src.dtype_, raw_data(), dtype_, static_cast<size_t>(numel()));
     return;
@@ -324,6 +329,7 @@ void Tensor::copy_from(const Tensor& src) {
 }
 
 void Tensor::fill(double value) {
+  if (is_meta()) return;
   void* d = raw_data();
   if (is_contiguous() && numel() > 0) {
     store_from_f64(d, dtype_, 0, value);
@@ -341,6 +347,7 @@ void Tensor::zero() { fill(0.0); }
 
 double Tensor::item() const {
   if (numel() != 1) throw ShapeError("Tensor::item: " + to_string() + " has " + std::to_string(numel()) + " elements, not 1");
+  if (is_meta()) return 0.0;  // a meta value reads as zero: finite, so a meta run never diverges
   return load_as_f64(raw_data(), dtype_, 0);
 }
 
@@ -355,12 +362,13 @@ double Tensor::at(std::initializer_list<int64_t> index) const {
                        " of " + to_string());
     off += i * strides_[d++];
   }
+  if (is_meta()) return 0.0;
   return load_as_f64(raw_data(), dtype_, off);
 }
 
 std::vector<double> Tensor::to_doubles() const {
   std::vector<double> v(static_cast<size_t>(numel()));
-  if (v.empty()) return v;
+  if (v.empty() || is_meta()) return v;
   const void* s = raw_data();
   for_each_offset(shape_, strides_, [&](int64_t i, int64_t off) { v[static_cast<size_t>(i)] = load_as_f64(s, dtype_, off); });
   return v;
@@ -368,7 +376,7 @@ std::vector<double> Tensor::to_doubles() const {
 
 std::vector<float> Tensor::to_floats() const {
   std::vector<float> v(static_cast<size_t>(numel()));
-  if (v.empty()) return v;
+  if (v.empty() || is_meta()) return v;
   if (is_contiguous()) {
     convert_any(raw_data(), dtype_, v.data(), DType::f32, v.size());
     return v;
@@ -381,6 +389,7 @@ std::vector<float> Tensor::to_floats() const {
 std::vector<int32_t> Tensor::to_ints() const {
   check_dtype(DType::i32, "Tensor::to_ints");
   std::vector<int32_t> v(static_cast<size_t>(numel()));
+  if (is_meta()) return v;
   const auto* s = static_cast<const int32_t*>(raw_data());
   for_each_offset(shape_, strides_, [&](int64_t i, int64_t off) { v[static_cast<size_t>(i)] = s[off]; });
   return v;

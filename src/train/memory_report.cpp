@@ -13,8 +13,8 @@ double relative_error(int64_t predicted, int64_t measured) {
 MemoryReport memory_report(const TrainOptions& opt, bool predict_only) {
   MemoryReport r;
   r.model = GptConfig::from_preset_or_file(opt.model);
-  r.predicted = predict_gpt_memory(r.model, memory_options(opt));
   r.seq_len = opt.seq_len > 0 ? opt.seq_len : r.model.block_size;
+  r.predicted = predict_train_memory(opt);
   if (predict_only) return r;
 
   // The measurement: a real run of train() with the same options (quiet, no MFU measurement).

@@ -48,7 +48,10 @@ void StepLogHook::on_step_end(TrainingRun& run, const StepRecord& r) {
     j["error"] = "non-finite loss";
     j["diverged"] = true;
   }
-  if (r.evaluated) j["val_loss"] = r.val_loss;
+  if (r.evaluated) {
+    j["val_loss"] = r.val_loss;
+    j["val_accuracy"] = r.val_accuracy;
+  }
   f_->write(j.dump() + "\n");  // one write per line: a killed run leaves whole lines
 }
 
@@ -120,6 +123,7 @@ void FaultInjectionHook::after_backward(TrainingRun& run, int64_t step) {
   if (it == steps_.end()) return;
   const double bad = (it - steps_.begin()) % 2 == 0 ? INFINITY : NAN;
   Tensor grads = run.model().params().flat_grads();
+  if (grads.is_meta()) return;  // nothing to poison
   store_from_f64(grads.raw_data(), grads.dtype(), 0, bad);
 }
 

@@ -33,6 +33,7 @@ nlohmann::ordered_json summary_to_json(const TrainSummary& r) {
   j["steps"] = r.steps;
   j["final_train_loss"] = finite_or_null(r.final_train_loss);
   j["val_loss"] = finite_or_null(r.val_loss);
+  j["val_accuracy"] = finite_or_null(r.val_accuracy);
   j["unigram_baseline"] = r.unigram_baseline;
   j["tokens_per_s"] = r.tokens_per_s;
   j["model_flops_per_s"] = r.model_flops_per_s;

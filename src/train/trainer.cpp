@@ -17,6 +17,7 @@
 #include "train/dir_lock.h"
 #include "train/model_config.h"
 #include "train/output_paths.h"
+#include "mixtrain/train/memory_prediction.h"
 #include "mixtrain/train/run_hooks.h"
 
 #include <fcntl.h>
@@ -43,7 +44,7 @@ void TrainOptions::validate() const {
   };
   positive(steps, "steps");
   positive(batch_size, "batch_size");
-  if (batch_size > (int64_t{1} << 20)) bad("batch_size", " must be at most 2^20, got " + std::to_string(batch_size));
+  if (batch_size > (int64_t{1} << 20)) bad("batch_size", " must be at most 2^20 (1048576), got " + std::to_string(batch_size));
   if (seq_len < 0) bad("seq_len", " must be positive, got " + std::to_string(seq_len));
   if (!(lr > 0.f) || !std::isfinite(lr)) bad("lr", " must be a positive number");
   if (warmup < 0 || warmup > steps) throw ArgumentError({"warmup", "steps"}, "warmup must be in [0, steps]");
@@ -160,10 +161,25 @@ TrainSummary train(const TrainOptions& opt_in) {
   if (T > cfg.block_size)
     throw ArgumentError({"seq_len"}, "seq_len " + std::to_string(T) + " exceeds the model's block_size " +
                                          std::to_string(cfg.block_size));
-  if (!opt.force) {
+  // (Not for data from a stream: the probe would consume it.)
+  struct stat data_st {};
+  const bool stream_data = opt.data == "-" || (!opt.data.empty() && ::stat(opt.data.c_str(), &data_st) == 0 &&
+                                               !S_ISREG(data_st.st_mode) && !S_ISDIR(data_st.st_mode));
+  if (!opt.force && !stream_data) {
     const int64_t available = available_memory_bytes();
     if (available > 0) {
-      const int64_t predicted = predict_gpt_memory(cfg, memory_options(opt)).peak_bytes;
+      // The run itself on the meta device (train/memory_prediction.h), forced (no nested check)
+      // and cut to its first steps: the peak is reached in the first two (the second holds the
+      // optimizer state and the working copies; the final evaluation is smaller than a step).
+      TrainOptions probe = opt;
+      probe.force = true;
+      probe.steps = std::min<int64_t>(opt.steps, 2);
+      probe.warmup = std::min(probe.warmup, probe.steps);
+      probe.eval_every = 0;
+      probe.inject_nonfinite.clear();
+      probe.checkpoint.stop_after = 0;
+      probe.checkpoint.save_every = 0;
+      const int64_t predicted = predict_train_memory(probe).peak_bytes;
       if (predicted > available)
         throw ArgumentError({"force"}, "the run needs about " + gib(predicted) + " (predicted peak) but only " +
                                            gib(available) + " is available; force tries anyway");
@@ -177,7 +193,7 @@ TrainSummary train(const TrainOptions& opt_in) {
     throw ArgumentError("model vocab_size " + std::to_string(cfg.vocab_size) + " is smaller than the 256 byte tokens");
 
   gemm_scratch_release();  // the peaks are this run's: no GEMM temporaries of an earlier one
-  MemoryTracker::global().reset_peaks();
+  MemoryTracker::current().reset_peaks();  // the meta device's in a prediction
   // In the *-mixed modes the fp32 arena is the master copy of the 16-bit working weights, and is
   // accounted as such (the working copy, optim/mixed_precision.h, is MemCategory::parameters).
   const bool masters = spec.autocast && spec.param_dtype == DType::f32;
@@ -227,19 +243,5 @@ TrainSummary train(const TrainOptions& opt_in) {
   return sum;
 }
 
-GptMemoryOptions memory_options(const TrainOptions& o) {
-  GptMemoryOptions m;
-  m.precision = o.precision;
-  m.batch_size = o.batch_size;
-  m.seq_len = o.seq_len;
-  m.checkpoint_activations = o.checkpoint_activations;
-  m.optimizer = o.optimizer;
-  m.momentum = o.momentum;
-  m.update_rounding = o.update_rounding;
-  m.grad_accum = o.grad_accum;
-  m.steps = o.steps;
-  m.eval_batches = o.eval_batches;
-  return m;
-}
 
 }  // namespace mixtrain

@@ -7,6 +7,7 @@
 #include "mixtrain/autograd/functions.h"
 #include "mixtrain/tensor/allocator.h"
 #include "mixtrain/tensor/memory.h"
+#include "tensor/alloc_site.h"
 
 namespace mixtrain {
 namespace {
@@ -74,21 +75,24 @@ int64_t TrainingRun::tokens_per_step() const {
   return data_.batch_size() * data_.sequence_length() * config_.grad_accum;
 }
 
-double TrainingRun::evaluate() {
-  return mp_.forward([&] {
+TrainingRun::Evaluation TrainingRun::evaluate() {
+  const ScopedPhase phase(step_, "evaluation");
+  const EvalSums sums = mp_.forward([&] {
     autograd::NoGradGuard no_grad;
     const int64_t available = data_.num_eval_batches();
     const int64_t n = std::min(config_.eval_batches, available);
     Batch batch;
-    double total = 0, rows = 0;
+    EvalSums total;
     for (int64_t i = 0; i < n; ++i) {
       data_.eval_batch(n == available ? i : i * available / n, batch);  // spread evenly
-      const ModelOutput out = model_.forward_batch(batch, false, 0);
-      total += out.loss.value().item() * static_cast<double>(batch.rows);
-      rows += static_cast<double>(batch.rows);
+      total.add(model_.evaluate_batch(batch));
     }
-    return rows > 0 ? total / rows : std::nan("");
+    return total;
   });
+  Evaluation e;
+  if (sums.rows > 0) e.loss = sums.loss_sum / static_cast<double>(sums.rows);
+  if (sums.scored > 0) e.accuracy = static_cast<double>(sums.correct) / static_cast<double>(sums.scored);
+  return e;
 }
 
 StepRecord TrainingRun::step() {
@@ -105,6 +109,7 @@ StepRecord TrainingRun::step() {
   double loss = 0;
   for (int64_t micro = 0; micro < K; ++micro) {
     const int64_t position = (r.step - 1) * K + micro + 1;  // data and dropout stream position
+    const ScopedPhase phase(r.step, "forward");
     data_.train_batch(position, batch_);
     ModelOutput out = mp_.forward(
         [&] { return model_.forward_batch(batch_, true, config_.seed ^ (static_cast<uint64_t>(position) << 20)); });
@@ -121,6 +126,7 @@ StepRecord TrainingRun::step() {
   r.found_inf = true;
   if (r.loss_finite) {
     for (auto& h : hooks_) h->after_backward(*this, r.step);
+    const ScopedPhase phase(r.step, "optimizer update");
     const StepResult s = mp_.prepare_step(params, config_.grad_clip);
     r.found_inf = s.found_inf;
     r.grad_norm = s.grad_norm;
@@ -163,14 +169,19 @@ TrainSummary TrainingRun::run() {
       for (auto& h : hooks_) h->on_step_end(*this, r);
       summary_.diverged = true;
       summary_.final_train_loss = r.loss;
-      summary_.val_loss = NAN;
+      summary_.val_loss = summary_.val_accuracy = NAN;
       finish_summary();
       throw DivergedError(r.step, r.loss, bad_in_a_row_, summary_);
     }
     if (r.step == config_.steps || (config_.eval_every > 0 && r.step % config_.eval_every == 0)) {
-      r.val_loss = evaluate();
+      const Evaluation e = evaluate();
+      r.val_loss = e.loss;
+      r.val_accuracy = e.accuracy;
       r.evaluated = true;
-      if (r.step == config_.steps) summary_.val_loss = r.val_loss;
+      if (r.step == config_.steps) {
+        summary_.val_loss = r.val_loss;
+        summary_.val_accuracy = r.val_accuracy;
+      }
     }
     for (auto& h : hooks_) h->on_step_end(*this, r);
     summary_.final_train_loss = r.loss;
@@ -178,8 +189,13 @@ TrainSummary TrainingRun::run() {
     for (auto& h : hooks_) stop = h->should_stop(*this, r) || stop;  // every hook sees every step
     if (stop) break;
   }
-  if (start_step_ == config_.steps) summary_.val_loss = evaluate();  // resumed from the final step
-  else if (summary_.steps < config_.steps) summary_.val_loss = NAN;  // stopped early
+  if (start_step_ == config_.steps) {  // resumed from the final step
+    const Evaluation e = evaluate();
+    summary_.val_loss = e.loss;
+    summary_.val_accuracy = e.accuracy;
+  } else if (summary_.steps < config_.steps) {  // stopped early
+    summary_.val_loss = summary_.val_accuracy = NAN;
+  }
   finish_summary();
   for (auto& h : hooks_) h->on_run_end(*this, summary_);
   return summary_;

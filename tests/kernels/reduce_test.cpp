@@ -122,6 +122,48 @@ struct SumToRowTest : OpTest {
   }
 };
 
+// flags 1: NaNs planted in some rows (argmax is then the first NaN, as torch.argmax). 16-bit
+// inputs tie often (few distinct values): the first index of the maximum must win in both.
+struct ArgmaxLastTest : OpTest {
+  std::string name() const override { return "argmax_last"; }
+  std::vector<OpConfig> configs() const override {
+    std::vector<OpConfig> c;
+    uint64_t seed = 300;
+    for (const Shape& s : {Shape{1}, Shape{17}, Shape{7, 17}, Shape{33, 1003}, Shape{2, 3, 5}, Shape{3000, 257},
+                           Shape{0, 5}})
+      for (DType t : {DType::f32, DType::bf16, DType::f16})
+        for (int nan = 0; nan < 2; ++nan) c.push_back(make_cfg(s, t, DType::i32, false, nan, seed++, nan ? "NaN" : ""));
+    for (const Shape& s : {Shape{7, 17}, Shape{33, 1003}, Shape{2, 3, 5}})
+      for (DType t : {DType::f32, DType::bf16}) c.push_back(make_cfg(s, t, DType::i32, true, 0, seed++, "argmax"));
+    return c;
+  }
+  std::vector<Tensor> run(const OpConfig& cfg, bool reference) const override {
+    const Shape s = shape_of(cfg);
+    Tensor x = make_input(s, cfg.in, cfg.seed, cfg.non_contiguous);
+    if (cfg.flags == 1 && x.numel() > 0) {
+      std::vector<float> v = x.to_floats();
+      for (size_t i = 3; i < v.size(); i += 11) v[i] = NAN;
+      x = Tensor::from_floats(v, s, cfg.in);
+    }
+    Tensor out = Tensor::empty(Shape(s.begin(), s.end() - 1), DType::i32);
+    (reference ? ref::argmax_last : mixtrain::argmax_last)(x, out);
+    return {out};
+  }
+  Tolerance tolerance(const OpConfig&, size_t) const override { return {}; }  // indices: exact
+};
+
+TEST(ReduceOps, ArgmaxLastIsTorchsArgmax) {
+  const Tensor x = Tensor::from_floats({1, 3, 3, 2, /**/ -1, NAN, 5, NAN, /**/ 0, 0, 0, 0}, {3, 4}, DType::f32);
+  Tensor out = Tensor::empty({3}, DType::i32);
+  argmax_last(x, out);
+  EXPECT_EQ(out.to_ints(), (std::vector<int32_t>{1, 1, 0}));  // first of ties; first NaN; all equal
+  Tensor bad = Tensor::empty({3}, DType::f32);
+  EXPECT_THROW(argmax_last(x, bad), DTypeError);
+  Tensor wrong = Tensor::empty({4}, DType::i32);
+  EXPECT_THROW(argmax_last(x, wrong), ShapeError);
+}
+
+MIXTRAIN_REGISTER_OP_TEST(ArgmaxLastTest);
 MIXTRAIN_REGISTER_OP_TEST(ReduceAllTest);
 MIXTRAIN_REGISTER_OP_TEST(ReduceLastTest);
 MIXTRAIN_REGISTER_OP_TEST(SumToRowTest);

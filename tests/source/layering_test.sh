@@ -4,7 +4,7 @@
 #
 #   core        errors, CPU features, the profiler
 #   numeric     fp16, bf16, fp8, rounding, bulk conversions
-#   tensor      Tensor, storage, allocator, memory accounting
+#   tensor      Tensor, storage, allocator, memory accounting, the meta device
 #   data        the text corpus, batches (needs only tensor)
 #   kernels     every compute loop behind the backend
 #   bench       GEMM / convert benchmarks (on the kernels)
@@ -12,9 +12,9 @@
 #   amp         precision modes, autocast (installs the hook), GradScaler
 #   nn          the parameter arena, layers
 #   optim       optimizers, clipping, schedules, MixedPrecision (the step discipline)
-#   models      Model, Gpt, the memory predictor
+#   models      Model, Gpt
 #   checkpoint  safetensors, GPT-2 weights, the training-state file
-#   train       TrainingRun, train(), checkpointing of a run
+#   train       TrainingRun, train(), checkpointing of a run, memory prediction
 #   cli         apps/ (the command-line program)
 #
 # Every #include of src/, include/mixtrain/ and apps/ is resolved as the compiler does: a quoted

@@ -3,6 +3,7 @@
 #pragma once
 #include <functional>
 #include <memory>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -45,6 +46,7 @@ struct Node {
   int64_t i0 = 0, i1 = 0, i2 = 0;  // integer attributes (heads, which of q/k/v, ...)
   bool b0 = false, b1 = false;     // flags (transposes)
   std::function<Var(const Var&)> fn;  // checkpoint: runs the function again, in the forward's autocast state
+  const std::string* module = nullptr;  // the nn module that recorded it (names memory in backward), or null
 };
 
 // The backward rule of each op: given the node and d(loss)/d(output), accumulates

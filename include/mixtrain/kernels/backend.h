@@ -26,6 +26,7 @@ class Backend {
   virtual double reduce(const Tensor& x, ReduceOp op) = 0;
   virtual void reduce_last(const Tensor& x, ReduceOp op, Tensor& out) = 0;
   virtual void sum_to_row(const Tensor& x, Tensor& out) = 0;
+  virtual void argmax_last(const Tensor& x, Tensor& out) = 0;
   virtual void softmax_last(const Tensor& x, Tensor& out) = 0;
   virtual void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps, Tensor& out,
                           Tensor* mean, Tensor* rstd, Tensor* xhat) = 0;

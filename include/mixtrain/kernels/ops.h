@@ -50,6 +50,9 @@ double reduce(const Tensor& x, ReduceOp op);
 void reduce_last(const Tensor& x, ReduceOp op, Tensor& out);
 // Sum over every dim but the last: x (..., C) -> out (C). (Bias gradients.)
 void sum_to_row(const Tensor& x, Tensor& out);
+// Index of the largest element over the last dim: x (..., C) float, C >= 1 -> out (...) i32, as
+// torch.argmax: the first index of the maximum, a NaN counting as the maximum. (Accuracy.)
+void argmax_last(const Tensor& x, Tensor& out);
 
 // ---- normalisation, softmax, embedding, loss -----------------------------------------------------
 // Softmax along the last dim, max-subtracted, fp32 math: x (R, C) -> out (R, C).
@@ -80,6 +83,7 @@ void gelu(const Tensor& x, Tensor& out);
 double reduce(const Tensor& x, ReduceOp op);
 void reduce_last(const Tensor& x, ReduceOp op, Tensor& out);
 void sum_to_row(const Tensor& x, Tensor& out);
+void argmax_last(const Tensor& x, Tensor& out);
 void softmax_last(const Tensor& x, Tensor& out);
 void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps, Tensor& out,
                 Tensor* mean, Tensor* rstd, Tensor* xhat = nullptr);

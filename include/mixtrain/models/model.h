@@ -1,6 +1,7 @@
 // The model interface the training engine (train/training_run.h) drives: parameters in a flat
 // store, a forward pass from a batch to a loss, its training FLOPs, its configuration as JSON.
 // Gpt implements it (models/gpt.h); an encoder with a classification head implements it next.
+// Evaluation metrics (loss, top-1 accuracy) come from evaluate_batch.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -26,6 +27,20 @@ struct ModelOutput {
   autograd::Var loss;    // scalar f32 mean loss over the batch's real targets
 };
 
+// What evaluation batches score, as sums, so batches combine by adding (TrainingRun divides).
+struct EvalSums {
+  double loss_sum = 0;  // each batch's mean loss times its real rows
+  int64_t rows = 0;     // real rows
+  int64_t correct = 0;  // targets whose top-1 prediction (argmax of the logits) is the target
+  int64_t scored = 0;   // targets scored (a target of -1 is not)
+  void add(const EvalSums& o) {
+    loss_sum += o.loss_sum;
+    rows += o.rows;
+    correct += o.correct;
+    scored += o.scored;
+  }
+};
+
 class Model {
  public:
   virtual ~Model() = default;
@@ -34,6 +49,10 @@ class Model {
   virtual const ParameterStore& params() const = 0;
   // The loss of `batch` (training: dropout on, seeded by dropout_seed).
   virtual ModelOutput forward_batch(const Batch& batch, bool training, uint64_t dropout_seed) = 0;
+  // Evaluation metrics of `batch` (no dropout): its loss, and top-1 accuracy over every target
+  // that is not -1 (a language model's next-token accuracy, a classifier's accuracy). The default
+  // needs logits (..., K) with targets (...): override for a model whose outputs differ.
+  virtual EvalSums evaluate_batch(const Batch& batch);
   // Training FLOPs per token at sequence length T (for tokens/s -> FLOP/s and MFU).
   virtual double flops_per_token(int64_t T) const = 0;
   // Keep only each block's input for backward and recompute it there (same gradients).

@@ -1,5 +1,6 @@
 // Layers: thin objects that bind named parameters of a ParameterStore to autograd Vars and apply
-// the differentiable ops. Two phases: declare(store, ...) registers names and shapes before the
+// the differentiable ops. Each layer runs under its name (tensor/alloc_site.h), so memory and
+// numerics reports can say which module a tensor belongs to. Two phases: declare(store, ...) registers names and shapes before the
 // store is finalized; bind(store) creates the Vars on the arena views afterwards.
 //
 // Dimension letters: B batch, T sequence, C channels, H heads, D = C / H, V vocab.
@@ -24,7 +25,7 @@ struct Linear {
   Var bias;    // (OUT)
   void declare(ParameterStore& s, std::string name, int64_t in_features, int64_t out_features, bool bias_ = true);
   void bind(const ParameterStore& s);
-  Var operator()(const Var& x) const { return autograd::linear(x, weight, bias); }  // (..., IN) -> (..., OUT)
+  Var operator()(const Var& x) const;  // (..., IN) -> (..., OUT)
 };
 
 struct LayerNorm {
@@ -35,7 +36,7 @@ struct LayerNorm {
   Var bias;    // (C)
   void declare(ParameterStore& s, std::string name, int64_t channels, float eps_);
   void bind(const ParameterStore& s);
-  Var operator()(const Var& x) const { return autograd::layer_norm(x, weight, bias, eps); }
+  Var operator()(const Var& x) const;
 };
 
 struct Embedding {
@@ -44,7 +45,7 @@ struct Embedding {
   Var weight;  // (NUM, C)
   void declare(ParameterStore& s, std::string name, int64_t num_embeddings, int64_t channels);
   void bind(const ParameterStore& s);
-  Var operator()(const Tensor& ids) const { return autograd::embedding(weight, ids); }  // (...) -> (..., C)
+  Var operator()(const Tensor& ids) const;  // (...) -> (..., C)
 };
 
 // Dropout settings for one forward pass: the seed and a running element offset so every dropout
@@ -61,6 +62,7 @@ struct DropoutState {
 // Causal multi-head self-attention (GPT-2): qkv = c_attn(x); per head softmax(q k^T / sqrt(D)) v
 // with a causal mask; c_proj over the merged heads.
 struct CausalSelfAttention {
+  std::string prefix;  // e.g. "transformer.h.0.attn"
   Linear c_attn;  // C -> 3C
   Linear c_proj;  // C -> C
   int64_t n_head = 1;
@@ -74,6 +76,7 @@ struct CausalSelfAttention {
 };
 
 struct Mlp {
+  std::string prefix;
   Linear c_fc;    // C -> 4C
   Linear c_proj;  // 4C -> C
   void declare(ParameterStore& s, const std::string& prefix, int64_t C);
@@ -83,6 +86,7 @@ struct Mlp {
 
 // Pre-LN transformer block: x + attn(ln_1(x)), then + mlp(ln_2(x)).
 struct Block {
+  std::string prefix;  // e.g. "transformer.h.0"
   LayerNorm ln_1, ln_2;
   CausalSelfAttention attn;
   Mlp mlp;

@@ -21,6 +21,9 @@ class Allocator {
 };
 
 Allocator& cpu_allocator();
+// The allocator of a device: the CPU's, or meta's (tensor/meta.h: addresses that are never
+// backed by memory). Throws ArgumentError for a device this build cannot allocate on.
+Allocator& allocator_for(Device device);
 
 struct AllocatorStats {
   int64_t system_allocations = 0;  // blocks obtained from the system (not from the cache)

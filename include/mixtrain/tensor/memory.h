@@ -32,10 +32,13 @@ struct MemorySnapshot {
   int64_t allocations = 0;  // number of allocate() calls since start (or since reset_peaks)
 };
 
-// Process-wide counters (atomics: allocation can happen from any thread).
+// Process-wide counters, one tracker per device (atomics: allocation can happen from any thread).
 class MemoryTracker {
  public:
-  static MemoryTracker& global();
+  static MemoryTracker& global();  // the CPU's
+  static MemoryTracker& meta();    // the meta device's (tensor/device.h): predicted, not held
+  // The tracker of the default device (tensor/device.h: DeviceScope), which is what a run reports.
+  static MemoryTracker& current();
   void on_allocate(MemCategory c, size_t bytes);
   void on_free(MemCategory c, size_t bytes);
   MemorySnapshot snapshot() const;

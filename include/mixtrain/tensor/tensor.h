@@ -19,9 +19,9 @@ class Tensor {
 
   // --- creation ----------------------------------------------------------------------------
   static Tensor empty(const Shape& shape, DType dtype, MemCategory category = MemCategory::activations,
-                      Device device = Device::cpu());
+                      Device device = default_device());
   static Tensor zeros(const Shape& shape, DType dtype, MemCategory category = MemCategory::activations,
-                      Device device = Device::cpu());
+                      Device device = default_device());
   static Tensor full(const Shape& shape, DType dtype, double value,
                      MemCategory category = MemCategory::activations);
   // Values are given as doubles and rounded to `dtype` (round to nearest even).
@@ -42,6 +42,7 @@ class Tensor {
   bool defined() const { return storage_ != nullptr; }
   DType dtype() const { return dtype_; }
   Device device() const { return storage_ ? storage_->device() : Device::cpu(); }
+  bool is_meta() const { return storage_ && storage_->device().is_meta(); }
   MemCategory category() const { return storage_ ? storage_->category() : MemCategory::other; }
   const Shape& shape() const { return shape_; }
   const Strides& strides() const { return strides_; }

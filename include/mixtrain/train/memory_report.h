@@ -1,6 +1,6 @@
-// `mixtrain memory` as a function: how much memory a training run needs. The prediction from the
-// model's shape alone (models/gpt_memory.h: no tensor allocated) and, unless only the prediction
-// is asked for, the peaks the allocator's tracker measures over a real run of train() with the
+// `mixtrain memory` as a function: how much memory a training run needs. The prediction: the run
+// made on the meta device (train/memory_prediction.h: no tensor memory held, nothing computed)
+// and, unless only the prediction is asked for, the peaks the allocator's tracker measures over a real run of train() with the
 // same options, with the relative error per category and the process's peak RSS.
 //
 //   TrainOptions o;  // model, precision, batch_size, seq_len, steps, ...
@@ -12,8 +12,8 @@
 #include <optional>
 
 #include "mixtrain/models/gpt.h"
-#include "mixtrain/models/gpt_memory.h"
 #include "mixtrain/tensor/memory.h"
+#include "mixtrain/train/memory_prediction.h"
 #include "mixtrain/train/trainer.h"
 
 namespace mixtrain {
@@ -31,7 +31,7 @@ struct MeasuredMemory {
 struct MemoryReport {
   GptConfig model;
   int64_t seq_len = 0;  // the options' seq_len, or the model's block size
-  GptMemoryPrediction predicted;
+  MemoryPrediction predicted;
   std::optional<MeasuredMemory> measured;  // none with predict_only
 };
 

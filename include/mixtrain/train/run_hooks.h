@@ -16,7 +16,7 @@ class OutputStream;  // train/output_paths.h
 
 // One JSON line per step, each written and flushed whole, so a run that stops keeps every
 // completed step: {"step", "loss", "lr", "grad_norm", "tokens_per_s", "elapsed_s", "loss_scale",
-// "skipped", "found_inf", "overflows"} plus "val_loss" after an evaluation, or "error" and
+// "skipped", "found_inf", "overflows"} plus "val_loss" and "val_accuracy" after an evaluation, or "error" and
 // "diverged" on the step that ended the run. A resumed run keeps the log's lines up to its start
 // step and appends. "-" is stdout; a device or FIFO is written through. A write that fails (a
 // full disk) stops the run with IoError naming the file: the lines before it stay.

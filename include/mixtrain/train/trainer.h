@@ -12,7 +12,6 @@
 #include "mixtrain/amp/precision.h"
 #include "mixtrain/core/profiler.h"
 #include "mixtrain/models/gpt.h"
-#include "mixtrain/models/gpt_memory.h"
 #include "mixtrain/optim/optimizer.h"
 #include "mixtrain/train/training_run.h"
 
@@ -95,9 +94,6 @@ constexpr int kExitDiverged = 3;
 
 TrainSummary train(const TrainOptions& opt);
 
-// The memory predictor's description of the run `o` would make (mode, shape, optimizer, rounding,
-// checkpointing, accumulation, steps, evaluation batches).
-GptMemoryOptions memory_options(const TrainOptions& o);
 
 // GF/s of one GEMM shape in `dtype` (f32 out), best of repeated runs for ~`seconds`.
 double measure_gemm_flops(DType dtype, int64_t m, int64_t n, int64_t k, double seconds);

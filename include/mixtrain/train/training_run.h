@@ -65,6 +65,7 @@ struct TrainSummary {
   int64_t steps = 0;
   double final_train_loss = 0;
   double val_loss = 0;
+  double val_accuracy = 0;         // top-1 accuracy of the final evaluation (Model::evaluate_batch)
   double unigram_baseline = 0;     // the data source's baseline loss (byte frequencies for text)
   double tokens_per_s = 0;
   double model_flops_per_s = 0;
@@ -116,6 +117,7 @@ struct StepRecord {
   double elapsed_s = 0;         // since run() started
   bool evaluated = false;       // val_loss holds an evaluation made after this step
   double val_loss = NAN;
+  double val_accuracy = NAN;    // with val_loss: top-1 accuracy over the evaluation targets
 };
 
 class TrainingRun;
@@ -148,7 +150,12 @@ class TrainingRun {
 
   TrainSummary run();  // steps start_step()+1 .. config().steps
   StepRecord step();   // the next optimizer step
-  double evaluate();   // mean loss over config().eval_batches evaluation batches (no grad, autocast)
+  // Mean loss and top-1 accuracy over config().eval_batches evaluation batches (no grad, autocast).
+  struct Evaluation {
+    double loss = NAN;
+    double accuracy = NAN;
+  };
+  Evaluation evaluate();
 
   Model& model() { return model_; }
   Optimizer& optimizer() { return optimizer_; }

@@ -6,6 +6,11 @@
 
 namespace mixtrain {
 
+// What CpuBackend::gemm allocates for these arguments (its per-thread scratch buffers, grown and
+// trimmed as a real call would), without computing: the meta backend's GEMM. The buffers are
+// the meta device's own when the operands are meta tensors.
+void gemm_workspace_only(const Tensor& a, const Tensor& b, Tensor& c, const GemmOptions& opt, const Tensor* bias);
+
 class CpuBackend final : public Backend {
  public:
   static CpuBackend& instance();
@@ -20,6 +25,7 @@ class CpuBackend final : public Backend {
   double reduce(const Tensor& x, ReduceOp op) override;
   void reduce_last(const Tensor& x, ReduceOp op, Tensor& out) override;
   void sum_to_row(const Tensor& x, Tensor& out) override;
+  void argmax_last(const Tensor& x, Tensor& out) override;
   void softmax_last(const Tensor& x, Tensor& out) override;
   void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps, Tensor& out,
                   Tensor* mean, Tensor* rstd, Tensor* xhat) override;

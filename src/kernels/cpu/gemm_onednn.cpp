@@ -187,10 +187,11 @@ void copy_convert(const Mat& from, const Mat& to) {
 // ---- per-thread temporaries ---------------------------------------------------------------------
 class ScratchBuffer {
  public:
+  explicit ScratchBuffer(Device d) : device_(d) {}
   void* get(size_t bytes) {
     if (!buf_.defined() || buf_.nbytes() < bytes) {
       buf_ = Tensor();  // free first: peak memory is the new size, not old + new
-      buf_ = Tensor::empty({static_cast<int64_t>((bytes + 3) / 4 + 16)}, DType::f32, MemCategory::workspace);
+      buf_ = Tensor::empty({static_cast<int64_t>((bytes + 3) / 4 + 16)}, DType::f32, MemCategory::workspace, device_);
     }
     return buf_.raw_data();
   }
@@ -199,21 +200,26 @@ class ScratchBuffer {
   }
 
  private:
+  Device device_;
   Tensor buf_;
 };
 
 struct ThreadScratch {
+  explicit ThreadScratch(Device d) : pad(d), a(d), b(d), c(d) {}
   ScratchBuffer pad, a, b, c;  // oneDNN scratchpad, converted src, converted weights, f32 dst
   void trim(size_t keep = size_t{64} << 20) {
     for (ScratchBuffer* s : {&pad, &a, &b, &c}) s->trim(keep);
   }
 };
-ThreadScratch& thread_scratch() {
-  thread_local ThreadScratch s;
-  return s;
+// One set per thread and device: the meta device's buffers (meta tensors) are kept apart from
+// the CPU's, as a second device's would be.
+ThreadScratch& thread_scratch(Device d) {
+  thread_local ThreadScratch cpu(Device::cpu()), meta(Device::meta());
+  return d.is_meta() ? meta : cpu;
 }
 struct TrimScratchOnExit {
-  ~TrimScratchOnExit() { thread_scratch().trim(); }
+  ThreadScratch& s;
+  ~TrimScratchOnExit() { s.trim(); }
 };
 
 // ---- the problem in oneDNN's terms, and the primitive cache ---------------------------------------
@@ -435,20 +441,24 @@ BoundArgs& bound_args(const std::shared_ptr<const Entry>& e) {
   return b;
 }
 
-void execute(const Plan& plan, const Problem& p) {
+// compute false: only takes the scratch buffers a call takes, in the same order (the meta device).
+void execute(const Plan& plan, const Problem& p, ThreadScratch& tls, bool compute) {
   const Entry& e = *plan.entry;
-  ThreadScratch& tls = thread_scratch();
-  TrimScratchOnExit trim;
+  TrimScratchOnExit trim{tls};
   Mat src = plan.run.src, wei = plan.run.wei, dst = plan.run.dst;
   if (plan.variant.convert_inputs) {
     src.ptr = tls.a.get(src.bytes());
-    copy_convert(p.src, src);
+    if (compute) copy_convert(p.src, src);
     wei.ptr = tls.b.get(wei.bytes());
-    copy_convert(p.wei, wei);
+    if (compute) copy_convert(p.wei, wei);
   }
   if (plan.variant.f32_dst) {
     dst.ptr = tls.c.get(dst.bytes());
-    if (p.beta != 0.f) copy_convert(p.dst, dst);  // the sum post-op reads it
+    if (compute && p.beta != 0.f) copy_convert(p.dst, dst);  // the sum post-op reads it
+  }
+  if (!compute) {
+    if (const size_t sp = e.scratch_md.get_size(); sp > 0) tls.pad.get(sp);
+    return;
   }
   BoundArgs& bound = bound_args(plan.entry);
   bound.set(DNNL_ARG_SRC, src.ptr);
@@ -503,21 +513,33 @@ std::string describe_plan(const Plan& plan, DType in) {
 
 }  // namespace
 
-void CpuBackend::gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmOptions& opt,
-                      const Tensor* bias) {
+namespace {
+// compute false: the meta device's GEMM (gemm_workspace_only).
+void gemm_impl(const Tensor& a, const Tensor& b, Tensor& c, const GemmOptions& opt, const Tensor* bias,
+               bool compute) {
   const int64_t K = opt.trans_a ? a.size(-2) : a.size(-1);
   // f64 is for gradient checks (no oneDNN f64 matmul); oneDNN rejects or crashes on zero sizes.
   if (force_reference() || a.dtype() == DType::f64 || c.numel() == 0 || K == 0) {
-    ref::gemm(a, b, c, opt, bias);
+    if (compute) ref::gemm(a, b, c, opt, bias);
     return;
   }
   const Problem p = make_problem(a, b, c, opt, bias);
   const Plan plan = choose(p);
   if (!plan.entry) {
-    ref::gemm(a, b, c, opt, bias);
+    if (compute) ref::gemm(a, b, c, opt, bias);
     return;
   }
-  execute(plan, p);
+  execute(plan, p, thread_scratch(c.device()), compute);
+}
+}  // namespace
+
+void CpuBackend::gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmOptions& opt,
+                      const Tensor* bias) {
+  gemm_impl(a, b, c, opt, bias, true);
+}
+
+void gemm_workspace_only(const Tensor& a, const Tensor& b, Tensor& c, const GemmOptions& opt, const Tensor* bias) {
+  gemm_impl(a, b, c, opt, bias, false);
 }
 
 namespace {
@@ -551,31 +573,10 @@ std::string gemm_impl_for(DType in_dtype, DType out_dtype, int64_t m, int64_t n,
   return describe_plan(choose(p), in_dtype);
 }
 
-GemmScratchBytes gemm_scratch_for(const GemmQuery& q) {
-  if (force_reference() || q.in == DType::f64 || q.m * q.n == 0 || q.k == 0) return {};
-  static const float no_data = 0.f;  // only its presence counts: the plan depends on the bias mode
-  Problem p;
-  p.nd = q.batch > 1 ? 3 : 2;
-  p.src = dense_mat(q.in, q.a_batched ? q.batch : 1, q.trans_a ? q.k : q.m, q.trans_a ? q.m : q.k, q.trans_a,
-                q.a_batch_stride);
-  p.wei = dense_mat(q.in, q.b_batched ? q.batch : 1, q.trans_b ? q.n : q.k, q.trans_b ? q.k : q.n, q.trans_b,
-                q.b_batch_stride);
-  p.dst = dense_mat(q.out, q.batch, q.m, q.n, false, q.c_batch_stride);
-  if (q.bias) p.bias = &no_data;
-  p.beta = q.beta;
-  const Plan plan = choose(p);
-  if (!plan.entry) return {};
-  GemmScratchBytes s;
-  s.scratchpad = static_cast<int64_t>(plan.entry->scratch_md.get_size());
-  if (plan.variant.convert_inputs) {
-    s.src_f32 = static_cast<int64_t>(plan.run.src.bytes());
-    s.wei_f32 = static_cast<int64_t>(plan.run.wei.bytes());
-  }
-  if (plan.variant.f32_dst) s.dst_f32 = static_cast<int64_t>(plan.run.dst.bytes());
-  return s;
+void gemm_scratch_release() {
+  thread_scratch(Device::cpu()).trim(0);
+  thread_scratch(Device::meta()).trim(0);
 }
-
-void gemm_scratch_release() { thread_scratch().trim(0); }
 
 bool gemm_fp16_converts_to_f32() {
   Problem p;

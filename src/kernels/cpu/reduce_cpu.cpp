@@ -9,6 +9,7 @@
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/cpu_rows.h"
 #include "core/cpu_features.h"
+#include "kernels/ref/ref_util.h"
 
 namespace mixtrain {
 namespace cpu {
@@ -187,6 +188,27 @@ void CpuBackend::reduce_last(const Tensor& x, ReduceOp op, Tensor& out) {
   }
   cpu::store_row(res, o.raw_data(), o.dtype(), R);
   if (o.raw_data() != out.raw_data()) out.copy_from(o);
+}
+
+void CpuBackend::argmax_last(const Tensor& x, Tensor& out) {
+  cpu::RowView xv;
+  if (force_reference() || !cpu::fast_dtype(x.dtype()) || !cpu::as_rows(x, xv)) return ref::argmax_last(x, out);
+  const int64_t R = xv.rows, C = xv.cols;
+  auto* o = static_cast<int32_t*>(out.raw_data());
+  const bool dense = out.is_contiguous();
+  const int nt = cpu::threads_for(R * C);
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+  for (int64_t r = 0; r < R; ++r) {
+    const float* p = cpu::load_row(xv.row(r), xv.dtype, C, cpu::scratch(0, C));
+    int64_t best = 0;
+    float m = p[0];
+    for (int64_t c = 1; c < C && !std::isnan(m); ++c)
+      if (std::isnan(p[c]) || p[c] > m) {
+        m = p[c];
+        best = c;
+      }
+    o[dense ? r : ref::detail::elem_offset(out, r)] = static_cast<int32_t>(best);
+  }
 }
 
 void CpuBackend::sum_to_row(const Tensor& x, Tensor& out) {

@@ -72,6 +72,24 @@ void reduce_last(const Tensor& x, ReduceOp op, Tensor& out) {
     reduce_last_t<float>(x, op, out);
 }
 
+void argmax_last(const Tensor& x, Tensor& out) {
+  const int64_t R = detail::num_rows(x), C = detail::last_dim(x), cs = detail::last_stride(x);
+  auto* o = static_cast<int32_t*>(out.raw_data());
+  for (int64_t r = 0; r < R; ++r) {
+    const int64_t base = detail::row_offset(x, r);
+    int64_t best = 0;
+    double m = load<double>(x, base);
+    for (int64_t c = 1; c < C && !std::isnan(m); ++c) {
+      const double v = load<double>(x, base + c * cs);
+      if (std::isnan(v) || v > m) {
+        m = v;
+        best = c;
+      }
+    }
+    o[detail::elem_offset(out, r)] = static_cast<int32_t>(best);
+  }
+}
+
 void sum_to_row(const Tensor& x, Tensor& out) {
   if (detail::any_f64({&x, &out}))
     sum_to_row_t<double>(x, out);

@@ -1,18 +1,20 @@
-// The memory predictor against the allocator's tracker over the whole matrix: gpt-nano in every
+// The memory prediction (a run on the meta device) against the allocator's tracker over a real run,
+// to the byte, over the whole matrix: gpt-nano in every
 // precision mode, with and without activation checkpointing, AdamW and SGD, at a shape where the
 // fixed state dominates and one where activations do, plus Kahan and stochastic rounding, odd
 // shapes, gradient accumulation and dropout; the peak total and every category's peak must agree
-// (gpt_memory_util.h). A few of these also run with the fast tests (gpt_memory_test.cpp).
+// (memory_prediction_util.h). A few of these also run with the fast tests
+// (memory_prediction_test.cpp).
 #include <fstream>
 
-#include "models/gpt_memory_util.h"
+#include "train/memory_prediction_util.h"
 
-namespace mixtrain::gpt_memory_test {
+namespace mixtrain::memory_prediction_test {
 namespace {
 
-class GptMemoryVsTracker : public testing::TestWithParam<Case> {};
+class MemoryPredictionVsTracker : public testing::TestWithParam<Case> {};
 
-TEST_P(GptMemoryVsTracker, PeaksAgree) { expect_agree(run(GetParam()), name_of(GetParam())); }
+TEST_P(MemoryPredictionVsTracker, PeaksAgree) { expect_agree(run(GetParam()), name_of(GetParam())); }
 
 std::vector<Case> cases() {
   std::vector<Case> v;
@@ -29,13 +31,13 @@ std::vector<Case> cases() {
   return v;
 }
 
-INSTANTIATE_TEST_SUITE_P(Nano, GptMemoryVsTracker, testing::ValuesIn(cases()),
+INSTANTIATE_TEST_SUITE_P(Nano, MemoryPredictionVsTracker, testing::ValuesIn(cases()),
                          [](const testing::TestParamInfo<Case>& i) { return name_of(i.param); });
 
 // With dropout the attention runs unfused (q k^T, causal softmax, dropout, matmul), and dropout
 // sites appear after the embeddings and both residual branches.
-TEST(GptMemoryVsTrackerDropout, PeaksAgree) {
-  const std::string config = testing::TempDir() + "gpt_memory_dropout.json";
+TEST(MemoryPredictionVsTrackerDropout, PeaksAgree) {
+  const std::string config = testing::TempDir() + "memory_prediction_dropout.json";
   {
     std::ofstream f(config);
     f << R"({"n_layer": 2, "n_head": 3, "n_embd": 96, "block_size": 64, "dropout": 0.1})";
@@ -49,4 +51,4 @@ TEST(GptMemoryVsTrackerDropout, PeaksAgree) {
 }
 
 }  // namespace
-}  // namespace mixtrain::gpt_memory_test
+}  // namespace mixtrain::memory_prediction_test
