@@ -13,6 +13,7 @@
 #include "mixtrain/kernels/ops.h"
 #include "mixtrain/optim/schedule.h"
 #include "mixtrain/tensor/allocator.h"
+#include "mixtrain/tensor/device.h"
 #include "train/checkpointing.h"
 #include "train/dir_lock.h"
 #include "train/model_config.h"
@@ -165,7 +166,9 @@ TrainSummary train(const TrainOptions& opt_in) {
   struct stat data_st {};
   const bool stream_data = opt.data == "-" || (!opt.data.empty() && ::stat(opt.data.c_str(), &data_st) == 0 &&
                                                !S_ISREG(data_st.st_mode) && !S_ISDIR(data_st.st_mode));
-  if (!opt.force && !stream_data) {
+  // Nor inside a prediction: a run on the meta device allocates nothing real (and predictions
+  // are serialized: a nested one would wait for itself).
+  if (!opt.force && !stream_data && !default_device().is_meta()) {
     const int64_t available = available_memory_bytes();
     if (available > 0) {
       // The run itself on the meta device (train/memory_prediction.h), forced (no nested check)
