@@ -78,9 +78,10 @@ void register_bench_train(CLI::App* bench, GlobalOptions& g, std::vector<Command
       ->check(CLI::Range(int64_t{0}, int64_t{1000}));
   sub->add_flag("--thread-scaling", o->thread_scaling, "Also run at one thread and report the speed-up");
   sub->add_option("--json", o->json, "Also write the results as JSON to FILE");
-  commands.push_back({[sub] { return sub->parsed(); }, [&g, f, o] {
+  commands.push_back({[sub] { return sub->parsed(); }, [&g, f, o, sub] {
     apply_global_options(g);
     f->finish();
+    if (sub->count("--json") > 0) check_output_path(o->json, "--json");
     const BenchTrainResult r = bench_train(f->opt, o->thread_scaling, print_run);
     if (r.thread_scaling)
       std::printf("thread scaling 1 -> %d threads: %.2fx\n", r.run.threads, r.thread_scaling->speedup);

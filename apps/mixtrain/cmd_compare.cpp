@@ -2,12 +2,14 @@
 // each run finishes, speed, memory and accuracy side by side (the main job), and optionally JSON.
 #include <algorithm>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
 #include "mixtrain/train/compare.h"
 #include "report/report.h"
+#include "train/output_paths.h"
 #include "train/summary_json.h"
 #include "train_options.h"
 
@@ -20,7 +22,8 @@ std::string mib(int64_t bytes) {
   return b;
 }
 
-void print_header() {
+void print_header(const std::string& baseline) {
+  std::printf("speed-up relative to %s\n", baseline.c_str());
   std::printf("%-18s %10s %8s %10s %12s %10s %10s %8s %9s\n", "precision", "tokens/s", "speedup", "peak MiB",
               "activ. MiB", "train loss", "val loss", "skipped", "diverged");
 }
@@ -28,7 +31,7 @@ void print_header() {
 void print_row(const CompareRun& run) {
   const TrainSummary& s = run.summary;
   std::printf("%-18s %10.0f %7.2fx %10s %12s %10.4f %10.4f %8lld %9s\n", run.entry.label.c_str(),
-              s.tokens_per_s, run.speedup_vs_32_true.value_or(0.0), mib(run.memory.peak_total).c_str(),
+              s.tokens_per_s, run.speedup, mib(run.memory.peak_total).c_str(),
               mib(run.memory.peak[static_cast<size_t>(MemCategory::activations)]).c_str(), s.final_train_loss,
               s.val_loss, static_cast<long long>(s.skipped_steps), s.diverged ? "yes" : "no");
   std::fflush(stdout);
@@ -105,6 +108,8 @@ nlohmann::ordered_json to_json(const CompareResult& result, const TrainOptions& 
   config["threads"] = result.threads;
   out["config"] = config;
   out["machine"] = machine_json();
+  out["speedup_baseline"] = result.baseline;
+  if (result.interrupted) out["interrupted_during"] = result.interrupted_label;
   out["runs"] = nlohmann::ordered_json::array();
   for (const CompareRun& run : result.runs) {
     const TrainSummary& s = run.summary;
@@ -113,8 +118,7 @@ nlohmann::ordered_json to_json(const CompareResult& result, const TrainOptions& 
     if (precision_spec(run.entry.mode).param_dtype != DType::f32)
       row["update_rounding"] = update_rounding_name(run.entry.rounding);
     row["tokens_per_s"] = s.tokens_per_s;
-    row["speedup_vs_32_true"] =
-        run.speedup_vs_32_true ? nlohmann::ordered_json(*run.speedup_vs_32_true) : nlohmann::ordered_json();
+    row["speedup"] = run.speedup;
     row["peak_bytes"] = run.memory.peak_total;
     row["peak_bytes_by_category"] = nonzero_peaks_json(run.memory.peak);
     row["final_train_loss"] = finite_or_null(s.final_train_loss);
@@ -142,30 +146,54 @@ void register_compare(CLI::App& app, GlobalOptions& g, std::vector<Command>& com
   sub->add_option("--precisions", *precisions, "Comma-separated precision modes")->capture_default_str();
   sub->add_option("--json", *json_path, "Also write the comparison as JSON to FILE");
   sub->add_option("--report", *report_path, "Also write the comparison as a self-contained HTML report to FILE");
-  commands.push_back({[sub] { return sub->parsed(); }, [&g, f, precisions, json_path, report_path] {
+  commands.push_back({[sub] { return sub->parsed(); }, [&g, f, precisions, json_path, report_path, sub] {
     apply_global_options(g);
-    f->finish();
     std::vector<CompareEntry> entries;
     try {
-      entries = parse_compare_entries(*precisions, f->opt.update_rounding);
+      entries = parse_compare_entries(*precisions, parse_update_rounding(f->update_rounding));
     } catch (const ArgumentError& e) {
       throw ArgumentError(std::string("--precisions: ") + e.what());
     }
+    std::vector<PrecisionMode> modes;
+    for (const CompareEntry& e : entries) modes.push_back(e.mode);
+    f->finish(modes);
+    // --json and --report checked with every run's step log before the first run trains (an
+    // unwritable or clashing output would otherwise be found after all of them).
+    if (sub->count("--json") > 0 || !report_path->empty())
+      for (const CompareEntry& e : entries) {
+        TrainOptions o = f->opt;
+        o.log_jsonl = compare_log_path(f->opt.log_jsonl, e);
+        RunPaths paths = train_run_paths(o);
+        if (sub->count("--json") > 0) paths.outputs.push_back({"--json", *json_path});
+        if (!report_path->empty()) paths.outputs.push_back({"--report", *report_path});
+        check_run_paths(paths);
+      }
     // --report: every run's steps, collected as step-log objects for the curves.
     auto steps = std::make_shared<std::vector<std::vector<nlohmann::ordered_json>>>();
     if (!report_path->empty()) f->opt.add_hooks = [steps](TrainingRun& run) {
       steps->emplace_back();
       run.add_hook(std::make_unique<StepCollector>(steps->back()));
     };
-    print_header();
-    const CompareResult result = compare_precisions(f->opt, entries, print_row);
+    install_stop_handlers();
+    f->opt.stop_signal = &g_stop_signal;
+    // The header waits for the first row: compare_precisions checks every path first.
+    bool header = false;
+    const CompareResult result = compare_precisions(f->opt, entries, [&](const CompareRun& run) {
+      if (!header) print_header(run.entry.label);
+      header = true;
+      print_row(run);
+    });
+    if (result.interrupted)
+      std::fprintf(stderr, "mixtrain: interrupted during %s by %s; %zu finished mode(s) reported\n",
+                   result.interrupted_label.c_str(), result.stop_signal == SIGINT ? "SIGINT" : "SIGTERM",
+                   result.runs.size());
     const nlohmann::ordered_json j = to_json(result, f->opt);
     if (!json_path->empty()) write_file_atomic(*json_path, j.dump(2) + "\n");
     if (!report_path->empty()) {
       write_file_atomic(*report_path, render_report_html(compare_report(j, *steps, *json_path)));
       std::printf("report: %s\n", report_path->c_str());
     }
-    return 0;
+    return result.interrupted ? 128 + result.stop_signal : 0;
   }});
 }
 

@@ -1,7 +1,9 @@
 // `mixtrain sample`: generates text from a checkpoint (or a GPT-2 layout safetensors file).
 // Tokens are bytes (the models mixtrain trains); ids past 255 (a GPT-2 BPE vocabulary, which
 // mixtrain does not tokenize) print as <|id|>.
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -38,6 +40,7 @@ void register_sample(CLI::App& app, GlobalOptions& g, std::vector<Command>& comm
     std::string prompt = "\n";
     GenerateOptions gen;
     int64_t n_head = 0;
+    bool no_kv_cache = false;
     std::string logits_json;
   };
   auto f = std::make_shared<Flags>();
@@ -52,32 +55,43 @@ void register_sample(CLI::App& app, GlobalOptions& g, std::vector<Command>& comm
   sub->add_option("--top-k", f->gen.top_k, "Sample among the K most likely tokens (0: all)")
       ->capture_default_str();
   sub->add_option("--seed", f->gen.seed, "Seed of the sampling stream")->capture_default_str();
+  sub->add_flag("--no-kv-cache", f->no_kv_cache,
+                "Re-run the last block_size tokens for every new token (the reference the KV cache is checked against)");
   sub->add_option("--n-head", f->n_head,
                   "Attention heads, for a bare safetensors file without a configuration");
   sub->add_option(
       "--logits-json", f->logits_json,
       "Also write the prompt's fp32 logits, (T, V), as JSON to FILE (tools/check_torch_interop.py)");
   commands.push_back({[sub] { return sub->parsed(); },
-                      [&g, f] {
+                      [&g, f, sub] {
                         apply_global_options(g);
+                        f->gen.kv_cache = !f->no_kv_cache;
                         if (f->prompt.empty()) throw ArgumentError("--prompt must not be empty");
-                        auto warn = [](const std::string& line) {
-                          std::fprintf(stderr, "mixtrain: warning: %s\n", line.c_str());
+                        auto warn = [sub](const std::string& line) {
+                          // The library says its fields (n_head); the user typed flags (--n-head).
+                          std::fprintf(stderr, "mixtrain: warning: %s\n",
+                                       error_message(ArgumentError({"n_head"}, line), *sub).c_str());
                         };
+                        if (f->gen.temperature == 0.f && f->gen.top_k > 0)
+                          warn("--top-k has no effect at --temperature 0 (greedy)");
                         InferenceModel m = load_gpt_for_inference(f->checkpoint, f->n_head, warn);
                         std::vector<int32_t> prompt;
                         for (unsigned char c : f->prompt) prompt.push_back(c);
                         if (!f->logits_json.empty()) write_logits(*m.model, prompt, f->logits_json);
-                        const std::vector<int32_t> out = generate(*m.model, prompt, f->gen);
-                        std::string text = f->prompt;
-                        for (int32_t t : out) {
+                        // Streamed: the prompt, then each token as soon as it is drawn.
+                        std::fwrite(f->prompt.data(), 1, f->prompt.size(), stdout);
+                        std::fflush(stdout);
+                        f->gen.on_token = [](int32_t t) {
                           if (t < 256)
-                            text.push_back(static_cast<char>(t));
+                            std::fputc(t, stdout);
                           else
-                            text += "<|" + std::to_string(t) + "|>";
-                        }
-                        std::fwrite(text.data(), 1, text.size(), stdout);
+                            std::printf("<|%d|>", static_cast<int>(t));
+                          std::fflush(stdout);
+                        };
+                        generate(*m.model, prompt, f->gen);
                         std::printf("\n");
+                        if (std::fflush(stdout) != 0 || std::ferror(stdout))
+                          throw IoError(std::string("cannot write the sample to stdout: ") + std::strerror(errno));
                         return 0;
                       }});
 }

@@ -1,5 +1,8 @@
 // `mixtrain train`: trains a GPT on a text file (default: the built-in corpus) in one precision.
+#include <cerrno>
+#include <csignal>
 #include <cstdio>
+#include <cstring>
 
 #include "commands.h"
 #include "train_options.h"
@@ -18,19 +21,39 @@ void register_train(CLI::App& app, GlobalOptions& g, std::vector<Command>& comma
                         apply_global_options(g);
                         f->finish();
                         if (*json) f->opt.quiet = true;
+                        if (*json && f->opt.log_jsonl == "-")
+                          throw ArgumentError("--json and --log-jsonl - both write to stdout");
+                        install_stop_handlers();
+                        f->opt.stop_signal = &g_stop_signal;
                         try {
                           const TrainSummary s = train(f->opt);
+                          if (s.interrupted) {
+                            // Said on stderr too, so a --json consumer sees why the run is short.
+                            std::fprintf(stderr, "mixtrain: interrupted at step %lld by %s%s%s\n",
+                                         static_cast<long long>(s.steps), s.stop_signal == SIGINT ? "SIGINT" : "SIGTERM",
+                                         s.checkpoint_path.empty() ? "" : "; checkpoint ",
+                                         s.checkpoint_path.c_str());
+                          }
                           if (*json) {
                             std::printf("%s\n", summary_to_json(s).dump(2).c_str());
+                          } else if (s.interrupted) {
+                            std::printf("interrupted at step %lld (%s): %lld of %lld steps, train loss %.4f, %.0f tokens/s%s%s\n",
+                                        static_cast<long long>(s.steps), s.precision.c_str(),
+                                        static_cast<long long>(s.steps), static_cast<long long>(f->opt.steps),
+                                        s.final_train_loss, s.tokens_per_s,
+                                        s.checkpoint_path.empty() ? "" : "; checkpoint ", s.checkpoint_path.c_str());
                           } else {
-                            std::printf(
+                            // With the step log on stdout (--log-jsonl -), the summary line goes to stderr.
+                            std::fprintf(f->opt.log_jsonl == "-" ? stderr : stdout,
                                 "done (%s): %lld steps (%lld skipped), train loss %.4f, val loss %.4f (unigram "
                                 "baseline %.4f), %.0f tokens/s, %.1f GFLOP/s model, MFU %.1f%%\n",
                                 s.precision.c_str(), static_cast<long long>(s.steps),
                                 static_cast<long long>(s.skipped_steps), s.final_train_loss, s.val_loss,
                                 s.unigram_baseline, s.tokens_per_s, s.model_flops_per_s / 1e9, 100 * s.mfu);
                           }
-                          return 0;
+                          if (std::fflush(stdout) != 0 || std::ferror(stdout))
+                            throw IoError("cannot write the summary to stdout: " + std::string(std::strerror(errno)));
+                          return s.interrupted ? 128 + s.stop_signal : 0;
                         } catch (const DivergedError& e) {
                           if (*json) std::printf("%s\n", summary_to_json(e.summary).dump(2).c_str());
                           std::fprintf(stderr, "mixtrain: error: %s\n", error_message(e, *sub).c_str());

@@ -22,8 +22,12 @@ struct Command {
 
 // Applies --threads (to OpenMP and oneDNN) before a command runs.
 void apply_global_options(const GlobalOptions& g);
-// Writes text to path atomically (temporary file + rename): never a half-written file.
+// Writes text to path whole: "-" is stdout, a device or FIFO is written through, a regular file
+// (at a symlink's target) is replaced atomically (never half-written); every write checked.
 void write_file_atomic(const std::string& path, const std::string& text);
+// Refuses an output path before any work (a directory, unwritable, a missing directory):
+// ArgumentError naming `flag`. Called for a flag the command was given, before it runs.
+void check_output_path(const std::string& path, const std::string& flag);
 
 // The command the user ran: the innermost parsed subcommand of app (app itself if none).
 const CLI::App& selected_command(const CLI::App& app);

@@ -9,6 +9,7 @@
 #include "commands.h"
 #include "mixtrain/core/error.h"
 #include "kernels/backend.h"
+#include "train/output_paths.h"
 
 namespace mixtrain::cli {
 
@@ -17,23 +18,15 @@ void apply_global_options(const GlobalOptions& g) {
 }
 
 void write_file_atomic(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) throw IoError("cannot write " + path + ": cannot create " + tmp);
-    f << text;
-    f.flush();
-    if (!f) {
-      std::remove(tmp.c_str());
-      throw IoError("cannot write " + path + ": write failed");
-    }
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::remove(tmp.c_str());
-    throw IoError("cannot write " + path + ": " + ec.message());
-  }
+  // "-" is stdout, a device or FIFO is written through, a regular file (at a symlink's target)
+  // replaced atomically; every write checked (train/output_paths.h).
+  write_output_file(path, text, "output");
+}
+
+void check_output_path(const std::string& path, const std::string& flag) {
+  RunPaths p;
+  p.outputs.push_back({flag, path});
+  check_run_paths(p);
 }
 
 namespace {

@@ -1,12 +1,39 @@
 // Training flags shared by the commands that train.
 #include "train_options.h"
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <sstream>
+
+#include "train/output_paths.h"
 
 namespace mixtrain::cli {
 
+volatile std::sig_atomic_t g_stop_signal = 0;
+
+namespace {
+extern "C" void on_stop_signal(int sig) {
+  if (g_stop_signal != 0) _exit(128 + sig);  // the second signal: at once
+  g_stop_signal = sig;
+}
+
+void warn(const std::string& line) { std::fprintf(stderr, "mixtrain: warning: %s\n", line.c_str()); }
+}  // namespace
+
+void install_stop_handlers() {
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;  // the step in progress finishes; its I/O is not cut short
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+}
+
 void add_train_flags(CLI::App* sub, TrainFlags& f, bool with_precision) {
+  f.app = sub;
   TrainOptions& o = f.opt;
   sub->add_option("--model", o.model, "Preset (gpt-nano, gpt-mini, gpt2-small) or a JSON config file")
       ->capture_default_str();
@@ -23,10 +50,18 @@ void add_train_flags(CLI::App* sub, TrainFlags& f, bool with_precision) {
   sub->add_option("--grad-clip", o.grad_clip, "Clip the global gradient norm (0: off)")->capture_default_str();
   sub->add_option("--optimizer", f.optimizer, "adamw or sgd")->capture_default_str();
   sub->add_option("--momentum", o.momentum, "SGD momentum")->capture_default_str();
-  sub->add_option("--seed", o.seed, "Seed for weights, batches and dropout")->capture_default_str();
+  sub->add_option("--seed", o.seed, "Seed for weights, batches and dropout")
+      ->capture_default_str()
+      ->check(CLI::Validator(
+          [](std::string& v) { return v.find('-') != std::string::npos ? std::string("must be >= 0, got " + v) : ""; },
+          "UINT"));
   sub->add_option("--eval-every", o.eval_every, "Validation every K steps (0: only at the end)")->capture_default_str();
   sub->add_option("--eval-batches", o.eval_batches, "Validation batches per evaluation")->capture_default_str();
-  sub->add_option("--log-jsonl", o.log_jsonl, "Write one JSON line per step to FILE");
+  sub->add_option("--log-jsonl", o.log_jsonl, "Write one JSON line per step to FILE (-: stdout)");
+  sub->add_flag("--overwrite", o.overwrite, "Replace an existing --log-jsonl file (a resumed run appends to it)");
+  sub->add_option("--max-data-bytes", o.max_data_bytes,
+                  "Refuse --data larger than this (default 4 GiB); needed to read a stream: - (stdin) or a FIFO");
+  sub->add_flag("--force", o.force, "Train even when the predicted memory exceeds the available memory");
   sub->add_option("--tensorboard", o.tensorboard_dir, "Write TensorBoard event files (the step log's scalars) to DIR");
   sub->add_option("--log-every", o.log_every, "Progress line every K steps when not on a terminal")
       ->capture_default_str();
@@ -68,7 +103,19 @@ void add_checkpoint_flags(CLI::App* sub, TrainFlags& f) {
                   "Start from these weights: a GPT-2 layout safetensors file (Hugging Face's too) or a checkpoint");
 }
 
-void TrainFlags::finish() {
+void TrainFlags::finish(const std::vector<PrecisionMode>& precisions) {
+  // A given empty path or a given 0 would silently mean "unset": refused, naming the flag.
+  for (const char* flag : {"--data", "--model", "--log-jsonl", "--checkpoint-dir", "--resume", "--init-from"})
+    if (given(flag) && app->get_option(flag)->as<std::string>().empty())
+      throw ArgumentError(std::string(flag) + ": empty path");
+  if (given("--seq-len") && opt.seq_len <= 0)
+    throw ArgumentError("--seq-len must be positive, got " + std::to_string(opt.seq_len) +
+                        " (leave it out for the model's block size)");
+  if (given("--stop-after") && opt.checkpoint.stop_after <= 0)
+    throw ArgumentError("--stop-after must be a step >= 1, got " + std::to_string(opt.checkpoint.stop_after));
+  if (given("--stop-after") && opt.checkpoint.stop_after >= opt.steps)
+    warn("--stop-after " + std::to_string(opt.checkpoint.stop_after) + " has no effect: the run ends at --steps " +
+         std::to_string(opt.steps));
   opt.precision = parse_precision(precision);
   opt.update_rounding = parse_update_rounding(update_rounding);
   opt.optimizer = parse_optimizer_kind(optimizer);
@@ -104,6 +151,35 @@ void TrainFlags::finish() {
       throw ArgumentError("--inject-nonfinite takes step numbers like 3,7; got '" + item + "'");
     }
   }
+  warn_ineffective(precisions.empty() ? std::vector<PrecisionMode>{opt.precision} : precisions);
+}
+
+void TrainFlags::warn_ineffective(const std::vector<PrecisionMode>& modes) const {
+  auto any = [&](auto pred) { return std::any_of(modes.begin(), modes.end(), pred); };
+  if (given("--update-rounding") &&
+      !any([](PrecisionMode m) { return precision_spec(m).param_dtype != DType::f32; }))
+    warn("--update-rounding has no effect: it rounds 16-bit weights, and " +
+         std::string(precision_spec(modes.front()).name) + " keeps fp32 weights");
+  if (opt.optimizer == OptimizerKind::adamw && given("--momentum"))
+    warn("--momentum has no effect with --optimizer adamw (it is SGD's)");
+  if (opt.optimizer == OptimizerKind::sgd)
+    for (const char* flag : {"--beta1", "--beta2"})
+      if (given(flag)) warn(std::string(flag) + " has no effect with --optimizer sgd (it is AdamW's)");
+  for (int64_t step : opt.inject_nonfinite)
+    if (step > opt.steps)
+      warn("--inject-nonfinite step " + std::to_string(step) + " has no effect: the run ends at --steps " +
+           std::to_string(opt.steps));
+  const bool scaling = opt.force_loss_scaling || any([](PrecisionMode m) { return m == PrecisionMode::mixed16; });
+  if (!scaling)
+    for (const char* flag : {"--init-scale", "--growth-interval", "--growth-factor", "--backoff-factor", "--hysteresis",
+                             "--min-scale", "--max-scale"})
+      if (given(flag)) warn(std::string(flag) + " has no effect: no loss scaling in this mode (--loss-scale turns it on)");
+  if (opt.eval_every > opt.steps)
+    warn("--eval-every " + std::to_string(opt.eval_every) + " has no effect: the run ends at --steps " +
+         std::to_string(opt.steps) + " (evaluated there anyway)");
+  if (given("--save-every") && opt.checkpoint.save_every >= opt.steps)
+    warn("--save-every " + std::to_string(opt.checkpoint.save_every) +
+         " has no effect: a checkpoint is saved at the last step anyway");
 }
 
 }  // namespace mixtrain::cli

@@ -3,8 +3,11 @@
 #pragma once
 #include <CLI/CLI.hpp>
 
+#include <csignal>
+
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "mixtrain/train/trainer.h"
 
@@ -17,12 +20,23 @@ struct TrainFlags {
   std::string optimizer = "adamw";
   std::string loss_scale;       // "dynamic" or a number (static scale); empty: the mode's default
   std::string inject_nonfinite; // "3,7"
-  // Converts the string flags into opt (throws ArgumentError with the flag's name).
-  void finish();
+  const CLI::App* app = nullptr;  // the command the flags belong to (which flags were given)
+  // Converts the string flags into opt (throws ArgumentError with the flag's name); refuses an
+  // empty path or a 0 that would silently mean "unset"; warns about a given option that has no
+  // effect in this configuration. `precisions`: the modes the command will run (compare runs
+  // several); empty: opt.precision.
+  void finish(const std::vector<PrecisionMode>& precisions = {});
+  bool given(const char* flag) const { return app != nullptr && app->get_option_no_throw(flag) != nullptr && app->count(flag) > 0; }
+  void warn_ineffective(const std::vector<PrecisionMode>& modes) const;
 };
 
 // Adds every training flag to `sub`; `with_precision` adds --precision (compare has --precisions).
 void add_train_flags(CLI::App* sub, TrainFlags& f, bool with_precision);
+// The stop request of SIGINT / SIGTERM: the signal number, set by the handler and nothing else
+// (a second signal exits at once with 128 + signal). install_stop_handlers() before training.
+extern volatile std::sig_atomic_t g_stop_signal;
+void install_stop_handlers();
+
 // Adds --checkpoint-dir, --save-every, --keep, --resume and --stop-after (train only: compare
 // runs several modes, which one directory of checkpoints cannot hold).
 void add_checkpoint_flags(CLI::App* sub, TrainFlags& f);

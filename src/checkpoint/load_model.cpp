@@ -65,11 +65,16 @@ InferenceModel load_gpt_for_inference(const std::string& path, int64_t n_head,
                                       const std::function<void(const std::string&)>& warn) {
   InferenceModel out;
   std::error_code ec;
+  auto n_head_unused = [&](const std::string& from) {
+    if (n_head > 0 && warn) warn("n_head " + std::to_string(n_head) + " has no effect: the configuration comes from " + from);
+  };
   if (fs::is_regular_file(path, ec)) {
     const SafetensorsFile f = SafetensorsFile::read(path);
     GptConfig cfg;
     const auto meta = f.metadata().find("mixtrain_config");
     const fs::path hf_config = fs::path(path).parent_path() / "config.json";
+    if (meta != f.metadata().end()) n_head_unused(path + " (mixtrain_config)");
+    else if (fs::exists(hf_config, ec)) n_head_unused(hf_config.string());
     if (meta != f.metadata().end()) {
       cfg = config_from_json_text(meta->second, "safetensors file " + path + " mixtrain_config");
     } else if (fs::exists(hf_config, ec)) {
@@ -97,6 +102,7 @@ InferenceModel load_gpt_for_inference(const std::string& path, int64_t n_head,
   };
   const std::optional<LoadedCheckpoint> c = resolve_checkpoint(path, check, warn);
   if (!c) throw IoError("no checkpoint in " + path);
+  n_head_unused("the checkpoint's manifest");
   out.source = c->path;
   out.step = c->step;
   return out;

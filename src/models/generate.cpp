@@ -1,4 +1,4 @@
-// Sampling tokens from a GPT (no KV cache: each token re-runs the window; fine at these sizes).
+// Sampling tokens from a GPT, with a KV cache or by re-running the window (models/generate.h).
 #include "mixtrain/models/generate.h"
 
 #include <algorithm>
@@ -28,12 +28,8 @@ std::vector<int32_t> generate(Gpt& model, const std::vector<int32_t>& prompt, co
   const size_t V = static_cast<size_t>(cfg.vocab_size);
   std::vector<double> p(V);
   std::vector<size_t> order(V);
-  for (int64_t i = 0; i < opt.tokens; ++i) {
-    const size_t T = std::min(seq.size(), static_cast<size_t>(cfg.block_size));
-    const std::vector<int32_t> window(seq.end() - static_cast<std::ptrdiff_t>(T), seq.end());
-    const Tensor idx = Tensor::from_ints(window, {1, static_cast<int64_t>(T)});
-    const Tensor logits = model.forward(idx, nullptr).logits.value();  // (1, T, V)
-    const std::vector<float> last = logits.select(1, static_cast<int64_t>(T) - 1).contiguous().to_floats();
+  // The token drawn from `last` (V logits) for draw i.
+  auto draw = [&](const std::vector<float>& last, int64_t i) {
     size_t next = static_cast<size_t>(std::max_element(last.begin(), last.end()) - last.begin());
     if (opt.temperature > 0.f) {
       // softmax(logits / temperature) over the top_k largest (all when top_k is 0), in double.
@@ -56,8 +52,33 @@ std::vector<int32_t> generate(Gpt& model, const std::vector<int32_t>& prompt, co
         }
       }
     }
-    seq.push_back(static_cast<int32_t>(next));
-    out.push_back(static_cast<int32_t>(next));
+    return static_cast<int32_t>(next);
+  };
+  const size_t block = static_cast<size_t>(cfg.block_size);
+  Gpt::KvCache cache;
+  if (opt.kv_cache && opt.tokens > 0) cache = model.make_kv_cache();
+  for (int64_t i = 0; i < opt.tokens; ++i) {
+    std::vector<float> last;
+    if (opt.kv_cache) {
+      if (i == 0 || cache.length == cfg.block_size) {
+        // (Re)fill: the prompt's last block_size tokens, or after a full cache the last half block.
+        const size_t keep = i == 0 ? std::min(seq.size(), block) : std::max<size_t>(block / 2, 1);
+        cache.length = 0;
+        last = model.decode(std::vector<int32_t>(seq.end() - static_cast<std::ptrdiff_t>(keep), seq.end()), cache);
+      } else {
+        last = model.decode({seq.back()}, cache);
+      }
+    } else {
+      const size_t T = std::min(seq.size(), block);
+      const std::vector<int32_t> window(seq.end() - static_cast<std::ptrdiff_t>(T), seq.end());
+      const Tensor idx = Tensor::from_ints(window, {1, static_cast<int64_t>(T)});
+      const Tensor logits = model.forward(idx, nullptr).logits.value();  // (1, T, V)
+      last = logits.select(1, static_cast<int64_t>(T) - 1).contiguous().to_floats();
+    }
+    const int32_t next = draw(last, i);
+    seq.push_back(next);
+    out.push_back(next);
+    if (opt.on_token) opt.on_token(next);
   }
   return out;
 }

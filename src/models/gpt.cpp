@@ -170,6 +170,34 @@ double Gpt::flops_per_token(int64_t T) const {
   return 6.0 * n + 12.0 * static_cast<double>(cfg_.n_layer) * static_cast<double>(T) * static_cast<double>(cfg_.n_embd);
 }
 
+Gpt::KvCache Gpt::make_kv_cache() const {
+  KvCache c;
+  const int64_t H = cfg_.n_head, D = cfg_.n_embd / cfg_.n_head;
+  const DType dt = wte_.weight.value().dtype();
+  for (int64_t l = 0; l < cfg_.n_layer; ++l) {
+    c.k.push_back(Tensor::zeros({H, cfg_.block_size, D}, dt, MemCategory::activations));
+    c.v.push_back(Tensor::zeros({H, cfg_.block_size, D}, dt, MemCategory::activations));
+  }
+  return c;
+}
+
+std::vector<float> Gpt::decode(const std::vector<int32_t>& tokens, KvCache& cache) {
+  using namespace autograd;
+  const int64_t Tn = static_cast<int64_t>(tokens.size()), pos = cache.length;
+  if (Tn < 1 || pos + Tn > cfg_.block_size)
+    throw ShapeError("gpt decode: positions " + std::to_string(pos) + ".." + std::to_string(pos + Tn - 1) +
+                     " are outside block_size " + std::to_string(cfg_.block_size));
+  NoGradGuard no_grad;
+  std::vector<int32_t> p(static_cast<size_t>(Tn));
+  for (int64_t i = 0; i < Tn; ++i) p[static_cast<size_t>(i)] = static_cast<int32_t>(pos + i);
+  Var x = add(wte_(Tensor::from_ints(tokens, {1, Tn})), wpe_(Tensor::from_ints(p, {1, Tn})));  // (1, Tn, C)
+  for (size_t l = 0; l < blocks_.size(); ++l) x = blocks_[l].decode(x, cache.k[l], cache.v[l], pos);
+  cache.length = pos + Tn;
+  x = ln_f_(x);
+  const Var logits = matmul(x, wte_.weight, false, true);  // (1, Tn, V)
+  return logits.value().select(1, Tn - 1).contiguous().to_floats();
+}
+
 Gpt::Output Gpt::forward(const Tensor& idx, const Tensor* targets, bool training, uint64_t dropout_seed) {
   using namespace autograd;
   if (idx.dim() != 2) throw ShapeError("gpt forward: idx must be (B, T), got " + idx.to_string());

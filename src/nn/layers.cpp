@@ -102,6 +102,26 @@ Var CausalSelfAttention::operator()(const Var& x, DropoutState& drop) const {
   return drop(c_proj(y));
 }
 
+Var CausalSelfAttention::decode(const Var& x, Tensor& k_cache, Tensor& v_cache, int64_t pos) const {
+  using namespace autograd;
+  const int64_t Tn = x.size(1), C = x.size(2), D = C / n_head;
+  Var qkv = c_attn(x);                      // (1, Tn, 3C)
+  Var q = split_heads(qkv, 0, n_head);      // (H, Tn, D)
+  k_cache.slice(1, pos, pos + Tn).copy_from(split_heads(qkv, 1, n_head).value());
+  v_cache.slice(1, pos, pos + Tn).copy_from(split_heads(qkv, 2, n_head).value());
+  const Var k(k_cache.slice(1, 0, pos + Tn).contiguous());  // (H, pos+Tn, D)
+  const Var v(v_cache.slice(1, 0, pos + Tn).contiguous());  // (H, pos+Tn, D)
+  // Query row i (position pos+i) sees the keys 0 .. pos+i: causal_softmax's offset Tk - Tq.
+  Var att = causal_softmax(matmul(q, k, false, true), 1.0f / std::sqrt(static_cast<float>(D)));  // (H, Tn, pos+Tn)
+  return c_proj(merge_heads(matmul(att, v), 1));  // (H, Tn, D) -> (1, Tn, C)
+}
+
+Var Block::decode(const Var& x, Tensor& k_cache, Tensor& v_cache, int64_t pos) const {
+  Var h = autograd::add(x, attn.decode(ln_1(x), k_cache, v_cache, pos));
+  DropoutState none;
+  return autograd::add(h, mlp(ln_2(h), none));
+}
+
 void Mlp::declare(ParameterStore& s, const std::string& name, int64_t C) {
   prefix = name;
   c_fc.declare(s, prefix + ".c_fc", C, 4 * C);

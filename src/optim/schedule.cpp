@@ -31,9 +31,13 @@ float lr_at(int64_t step, const LrSchedule& s) {
   const double max_lr = s.max_lr, min_lr = s.min_lr;
   if (step <= s.warmup_steps) return float(max_lr * double(step) / double(s.warmup_steps));
   if (s.total_steps == 0) return s.max_lr;
+  // The peak step: the last warm-up step, or step 1 without warm-up (as PyTorch's and Hugging
+  // Face's schedules give the first optimizer step the full rate).
+  const int64_t peak = s.warmup_steps > 0 ? s.warmup_steps : 1;
+  if (step <= peak) return s.max_lr;
   if (step >= s.total_steps) return s.min_lr;
-  // Here warmup < step < total, so total - warmup > 0.
-  const double r = double(step - s.warmup_steps) / double(s.total_steps - s.warmup_steps);
+  // Here peak < step < total, so total - peak > 0.
+  const double r = double(step - peak) / double(s.total_steps - peak);
   const double coeff = 0.5 * (1.0 + std::cos(std::numbers::pi * r));
   return float(min_lr + coeff * (max_lr - min_lr));
 }

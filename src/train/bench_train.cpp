@@ -1,6 +1,8 @@
 // Training-step speed, MFU and the step time by kind of work (train/bench_train.h).
 #include "mixtrain/train/bench_train.h"
 
+#include "train/model_config.h"
+
 #include "mixtrain/core/error.h"
 #include "kernels/backend.h"
 #include "mixtrain/tensor/memory.h"
@@ -39,7 +41,7 @@ BenchTrainResult bench_train(const TrainOptions& o, bool thread_scaling,
   if (o.steps <= o.profile_warmup)
     throw ArgumentError("bench_train: steps " + std::to_string(o.steps) + " leaves no step after the " +
                         std::to_string(o.profile_warmup) + " warm-up steps (profile_warmup)");
-  const GptConfig cfg = GptConfig::from_preset_or_file(o.model);
+  const GptConfig cfg = load_model_config(o.model);
   const int all = num_threads();
   struct RestoreThreads {
     int n;

@@ -1,6 +1,8 @@
 // The trainer's checkpoints: what is captured, when it is saved, and how a run resumes.
 #include "train/checkpointing.h"
 
+#include <unistd.h>
+
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -134,7 +136,9 @@ bool TrainCheckpointing::should_stop(TrainingRun& r, const StepRecord& rec) {
   const int64_t step = rec.step;
   const CheckpointOptions& c = opt_.checkpoint;
   const bool stop = c.stop_after > 0 && step == c.stop_after && step < opt_.steps;
-  const bool due = step == opt_.steps || stop || (c.save_every > 0 && step % c.save_every == 0);
+  // An interrupted run (InterruptHook latched the signal in on_step_end) saves where it stops.
+  const bool interrupted = r.summary().interrupted;
+  const bool due = step == opt_.steps || stop || interrupted || (c.save_every > 0 && step % c.save_every == 0);
   if (!c.dir.empty() && due) {
     std::vector<CheckpointFile> files(2);
     files[0].name = kModelFile;
@@ -146,8 +150,19 @@ bool TrainCheckpointing::should_stop(TrainingRun& r, const StepRecord& rec) {
     nlohmann::ordered_json info;
     info["precision"] = std::string(precision_spec(opt_.precision).name);
     info["model"] = gpt_config_to_json(cfg_);
-    write_checkpoint(c.dir, step, files, info);
+    const std::string saved = write_checkpoint(c.dir, step, files, info);
     prune_checkpoints(c.dir, c.keep);
+    r.summary().checkpoint_path = saved;
+    if (!opt_.quiet) {
+      std::printf("%scheckpoint saved: %s (step %lld)\n", isatty(1) ? "\n" : "", saved.c_str(),
+                  static_cast<long long>(step));
+      std::fflush(stdout);
+    }
+  }
+  if (stop && !opt_.quiet) {
+    std::printf("stopped after step %lld (--stop-after)%s%s\n", static_cast<long long>(step),
+                c.dir.empty() ? "" : "; continue with --resume ", c.dir.c_str());
+    std::fflush(stdout);
   }
   return stop;
 }
@@ -208,6 +223,16 @@ int64_t TrainCheckpointing::restore(TrainingRun& r) {
   };
   const std::optional<LoadedCheckpoint> found = resolve_checkpoint(path, check, warn);
   if (!found) {
+    // A checkpoint named directly (step-NNNNNN, or a directory holding checkpoint files) that
+    // lacks its manifest is invalid, not "no checkpoint yet": training from step 0 would
+    // silently throw its work away.
+    namespace fs = std::filesystem;
+    const std::string base = fs::path(path).filename().string();
+    std::error_code ec;
+    const bool named = (base.rfind("step-", 0) == 0 && base.size() > 5 &&
+                        base.find_first_not_of("0123456789", 5) == std::string::npos) ||
+                       fs::exists(fs::path(path) / kStateFile, ec) || fs::exists(fs::path(path) / kModelFile, ec);
+    if (named) throw IoError("checkpoint " + path + " is invalid: no manifest.json (an incomplete or damaged checkpoint)");
     warn("no checkpoint in " + path + " yet; starting from step 0");
     return 0;
   }
@@ -255,7 +280,13 @@ int64_t TrainCheckpointing::restore(TrainingRun& r) {
 }
 
 void trim_step_log(const std::string& path, int64_t step) {
-  std::ifstream in(path, std::ios::binary);
+  // Only a regular file is cut back (at a symlink's target, the link kept); a device or FIFO is
+  // written through as it is.
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) return;
+  const std::string target = std::filesystem::canonical(path, ec).string();
+  if (ec) return;
+  std::ifstream in(target, std::ios::binary);
   if (!in) return;  // no log yet
   std::string kept, line;
   int64_t expected = 1;
@@ -266,7 +297,7 @@ void trim_step_log(const std::string& path, int64_t step) {
     kept += line + "\n";
     ++expected;
   }
-  write_file_durable(path, kept);
+  write_file_durable(target, kept);
 }
 
 }  // namespace mixtrain

@@ -7,12 +7,13 @@
 #include "mixtrain/core/error.h"
 #include "kernels/backend.h"
 #include "mixtrain/train/tensorboard_hook.h"
+#include "train/output_paths.h"
 
 namespace mixtrain {
 namespace {
 
 // log.jsonl + "bf16-true" -> log.bf16-true.jsonl (a name without an extension gets it appended).
-std::string with_suffix(const std::string& path, const std::string& tag) {
+std::string with_suffix_(const std::string& path, const std::string& tag) {
   const auto dot = path.rfind('.');
   const auto slash = path.rfind('/');
   if (dot == std::string::npos || (slash != std::string::npos && dot < slash)) return path + "." + tag;
@@ -30,6 +31,13 @@ bool has_16bit_weights(PrecisionMode m) { return precision_spec(m).param_dtype !
 
 }  // namespace
 
+std::string compare_log_path(const std::string& log, const CompareEntry& e) {
+  if (log.empty() || log == "-") return log;
+  std::string tag = e.label;
+  std::replace(tag.begin(), tag.end(), ':', '-');
+  return with_suffix_(log, tag);
+}
+
 std::vector<CompareEntry> parse_compare_entries(std::string_view list, UpdateRounding default_rounding) {
   std::vector<CompareEntry> entries;
   std::stringstream ss{std::string(list)};
@@ -45,6 +53,8 @@ std::vector<CompareEntry> parse_compare_entries(std::string_view list, UpdateRou
       e.label += ':';
       e.label += update_rounding_name(e.rounding);
     }
+    for (const CompareEntry& seen : entries)
+      if (seen.label == e.label) throw ArgumentError(e.label + " is listed twice");
     entries.push_back(std::move(e));
   }
   if (entries.empty()) throw ArgumentError("no precision mode listed");
@@ -57,18 +67,28 @@ CompareResult compare_precisions(const TrainOptions& base, const std::vector<Com
   // Refuse used TensorBoard directories before the first run trains (train() checks its own).
   if (!base.tensorboard_dir.empty() && base.checkpoint.resume.empty())
     for (const CompareEntry& e : entries) TensorBoardHook(base.tensorboard_dir + "/" + tag_of(e), false);
+  // The baseline runs first, so every row can show its speed-up as soon as it is printed.
+  std::vector<CompareEntry> order = entries;
+  const auto true32 = std::find_if(order.begin(), order.end(),
+                                   [](const CompareEntry& e) { return e.mode == PrecisionMode::true32; });
+  if (true32 != order.end()) std::rotate(order.begin(), true32, true32 + 1);
   CompareResult result;
+  result.baseline = order.front().label;
   result.threads = num_threads();
-  double base_tok_s = 0;  // the latest 32-true run's
-  for (const CompareEntry& e : entries) {
+  // Every run's paths (its step log) checked before the first run trains.
+  for (const CompareEntry& e : order) {
+    TrainOptions o = base;
+    o.log_jsonl = compare_log_path(base.log_jsonl, e);
+    check_run_paths(train_run_paths(o));
+  }
+  double base_tok_s = 0;
+  for (const CompareEntry& e : order) {
     TrainOptions o = base;
     o.precision = e.mode;
     o.update_rounding = e.rounding;
     o.quiet = true;
-    std::string tag = e.label;
-    std::replace(tag.begin(), tag.end(), ':', '-');
-    if (!o.log_jsonl.empty()) o.log_jsonl = with_suffix(o.log_jsonl, tag);
-    if (!o.tensorboard_dir.empty()) o.tensorboard_dir += "/" + tag;  // one TensorBoard run per mode
+    o.log_jsonl = compare_log_path(base.log_jsonl, e);
+    if (!o.tensorboard_dir.empty()) o.tensorboard_dir += "/" + tag_of(e);  // one TensorBoard run per mode
     CompareRun run;
     run.entry = e;
     try {
@@ -76,9 +96,15 @@ CompareResult compare_precisions(const TrainOptions& base, const std::vector<Com
     } catch (const DivergedError& d) {
       run.summary = d.summary;  // a result, not an error: reported in its row, the comparison goes on
     }
+    if (run.summary.interrupted) {
+      result.interrupted = true;
+      result.stop_signal = run.summary.stop_signal;
+      result.interrupted_label = e.label;
+      break;
+    }
     run.memory = MemoryTracker::global().snapshot();  // train() reset the peaks: they are this run's
-    if (e.mode == PrecisionMode::true32) base_tok_s = run.summary.tokens_per_s;
-    if (base_tok_s > 0) run.speedup_vs_32_true = run.summary.tokens_per_s / base_tok_s;
+    if (result.runs.empty()) base_tok_s = run.summary.tokens_per_s;
+    run.speedup = base_tok_s > 0 ? run.summary.tokens_per_s / base_tok_s : 0.0;
     result.runs.push_back(run);
     if (on_run) on_run(result.runs.back());
   }

@@ -9,6 +9,7 @@
 #include "mixtrain/kernels/ops.h"
 #include "mixtrain/tensor/allocator.h"
 #include "train/checkpointing.h"
+#include "train/output_paths.h"
 #include "train/summary_json.h"
 
 namespace mixtrain {
@@ -16,12 +17,18 @@ namespace {
 std::string number_or_null(double v) { return std::isfinite(v) ? std::to_string(v) : "null"; }
 }  // namespace
 
+StepLogHook::StepLogHook(std::string path) : path_(std::move(path)) {}
+StepLogHook::~StepLogHook() = default;
+
 void StepLogHook::on_run_start(TrainingRun& run) {
   if (path_.empty()) return;
   const int64_t start = run.start_step();
-  if (start > 0) trim_step_log(path_, start);
-  f_ = std::make_unique<std::ofstream>(path_, start > 0 ? std::ios::app : std::ios::trunc);
-  if (!*f_) throw IoError("cannot write log " + path_);
+  if (start > 0 && path_ != "-") trim_step_log(path_, start);
+  f_ = std::make_unique<OutputStream>(path_, "step log", /*append=*/start > 0);
+}
+
+void StepLogHook::on_run_end(TrainingRun&, TrainSummary&) {
+  if (f_) f_->close();
 }
 
 void StepLogHook::on_step_end(TrainingRun& run, const StepRecord& r) {
@@ -45,11 +52,36 @@ void StepLogHook::on_step_end(TrainingRun& run, const StepRecord& r) {
     j["val_loss"] = r.val_loss;
     j["val_accuracy"] = r.val_accuracy;
   }
-  *f_ << j.dump() << '\n';
-  f_->flush();
+  f_->write(j.dump() + "\n");  // one write per line: a killed run leaves whole lines
 }
 
+void InterruptHook::on_step_end(TrainingRun& run, const StepRecord&) {
+  const int sig = *signal_;
+  if (sig == 0 || run.summary().interrupted) return;
+  run.summary().interrupted = true;
+  run.summary().stop_signal = sig;
+}
+
+bool InterruptHook::should_stop(TrainingRun& run, const StepRecord&) { return run.summary().interrupted; }
+
 ProgressHook::ProgressHook(int64_t every, bool quiet) : every_(every), quiet_(quiet), tty_(isatty(1)) {}
+
+void ProgressHook::on_run_start(TrainingRun&) {
+  step_seconds_ = 0;
+  steps_timed_ = 0;
+}
+
+namespace {
+// 75 s -> "1:15", 4000 s -> "1:06:40".
+std::string clock_text(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) return "?";
+  const long long s = static_cast<long long>(seconds + 0.5);
+  char b[32];
+  if (s >= 3600) std::snprintf(b, sizeof b, "%lld:%02lld:%02lld", s / 3600, s / 60 % 60, s % 60);
+  else std::snprintf(b, sizeof b, "%lld:%02lld", s / 60, s % 60);
+  return b;
+}
+}  // namespace
 
 void ProgressHook::line(const std::string& text) const {
   if (quiet_) return;
@@ -61,18 +93,24 @@ void ProgressHook::line(const std::string& text) const {
 void ProgressHook::on_step_end(TrainingRun& run, const StepRecord& r) {
   if (quiet_ || r.diverged) return;
   const int64_t s = r.step, total = run.config().steps;
+  step_seconds_ += r.seconds;
+  ++steps_timed_;
+  const std::string eta = clock_text(step_seconds_ / static_cast<double>(steps_timed_) * static_cast<double>(total - s));
+  const std::string elapsed = clock_text(r.elapsed_s);
   if (r.evaluated && s != total) line("step " + std::to_string(s) + " val_loss " + number_or_null(r.val_loss));
   if (tty_) {
     const int width = 30;
     const int filled = static_cast<int>(width * s / total);
-    std::printf("\r[%.*s%*s] %lld/%lld loss %.4f  %.0f tok/s  lr %.2e ", filled, "##############################",
-                width - filled, "", static_cast<long long>(s), static_cast<long long>(total), r.loss, r.tokens_per_s,
-                static_cast<double>(r.lr));
+    std::printf("\r[%.*s%*s] %lld/%lld loss %.4f  %.0f tok/s  lr %.2e  %s elapsed, %s left ", filled,
+                "##############################", width - filled, "", static_cast<long long>(s),
+                static_cast<long long>(total), r.loss, r.tokens_per_s, static_cast<double>(r.lr), elapsed.c_str(),
+                eta.c_str());
     if (s == total) std::printf("\n");
     std::fflush(stdout);
   } else if (s == 1 || s % every_ == 0 || s == total) {
-    std::printf("step %lld/%lld loss %.4f tok/s %.0f lr %.3e\n", static_cast<long long>(s),
-                static_cast<long long>(total), r.loss, r.tokens_per_s, static_cast<double>(r.lr));
+    std::printf("step %lld/%lld loss %.4f tok/s %.0f lr %.3e elapsed %s eta %s\n", static_cast<long long>(s),
+                static_cast<long long>(total), r.loss, r.tokens_per_s, static_cast<double>(r.lr), elapsed.c_str(),
+                eta.c_str());
     std::fflush(stdout);
   }
   if (r.skipped)

@@ -49,6 +49,7 @@ nlohmann::ordered_json summary_to_json(const TrainSummary& r) {
   j["skipped_steps"] = r.skipped_steps;
   j["overflows"] = r.overflows;
   j["diverged"] = r.diverged;
+  j["interrupted"] = r.interrupted;  // stopped by SIGINT / SIGTERM after step "steps"
   j["final_loss_scale"] = r.final_loss_scale;
   j["hit_min_scale"] = r.hit_min_scale;
   if (r.profiled_steps > 0) {

@@ -13,9 +13,24 @@
 #include "mixtrain/kernels/ops.h"
 #include "mixtrain/optim/schedule.h"
 #include "mixtrain/tensor/allocator.h"
+#include "mixtrain/tensor/device.h"
 #include "train/checkpointing.h"
+#include "train/dir_lock.h"
+#include "train/model_config.h"
+#include "train/output_paths.h"
+#include "mixtrain/train/memory_prediction.h"
 #include "mixtrain/train/run_hooks.h"
 #include "mixtrain/train/tensorboard_hook.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include <cstdio>
+#include <fstream>
 
 namespace mixtrain {
 namespace {
@@ -44,6 +59,12 @@ void TrainOptions::validate() const {
   for (int64_t s : inject_nonfinite)
     if (s < 1) bad("inject_nonfinite", " steps count from 1, got " + std::to_string(s));
   if (max_bad_steps == 0 || max_bad_steps < -1) bad("max_bad_steps", " must be positive");
+  if (max_data_bytes < 0) bad("max_data_bytes", " must be >= 0 (0: the default), got " + std::to_string(max_data_bytes));
+  if (!(min_lr_ratio >= 0.f && min_lr_ratio <= 1.f)) bad("min_lr_ratio", " must be in [0, 1]");
+  if (!(beta1 >= 0.f && beta1 < 1.f)) bad("beta1", " must be in [0, 1)");
+  if (!(beta2 >= 0.f && beta2 < 1.f)) bad("beta2", " must be in [0, 1)");
+  if (!(eps > 0.f)) bad("eps", " must be positive");
+  if (!(momentum >= 0.f) || !std::isfinite(momentum)) bad("momentum", " must be >= 0");
 }
 
 double measure_gemm_flops(DType dtype, int64_t m, int64_t n, int64_t k, double seconds) {
@@ -61,16 +82,116 @@ double measure_gemm_flops(DType dtype, int64_t m, int64_t n, int64_t k, double s
   return 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) / best;
 }
 
-TrainSummary train(const TrainOptions& opt) {
-  opt.validate();
+namespace {
+
+// The data: a regular file of at most max_bytes (4 GiB when 0), or, with an explicit max_bytes, a
+// stream ("-": stdin, a FIFO, a device) read up to it. IoError naming the file and the limit.
+TextCorpus load_data(const std::string& path, int64_t max_bytes) {
+  constexpr int64_t kDefaultMax = int64_t{4} << 30;
+  const int64_t limit = max_bytes > 0 ? max_bytes : kDefaultMax;
+  auto over = [&](const std::string& size) {
+    return IoError({"max_data_bytes"}, "data file " + path + " is " + size + ", over the " +
+                                           (max_bytes > 0 ? "max_data_bytes limit of " + std::to_string(limit)
+                                                          : "default limit of " + std::to_string(limit) +
+                                                                " (raise it with max_data_bytes)"));
+  };
+  struct stat st {};
+  const bool stdin_data = path == "-";
+  if (!stdin_data && (::stat(path.c_str(), &st) != 0 || S_ISDIR(st.st_mode) || S_ISREG(st.st_mode))) {
+    if (S_ISREG(st.st_mode) && st.st_size > limit) throw over(std::to_string(st.st_size) + " bytes");
+    return TextCorpus::load(path);  // names a missing file or a directory itself
+  }
+  if (max_bytes <= 0)
+    throw IoError({"max_data_bytes"}, "data " + path +
+                                          " is not a regular file (a stream may never end): give max_data_bytes to read "
+                                          "it up to that size");
+  const int fd = stdin_data ? STDIN_FILENO : ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw IoError("data file " + path + ": cannot be read (" + std::strerror(errno) + ")");
+  std::vector<uint8_t> bytes;
+  std::vector<uint8_t> chunk(1 << 16);
+  for (;;) {
+    const ssize_t got = ::read(fd, chunk.data(), chunk.size());
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) {
+      const std::string why = std::strerror(errno);
+      if (!stdin_data) ::close(fd);
+      throw IoError("data file " + path + ": read error (" + why + ")");
+    }
+    if (got == 0) break;
+    bytes.insert(bytes.end(), chunk.begin(), chunk.begin() + got);
+    if (static_cast<int64_t>(bytes.size()) > limit) {
+      if (!stdin_data) ::close(fd);
+      throw over("more than " + std::to_string(limit) + " bytes");
+    }
+  }
+  if (!stdin_data) ::close(fd);
+  return TextCorpus::from_bytes(std::move(bytes), path);
+}
+
+// MemAvailable from /proc/meminfo in bytes; 0 when unknown.
+int64_t available_memory_bytes() {
+  std::ifstream f("/proc/meminfo");
+  std::string key;
+  int64_t kib = 0;
+  std::string unit;
+  while (f >> key >> kib) {
+    std::getline(f, unit);
+    if (key == "MemAvailable:") return kib * 1024;
+  }
+  return 0;
+}
+
+std::string gib(int64_t bytes) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.2f GiB", static_cast<double>(bytes) / double(1LL << 30));
+  return b;
+}
+
+}  // namespace
+
+TrainSummary train(const TrainOptions& opt_in) {
+  opt_in.validate();
+  TrainOptions opt = opt_in;
+  if (opt.log_jsonl == "-") opt.quiet = true;  // stdout carries the log
+  // Every path checked, and the checkpoint directory locked, before anything is loaded or trained.
+  check_run_paths(train_run_paths(opt));
+  DirectoryLock lock;
+  if (!opt.checkpoint.dir.empty()) lock = DirectoryLock(opt.checkpoint.dir, "checkpoint.dir");
   const PrecisionSpec& spec = precision_spec(opt.precision);
-  const GptConfig cfg = GptConfig::from_preset_or_file(opt.model);
+  const GptConfig cfg = load_model_config(opt.model);
   const int64_t T = opt.seq_len > 0 ? opt.seq_len : cfg.block_size;
   if (T > cfg.block_size)
     throw ArgumentError({"seq_len"}, "seq_len " + std::to_string(T) + " exceeds the model's block_size " +
                                          std::to_string(cfg.block_size));
+  // (Not for data from a stream: the probe would consume it.)
+  struct stat data_st {};
+  const bool stream_data = opt.data == "-" || (!opt.data.empty() && ::stat(opt.data.c_str(), &data_st) == 0 &&
+                                               !S_ISREG(data_st.st_mode) && !S_ISDIR(data_st.st_mode));
+  // Nor inside a prediction: a run on the meta device allocates nothing real (and predictions
+  // are serialized: a nested one would wait for itself).
+  if (!opt.force && !stream_data && !default_device().is_meta()) {
+    const int64_t available = available_memory_bytes();
+    if (available > 0) {
+      // The run itself on the meta device (train/memory_prediction.h), forced (no nested check)
+      // and cut to its first steps: the peak is reached in the first two (the second holds the
+      // optimizer state and the working copies; the final evaluation is smaller than a step).
+      TrainOptions probe = opt;
+      probe.force = true;
+      probe.steps = std::min<int64_t>(opt.steps, 2);
+      probe.warmup = std::min(probe.warmup, probe.steps);
+      probe.eval_every = 0;
+      probe.inject_nonfinite.clear();
+      probe.checkpoint.stop_after = 0;
+      probe.checkpoint.save_every = 0;
+      const int64_t predicted = predict_train_memory(probe).peak_bytes;
+      if (predicted > available)
+        throw ArgumentError({"force"}, "the run needs about " + gib(predicted) + " (predicted peak) but only " +
+                                           gib(available) + " is available; force tries anyway");
+    }
+  }
   MixedPrecision mp(spec.name, opt.scaler, opt.force_loss_scaling);
-  const TextCorpus corpus = TextCorpus::load(opt.data.empty() ? TextCorpus::default_corpus_path() : opt.data);
+  const TextCorpus corpus =
+      load_data(opt.data.empty() ? TextCorpus::default_corpus_path() : opt.data, opt.max_data_bytes);
   const LmWindows data(corpus, opt.batch_size, T, opt.seed);
   if (cfg.vocab_size < 256)
     throw ArgumentError("model vocab_size " + std::to_string(cfg.vocab_size) + " is smaller than the 256 byte tokens");
@@ -111,6 +232,7 @@ TrainSummary train(const TrainOptions& opt) {
   TrainingRun run(model, *optimizer, mp, data, rc);
   // Hook order: the checkpoint restores first (the log trims to its step), the profile is taken
   // around the step only.
+  if (opt.stop_signal) run.add_hook(std::make_unique<InterruptHook>(opt.stop_signal));
   run.add_hook(std::make_unique<TrainCheckpointing>(opt, model, T, corpus));
   if (opt.profile) run.add_hook(std::make_unique<ProfileHook>(opt.profile_warmup));
   if (!opt.inject_nonfinite.empty()) run.add_hook(std::make_unique<FaultInjectionHook>(opt.inject_nonfinite));
@@ -121,7 +243,7 @@ TrainSummary train(const TrainOptions& opt) {
   if (opt.add_hooks) opt.add_hooks(run);
   TrainSummary sum = run.run();
   // MFU against this machine's GEMM rate for the dtype the model's GEMMs run in, measured now.
-  if (opt.measure_gemm_rate) {
+  if (opt.measure_gemm_rate && !sum.interrupted) {
     sum.gemm_flops_per_s = measure_gemm_flops(spec.compute_dtype, 1024, 1024, 1024, 0.5);
     sum.mfu = sum.model_flops_per_s / sum.gemm_flops_per_s;
   }

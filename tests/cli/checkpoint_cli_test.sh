@@ -75,7 +75,7 @@ sys.exit(0 if s['steps'] == 8 and s['val_loss'] is not None else 1)"; then pass;
 
 # --keep 2 keeps the two newest.
 expect_exit 0 "keep 2" -- "${TRAIN[@]}" --steps 6 --checkpoint-dir "$TMP/ck_keep" --save-every 1 --keep 2
-if [ "$(ls -a "$TMP/ck_keep" | tr '\n' ' ')" = ". .. step-000005 step-000006 " ]; then pass; else fail "keep: $(ls -a "$TMP/ck_keep")"; fi
+if [ "$(ls -a "$TMP/ck_keep" | tr '\n' ' ')" = ". .. .lock step-000005 step-000006 " ]; then pass; else fail "keep: $(ls -a "$TMP/ck_keep")"; fi
 
 # A corrupt newest checkpoint: skipped with a warning naming it, the previous one used, and the
 # trajectory is still the straight run's.
@@ -119,7 +119,8 @@ expect_stderr_has "already holds checkpoints" "fresh run into a used directory"
 expect_stderr_has "continue them with --resume=$O," "the refusal names the flag that continues"
 
 # Refusals: exit 2, one line naming the problem, log and checkpoints untouched.
-snapshot() { (cd "$TMP" && find ck_corrupt -type f | sort | xargs md5sum; md5sum corrupt.jsonl); }
+# (.lock holds the pid of the latest run that locked the directory: not the run's data.)
+snapshot() { (cd "$TMP" && find ck_corrupt -type f ! -name .lock | sort | xargs md5sum; md5sum corrupt.jsonl); }
 snapshot >"$TMP/before"
 expect_exit 2 "resume with another lr" -- "${TRAIN[@]}" --steps 8 --lr 0.002 --log-jsonl "$TMP/corrupt.jsonl" \
   --checkpoint-dir "$C" --resume "$C"

@@ -84,10 +84,10 @@ import json, sys
 j = json.load(open(sys.argv[1]))
 assert [r["precision"] for r in j["runs"]] == ["32-true", "16-mixed", "bf16-mixed", "16-true", "bf16-true"]
 for r in j["runs"]:
-    for k in ("tokens_per_s", "speedup_vs_32_true", "peak_bytes", "peak_bytes_by_category", "final_train_loss",
+    for k in ("tokens_per_s", "speedup", "peak_bytes", "peak_bytes_by_category", "final_train_loss",
               "val_loss", "skipped_steps", "diverged"):
         assert k in r, k
-assert j["runs"][0]["speedup_vs_32_true"] == 1.0
+assert j["runs"][0]["speedup"] == 1.0 and j["speedup_baseline"] == "32-true"
 assert j["config"]["steps"] == 3
 PY
 expect_exit 2 "compare bad list" -- "$MIXTRAIN" compare --precisions 32-true,fp4 --steps 1

@@ -135,7 +135,7 @@ for f in "$TMP"/hostile/*.safetensors; do
   expect_exit 2 "sample, hostile $name" -- "${SAMPLE[@]}" --checkpoint "$f"
   expect_stderr_has "$f" "sample, hostile $name names the file"
   expect_exit 2 "init-from, hostile $name" -- "$MIXTRAIN" --threads 1 train --model "$TMP/tiny.json" \
-    --data "$TMP/text.txt" --steps 1 --init-from "$f" --log-jsonl "$TMP/keep.jsonl"
+    --data "$TMP/text.txt" --steps 1 --init-from "$f" --log-jsonl "$TMP/keep.jsonl" --overwrite
   expect_stderr_has "$f" "init-from, hostile $name names the file"
 done
 if [ "$(cat "$TMP/keep.jsonl")" = '{"step": 1}' ]; then pass; else fail "a refused run changed its step log"; fi

@@ -36,10 +36,21 @@ TEST(LrSchedule, ConstantAndPartialForms) {
   EXPECT_FLOAT_EQ(lr_at(1, warm_only), 0.5f);
   EXPECT_FLOAT_EQ(lr_at(4, warm_only), 2.0f);
   EXPECT_FLOAT_EQ(lr_at(5000, warm_only), 2.0f);
-  const LrSchedule decay_only{1.0f, 0, 10, 0.f};  // cosine from step 0
-  EXPECT_FLOAT_EQ(lr_at(5, decay_only), 0.5f);
+  // No warm-up: the first step gets the peak (PyTorch's CosineAnnealingLR with T_max = 9, Hugging
+  // Face's get_cosine_schedule_with_warmup with no warm-up), the last one the floor.
+  const LrSchedule decay_only{1.0f, 0, 10, 0.f};
+  EXPECT_EQ(lr_at(1, decay_only), 1.0f);
+  EXPECT_FLOAT_EQ(lr_at(2, decay_only), float(0.5 * (1 + std::cos(std::numbers::pi / 9))));
+  EXPECT_FLOAT_EQ(lr_at(5, decay_only), float(0.5 * (1 + std::cos(std::numbers::pi * 4 / 9))));
   EXPECT_FLOAT_EQ(lr_at(10, decay_only), 0.f);
-  EXPECT_FLOAT_EQ(lr_at(1, decay_only), float(0.5 * (1 + std::cos(std::numbers::pi * 0.1))));
+  for (int64_t t = 1; t < 10; ++t) EXPECT_GT(lr_at(t, decay_only), lr_at(t + 1, decay_only));
+  // The case: --lr 1e-3, 4 steps, floor 1e-4: 1e-3 first (was 8.7e-4), 1e-4 last.
+  const LrSchedule four{1e-3f, 0, 4, 1e-4f};
+  EXPECT_EQ(lr_at(1, four), 1e-3f);
+  EXPECT_FLOAT_EQ(lr_at(2, four), float(1e-4 + 0.5 * (1 + std::cos(std::numbers::pi / 3)) * 9e-4));
+  EXPECT_EQ(lr_at(4, four), 1e-4f);
+  // A single step without warm-up: the peak.
+  EXPECT_EQ(lr_at(1, LrSchedule{1.0f, 0, 1, 0.f}), 1.0f);
   const LrSchedule all_warm{1.0f, 10, 10, 0.1f};  // warm-up fills the whole run
   EXPECT_FLOAT_EQ(lr_at(10, all_warm), 1.0f);
   EXPECT_FLOAT_EQ(lr_at(11, all_warm), 0.1f);

@@ -59,13 +59,14 @@ TEST(ParseCompareEntries, BadListsNameTheItem) {
   expect_error<ArgumentError>([] { parse_compare_entries(""); }, {"no precision mode"});
 }
 
-TEST(ComparePrecisions, EachRunIsTheRunTrainMakesAloneAndTheSpeedupIsOverTheLatest32True) {
+TEST(ComparePrecisions, EachRunIsTheRunTrainMakesAloneAnd32TrueIsTheBaselineRunFirst) {
   const TrainOptions base = train_test::tiny_run();
   const std::vector<CompareEntry> entries = parse_compare_entries("bf16-mixed,32-true,bf16-true:kahan");
   std::vector<std::string> seen;
   const CompareResult r =
       compare_precisions(base, entries, [&](const CompareRun& run) { seen.push_back(run.entry.label); });
-  EXPECT_EQ(seen, labels(entries));
+  EXPECT_EQ(seen, (std::vector<std::string>{"32-true", "bf16-mixed", "bf16-true:kahan"}));
+  EXPECT_EQ(r.baseline, "32-true");
   EXPECT_EQ(r.threads, num_threads());
   ASSERT_EQ(r.runs.size(), 3u);
 
@@ -85,15 +86,23 @@ TEST(ComparePrecisions, EachRunIsTheRunTrainMakesAloneAndTheSpeedupIsOverTheLate
     EXPECT_GT(run.summary.tokens_per_s, 0);
   }
   // The fp32 masters are bf16-mixed's alone; 32-true's weights are its parameters.
-  EXPECT_GT(r.runs[0].memory.peak[static_cast<size_t>(MemCategory::master_weights)], 0);
-  EXPECT_EQ(r.runs[1].memory.peak[static_cast<size_t>(MemCategory::master_weights)], 0);
+  EXPECT_GT(r.runs[1].memory.peak[static_cast<size_t>(MemCategory::master_weights)], 0);
+  EXPECT_EQ(r.runs[0].memory.peak[static_cast<size_t>(MemCategory::master_weights)], 0);
 
-  EXPECT_FALSE(r.runs[0].speedup_vs_32_true.has_value());  // no 32-true run before it
-  ASSERT_TRUE(r.runs[1].speedup_vs_32_true.has_value());
-  EXPECT_EQ(*r.runs[1].speedup_vs_32_true, 1.0);
-  ASSERT_TRUE(r.runs[2].speedup_vs_32_true.has_value());
-  EXPECT_DOUBLE_EQ(*r.runs[2].speedup_vs_32_true,
-                   r.runs[2].summary.tokens_per_s / r.runs[1].summary.tokens_per_s);
+  EXPECT_EQ(r.runs[0].speedup, 1.0);
+  EXPECT_DOUBLE_EQ(r.runs[2].speedup, r.runs[2].summary.tokens_per_s / r.runs[0].summary.tokens_per_s);
+}
+
+TEST(ComparePrecisions, WithoutA32TrueRunTheFirstListedIsTheBaseline) {
+  const CompareResult r = compare_precisions(train_test::tiny_run(), parse_compare_entries("bf16-mixed,16-mixed"));
+  EXPECT_EQ(r.baseline, "bf16-mixed");
+  ASSERT_EQ(r.runs.size(), 2u);
+  EXPECT_EQ(r.runs[0].speedup, 1.0);
+  EXPECT_GT(r.runs[1].speedup, 0.0);
+}
+
+TEST(ComparePrecisions, ADuplicatedRunIsRefused) {
+  expect_error<ArgumentError>([] { parse_compare_entries("32-true,bf16-mixed,32-true"); }, {"32-true is listed twice"});
 }
 
 TEST(ComparePrecisions, StepLogsGetTheLabelAsASuffix) {

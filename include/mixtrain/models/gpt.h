@@ -67,6 +67,18 @@ class Gpt final : public Model {
     return forward(batch.inputs, &batch.targets, training, dropout_seed);
   }
 
+  // Incremental decoding (models/generate.h): every layer's keys and values so far, (H, block_size,
+  // D) each in the parameters' dtype, and how many positions they hold.
+  struct KvCache {
+    std::vector<Tensor> k, v;  // one per layer
+    int64_t length = 0;
+  };
+  KvCache make_kv_cache() const;
+  // Runs `tokens` at positions cache.length .. through the model without a graph, appending their
+  // keys and values to the cache; returns the last token's logits (V) as floats. ShapeError when
+  // the cache would pass block_size.
+  std::vector<float> decode(const std::vector<int32_t>& tokens, KvCache& cache);
+
   // Activation checkpointing (autograd::checkpoint): each block keeps only its input for backward
   // and is recomputed there. Gradients are the same bit for bit; costs one more forward per block.
   void set_activation_checkpointing(bool on) override { checkpoint_blocks_ = on; }

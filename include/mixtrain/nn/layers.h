@@ -69,6 +69,10 @@ struct CausalSelfAttention {
   void declare(ParameterStore& s, const std::string& prefix, int64_t C, int64_t H);
   void bind(const ParameterStore& s);
   Var operator()(const Var& x, DropoutState& drop) const;  // (B, T, C) -> (B, T, C)
+  // Incremental decoding (no dropout, no graph): x (1, Tn, C) holds the tokens at positions
+  // pos .. pos+Tn-1; their keys and values are written into k_cache, v_cache (H, block, D) at
+  // those positions, and each attends to the cached positions 0 .. its own.
+  Var decode(const Var& x, Tensor& k_cache, Tensor& v_cache, int64_t pos) const;  // -> (1, Tn, C)
 };
 
 struct Mlp {
@@ -89,6 +93,7 @@ struct Block {
   void declare(ParameterStore& s, const std::string& prefix, int64_t C, int64_t H, float eps);
   void bind(const ParameterStore& s);
   Var operator()(const Var& x, DropoutState& drop) const;
+  Var decode(const Var& x, Tensor& k_cache, Tensor& v_cache, int64_t pos) const;  // see CausalSelfAttention
 };
 
 }  // namespace mixtrain::nn

@@ -4,10 +4,14 @@
 //   step <= warmup_steps:            lr = max_lr * step / warmup_steps
 //                                    (max_lr/warmup at step 1, max_lr at step warmup_steps)
 //   total_steps == 0 (no decay):     lr = max_lr after the warm-up (constant if warmup is 0 too)
-//   warmup < step <= total_steps:    r = (step - warmup) / (total - warmup)
+//   peak = max(warmup_steps, 1):     the step that gets max_lr (step 1 without warm-up)
+//   peak < step <= total_steps:      r = (step - peak) / (total - peak)
 //                                    lr = min_lr + 0.5 * (1 + cos(pi * r)) * (max_lr - min_lr)
 //                                    (min_lr exactly at step total_steps)
 //   step > total_steps:              lr = min_lr
+// Without warm-up this is torch.optim.lr_scheduler.CosineAnnealingLR(T_max = total - 1,
+// eta_min = min_lr) stepped after each optimizer step: the first step gets the peak, as in
+// PyTorch and Hugging Face's get_cosine_schedule_with_warmup (not a decayed rate).
 // Computed in double, returned rounded to float.
 #pragma once
 #include <cstdint>

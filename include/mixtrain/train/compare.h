@@ -4,7 +4,7 @@
 //
 //   TrainOptions base;  // model, data, steps, ... (precision and rounding come from the entries)
 //   CompareResult r = compare_precisions(base, parse_compare_entries("32-true,bf16-true:kahan"));
-//   r.runs[1].summary.val_loss, r.runs[1].memory.peak_total, *r.runs[1].speedup_vs_32_true
+//   r.runs[1].summary.val_loss, r.runs[1].memory.peak_total, r.runs[1].speedup (over r.baseline)
 #pragma once
 #include <functional>
 #include <optional>
@@ -29,7 +29,8 @@ struct CompareEntry {
 // Parses a comma-separated list of MODE or MODE:ROUNDING ("32-true,bf16-mixed,bf16-true:kahan"),
 // so one comparison can show what each update rounding of a *-true mode costs and buys; a *-true
 // mode without a rounding takes `default_rounding`. Empty items are skipped. Throws ArgumentError
-// for an unknown mode or rounding, a rounding on a mode whose weights are fp32, or no entry at all.
+// for an unknown mode or rounding, a rounding on a mode whose weights are fp32, the same run listed
+// twice, or no entry at all.
 std::vector<CompareEntry> parse_compare_entries(std::string_view list,
                                                 UpdateRounding default_rounding = UpdateRounding::nearest);
 
@@ -37,16 +38,27 @@ struct CompareRun {
   CompareEntry entry;
   TrainSummary summary;   // a diverged run too (summary.diverged): a result, not an error
   MemorySnapshot memory;  // the allocator's tracker right after the run: the run's peaks
-  // tokens/s over those of the latest 32-true run so far (this one included); none before one.
-  std::optional<double> speedup_vs_32_true;
+  double speedup = 0;  // tokens/s over the baseline run's (CompareResult::baseline)
 };
 
 struct CompareResult {
-  std::vector<CompareRun> runs;  // in the entries' order
+  // The baseline (32-true when listed, else the first entry) runs first, the others in the
+  // entries' order.
+  std::vector<CompareRun> runs;
+  std::string baseline;          // the label the speed-ups are relative to
   int threads = 0;               // the thread count every run used
+  // A stop request (base.stop_signal) ended the comparison during the run of `interrupted_label`:
+  // runs holds the modes that finished.
+  bool interrupted = false;
+  int stop_signal = 0;
+  std::string interrupted_label;
 };
 
-// Trains `base` once per entry, with the entry's precision and rounding, quietly. A step log
+// compare's step log of one entry: log.jsonl -> log.bf16-true-kahan.jsonl.
+std::string compare_log_path(const std::string& log, const CompareEntry& e);
+
+// Trains `base` once per entry (the baseline first), with the entry's precision and rounding,
+// quietly; every path of every run is checked before the first trains. A step log
 // (base.log_jsonl) gets the label as a suffix per run: log.jsonl -> log.bf16-true-kahan.jsonl;
 // TensorBoard files (base.tensorboard_dir) go to one subdirectory per run: DIR/bf16-true-kahan/.
 // `on_run` sees each run as soon as it finished (to print a row while the next one trains).

@@ -2,8 +2,8 @@
 // log, the progress output, fault injection and the step-time profile. Checkpoints are a hook
 // too (train/checkpointing.h).
 #pragma once
+#include <csignal>
 #include <cstdint>
-#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -12,33 +12,57 @@
 
 namespace mixtrain {
 
+class OutputStream;  // train/output_paths.h
+
 // One JSON line per step, each written and flushed whole, so a run that stops keeps every
 // completed step: {"step", "loss", "lr", "grad_norm", "tokens_per_s", "elapsed_s", "loss_scale",
 // "skipped", "found_inf", "overflows"} plus "val_loss" and "val_accuracy" after an evaluation, or "error" and
 // "diverged" on the step that ended the run. A resumed run keeps the log's lines up to its start
-// step and appends.
+// step and appends. "-" is stdout; a device or FIFO is written through. A write that fails (a
+// full disk) stops the run with IoError naming the file: the lines before it stay.
 class StepLogHook final : public TrainingHook {
  public:
-  explicit StepLogHook(std::string path) : path_(std::move(path)) {}
+  explicit StepLogHook(std::string path);
+  ~StepLogHook() override;
   void on_run_start(TrainingRun& run) override;
   void on_step_end(TrainingRun& run, const StepRecord& r) override;
+  void on_run_end(TrainingRun& run, TrainSummary& s) override;
 
  private:
   std::string path_;
-  std::unique_ptr<std::ofstream> f_;
+  std::unique_ptr<OutputStream> f_;
+};
+
+// Stops the run when `*signal` becomes non-zero (a SIGINT/SIGTERM handler stores the signal
+// number; nothing else happens in the handler). The flag is read once per step, in on_step_end,
+// and latched into the summary (interrupted, stop_signal) before any hook's should_stop, so the
+// checkpoint hook saves at exactly the step where the run stops.
+class InterruptHook final : public TrainingHook {
+ public:
+  explicit InterruptHook(const volatile std::sig_atomic_t* signal) : signal_(signal) {}
+  void on_step_end(TrainingRun& run, const StepRecord& r) override;
+  bool should_stop(TrainingRun& run, const StepRecord& r) override;
+
+ private:
+  const volatile std::sig_atomic_t* signal_;
 };
 
 // Plain-text progress on stdout: a bar redrawn in place on a terminal, one line every
 // `every` steps otherwise (logs, CI); intermediate evaluations and skipped steps get a line.
+// The bar shows the elapsed time and an estimate of the time left (from this run's mean step
+// time so far).
 class ProgressHook final : public TrainingHook {
  public:
   ProgressHook(int64_t every, bool quiet);
+  void on_run_start(TrainingRun& run) override;
   void on_step_end(TrainingRun& run, const StepRecord& r) override;
 
  private:
   void line(const std::string& text) const;
   int64_t every_;
   bool quiet_, tty_;
+  double step_seconds_ = 0;  // sum of this run's step times
+  int64_t steps_timed_ = 0;
 };
 
 // After backward at the listed optimizer steps (from 1), the first gradient element becomes inf

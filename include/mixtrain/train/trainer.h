@@ -3,6 +3,7 @@
 // checkpoints, profiling) to a TrainingRun (train/training_run.h, the loop itself) and runs it.
 #pragma once
 #include <array>
+#include <csignal>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -46,7 +47,8 @@ struct TrainOptions {
   uint64_t seed = 1337;
   int64_t eval_every = 0;          // 0: only at the end
   int64_t eval_batches = 8;
-  std::string log_jsonl;           // per-step JSON lines; empty: none
+  std::string log_jsonl;           // per-step JSON lines; empty: none; "-": stdout
+  bool overwrite = false;          // replace an existing log_jsonl (without it: refused unless resuming)
   std::string tensorboard_dir;     // TensorBoard event files in this directory (train/tensorboard_hook.h); empty: none
   int64_t log_every = 10;          // plain progress lines when stdout is not a terminal
   bool quiet = false;              // no progress output at all
@@ -77,6 +79,17 @@ struct TrainOptions {
   // Called with the run after the built-in hooks are attached, to attach more (e.g. to collect
   // every StepRecord); empty: none.
   std::function<void(TrainingRun&)> add_hooks;
+  // Input limits: 0 (default): data must be a regular file of at most 4 GiB (read whole); a
+  // stream ("-" for stdin, a FIFO, a device) is refused, as it may never end. > 0: the limit for
+  // any data, and a stream is read up to it (an explicit cap).
+  int64_t max_data_bytes = 0;
+  // Refused before anything is allocated when the memory predictor's peak exceeds the memory
+  // the system has available (MemAvailable); force tries anyway.
+  bool force = false;
+  // Set asynchronously to a signal number (by a SIGINT/SIGTERM handler) to stop the run: it
+  // finishes the current step, saves a checkpoint when checkpoint.dir is set, and returns a
+  // summary with interrupted = true. Null: not interruptible.
+  const volatile std::sig_atomic_t* stop_signal = nullptr;
   void validate() const;           // throws ArgumentError
 };
 

@@ -79,6 +79,10 @@ struct TrainSummary {
   bool diverged = false;
   double final_loss_scale = 1.0;
   bool hit_min_scale = false;      // the loss scale was clamped at its minimum at least once
+  // A stop request (InterruptHook, train/run_hooks.h) ended the run after step `steps`.
+  bool interrupted = false;
+  int stop_signal = 0;             // the signal that asked for it (SIGINT, SIGTERM)
+  std::string checkpoint_path;     // the newest checkpoint this run saved ("" for none)
   // With profiling (ProfileHook): the profiled (steady-state) steps only.
   int64_t profiled_steps = 0;
   double profiled_seconds = 0;                 // their total step time

@@ -1,0 +1,68 @@
+// Where a run writes, checked before it trains, and how it writes there. A run must never destroy
+// its inputs or throw its work away at the end because an output cannot be written, so every
+// output path is checked up front: not a directory where a file is meant, writable (or its
+// directory is), not the same file as any input or other output (device and inode, after
+// symlinks), not inside a checkpoint (step-NNNNNN/ and the other names a checkpoint directory's
+// code owns: its files are read, replaced and deleted by the run).
+//
+// Writing follows what the path is: "-" is stdout; a regular file (or a new one) is replaced
+// atomically (temporary file + rename, at the symlink's target when the path is a symlink);
+// a device or FIFO is written through. Every write and close is checked.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace mixtrain {
+
+struct TrainOptions;
+
+// The paths of one run. `what` names each path as the options spell it ("log_jsonl",
+// "checkpoint.dir"); errors list it in Error::fields(), so the CLI can say its flag.
+struct RunPaths {
+  struct Entry {
+    std::string what;
+    std::string path;
+  };
+  std::vector<Entry> inputs;           // files or directories the run reads
+  std::vector<Entry> input_dirs;       // directories whose files the run reads (a resumed checkpoint)
+  std::vector<Entry> outputs;          // files the run writes
+  std::vector<Entry> output_dirs;      // directories the run writes into (--checkpoint-dir)
+  std::vector<std::string> new_files;  // outputs that must not exist yet (a fresh step log)
+};
+
+// ArgumentError / IoError naming the flag and the path for the first problem.
+void check_run_paths(const RunPaths& p);
+
+// What train(o) reads and writes: the data, the model config, --init-from and --resume as inputs;
+// the step log and the checkpoint directory as outputs.
+RunPaths train_run_paths(const TrainOptions& o);
+
+// A file opened for streaming output (the step log): "-" is stdout; otherwise opened for writing
+// at the symlink's target (appending or truncating), devices and FIFOs written through. Every
+// write is checked: IoError "cannot write <what> <path>: <reason>".
+class OutputStream {
+ public:
+  OutputStream(std::string path, std::string what, bool append);
+  ~OutputStream();
+  OutputStream(const OutputStream&) = delete;
+  OutputStream& operator=(const OutputStream&) = delete;
+  void write(std::string_view text);
+  void close();  // checked; the destructor closes unchecked
+
+ private:
+  [[noreturn]] void fail(const std::string& why) const;
+  std::string path_, what_;
+  int fd_ = -1;
+  bool owned_ = false;  // not stdout
+};
+
+// Writes `text` to `path` whole: stdout for "-", through a device or FIFO, else an atomic replace
+// of the regular file (at the symlink's target). IoError naming `what` and the path.
+void write_output_file(const std::string& path, const std::string& text, const std::string& what);
+
+// Refuses a path that makes no sense as a file name (empty), naming the flag.
+void check_nonempty_path(const std::string& path, const std::string& what);
+
+}  // namespace mixtrain
