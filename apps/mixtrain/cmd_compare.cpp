@@ -37,16 +37,6 @@ void print_row(const CompareRun& run) {
   std::fflush(stdout);
 }
 
-// The step log a comparison writes for one entry (train/compare.h): log.jsonl -> log.<label>.jsonl.
-std::string compare_log_path(const std::string& log, const CompareEntry& e) {
-  std::string tag = e.label;
-  std::replace(tag.begin(), tag.end(), ':', '-');
-  const auto dot = log.rfind('.');
-  const auto slash = log.rfind('/');
-  if (dot == std::string::npos || (slash != std::string::npos && dot < slash)) return log + "." + tag;
-  return log.substr(0, dot) + "." + tag + log.substr(dot);
-}
-
 // Keeps every step of a run as a step-log object (the fields the report draws).
 class StepCollector final : public TrainingHook {
  public:
