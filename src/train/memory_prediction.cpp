@@ -178,6 +178,9 @@ MemoryPrediction predict_train_memory(const TrainOptions& o) {
   m.log_jsonl.clear();
   m.profile = false;
   m.checkpoint = CheckpointOptions{};  // no files: resuming or saving would read or write them
+  m.tensorboard_dir.clear();           // nor event files
+  m.add_hooks = nullptr;               // the caller's hooks watch the real run
+  m.stop_signal = nullptr;             // a prediction is not interrupted half-way
   TrainSummary summary;
   MemoryPrediction p = predict_memory([&] { summary = train(m); });
   p.parameters = summary.parameters;

@@ -101,7 +101,7 @@ done
 # 4. Refusals: a fresh run into a directory that holds event files (nothing is overwritten), and a
 # directory that cannot be created.
 before=$(cat "$TMP"/tb-a/* | sha256sum)
-expect_exit 2 "fresh run into a used TensorBoard directory" -- "${TRAIN[@]}" --steps 2 --tensorboard "$TMP/tb-a"
+expect_exit 2 "fresh run into a used TensorBoard directory" -- "${TRAIN[@]}" --steps 3 --tensorboard "$TMP/tb-a"
 expect_stderr_has "--tensorboard" "used TensorBoard directory"
 [ "$(cat "$TMP"/tb-a/* | sha256sum)" = "$before" ] && pass || fail "the refused run changed the event files"
 # A comparison is refused before its first run when any mode's directory is used (here the
@@ -113,10 +113,10 @@ expect_stderr_has "$TMP/tb-c/bf16-true-kahan" "compare into a used TensorBoard d
 [ ! -e "$TMP/tb-c/32-true" ] && pass || fail "the refused comparison trained its first mode"
 # A path holding the word "tensorboard" stays as it is in the message.
 cp -r "$TMP/tb-a" "$TMP/tensorboard"
-expect_exit 2 "fresh run into a used directory named tensorboard" -- "${TRAIN[@]}" --steps 2 --tensorboard "$TMP/tensorboard"
+expect_exit 2 "fresh run into a used directory named tensorboard" -- "${TRAIN[@]}" --steps 3 --tensorboard "$TMP/tensorboard"
 expect_stderr_has "--tensorboard $TMP/tensorboard already holds event files" "used directory named tensorboard"
 echo x >"$TMP/file"
-expect_exit 2 "TensorBoard directory under a file" -- "${TRAIN[@]}" --steps 2 --tensorboard "$TMP/file/tb"
+expect_exit 2 "TensorBoard directory under a file" -- "${TRAIN[@]}" --steps 3 --tensorboard "$TMP/file/tb"
 expect_stderr_has "$TMP/file/tb" "TensorBoard directory under a file"
 
 finish
