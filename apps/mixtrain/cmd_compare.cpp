@@ -42,15 +42,8 @@ class StepCollector final : public TrainingHook {
  public:
   explicit StepCollector(std::vector<nlohmann::ordered_json>& out) : out_(out) {}
   void on_step_end(TrainingRun&, const StepRecord& r) override {
-    nlohmann::ordered_json j;
-    j["step"] = r.step;
-    j["loss"] = finite_or_null(r.loss);
-    j["lr"] = r.lr;
-    j["grad_norm"] = finite_or_null(r.grad_norm);
-    j["tokens_per_s"] = r.tokens_per_s;
-    j["loss_scale"] = r.loss_scale;
-    j["skipped"] = r.skipped;
-    if (r.evaluated) j["val_loss"] = finite_or_null(r.val_loss);
+    nlohmann::ordered_json j = step_record_json(r);  // the step log's fields (train/summary_json.h)
+    add_evaluation_json(j, r);
     out_.push_back(std::move(j));
   }
 

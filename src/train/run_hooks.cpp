@@ -33,25 +33,13 @@ void StepLogHook::on_run_end(TrainingRun&, TrainSummary&) {
 
 void StepLogHook::on_step_end(TrainingRun& run, const StepRecord& r) {
   if (!f_) return;
-  nlohmann::ordered_json j;
-  j["step"] = r.step;
-  j["loss"] = finite_or_null(r.loss);
-  j["lr"] = r.lr;
-  j["grad_norm"] = finite_or_null(r.grad_norm);
-  j["tokens_per_s"] = r.tokens_per_s;
-  j["elapsed_s"] = r.elapsed_s;
-  j["loss_scale"] = r.loss_scale;
-  j["skipped"] = r.skipped;
-  j["found_inf"] = r.found_inf;
+  nlohmann::ordered_json j = step_record_json(r);
   j["overflows"] = run.summary().overflows;
   if (r.diverged) {
     j["error"] = "non-finite loss";
     j["diverged"] = true;
   }
-  if (r.evaluated) {
-    j["val_loss"] = r.val_loss;
-    j["val_accuracy"] = r.val_accuracy;
-  }
+  add_evaluation_json(j, r);
   f_->write(j.dump() + "\n");  // one write per line: a killed run leaves whole lines
 }
 

@@ -60,4 +60,24 @@ nlohmann::ordered_json summary_to_json(const TrainSummary& r) {
   return j;
 }
 
+nlohmann::ordered_json step_record_json(const StepRecord& r) {
+  nlohmann::ordered_json j;
+  j["step"] = r.step;
+  j["loss"] = finite_or_null(r.loss);
+  j["lr"] = r.lr;
+  j["grad_norm"] = finite_or_null(r.grad_norm);
+  j["tokens_per_s"] = r.tokens_per_s;
+  j["elapsed_s"] = r.elapsed_s;
+  j["loss_scale"] = r.loss_scale;
+  j["skipped"] = r.skipped;
+  j["found_inf"] = r.found_inf;
+  return j;
+}
+
+void add_evaluation_json(nlohmann::ordered_json& j, const StepRecord& r) {
+  if (!r.evaluated) return;
+  j["val_loss"] = r.val_loss;
+  j["val_accuracy"] = r.val_accuracy;
+}
+
 }  // namespace mixtrain

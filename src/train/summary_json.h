@@ -20,4 +20,10 @@ nlohmann::ordered_json nonzero_peaks_json(const std::array<int64_t, kNumMemCateg
 // JSON has no inf or NaN: a non-finite number becomes null.
 nlohmann::ordered_json finite_or_null(double v);
 
+// A step's fields of the step log (--log-jsonl, run_hooks.h): step, loss, lr, grad_norm,
+// tokens_per_s, elapsed_s, loss_scale, skipped, found_inf; add_evaluation_json adds val_loss and
+// val_accuracy when the step was evaluated. The report's curves read the same fields.
+nlohmann::ordered_json step_record_json(const StepRecord& r);
+void add_evaluation_json(nlohmann::ordered_json& j, const StepRecord& r);
+
 }  // namespace mixtrain

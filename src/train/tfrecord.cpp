@@ -4,20 +4,11 @@
 #include <array>
 #include <cstring>
 
+#include "core/crc.h"
+
 namespace mixtrain {
 namespace {
 
-// Reflected CRC-32C table: polynomial 0x1EDC6F41, reversed 0x82F63B78.
-constexpr std::array<uint32_t, 256> make_table() {
-  std::array<uint32_t, 256> t{};
-  for (uint32_t i = 0; i < 256; ++i) {
-    uint32_t c = i;
-    for (int k = 0; k < 8; ++k) c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
-    t[i] = c;
-  }
-  return t;
-}
-constexpr std::array<uint32_t, 256> kTable = make_table();
 
 void put_le(std::string& out, uint64_t v, int bytes) {
   for (int i = 0; i < bytes; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xFF));
@@ -30,12 +21,7 @@ uint64_t get_le(const char* p, int bytes) {
 
 }  // namespace
 
-uint32_t crc32c(const void* data, size_t n, uint32_t crc) {
-  const auto* p = static_cast<const unsigned char*>(data);
-  crc = ~crc;
-  for (size_t i = 0; i < n; ++i) crc = kTable[(crc ^ p[i]) & 0xFF] ^ (crc >> 8);
-  return ~crc;
-}
+uint32_t crc32c(const void* data, size_t n, uint32_t crc) { return crc32_reflected<0x82F63B78u>(data, n, crc); }
 
 uint32_t mask_crc32c(uint32_t crc) { return ((crc >> 15) | (crc << 17)) + 0xa282ead8u; }
 
