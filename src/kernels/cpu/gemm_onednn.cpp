@@ -543,21 +543,16 @@ void gemm_workspace_only(const Tensor& a, const Tensor& b, Tensor& c, const Gemm
 }
 
 namespace {
-// The Mat make_problem() would build (mat_of) from a contiguous (b, r, c) tensor, op() applied
-// when trans; batch_stride 0: the dense one.
-Mat dense_mat(DType t, int64_t b, int64_t r, int64_t c, bool trans, int64_t batch_stride) {
+// The Mat make_problem() would build (mat_of) from a contiguous (r, c) tensor.
+Mat dense_mat(DType t, int64_t r, int64_t c) {
   Mat x;
   x.dtype = t;
-  x.b = b;
+  x.b = 1;
   x.r = r;
   x.c = c;
   x.sr = c;
   x.sc = 1;
-  x.sb = batch_stride > 0 ? batch_stride : r * c;
-  if (trans) {
-    std::swap(x.r, x.c);
-    std::swap(x.sr, x.sc);
-  }
+  x.sb = r * c;
   x.normalize();
   return x;
 }
@@ -567,9 +562,9 @@ std::string gemm_impl_for(DType in_dtype, DType out_dtype, int64_t m, int64_t n,
   if (force_reference()) return "reference (MIXTRAIN_FORCE_REFERENCE)";
   if (in_dtype == DType::f64) return "reference (f64)";
   Problem p;
-  p.src = dense_mat(in_dtype, 1, m, k, false, 0);
-  p.wei = dense_mat(in_dtype, 1, k, n, false, 0);
-  p.dst = dense_mat(out_dtype, 1, m, n, false, 0);
+  p.src = dense_mat(in_dtype, m, k);
+  p.wei = dense_mat(in_dtype, k, n);
+  p.dst = dense_mat(out_dtype, m, n);
   return describe_plan(choose(p), in_dtype);
 }
 
@@ -580,8 +575,8 @@ void gemm_scratch_release() {
 
 bool gemm_fp16_converts_to_f32() {
   Problem p;
-  p.src = p.wei = dense_mat(DType::f16, 1, 256, 256, false, 0);
-  p.dst = dense_mat(DType::f32, 1, 256, 256, false, 0);
+  p.src = p.wei = dense_mat(DType::f16, 256, 256);
+  p.dst = dense_mat(DType::f32, 256, 256);
   return choose(p).variant.convert_inputs;
 }
 
