@@ -21,13 +21,6 @@ namespace cpu {
 namespace {
 constexpr int64_t kLnGroupRows = 32;  // rows per layer-norm parameter-gradient partial sum
 
-bool all_fast(std::initializer_list<const Tensor*> ts) {
-  if (force_reference()) return false;
-  for (const Tensor* t : ts)
-    if (!fast_dtype(t->dtype())) return false;
-  return true;
-}
-
 // Per-thread fp32 rows for these kernels (more slots than cpu::scratch offers).
 float* bscratch(int slot, int64_t n) {
   thread_local std::vector<float> bufs[6];

@@ -12,8 +12,10 @@
 #include <bit>
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <vector>
 
+#include "core/cpu_features.h"
 #include "kernels/backend.h"
 #include "mixtrain/numeric/bf16.h"
 #include "mixtrain/tensor/tensor.h"
@@ -26,6 +28,14 @@ namespace mixtrain::cpu {
 
 // The storage formats the fast kernels handle; f64 and fp8 go to the scalar reference.
 inline bool fast_dtype(DType t) { return t == DType::f32 || t == DType::bf16 || t == DType::f16; }
+// Whether a kernel takes its fast path for these tensors: every one in a fast dtype, and the
+// references not forced (core/cpu_features.h).
+inline bool all_fast(std::initializer_list<const Tensor*> ts) {
+  if (force_reference()) return false;
+  for (const Tensor* t : ts)
+    if (!fast_dtype(t->dtype())) return false;
+  return true;
+}
 
 // A tensor seen as R rows of C contiguous elements, row r at base + r * row_stride elements.
 struct RowView {

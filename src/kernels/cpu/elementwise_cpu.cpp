@@ -35,13 +35,6 @@ MIXTRAIN_SIMD_CLONES void gelu_f32(const float* x, float* o, int64_t n) {
 }
 
 
-bool all_fast(std::initializer_list<const Tensor*> ts) {
-  if (force_reference()) return false;
-  for (const Tensor* t : ts)
-    if (!fast_dtype(t->dtype())) return false;
-  return true;
-}
-
 // add/mul: b has a's shape or is a row (C) broadcast over a's rows.
 template <typename F>
 void binary(const Tensor& a, const Tensor& b, Tensor& out, F f) {

@@ -16,13 +16,7 @@
 namespace mixtrain {
 namespace {
 
-// The CPU kernels' all_fast (elementwise_cpu.cpp, backward_cpu.cpp).
-bool all_fast(std::initializer_list<const Tensor*> ts) {
-  if (force_reference()) return false;
-  for (const Tensor* t : ts)
-    if (!cpu::fast_dtype(t->dtype())) return false;
-  return true;
-}
+using cpu::all_fast;  // the CPU kernels' choice of the fast path (cpu_rows.h)
 
 // Unary row kernels (scale, gelu, causal_softmax, softmax_last): the input's rows and the output's.
 void unary_rows(const Tensor& x, Tensor& out) {
