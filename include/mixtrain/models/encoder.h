@@ -1,0 +1,41 @@
+// Encoder models for sequence classification: BERT (post-LN, learned positions, token types,
+// erf GELU, pooler) and DistilBERT (no token types, pre_classifier + ReLU head), chosen from a
+// Hugging Face config.json's model_type and loaded from Hugging Face safetensors names.
+//
+// CONTRACT (being implemented): the finetune pipeline codes against these declarations.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mixtrain/models/model.h"
+#include "mixtrain/tensor/memory.h"
+
+namespace mixtrain {
+
+enum class Pooling { cls, mean };  // cls: BERT's pooler on [CLS]; mean: masked mean of the last layer
+
+struct ClassifierOptions {
+  std::vector<std::string> labels;  // class id -> label name (num_labels = labels.size() >= 2)
+  Pooling pooling = Pooling::cls;
+  float dropout = 0.1f;             // hidden and classifier dropout while training
+  uint64_t seed = 1337;             // initialises the head when the directory has none
+};
+
+// Loads `dir` (config.json + model.safetensors, as Hugging Face writes them: a bare encoder such
+// as all-MiniLM-L6-v2, or a *ForSequenceClassification saved by save_encoder_classifier) and
+// returns a Model whose forward_batch takes a classification Batch (data/data_source.h) and gives
+// logits (B, K) and the mean cross-entropy over rows whose target is not -1. The parameters are
+// allocated in `dtype` with gradients in `grad_dtype` (MixedPrecision's param_dtype/grad_dtype).
+// IoError / ArgumentError naming the file and the tensor or key for anything missing or wrong.
+std::unique_ptr<Model> load_encoder_classifier(const std::string& dir, const ClassifierOptions& options,
+                                               DType dtype = DType::f32, DType grad_dtype = DType::f32,
+                                               MemCategory param_category = MemCategory::parameters);
+
+// Writes `model` (from load_encoder_classifier) to `dir` as Hugging Face's
+// BertForSequenceClassification / DistilBertForSequenceClassification: model.safetensors,
+// config.json (with id2label / label2id) and the tokenizer files copied from `tokenizer_dir`, so
+// transformers' from_pretrained(dir) loads it.
+void save_encoder_classifier(const Model& model, const std::string& dir, const std::string& tokenizer_dir);
+
+}  // namespace mixtrain
