@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "train/output_paths.h"
 #include "train/summary_json.h"
 #include "mixtrain/train/memory_report.h"
 #include "train_options.h"
@@ -159,9 +160,16 @@ void register_memory(CLI::App& app, GlobalOptions& g, std::vector<Command>& comm
        [&g, f, m] {
          apply_global_options(g);
          f->finish();
+         // --json checked with the run's own outputs before the prediction and the measured run
+         // (otherwise an unwritable path would be found after both).
+         if (!m->json.empty()) {
+           RunPaths paths = train_run_paths(f->opt);
+           paths.outputs.push_back({"--json", m->json});
+           check_run_paths(paths);
+         }
          const MemoryReport r = memory_report(f->opt, m->predict_only);
          print_table(r, f->opt, m->terms);
-         if (!m->json.empty()) write_file_atomic(m->json, to_json(r, f->opt).dump(2) + "\n");
+         if (!m->json.empty()) write_output_file(m->json, to_json(r, f->opt).dump(2) + "\n", "--json");
          return 0;
        }});
 }

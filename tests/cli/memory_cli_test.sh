@@ -76,4 +76,15 @@ expect_exit 2 "missing config" -- "$MIXTRAIN" memory --model "$TMP/nope.json" --
 expect_exit 2 "unwritable --json" -- "$MIXTRAIN" memory --model gpt-nano --predict-only --json "$TMP/no/dir/x.json"
 [ ! -e "$TMP/bad.json" ] && pass || fail "a JSON file was written for bad input"
 
+# --json checked before anything runs: a directory, or the model config itself, is refused with
+# one line naming the flag, and the config is left as it was.
+mkdir -p "$TMP/outdir"
+expect_exit 2 "memory --json into a directory" -- "$MIXTRAIN" --threads 2 memory --model "$TMP/tiny.json" \
+  --batch-size 4 --seq-len 32 --steps 2 --json "$TMP/outdir"
+expect_stderr_has "--json" "memory --json into a directory"
+cp "$TMP/tiny.json" "$TMP/tiny.before"
+expect_exit 2 "memory --json over its model config" -- "$MIXTRAIN" --threads 2 memory --model "$TMP/tiny.json" \
+  --batch-size 4 --seq-len 32 --steps 2 --json "$TMP/tiny.json"
+cmp -s "$TMP/tiny.json" "$TMP/tiny.before" && pass || fail "memory --json over the model config changed it"
+
 finish
