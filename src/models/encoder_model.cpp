@@ -156,9 +156,7 @@ Var EncoderClassifier::layer_forward(const EncoderLayer& l, const Var& x, const 
     Var k = split_heads(qkv, 1, l.heads);      // (B*H, T, D)
     Var v = split_heads(qkv, 2, l.heads);      // (B*H, T, D)
     Var att = masked_softmax(matmul(q, k, false, true), key_mask, 1.0f / std::sqrt(static_cast<float>(D)));  // (B*H, T, T)
-    nn::DropoutState attn_drop{cfg_.attention_dropout, drop.training, drop.seed, drop.offset};
-    att = attn_drop(att);
-    drop.offset = attn_drop.offset;
+    att = drop(att);  // on the probabilities, as Hugging Face's attention dropout
     ctx = merge_heads(matmul(att, v), B);  // (B*H, T, D) -> (B, T, C)
   }
   Var a = l.attn_out(ctx);  // (B, T, C)

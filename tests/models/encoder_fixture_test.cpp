@@ -18,6 +18,7 @@
 #include <gtest/gtest.h>
 
 #include "encoder_fixture_util.h"
+#include "mixtrain/data/builtin_data.h"
 #include "mixtrain/optim/adamw.h"
 #include "models/encoder_model.h"
 
@@ -125,4 +126,37 @@ TEST(EncoderFixture, BertThreeAdamWStepsMatchTorch) {
 TEST(EncoderFixture, DistilBertThreeAdamWStepsMatchTorch) {
   Loaded l = load("distilbert");
   check_adamw(l);
+}
+
+// The real all-MiniLM-L6-v2 (scripts/setup_data.sh installs it; builtin_data_path throws, failing
+// the test, when it is missing): a bare BertModel file (names without "bert."), so the head is not
+// in it; the fixture's seeded head is copied in. Logits, loss and a few gradients (the fixture
+// keeps only those, to stay small). Same tolerances as the tiny models: the model is deeper (6
+// layers, C = 384, I = 1536) but the measured errors stay ~1e-6 relative.
+TEST(EncoderFixture, MiniLmLogitsLossAndChosenGradientsMatchTransformers) {
+  const test::Fixture fx = test::load_fixture(kEncoderFixtures + "minilm.mtfx");
+  std::unique_ptr<Model> model =
+      load_encoder_classifier(builtin_data_path(kDefaultEncoderModel), test::encoder_fixture_options(fx));
+  auto& enc = dynamic_cast<EncoderClassifier&>(*model);
+  EXPECT_EQ(enc.config().layers, 6);
+  EXPECT_FLOAT_EQ(enc.config().layer_norm_eps, 1e-12f);
+  for (const NamedWeight& w : model->named_weights())
+    if (w.name.rfind("classifier.", 0) == 0) {
+      const auto& v = fx.f32("head." + w.name);
+      NamedWeight dst = w;
+      dst.tensor.copy_from(Tensor::from_floats(v, w.tensor.shape(), DType::f32));
+    }
+  const Batch batch = test::encoder_fixture_batch(fx);
+  model->params().zero_grads();
+  ModelOutput out = model->forward_batch(batch, true, 1);
+  EXPECT_TRUE(close(out.logits.value().to_floats(), fx.f32("logits"), 2e-5, 1e-4, "logits"));
+  EXPECT_NEAR(out.loss.value().item(), fx.f32("loss")[0], 1e-4 * std::fabs(fx.f32("loss")[0]));
+  out.loss.backward();
+  size_t compared = 0;
+  for (const NamedWeight& g : enc.named_grads()) {
+    if (!fx.has("grad." + g.name)) continue;
+    EXPECT_TRUE(close(g.tensor.to_floats(), fx.f32("grad." + g.name), 1e-4, 1e-3, "grad." + g.name));
+    ++compared;
+  }
+  EXPECT_EQ(compared, fx.header.at("param_names").size());
 }
