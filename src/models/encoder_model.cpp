@@ -194,6 +194,14 @@ ModelOutput EncoderClassifier::forward_batch(const Batch& batch, bool training, 
     Tensor types = batch.token_types.defined() ? batch.token_types
                                                : Tensor::from_ints(std::vector<int32_t>(static_cast<size_t>(B * T), 0), {B, T});
     check_i32(types, {B, T}, "token_types");
+    if (!meta) {
+      const std::vector<int32_t> tv = types.to_ints();
+      for (size_t i = 0; i < tv.size(); ++i)
+        if (tv[i] < 0 || tv[i] >= cfg_.type_vocab_size)
+          throw ArgumentError("encoder forward: token_types value " + std::to_string(tv[i]) + " at row " +
+                              std::to_string(static_cast<int64_t>(i) / T) + " is outside [0, type_vocab_size " +
+                              std::to_string(cfg_.type_vocab_size) + ")");
+    }
     x = add(x, type_(types));
   }
   x = drop(emb_ln_(x));
