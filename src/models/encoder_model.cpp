@@ -38,7 +38,14 @@ EncoderClassifier::EncoderClassifier(const EncoderConfig& cfg, const ClassifierO
   const std::string emb = prefix_ + ".embeddings";
   word_.declare(store_, emb + ".word_embeddings", cfg_.vocab_size, C);
   add_slot(word_.prefix + ".weight", word_.prefix + ".weight");
-  pos_.declare(store_, emb + ".position_embeddings", cfg_.max_positions, C);
+  if (cfg_.sinusoidal_positions) {  // fixed values: declared without weight decay, bound without a gradient
+    pos_.prefix = emb + ".position_embeddings";
+    pos_.num = cfg_.max_positions;
+    pos_.dim = C;
+    store_.declare(pos_.prefix + ".weight", {cfg_.max_positions, C}, /*weight_decay=*/false);
+  } else {
+    pos_.declare(store_, emb + ".position_embeddings", cfg_.max_positions, C);
+  }
   add_slot(pos_.prefix + ".weight", pos_.prefix + ".weight");
   if (bert) {
     type_.declare(store_, emb + ".token_type_embeddings", cfg_.type_vocab_size, C);

@@ -18,6 +18,7 @@
 #include <gtest/gtest.h>
 
 #include "encoder_fixture_util.h"
+#include "mixtrain/amp/autocast.h"
 #include "mixtrain/data/builtin_data.h"
 #include "mixtrain/optim/adamw.h"
 #include "models/encoder_model.h"
@@ -159,4 +160,55 @@ TEST(EncoderFixture, MiniLmLogitsLossAndChosenGradientsMatchTransformers) {
     ++compared;
   }
   EXPECT_EQ(compared, fx.header.at("param_names").size());
+}
+
+// Activation checkpointing: the same loss and gradients bit for bit, with dropout on (each layer's
+// recomputation draws the masks of its forward run), in fp32 and under bf16 autocast.
+TEST(EncoderFixture, ActivationCheckpointingGivesTheSameGradientsBitForBit) {
+  for (const char* kind : {"bert", "distilbert"})
+    for (bool amp : {false, true}) {
+      std::vector<float> grads[2];
+      double losses[2];
+      for (int ckpt = 0; ckpt < 2; ++ckpt) {
+        const test::Fixture fx = test::load_fixture(kEncoderFixtures + std::string(kind) + "_tiny.mtfx");
+        ClassifierOptions o = test::encoder_fixture_options(fx);
+        o.dropout = 0.2f;
+        std::unique_ptr<Model> m = load_encoder_classifier(kEncoderFixtures + kind + "_tiny", o);
+        m->set_activation_checkpointing(ckpt == 1);
+        m->params().zero_grads();
+        autograd::Var loss;
+        {
+          AutocastScope scope(amp, DType::bf16);
+          loss = m->forward_batch(test::encoder_fixture_batch(fx), true, 42).loss;
+        }
+        loss.backward();
+        losses[ckpt] = loss.value().item();
+        grads[ckpt] = m->params().flat_grads().to_floats();
+      }
+      EXPECT_EQ(losses[0], losses[1]) << kind << (amp ? " bf16" : " fp32");
+      EXPECT_TRUE(grads[0] == grads[1]) << kind << (amp ? " bf16" : " fp32");
+    }
+}
+
+// DistilBERT's sinusoidal_pos_embds: the positions are Hugging Face's create_sinusoidal_embeddings
+// (sin on even, cos on odd columns), and fixed: no gradient, no weight decay.
+TEST(EncoderFixture, DistilBertSinusoidalPositionsAreFixed) {
+  const test::Fixture fx = test::load_fixture(kEncoderFixtures + "distilbert_tiny.mtfx");
+  EncoderConfig cfg = EncoderConfig::from_hf_json(
+      nlohmann::json{{"model_type", "distilbert"}, {"vocab_size", 99}, {"dim", 32}, {"n_layers", 1}, {"n_heads", 4},
+                     {"hidden_dim", 37}, {"max_position_embeddings", 24}, {"sinusoidal_pos_embds", true}},
+      "sinusoidal test");
+  EncoderClassifier m(cfg, test::encoder_fixture_options(fx));
+  const std::string name = "distilbert.embeddings.position_embeddings.weight";
+  const auto pos = m.params().param(name).to_floats();
+  for (int64_t p : {0, 5, 23})
+    for (int64_t j : {0, 1, 6, 31}) {
+      const double a = static_cast<double>(p) / std::pow(10000.0, 2.0 * static_cast<double>(j / 2) / 32.0);
+      EXPECT_NEAR(pos[static_cast<size_t>(p * 32 + j)], j % 2 == 0 ? std::sin(a) : std::cos(a), 1e-6);
+    }
+  EXPECT_FALSE(m.params().info(name).weight_decay);
+  m.params().zero_grads();
+  m.forward_batch(test::encoder_fixture_batch(fx), true, 1).loss.backward();
+  EXPECT_EQ(test::max_abs(m.params().grad(name).to_floats()), 0.0);
+  EXPECT_GT(test::max_abs(m.params().grad("distilbert.embeddings.word_embeddings.weight").to_floats()), 0.0);
 }
