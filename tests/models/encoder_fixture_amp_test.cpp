@@ -102,10 +102,11 @@ void check(const std::string& kind) {
   const double eps = dtype_epsilon(DType::bf16);
   const RunErrors f32 = run(fx, kind, DType::f32);
   const RunErrors amp = run(fx, kind, DType::bf16);
-  std::printf("%s autocast bf16: logits %.3f eps (bound %.1f; fp32 run %.2e eps), |d loss| %.3g (bound %.3g), "
-              "worst grad %.3f eps (bound %.1f; fp32 run %.2e eps)\n",
-              kind.c_str(), amp.logits / eps, kLogitK, f32.logits / eps, amp.loss_abs, 2 * amp.logits_abs,
-              amp.worst_grad() / eps, kGradK, f32.worst_grad() / eps);
+  std::printf(
+      "%s autocast bf16: logits %.3f eps (bound %.1f; fp32 run %.2e eps), |d loss| %.3g (bound %.3g), "
+      "worst grad %.3f eps (bound %.1f; fp32 run %.2e eps)\n",
+      kind.c_str(), amp.logits / eps, kLogitK, f32.logits / eps, amp.loss_abs, 2 * amp.logits_abs,
+      amp.worst_grad() / eps, kGradK, f32.worst_grad() / eps);
   for (const auto& [name, err] : amp.grads) std::printf("  grad.%-55s %.3f eps\n", name.c_str(), err / eps);
   EXPECT_EQ(amp.logits_dtype, DType::bf16);
   EXPECT_GT(amp.logits, 100 * f32.logits);

@@ -51,13 +51,15 @@ void two_steps(const EncoderConfig& cfg, const std::string& precision, bool ckpt
   batch.targets = Tensor::from_ints({0, 2, 1, -1}, {B});
   for (int step = 1; step <= 2; ++step) {
     model.params().zero_grads();
-    ModelOutput out = mp.forward([&] { return model.forward_batch(batch, true, static_cast<uint64_t>(step)); });
+    ModelOutput out =
+        mp.forward([&] { return model.forward_batch(batch, true, static_cast<uint64_t>(step)); });
     mp.backward(out.loss);
     mp.step(opt, model.params(), 1e-3f, 1.0);
   }
 }
 
-void expect_prediction_exact(const std::string& kind, const std::string& precision, bool ckpt, Pooling pooling) {
+void expect_prediction_exact(const std::string& kind, const std::string& precision, bool ckpt,
+                             Pooling pooling) {
   const EncoderConfig cfg = fixture_config(kind);
   const std::string what = kind + " " + precision + (ckpt ? " checkpointing" : "") +
                            (pooling == Pooling::mean ? " mean pooling" : "");
@@ -68,7 +70,8 @@ void expect_prediction_exact(const std::string& kind, const std::string& precisi
   two_steps(cfg, precision, ckpt, pooling);
   const MemorySnapshot after = cpu.snapshot();
   EXPECT_GT(p.peak_bytes, 0) << what;
-  EXPECT_EQ(p.peak_bytes, after.peak_total - before.live_total) << what << " (predicted peak at " << p.peak_moment << ")";
+  EXPECT_EQ(p.peak_bytes, after.peak_total - before.live_total)
+      << what << " (predicted peak at " << p.peak_moment << ")";
   for (size_t c = 0; c < kNumMemCategories; ++c)
     EXPECT_EQ(p.peak_by_category[c], after.peak[c] - before.live[c])
         << what << ": " << mem_category_name(static_cast<MemCategory>(c));
