@@ -99,4 +99,13 @@ TEST(EncoderMemory, TermsAreNamedByHuggingFaceModulePaths) {
   bool named = false;
   for (const MemoryTerm& t : p.terms) named = named || t.name.rfind("bert.encoder.layer.*.", 0) == 0;
   EXPECT_TRUE(named) << "no term under bert.encoder.layer.*; peak at " << p.peak_moment;
+  // Under bf16 autocast the attention probabilities are kept once, in bf16 (for backward and for
+  // p v alike), never in fp32.
+  int64_t bf16 = 0, f32 = 0;
+  for (const MemoryTerm& t : p.terms) {
+    if (t.name.find("attention.self masked_softmax") == std::string::npos) continue;
+    (t.name.size() > 4 && t.name.compare(t.name.size() - 4, 4, "bf16") == 0 ? bf16 : f32) += t.bytes;
+  }
+  EXPECT_GT(bf16, 0) << "peak at " << p.peak_moment;
+  EXPECT_EQ(f32, 0);
 }
