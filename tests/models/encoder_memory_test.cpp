@@ -1,8 +1,8 @@
 // Memory prediction works for the encoder classifier: two training steps of the tiny BERT and
 // DistilBERT (fixture configs), with padding and token types, in 32-true and bf16-mixed, with and
-// without activation checkpointing, run on the meta device (predict_memory) and on the CPU; the
-// predicted peak, every category's peak and the terms alive at the peak must equal the CPU's
-// tracker to the byte (the GPT form is tests/train/memory_prediction_test.cpp).
+// without activation checkpointing (and BERT in 16-mixed, bf16-true and 16-true), run on the meta device
+// (predict_memory) and on the CPU; the predicted peak, every category's peak and the terms alive at the peak
+// must equal the CPU's tracker to the byte (the GPT form is tests/train/memory_prediction_test.cpp).
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -91,6 +91,9 @@ TEST(EncoderMemory, PredictionEqualsTheCpuRunToTheByte) {
     for (const char* precision : {"32-true", "bf16-mixed"})
       for (bool ckpt : {false, true}) expect_prediction_exact(kind, precision, ckpt, Pooling::cls);
   expect_prediction_exact("bert", "bf16-mixed", false, Pooling::mean);
+  // The other modes (16-bit weights, the loss scaler) run and are predicted too.
+  for (const char* precision : {"16-mixed", "bf16-true", "16-true"})
+    expect_prediction_exact("bert", precision, false, Pooling::cls);
 }
 
 TEST(EncoderMemory, TermsAreNamedByHuggingFaceModulePaths) {
