@@ -82,12 +82,54 @@ void load_weights(const SafetensorsFile& file, EncoderClassifier& model, const s
 
 }  // namespace
 
+namespace {
+nlohmann::json read_config(const std::string& dir, std::string& path) {
+  path = (fs::path(dir) / "config.json").string();
+  const std::vector<uint8_t> text = read_file_bounded(path, 1 << 20, "config");
+  return parse_untrusted_json(std::string_view(reinterpret_cast<const char*>(text.data()), text.size()),
+                              "config " + path);
+}
+}  // namespace
+
+ClassifierOptions saved_classifier_options(const std::string& dir) {
+  std::string path;
+  const nlohmann::json j = read_config(dir, path);
+  ClassifierOptions o;
+  if (!j.is_object()) throw IoError("config " + path + ": not a JSON object");
+  const auto labels = j.find("id2label");
+  if (labels != j.end()) {
+    if (!labels->is_object() || labels->size() > (size_t{1} << 20))
+      throw IoError("config " + path + ": 'id2label' must be an object of class id -> label");
+    o.labels.resize(labels->size());
+    for (auto& [key, value] : labels->items()) {
+      size_t used = 0;
+      long long id = -1;
+      try {
+        id = std::stoll(key, &used);
+      } catch (const std::exception&) {
+      }
+      if (used != key.size() || id < 0 || id >= static_cast<long long>(o.labels.size()) ||
+          !value.is_string() || !o.labels[static_cast<size_t>(id)].empty())
+        throw IoError("config " + path + ": 'id2label' must map each of \"0\"..\"" +
+                      std::to_string(o.labels.size() - 1) + "\" once to a label string (bad key '" +
+                      printable(key) + "')");
+      o.labels[static_cast<size_t>(id)] = value.get<std::string>();
+    }
+  }
+  const auto pooling = j.find("mixtrain_pooling");
+  if (pooling != j.end()) {
+    if (*pooling == "mean")
+      o.pooling = Pooling::mean;
+    else if (*pooling != "cls")
+      throw IoError("config " + path + ": 'mixtrain_pooling' must be \"cls\" or \"mean\"");
+  }
+  return o;
+}
+
 std::unique_ptr<Model> load_encoder_classifier(const std::string& dir, const ClassifierOptions& options,
                                                DType dtype, DType grad_dtype, MemCategory param_category) {
-  const std::string config_path = (fs::path(dir) / "config.json").string();
-  const std::vector<uint8_t> text = read_file_bounded(config_path, 1 << 20, "config");
-  const nlohmann::json j = parse_untrusted_json(
-      std::string_view(reinterpret_cast<const char*>(text.data()), text.size()), "config " + config_path);
+  std::string config_path;
+  const nlohmann::json j = read_config(dir, config_path);
   EncoderConfig cfg;
   try {
     cfg = EncoderConfig::from_hf_json(j, "config " + config_path);

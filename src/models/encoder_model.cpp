@@ -304,6 +304,24 @@ std::string EncoderClassifier::config_json() const {
   return j.dump(2);
 }
 
+EncoderInfo encoder_info(const Model& model) {
+  const auto* enc = dynamic_cast<const EncoderClassifier*>(&model);
+  if (!enc)
+    throw ArgumentError("encoder_info: model family '" + std::string(model.family()) +
+                        "' is not an encoder classifier");
+  const EncoderConfig& c = enc->config();
+  EncoderInfo i;
+  i.family = std::string(enc->family());
+  i.vocab_size = c.vocab_size;
+  i.max_positions = c.max_positions;
+  i.hidden = c.hidden;
+  i.layers = c.layers;
+  i.heads = c.heads;
+  i.labels = enc->options().labels;
+  i.pooling = enc->options().pooling;
+  return i;
+}
+
 std::vector<NamedWeight> EncoderClassifier::named_weights() const {
   std::vector<NamedWeight> w;
   for (const EncoderSlot& s : slots_) w.push_back({s.name, store_.param(s.param).slice(0, s.r0, s.r1)});

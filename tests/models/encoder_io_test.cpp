@@ -200,3 +200,34 @@ TEST(EncoderIo, ConfigLargerThanTheWeightsFileIsRefusedBeforeAllocating) {
                         {"config.json", "holds only"});
   EXPECT_LT(MemoryTracker::global().snapshot().peak_total - before, int64_t{1} << 30);
 }
+
+// What a saved classifier says about itself: its labels and pooling come back from config.json, and
+// encoder_info describes a loaded model.
+TEST(EncoderIo, SavedOptionsAndInfoDescribeTheClassifier) {
+  const test::Fixture fx = test::load_fixture(kEncoderFixtures + "bert_tiny.mtfx");
+  ClassifierOptions o = test::encoder_fixture_options(fx, Pooling::mean);
+  std::unique_ptr<Model> m = load_encoder_classifier(kEncoderFixtures + "bert_tiny", o);
+  const fs::path dir = fs::path(MIXTRAIN_BINARY_DIR) / "encoder_io_errors" / "saved_mean";
+  fs::remove_all(dir);
+  save_encoder_classifier(*m, dir.string(), "");
+  const ClassifierOptions back = saved_classifier_options(dir.string());
+  EXPECT_EQ(back.labels, o.labels);
+  EXPECT_EQ(back.pooling, Pooling::mean);
+  EXPECT_TRUE(saved_classifier_options(builtin_data_path(kDefaultEncoderModel)).labels.empty())
+      << "a bare encoder";
+
+  const EncoderInfo info = encoder_info(*load_encoder_classifier(dir.string(), back));
+  EXPECT_EQ(info.family, "bert");
+  EXPECT_EQ(info.vocab_size, 99);
+  EXPECT_EQ(info.max_positions, 24);
+  EXPECT_EQ(info.hidden, 32);
+  EXPECT_EQ(info.layers, 2);
+  EXPECT_EQ(info.heads, 4);
+  EXPECT_EQ(info.labels, o.labels);
+  EXPECT_EQ(info.pooling, Pooling::mean);
+
+  nlohmann::json j = nlohmann::json::parse(read_text(dir / "config.json"));
+  j["id2label"] = {{"0", "a"}, {"2", "b"}};
+  std::ofstream(dir / "config.json") << j.dump();
+  expect_error<IoError>([&] { saved_classifier_options(dir.string()); }, {"config.json", "id2label", "'2'"});
+}
