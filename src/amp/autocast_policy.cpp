@@ -35,6 +35,12 @@ constexpr std::array<PolicyEntry, autograd::kNumOpKinds> kPolicy = {{
     {OpKind::attention, CastPolicy::lower_precision},  // scaled_dot_product_attention (softmax in f32 inside)
     {OpKind::attention_qkv, CastPolicy::lower_precision},
     {OpKind::checkpoint, CastPolicy::keep},            // the ops inside cast for themselves
+    {OpKind::gelu_erf, CastPolicy::keep},              // gelu, tanh, relu: not in torch's lists
+    {OpKind::tanh, CastPolicy::keep},
+    {OpKind::relu, CastPolicy::keep},
+    {OpKind::masked_softmax, CastPolicy::lower_precision},  // the encoder's attention softmax: as the
+    // attention op (torch's scaled_dot_product_attention runs in lower precision), probabilities
+    // stored once in 16 bits, for backward and for p v alike; the softmax math is fp32 inside
 }};
 
 constexpr bool table_in_order() {
