@@ -35,8 +35,10 @@ void StepLogHook::on_step_end(TrainingRun& run, const StepRecord& r) {
   if (!f_) return;
   nlohmann::ordered_json j = step_record_json(r);
   j["overflows"] = run.summary().overflows;
+  if (!r.overflow_site.empty()) j["overflow_site"] = r.overflow_site;
+  if (!r.scale_event.empty()) j["scale_event"] = r.scale_event;
   if (r.diverged) {
-    j["error"] = "non-finite loss";
+    j["error"] = r.stop_reason.empty() ? "non-finite loss" : r.stop_reason;
     j["diverged"] = true;
   }
   add_evaluation_json(j, r);

@@ -1,0 +1,104 @@
+// The numerics probes and the overflow forensics as training hooks (train/numerics_hook.h).
+#include "mixtrain/train/numerics_hook.h"
+
+#include <cmath>
+#include <cstdio>
+
+#include "train/numerics_sites.h"
+#include "train/output_paths.h"
+
+namespace mixtrain {
+
+void NumericsOptions::validate() const {
+  if (path.empty()) throw ArgumentError({"numerics.path"}, "numerics.path is empty");
+  if (every < 1) throw ArgumentError({"numerics.every"}, "numerics.every must be positive, got " + std::to_string(every));
+}
+
+NumericsHook::NumericsHook(NumericsOptions options, SampleFn on_sample)
+    : options_(std::move(options)), on_sample_(std::move(on_sample)), table_(std::make_unique<SiteTable>()),
+      probe_(std::make_unique<SiteProbe>(*table_)) {
+  options_.validate();
+}
+
+NumericsHook::~NumericsHook() {
+  if (autograd::probe_hook() == probe_.get()) autograd::set_probe_hook(nullptr);
+}
+
+void NumericsHook::on_run_start(TrainingRun& run) {
+  // A resumed run appends after the checkpoint's step (the lines of later steps are the old run's).
+  out_ = std::make_unique<OutputStream>(options_.path, "numerics log", /*append=*/run.start_step() > 0);
+}
+
+void NumericsHook::on_step_begin(TrainingRun& run, int64_t step) {
+  active_ = sampled(step);
+  if (!active_) return;
+  table_->clear();
+  const ParameterStore& params = run.model().params();
+  for (size_t i = 0; i < params.size(); ++i) table_->add(&params.infos()[i].name, "param", ProbeKind::weight, params.param(i));
+  before_ = params.flat_params().to_floats();  // for the update, after the optimizer step
+  autograd::set_probe_hook(probe_.get());
+}
+
+void NumericsHook::after_backward(TrainingRun& run, int64_t) {
+  if (!active_) return;
+  autograd::set_probe_hook(nullptr);
+  const ParameterStore& params = run.model().params();
+  for (size_t i = 0; i < params.size(); ++i)
+    table_->add(&params.infos()[i].name, "param", ProbeKind::weight_grad, params.grad(i));
+}
+
+void NumericsHook::after_update(TrainingRun& run, const StepRecord& r) {
+  if (!active_) return;
+  active_ = false;
+  autograd::set_probe_hook(nullptr);  // a non-finite loss skips after_backward
+  const ParameterStore& params = run.model().params();
+  if (!r.skipped) {
+    const std::vector<float> after = params.flat_params().to_floats();
+    const DType storage = params.flat_params().dtype();
+    std::vector<float> u;
+    for (size_t i = 0; i < params.size(); ++i) {
+      const ParamInfo& p = params.infos()[i];
+      const float* w = before_.data() + p.offset;
+      u.resize(static_cast<size_t>(p.numel));
+      for (int64_t k = 0; k < p.numel; ++k) u[static_cast<size_t>(k)] = after[static_cast<size_t>(p.offset + k)] - w[k];
+      SiteStats& s = table_->add(&p.name, "param", ProbeKind::update, DType::f32, numeric_stats_f32(u.data(), p.numel));
+      s.has_ulp = true;
+      s.storage = storage;
+      s.below_half_ulp[0] = count_below_half_ulp(u.data(), w, p.numel, storage);
+      s.below_half_ulp[1] = count_below_half_ulp(u.data(), w, p.numel, DType::bf16);
+      s.below_half_ulp[2] = count_below_half_ulp(u.data(), w, p.numel, DType::f16);
+    }
+  }
+  std::string lines;
+  for (const SiteStats& s : table_->sites()) lines += site_record_json(r.step, r.loss_scale, s) + "\n";
+  out_->write(lines);  // one write per step: a killed run leaves whole steps
+  if (on_sample_) on_sample_(r.step, table_->sites());
+}
+
+void NumericsHook::on_run_end(TrainingRun&, TrainSummary&) {
+  if (out_) out_->close();
+}
+
+void OverflowForensicsHook::on_nonfinite(TrainingRun& run, StepRecord& r) {
+  ForensicsProbe probe;
+  {
+    const autograd::ScopedProbe scoped(&probe);
+    run.replay_step();
+  }
+  const OverflowSite& f = probe.first();
+  if (f.found) r.overflow_site = f.site + ":" + f.op + (f.backward ? " (backward)" : "");
+  if (quiet_) return;
+  if (f.found)
+    std::fprintf(stderr,
+                 "mixtrain: step %lld skipped: first non-finite value at %s (%s %s, %lld elements), input amax %.4g, "
+                 "loss scale %g\n",
+                 static_cast<long long>(r.step), f.site.c_str(), f.op.c_str(), f.backward ? "backward" : "forward",
+                 static_cast<long long>(f.nonfinite), static_cast<double>(f.input_amax), r.loss_scale);
+  else
+    std::fprintf(stderr,
+                 "mixtrain: step %lld skipped: a re-run of the step stayed finite (the non-finite %s came from "
+                 "outside the ops, e.g. an injected fault), loss scale %g\n",
+                 static_cast<long long>(r.step), r.loss_finite ? "gradient" : "loss", r.loss_scale);
+}
+
+}  // namespace mixtrain
