@@ -45,6 +45,12 @@ NumericStats numeric_stats_f32(const float* x, int64_t n);
 // Any float tensor (any layout; 16-bit and fp8 values are widened to fp32 first, exactly).
 NumericStats numeric_stats(const Tensor& t);
 
+// Adds x's values to a histogram of their fp32 exponent fields: bin 0 holds zeros and fp32
+// subnormals, bin b in 1..254 the values with 2^(b-127) <= |x| < 2^(b-126), bin 255 inf/NaN.
+// (The loss-scale advice reads the share of gradients below a power of two from it.) x: (n)
+using Log2Histogram = std::array<int64_t, 256>;
+void add_log2_histogram(const float* x, int64_t n, Log2Histogram& hist);
+
 // Of n updates u (applied to weights w before the update), how many satisfy
 // |u| < ulp(w in `storage`) / 2, i.e. w + u rounds back to w in that format: the update is lost
 // to nearest rounding. The ulp of a zero or subnormal w is the format's smallest subnormal.

@@ -9,15 +9,15 @@
 
 namespace mixtrain {
 
-void NumericsOptions::validate() const {
-  if (path.empty()) throw ArgumentError({"numerics.path"}, "numerics.path is empty");
+void NumericsOptions::validate(bool need_path) const {
+  if (need_path && path.empty()) throw ArgumentError({"numerics.path"}, "numerics.path is empty");
   if (every < 1) throw ArgumentError({"numerics.every"}, "numerics.every must be positive, got " + std::to_string(every));
 }
 
 NumericsHook::NumericsHook(NumericsOptions options, SampleFn on_sample)
     : options_(std::move(options)), on_sample_(std::move(on_sample)), table_(std::make_unique<SiteTable>()),
       probe_(std::make_unique<SiteProbe>(*table_)) {
-  options_.validate();
+  options_.validate(/*need_path=*/!on_sample_);
 }
 
 NumericsHook::~NumericsHook() {
@@ -26,7 +26,8 @@ NumericsHook::~NumericsHook() {
 
 void NumericsHook::on_run_start(TrainingRun& run) {
   // A resumed run appends after the checkpoint's step (the lines of later steps are the old run's).
-  out_ = std::make_unique<OutputStream>(options_.path, "numerics log", /*append=*/run.start_step() > 0);
+  if (!options_.path.empty())
+    out_ = std::make_unique<OutputStream>(options_.path, "numerics log", /*append=*/run.start_step() > 0);
 }
 
 void NumericsHook::on_step_begin(TrainingRun& run, int64_t step) {
@@ -43,8 +44,14 @@ void NumericsHook::after_backward(TrainingRun& run, int64_t) {
   if (!active_) return;
   autograd::set_probe_hook(nullptr);
   const ParameterStore& params = run.model().params();
-  for (size_t i = 0; i < params.size(); ++i)
-    table_->add(&params.infos()[i].name, "param", ProbeKind::weight_grad, params.grad(i));
+  for (size_t i = 0; i < params.size(); ++i) {
+    const Tensor g = params.grad(i);
+    SiteStats& s = table_->add(&params.infos()[i].name, "param", ProbeKind::weight_grad, g);
+    if (!options_.histograms) continue;
+    const std::vector<float> v = g.to_floats();
+    add_log2_histogram(v.data(), static_cast<int64_t>(v.size()), s.hist);
+    s.has_hist = true;
+  }
 }
 
 void NumericsHook::after_update(TrainingRun& run, const StepRecord& r) {
@@ -71,7 +78,7 @@ void NumericsHook::after_update(TrainingRun& run, const StepRecord& r) {
   }
   std::string lines;
   for (const SiteStats& s : table_->sites()) lines += site_record_json(r.step, r.loss_scale, s) + "\n";
-  out_->write(lines);  // one write per step: a killed run leaves whole steps
+  if (out_) out_->write(lines);  // one write per step: a killed run leaves whole steps
   if (on_sample_) on_sample_(r.step, table_->sites());
 }
 

@@ -65,6 +65,16 @@ std::string site_record_json(int64_t step, double loss_scale, const SiteStats& s
   return j.dump();
 }
 
+void SiteStats::merge(const SiteStats& o) {
+  calls += o.calls;
+  stats.merge(o.stats);
+  has_ulp = has_ulp || o.has_ulp;
+  storage = o.storage;
+  for (int i = 0; i < 3; ++i) below_half_ulp[i] += o.below_half_ulp[i];
+  has_hist = has_hist || o.has_hist;
+  for (size_t b = 0; b < hist.size(); ++b) hist[b] += o.hist[b];
+}
+
 void SiteTable::clear() {
   index_.clear();
   sites_.clear();

@@ -31,6 +31,11 @@ struct SiteStats {
   bool has_ulp = false;
   DType storage = DType::f32;
   int64_t below_half_ulp[3] = {0, 0, 0};
+  // weight_grad only, when the hook is asked for it (the advice): exponents of the values.
+  bool has_hist = false;
+  Log2Histogram hist{};
+  // Adds another sample of the same site (another step).
+  void merge(const SiteStats& o);
 };
 
 // One site's JSON line (README "Numerics diagnostics").

@@ -86,6 +86,17 @@ TEST(NumericStats, TensorOfAnyDtypeIsWidenedExactly) {
   EXPECT_EQ(s.in(ProbeFormat::fp16).overflow, 1);
 }
 
+TEST(Log2Histogram, BinsByExponentField) {
+  const std::vector<float> v = {0.f, -1e-45f, 1.f, 1.5f, -0.75f, 0x1p-14f, INFINITY};
+  Log2Histogram h{};
+  add_log2_histogram(v.data(), static_cast<int64_t>(v.size()), h);
+  EXPECT_EQ(h[0], 2);          // 0 and an fp32 subnormal
+  EXPECT_EQ(h[127], 2);        // [1, 2)
+  EXPECT_EQ(h[126], 1);        // [0.5, 1)
+  EXPECT_EQ(h[127 - 14], 1);   // 2^-14
+  EXPECT_EQ(h[255], 1);
+}
+
 TEST(HalfUlp, LostUpdatesCountedExactly) {
   // bf16 weight 1.0: ulp 2^-7, half 2^-8. fp16: ulp 2^-10, half 2^-11.
   const std::vector<float> w = {1.f, 1.f, 1.f, 0.f, 256.f};

@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "mixtrain/train/numerics_advice.h"
 #include "mixtrain/train/numerics_hook.h"
 #include "train/tiny_run.h"
 
@@ -41,6 +42,7 @@ struct Collected {
 TrainOptions rigged(PrecisionMode mode, float factor, Collected& c) {
   TrainOptions o = train_test::tiny_run(mode);
   o.steps = 3;
+  o.force = true;  // no memory prediction: seconds saved per run
   o.add_hooks = [&c, factor](TrainingRun& run) {
     if (factor != 1.f) run.add_hook(std::make_unique<ScaleWeightHook>("transformer.h.1.mlp.c_fc.weight", factor));
     struct Keep final : TrainingHook {
@@ -178,6 +180,35 @@ TEST(NumericsHook, ProbesDoNotChangeTheTrajectory) {
     }
     EXPECT_TRUE(plain.steps[1].skipped);
   }
+}
+
+bool lists(const std::vector<OverflowingSite>& v, const std::string& site) {
+  for (const OverflowingSite& s : v)
+    if (s.site == site) return true;
+  return false;
+}
+
+TEST(NumericsAdvice, ChangesWithTheRig) {
+  TrainOptions o = train_test::tiny_run(PrecisionMode::mixed16);  // --advise runs 32-true anyway
+  o.steps = 2;
+  o.force = true;
+  const NumericsAdvice plain = advise_numerics(o);
+  EXPECT_EQ(plain.steps, 2);
+  EXPECT_TRUE(plain.fp16_forward.empty()) << plain.text();
+  EXPECT_TRUE(plain.modes[0].safe) << plain.text();
+  EXPECT_LE(plain.min_loss_scale_log2, plain.max_loss_scale_log2) << plain.text();
+  EXPECT_GT(plain.bf16_updates_lost, plain.fp16_updates_lost);  // bf16 has 3 fewer mantissa bits
+
+  o.add_hooks = [](TrainingRun& run) {
+    run.add_hook(std::make_unique<ScaleWeightHook>("transformer.h.1.mlp.c_fc.weight", kOverflowFactor));
+  };
+  const NumericsAdvice rig = advise_numerics(o);
+  EXPECT_TRUE(lists(rig.fp16_forward, "transformer.h.1.mlp.c_fc")) << rig.text();
+  EXPECT_FALSE(rig.modes[0].safe);
+  EXPECT_NE(rig.text().find("16-mixed: fp16 forward overflows at transformer.h.1.mlp.c_fc (linear, amax "), std::string::npos)
+      << rig.text();
+  EXPECT_TRUE(rig.bf16_any.empty()) << rig.text();
+  EXPECT_TRUE(rig.modes[1].safe) << rig.text();  // bf16-mixed
 }
 
 }  // namespace

@@ -25,9 +25,11 @@ class SiteProbe;
 struct SiteStats;
 
 struct NumericsOptions {
-  std::string path;   // JSONL output; "-" stdout; empty: no probes
+  std::string path;   // JSONL output; "-" stdout; empty: none (TrainOptions: no probes; a hook
+                      // given an on_sample callback still probes)
   int64_t every = 1;  // sample steps 1, 1 + every, 1 + 2 * every, ...
-  void validate() const;  // ArgumentError naming numerics.every / numerics.path
+  bool histograms = false;  // also the exponent histogram of each weight gradient (the advice)
+  void validate(bool need_path = true) const;  // ArgumentError naming numerics.every / numerics.path
 };
 
 class NumericsHook final : public TrainingHook {

@@ -133,6 +133,10 @@ NumericStats numeric_stats(const Tensor& t) {
   return numeric_stats_f32(f.data<float>(), f.numel());
 }
 
+void add_log2_histogram(const float* x, int64_t n, Log2Histogram& hist) {
+  for (int64_t i = 0; i < n; ++i) ++hist[(std::bit_cast<uint32_t>(x[i]) >> 23) & 0xffu];
+}
+
 int64_t count_below_half_ulp(const float* u, const float* w, int64_t n, DType storage) {
   if (force_reference() || (storage != DType::f32 && storage != DType::bf16 && storage != DType::f16))
     return count_below_half_ulp_ref(u, w, n, storage);
