@@ -1,6 +1,8 @@
 // The numerics probes' site table and the two probes (train/numerics_sites.h).
 #include "train/numerics_sites.h"
 
+#include "mixtrain/train/tensorboard_hook.h"
+
 #include <algorithm>
 
 #include <nlohmann/json.hpp>
@@ -73,6 +75,12 @@ void SiteStats::merge(const SiteStats& o) {
   for (int i = 0; i < 3; ++i) below_half_ulp[i] += o.below_half_ulp[i];
   has_hist = has_hist || o.has_hist;
   for (size_t b = 0; b < hist.size(); ++b) hist[b] += o.hist[b];
+}
+
+void add_amax_scalars(TensorBoardHook& tb, const std::vector<SiteStats>& sites) {
+  for (const SiteStats& s : sites)
+    tb.add_scalar("numerics_amax/" + std::string(probe_kind_name(s.kind)) + "/" + s.site + (s.op == "param" ? "" : ":" + s.op),
+                  s.stats.amax);
 }
 
 void SiteTable::clear() {

@@ -41,6 +41,10 @@ struct SiteStats {
 // One site's JSON line (README "Numerics diagnostics").
 std::string site_record_json(int64_t step, double loss_scale, const SiteStats& s);
 
+class TensorBoardHook;
+// Adds numerics_amax/<kind>/<site>:<op> (parameters: numerics_amax/<kind>/<name>) for each site.
+void add_amax_scalars(TensorBoardHook& tb, const std::vector<SiteStats>& sites);
+
 class SiteTable {
  public:
   // Adds t's statistics to the site (module, op, kind); module may be null.

@@ -17,6 +17,7 @@
 #include "train/checkpointing.h"
 #include "train/dir_lock.h"
 #include "train/model_config.h"
+#include "train/numerics_sites.h"
 #include "train/output_paths.h"
 #include "mixtrain/train/memory_prediction.h"
 #include "mixtrain/train/run_hooks.h"
@@ -240,10 +241,16 @@ TrainSummary train(const TrainOptions& opt_in) {
   if (opt.profile) run.add_hook(std::make_unique<ProfileHook>(opt.profile_warmup));
   if (!opt.inject_nonfinite.empty()) run.add_hook(std::make_unique<FaultInjectionHook>(opt.inject_nonfinite));
   if (opt.overflow_forensics) run.add_hook(std::make_unique<OverflowForensicsHook>(false));
-  if (!opt.numerics.path.empty()) run.add_hook(std::make_unique<NumericsHook>(opt.numerics));
+  std::unique_ptr<TensorBoardHook> tb;
+  if (!opt.tensorboard_dir.empty()) tb = std::make_unique<TensorBoardHook>(opt.tensorboard_dir, !opt.checkpoint.resume.empty());
+  if (!opt.numerics.path.empty()) {
+    NumericsHook::SampleFn to_tensorboard;  // each sampled site's amax as a scalar of the step's event
+    if (tb)
+      to_tensorboard = [t = tb.get()](int64_t, const std::vector<SiteStats>& sites) { add_amax_scalars(*t, sites); };
+    run.add_hook(std::make_unique<NumericsHook>(opt.numerics, std::move(to_tensorboard)));
+  }
   run.add_hook(std::make_unique<StepLogHook>(opt.log_jsonl));
-  if (!opt.tensorboard_dir.empty())
-    run.add_hook(std::make_unique<TensorBoardHook>(opt.tensorboard_dir, !opt.checkpoint.resume.empty()));
+  if (tb) run.add_hook(std::move(tb));
   run.add_hook(std::make_unique<ProgressHook>(opt.log_every, opt.quiet));
   if (opt.add_hooks) opt.add_hooks(run);
   // --keep-fp32 for this run only (process-wide in autocast; restored however the run ends).
