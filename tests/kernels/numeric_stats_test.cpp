@@ -86,6 +86,17 @@ TEST(NumericStats, TensorOfAnyDtypeIsWidenedExactly) {
   EXPECT_EQ(s.in(ProbeFormat::fp16).overflow, 1);
 }
 
+TEST(NumericStats, SixteenBitTensorsMatchTheReferenceOnTheirValues) {
+  std::mt19937 rng(11);
+  std::vector<float> v(9000);
+  for (float& x : v) x = std::ldexp(static_cast<float>(rng() % 2000) - 1000.f, static_cast<int>(rng() % 60) - 40);
+  for (DType d : {DType::bf16, DType::f16}) {
+    const Tensor t = Tensor::from_floats(v, {9000}, d);
+    const std::vector<float> widened = t.to_floats();
+    expect_same(numeric_stats(t), numeric_stats_ref(widened.data(), 9000), dtype_name(d).data());
+  }
+}
+
 TEST(Log2Histogram, BinsByExponentField) {
   const std::vector<float> v = {0.f, -1e-45f, 1.f, 1.5f, -0.75f, 0x1p-14f, INFINITY};
   Log2Histogram h{};

@@ -50,26 +50,37 @@ struct BlockCounts {
   uint32_t sub[kNumProbeFormats] = {}, flush[kNumProbeFormats] = {}, over[kNumProbeFormats] = {};
 };
 
+// One format's three counts over |x|'s bits; each test is one unsigned compare (the subtraction
+// wraps values below the range's start to large numbers), so the loop vectorises.
+template <int F>
+[[gnu::always_inline]] inline void format_counts(const uint32_t* a, int64_t n, BlockCounts& c) {
+  constexpr Bounds b = kBounds[F];
+  uint32_t flush = 0, sub = 0, over = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    flush += (a[i] - 1u) < b.flush_max;                              // 0 < a <= flush_max
+    sub += (a[i] - b.flush_max - 1u) < (b.normal_min - b.flush_max - 1u);  // flush_max < a < normal_min
+    over += (a[i] - b.overflow_min) < (kInfBits - b.overflow_min);   // overflow_min <= a < inf
+  }
+  c.flush[F] = flush, c.sub[F] = sub, c.over[F] = over;
+}
+
 MIXTRAIN_SIMD_CLONES
 void block_counts(const float* x, int64_t n, BlockCounts& c) {
+  uint32_t a[kBlock];  // |x| as bits
   uint32_t zeros = 0, nonfinite = 0, amax = 0;
-  uint32_t sub[kNumProbeFormats] = {}, flush[kNumProbeFormats] = {}, over[kNumProbeFormats] = {};
   for (int64_t i = 0; i < n; ++i) {
-    const uint32_t a = std::bit_cast<uint32_t>(x[i]) & 0x7fffffffu;
-    const uint32_t finite = a < kInfBits;
-    zeros += a == 0;
-    nonfinite += 1u - finite;
-    const uint32_t fa = finite ? a : 0u;
-    amax = fa > amax ? fa : amax;
-    for (size_t f = 0; f < kNumProbeFormats; ++f) {
-      const Bounds& b = kBounds[f];
-      flush[f] += (a != 0) & (a <= b.flush_max);
-      sub[f] += (a > b.flush_max) & (a < b.normal_min);
-      over[f] += (a >= b.overflow_min) & finite;
-    }
+    const uint32_t v = std::bit_cast<uint32_t>(x[i]) & 0x7fffffffu;
+    a[i] = v;
+    zeros += v == 0;
+    nonfinite += v >= kInfBits;
+    const uint32_t fv = v < kInfBits ? v : 0u;
+    amax = fv > amax ? fv : amax;
   }
   c.zeros = zeros, c.nonfinite = nonfinite, c.amax = amax;
-  for (size_t f = 0; f < kNumProbeFormats; ++f) c.sub[f] = sub[f], c.flush[f] = flush[f], c.over[f] = over[f];
+  format_counts<0>(a, n, c);
+  format_counts<1>(a, n, c);
+  format_counts<2>(a, n, c);
+  format_counts<3>(a, n, c);
 }
 
 // half an ulp of w as stored in `storage`, as the reference defines it, from the exponent bits
@@ -83,7 +94,7 @@ inline double half_ulp(float w, DType storage, UlpFormat fmt) {
   if (storage == DType::f16) b = std::bit_cast<uint32_t>(std::fabs(f32_from_fp16(fp16_from_f32(w))));
   if (b >= kInfBits) return INFINITY;
   const int e = std::max(static_cast<int>(b >> 23) - 127, fmt.min_exponent);
-  return std::ldexp(1.0, e - fmt.mantissa_bits - 1);
+  return std::bit_cast<double>(static_cast<uint64_t>(e - fmt.mantissa_bits - 1 + 1023) << 52);  // 2^(e-m-1)
 }
 
 }  // namespace
@@ -103,14 +114,20 @@ void NumericStats::merge(const NumericStats& o) {
   }
 }
 
-NumericStats numeric_stats_f32(const float* x, int64_t n) {
-  if (force_reference()) return numeric_stats_ref(x, n);
+namespace {
+// The blocks of n values at x in dtype t (f32, bf16 or f16, contiguous); 16-bit blocks are widened
+// into a per-thread fp32 buffer first (exact).
+NumericStats stats_blocks(const void* x, DType t, int64_t n) {
   const int64_t blocks = (n + kBlock - 1) / kBlock;
   std::vector<BlockCounts> per(static_cast<size_t>(blocks));
+  const size_t width = dtype_size(t);
   const int nt = cpu::threads_for(n);
 #pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
-  for (int64_t k = 0; k < blocks; ++k)
-    block_counts(x + k * kBlock, std::min(kBlock, n - k * kBlock), per[static_cast<size_t>(k)]);
+  for (int64_t k = 0; k < blocks; ++k) {
+    const int64_t w = std::min(kBlock, n - k * kBlock);
+    const void* src = static_cast<const char*>(x) + static_cast<size_t>(k * kBlock) * width;
+    block_counts(cpu::load_row(src, t, w, cpu::scratch(0, kBlock)), w, per[static_cast<size_t>(k)]);
+  }
   NumericStats s;
   s.numel = n;
   uint32_t amax = 0;
@@ -126,10 +143,18 @@ NumericStats numeric_stats_f32(const float* x, int64_t n) {
   s.amax = std::bit_cast<float>(amax);
   return s;
 }
+}  // namespace
+
+NumericStats numeric_stats_f32(const float* x, int64_t n) {
+  if (force_reference()) return numeric_stats_ref(x, n);
+  return stats_blocks(x, DType::f32, n);
+}
 
 NumericStats numeric_stats(const Tensor& t) {
   if (t.is_meta() || t.numel() == 0) return NumericStats{};
-  const Tensor f = t.dtype() == DType::f32 && t.is_contiguous() ? t : t.to(DType::f32, MemCategory::workspace).contiguous();
+  if (t.is_contiguous() && cpu::fast_dtype(t.dtype()) && !force_reference())
+    return stats_blocks(t.raw_data(), t.dtype(), t.numel());
+  const Tensor f = t.to(DType::f32, MemCategory::workspace).contiguous();  // strided, fp8, f64
   return numeric_stats_f32(f.data<float>(), f.numel());
 }
 
