@@ -155,7 +155,7 @@ NumericsAdvice advise_numerics(const TrainOptions& opt_in) {
   if (a.fp16_grads_lost_unscaled > 0.001) {
     t16.safe = false;
     t16.lines.push_back(pct(a.fp16_grads_lost_unscaled) +
-                        " of weight gradients are subnormal or zero in fp16 without a loss scale: use 16-mixed or bf16-true");
+                        " of weight gradients are subnormal or flushed to zero in fp16 without a loss scale: use 16-mixed or bf16-true");
   }
   if (a.fp16_updates_lost >= kLostUpdatesWorthFixing) {
     t16.safe = false;

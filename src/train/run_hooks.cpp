@@ -106,6 +106,7 @@ void ProgressHook::on_step_end(TrainingRun& run, const StepRecord& r) {
   if (r.skipped)
     line("step " + std::to_string(s) + ": non-finite gradients, step skipped (loss scale " +
          std::to_string(r.loss_scale) + ")");
+  if (!r.scale_event.empty()) line("loss scale: " + r.scale_event);
 }
 
 void FaultInjectionHook::after_backward(TrainingRun& run, int64_t step) {
