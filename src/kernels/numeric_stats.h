@@ -58,4 +58,13 @@ void add_log2_histogram(const float* x, int64_t n, Log2Histogram& hist);
 int64_t count_below_half_ulp_ref(const float* u, const float* w, int64_t n, DType storage);
 int64_t count_below_half_ulp(const float* u, const float* w, int64_t n, DType storage);
 
+// An optimizer update u = after - before (fp32): its statistics and how many of its values are
+// below half an ulp of `before` in `storage`, in bf16 and in fp16 (count_below_half_ulp).
+// before, after: (n)
+struct UpdateStats {
+  NumericStats stats;
+  int64_t below_half_ulp[3] = {0, 0, 0};  // storage, bf16, fp16
+};
+UpdateStats update_stats(const float* before, const float* after, int64_t n, DType storage);
+
 }  // namespace mixtrain

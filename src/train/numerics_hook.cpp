@@ -62,18 +62,14 @@ void NumericsHook::after_update(TrainingRun& run, const StepRecord& r) {
   if (!r.skipped) {
     const std::vector<float> after = params.flat_params().to_floats();
     const DType storage = params.flat_params().dtype();
-    std::vector<float> u;
     for (size_t i = 0; i < params.size(); ++i) {
       const ParamInfo& p = params.infos()[i];
-      const float* w = before_.data() + p.offset;
-      u.resize(static_cast<size_t>(p.numel));
-      for (int64_t k = 0; k < p.numel; ++k) u[static_cast<size_t>(k)] = after[static_cast<size_t>(p.offset + k)] - w[k];
-      SiteStats& s = table_->add(&p.name, "param", ProbeKind::update, DType::f32, numeric_stats_f32(u.data(), p.numel));
+      const size_t at = static_cast<size_t>(p.offset);
+      const UpdateStats u = update_stats(before_.data() + at, after.data() + at, p.numel, storage);
+      SiteStats& s = table_->add(&p.name, "param", ProbeKind::update, DType::f32, u.stats);
       s.has_ulp = true;
       s.storage = storage;
-      s.below_half_ulp[0] = count_below_half_ulp(u.data(), w, p.numel, storage);
-      s.below_half_ulp[1] = count_below_half_ulp(u.data(), w, p.numel, DType::bf16);
-      s.below_half_ulp[2] = count_below_half_ulp(u.data(), w, p.numel, DType::f16);
+      for (int k = 0; k < 3; ++k) s.below_half_ulp[k] += u.below_half_ulp[k];
     }
   }
   std::string lines;

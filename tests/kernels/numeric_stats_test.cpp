@@ -122,6 +122,17 @@ TEST(HalfUlp, LostUpdatesCountedExactly) {
     EXPECT_EQ(count_below_half_ulp(u.data(), w.data(), n, d), count_below_half_ulp_ref(u.data(), w.data(), n, d));
 }
 
+TEST(HalfUlp, UpdateStatsOfBeforeAndAfter) {
+  const std::vector<float> before = {1.f, 1.f, 2.f};
+  const std::vector<float> after = {1.f + 0x1p-9f, 1.f + 0x1p-6f, 2.f};
+  const UpdateStats u = update_stats(before.data(), after.data(), 3, DType::f32);
+  EXPECT_EQ(u.stats.amax, 0x1p-6f);
+  EXPECT_EQ(u.stats.zeros, 1);
+  EXPECT_EQ(u.below_half_ulp[0], 1);  // f32: only the zero update
+  EXPECT_EQ(u.below_half_ulp[1], 2);  // bf16 (half ulp of 1: 2^-8): 2^-9 and the zero
+  EXPECT_EQ(u.below_half_ulp[2], 1);  // fp16 (2^-11): the zero
+}
+
 TEST(HalfUlp, FastMatchesReferenceOnRandomWeights) {
   std::mt19937 rng(3);
   std::lognormal_distribution<float> mag(-6.f, 4.f);

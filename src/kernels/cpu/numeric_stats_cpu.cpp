@@ -173,4 +173,15 @@ int64_t count_below_half_ulp(const float* u, const float* w, int64_t n, DType st
   return lost;
 }
 
+UpdateStats update_stats(const float* before, const float* after, int64_t n, DType storage) {
+  std::vector<float> u(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) u[static_cast<size_t>(i)] = after[i] - before[i];
+  UpdateStats r;
+  r.stats = numeric_stats_f32(u.data(), n);
+  r.below_half_ulp[0] = count_below_half_ulp(u.data(), before, n, storage);
+  r.below_half_ulp[1] = count_below_half_ulp(u.data(), before, n, DType::bf16);
+  r.below_half_ulp[2] = count_below_half_ulp(u.data(), before, n, DType::f16);
+  return r;
+}
+
 }  // namespace mixtrain
