@@ -61,7 +61,8 @@ void register_numerics(CLI::App& app, GlobalOptions& g, std::vector<Command>& co
                           j["fp16_forward_overflow"] = sites_json(a.fp16_forward);
                           j["fp16_overflow"] = sites_json(a.fp16_any);
                           j["bf16_overflow"] = sites_json(a.bf16_any);
-                          j["min_loss_scale_log2"] = a.min_loss_scale_log2;
+                          j["min_loss_scale_log2"] = a.min_activation_scale_log2;
+                          j["min_weight_grad_scale_log2"] = a.min_loss_scale_log2;
                           j["max_loss_scale_log2"] = a.max_loss_scale_log2;
                           j["fp16_grads_lost_unscaled"] = a.fp16_grads_lost_unscaled;
                           j["bf16_updates_lost"] = a.bf16_updates_lost;

@@ -41,6 +41,25 @@ struct Merged {
   }
 };
 
+// The smallest k such that at most 0.1% of the non-zero values of `h` stay below 2^-14 at scale
+// 2^k: bin b holds [2^(b-127), 2^(b-126)) (bin 0: zeros and fp32 subnormals, counted as 2^-127;
+// `zeros` of them are exact zeros, left out), so a value in bin b reaches 2^-14 when
+// b - 127 + k >= -14.
+int min_scale_log2(const Log2Histogram& h, int64_t zeros) {
+  int64_t nonzero = -zeros;
+  for (size_t b = 0; b < 255; ++b) nonzero += h[b];
+  if (nonzero <= 0) return 0;
+  const double allowed = 0.001 * static_cast<double>(nonzero);
+  int64_t below = 0;
+  int bin = 0;
+  for (; bin < 255; ++bin) {
+    const int64_t in_bin = h[static_cast<size_t>(bin)] - (bin == 0 ? zeros : 0);
+    if (static_cast<double>(below + in_bin) > allowed) break;
+    below += in_bin;
+  }
+  return kFp16MinNormalLog2 - (bin - 127);
+}
+
 }  // namespace
 
 std::string NumericsAdvice::text() const {
@@ -78,8 +97,8 @@ NumericsAdvice advise_numerics(const TrainOptions& opt_in) {
   }
 
   // What was measured.
-  Log2Histogram wg{};
-  int64_t wg_nonzero = 0, wg_numel = 0, wg_lost16 = 0, upd_numel = 0, upd_bf16 = 0, upd_fp16 = 0;
+  Log2Histogram wg{}, ag{};
+  int64_t wg_zeros = 0, ag_zeros = 0, wg_numel = 0, wg_lost16 = 0, upd_numel = 0, upd_bf16 = 0, upd_fp16 = 0;
   double grad_amax = 0;
   for (const auto& [key, s] : merged->sites) {
     const NumericStats& st = s.stats;
@@ -90,12 +109,14 @@ NumericsAdvice advise_numerics(const TrainOptions& opt_in) {
         if (gemm_family(s.op)) a.fp16_forward.push_back({s.site, s.op, st.amax});
       }
       if (st.in(ProbeFormat::bf16).overflow > 0) a.bf16_any.push_back({s.site, s.op, st.amax});
-      if (s.kind == ProbeKind::grad && s.op != "cross_entropy") grad_amax = std::max(grad_amax, amax);
-    } else if (s.kind == ProbeKind::weight_grad) {
-      grad_amax = std::max(grad_amax, amax);
-      for (size_t b = 1; b < 255; ++b) wg[b] += s.hist[b];
-      wg[0] += s.hist[0] - st.zeros;  // fp32 subnormals only
-      wg_nonzero += st.numel - st.zeros - st.nonfinite;
+      if (s.kind == ProbeKind::grad && s.op != "cross_entropy") {  // (the loss's own gradient is the scale)
+        grad_amax = std::max(grad_amax, amax);
+        for (size_t b = 0; b < 255; ++b) ag[b] += s.hist[b];
+        ag_zeros += st.zeros;
+      }
+    } else if (s.kind == ProbeKind::weight_grad) {  // fp32 here in 16-mixed: no upper bound from them
+      for (size_t b = 0; b < 255; ++b) wg[b] += s.hist[b];
+      wg_zeros += st.zeros;
       wg_numel += st.numel;
       wg_lost16 += st.in(ProbeFormat::fp16).flushed + st.in(ProbeFormat::fp16).subnormal;
     } else if (s.kind == ProbeKind::update) {
@@ -104,20 +125,8 @@ NumericsAdvice advise_numerics(const TrainOptions& opt_in) {
       upd_fp16 += s.below_half_ulp[2];
     }
   }
-  // Smallest k with at most 0.1% of the non-zero weight gradients below 2^(-14 - k): bin b holds
-  // [2^(b-127), 2^(b-126)), so a value in bin b reaches 2^-14 at scale 2^k when b - 127 + k >= -14.
-  a.min_loss_scale_log2 = 0;
-  if (wg_nonzero > 0) {
-    const double allowed = 0.001 * static_cast<double>(wg_nonzero);
-    int64_t below = 0;
-    int bin = 0;  // the first bin that must reach the normal range
-    for (; bin < 255; ++bin) {
-      if (static_cast<double>(below + wg[static_cast<size_t>(bin)]) > allowed) break;
-      below += wg[static_cast<size_t>(bin)];
-    }
-    // bin 0 (fp32 subnormals) counts as exponent -127.
-    a.min_loss_scale_log2 = kFp16MinNormalLog2 - (bin - 127);
-  }
+  a.min_loss_scale_log2 = min_scale_log2(wg, wg_zeros);
+  a.min_activation_scale_log2 = min_scale_log2(ag, ag_zeros);
   a.max_loss_scale_log2 = grad_amax > 0 ? static_cast<int>(std::floor(std::log2(kFp16Max / grad_amax))) : 24;
   a.fp16_grads_lost_unscaled = wg_numel > 0 ? static_cast<double>(wg_lost16) / static_cast<double>(wg_numel) : 0;
   a.bf16_updates_lost = upd_numel > 0 ? static_cast<double>(upd_bf16) / static_cast<double>(upd_numel) : 0;
@@ -134,16 +143,21 @@ NumericsAdvice advise_numerics(const TrainOptions& opt_in) {
   ModeAdvice m16;
   m16.mode = "16-mixed";
   overflow_lines(m16, a.fp16_forward, "fp16 forward", "65504", "use bf16-mixed or keep this site in fp32:");
-  const std::string k = std::to_string(a.min_loss_scale_log2), kmax = std::to_string(a.max_loss_scale_log2);
-  if (a.min_loss_scale_log2 > a.max_loss_scale_log2) {
+  // In mixtrain's 16-mixed the activation gradients are fp16 (GEMM-family ops) but weight
+  // gradients accumulate straight into the fp32 buffer: the activations' range decides.
+  const std::string ka = std::to_string(a.min_activation_scale_log2), kw = std::to_string(a.min_loss_scale_log2),
+                    kmax = std::to_string(a.max_loss_scale_log2);
+  const std::string weights_too = "weight gradients would need 2^" + kw + " where a framework keeps them in fp16";
+  if (a.min_activation_scale_log2 > a.max_loss_scale_log2) {
     m16.safe = false;
-    m16.lines.push_back("no loss scale fits: 99.9% of weight gradients need at least 2^" + k +
-                        " to stay out of fp16 subnormals, the largest gradient (" + num(grad_amax) +
-                        ") overflows fp16 above 2^" + kmax + ": use bf16-mixed");
+    m16.lines.push_back("no loss scale fits: 99.9% of activation gradients need at least 2^" + ka +
+                        " to stay out of fp16 subnormals, the largest activation gradient (" + num(grad_amax) +
+                        ") overflows fp16 above 2^" + kmax + ": use bf16-mixed (" + weights_too + ")");
   } else {
-    m16.lines.push_back("needs a loss scale of at least 2^" + k +
-                        " to keep 99.9% of weight gradients out of the fp16 subnormal range; above 2^" + kmax +
-                        " the largest gradient (" + num(grad_amax) + ") overflows fp16 (the dynamic scaler starts at 2^16)");
+    m16.lines.push_back("needs a loss scale of at least 2^" + ka +
+                        " to keep 99.9% of activation gradients out of the fp16 subnormal range (" + weights_too +
+                        "); above 2^" + kmax + " the largest activation gradient (" + num(grad_amax) +
+                        ") overflows fp16 (the dynamic scaler starts at 2^16 and grows while no step overflows)");
   }
   ModeAdvice b16m;
   b16m.mode = "bf16-mixed";

@@ -16,7 +16,7 @@ void NumericsOptions::validate(bool need_path) const {
 
 NumericsHook::NumericsHook(NumericsOptions options, SampleFn on_sample)
     : options_(std::move(options)), on_sample_(std::move(on_sample)), table_(std::make_unique<SiteTable>()),
-      probe_(std::make_unique<SiteProbe>(*table_)) {
+      probe_(std::make_unique<SiteProbe>(*table_, options_.histograms)) {
   options_.validate(/*need_path=*/!on_sample_);
 }
 

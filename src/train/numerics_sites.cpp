@@ -95,7 +95,11 @@ void SiteProbe::forward_output(const char* op, const std::string* module, const 
 
 void SiteProbe::backward_input(const autograd::Node& node, const Tensor& grad_out) {
   if (node.op == autograd::OpKind::reshape) return;
-  table_.add(node.module, autograd::op_kind_name(node.op), ProbeKind::grad, grad_out);
+  SiteStats& s = table_.add(node.module, autograd::op_kind_name(node.op), ProbeKind::grad, grad_out);
+  if (!histograms_) return;
+  const std::vector<float> v = grad_out.to_floats();
+  add_log2_histogram(v.data(), static_cast<int64_t>(v.size()), s.hist);
+  s.has_hist = true;
 }
 
 void ForensicsProbe::forward_output(const char* op, const std::string* module, const autograd::Node* node,

@@ -31,7 +31,7 @@ struct SiteStats {
   bool has_ulp = false;
   DType storage = DType::f32;
   int64_t below_half_ulp[3] = {0, 0, 0};
-  // weight_grad only, when the hook is asked for it (the advice): exponents of the values.
+  // grad and weight_grad only, when the hook is asked for it (the advice): exponents of the values.
   bool has_hist = false;
   Log2Histogram hist{};
   // Adds another sample of the same site (another step).
@@ -63,13 +63,15 @@ class SiteTable {
 // rules receive.
 class SiteProbe final : public autograd::ProbeHook {
  public:
-  explicit SiteProbe(SiteTable& table) : table_(table) {}
+  // histograms: also the exponent histogram of each gradient (the advice's loss-scale range).
+  SiteProbe(SiteTable& table, bool histograms) : table_(table), histograms_(histograms) {}
   void forward_output(const char* op, const std::string* module, const autograd::Node* node, const Tensor& out) override;
   void backward_input(const autograd::Node& node, const Tensor& grad_out) override;
   void backward_done(const autograd::Node&) override {}
 
  private:
   SiteTable& table_;
+  bool histograms_;
 };
 
 // Overflow forensics: the first op, in forward then backward order, whose output holds inf/NaN.

@@ -196,7 +196,7 @@ TEST(NumericsAdvice, ChangesWithTheRig) {
   EXPECT_EQ(plain.steps, 2);
   EXPECT_TRUE(plain.fp16_forward.empty()) << plain.text();
   EXPECT_TRUE(plain.modes[0].safe) << plain.text();
-  EXPECT_LE(plain.min_loss_scale_log2, plain.max_loss_scale_log2) << plain.text();
+  EXPECT_LE(plain.min_activation_scale_log2, plain.max_loss_scale_log2) << plain.text();
   EXPECT_GT(plain.bf16_updates_lost, plain.fp16_updates_lost);  // bf16 has 3 fewer mantissa bits
 
   o.add_hooks = [](TrainingRun& run) {

@@ -2,8 +2,9 @@
 // few steps in 32-true with the numerics probes on every step (train/numerics_hook.h), and each
 // precision mode is judged from what the probes saw:
 // - 16-mixed: GEMM-family outputs (linear, matmul, attention) that overflow fp16; the loss scale
-//   range that keeps 99.9% of the weight gradients above fp16's smallest normal (2^-14) while
-//   the largest gradient stays below 65504;
+//   range that keeps 99.9% of the activation gradients (and, for comparison, of the weight
+//   gradients) above fp16's smallest normal (2^-14) while the largest activation gradient stays
+//   below 65504;
 // - 16-true: any op output that overflows fp16, weight gradients lost to fp16 without a loss
 //   scale, updates below half an fp16 ulp of their weight;
 // - bf16-mixed / bf16-true: bf16 overflows (rare: bf16 has fp32's range) and, for bf16-true,
@@ -34,9 +35,12 @@ struct NumericsAdvice {
   std::vector<OverflowingSite> fp16_any;        // any op output past 65504 (16-true)
   std::vector<OverflowingSite> bf16_any;        // any op output or gradient past bf16's max
   // Loss scale 2^k for 16-mixed: the smallest k that keeps 99.9% of the non-zero weight
-  // gradients >= 2^-14, and the largest k that keeps every gradient (weight and activation) below
-  // 65504. min > max: no scale does both.
+  // gradients >= 2^-14 (what a framework that stores them in fp16 needs), the same for the
+  // activation gradients (fp16 under mixtrain's autocast, whose weight gradients accumulate in
+  // fp32: this one decides), and the largest k that keeps every activation gradient below
+  // 65504. min_activation > max: no scale does both.
   int min_loss_scale_log2 = 0;
+  int min_activation_scale_log2 = 0;
   int max_loss_scale_log2 = 0;
   double fp16_grads_lost_unscaled = 0;  // weight gradients flushed or subnormal in fp16 at scale 1
   double bf16_updates_lost = 0;         // updates below half a bf16 ulp of their weight
