@@ -89,19 +89,18 @@ void OverflowForensicsHook::on_nonfinite(TrainingRun& run, StepRecord& r) {
     run.replay_step();
   }
   const OverflowSite& f = probe.first();
-  if (f.found) r.overflow_site = f.site + ":" + f.op + (f.backward ? " (backward)" : "");
-  if (quiet_) return;
-  if (f.found)
-    std::fprintf(stderr,
-                 "mixtrain: step %lld skipped: first non-finite value at %s (%s %s, %lld elements), input amax %.4g, "
-                 "loss scale %g\n",
-                 static_cast<long long>(r.step), f.site.c_str(), f.op.c_str(), f.backward ? "backward" : "forward",
-                 static_cast<long long>(f.nonfinite), static_cast<double>(f.input_amax), r.loss_scale);
-  else
-    std::fprintf(stderr,
-                 "mixtrain: step %lld skipped: a re-run of the step stayed finite (the non-finite %s came from "
-                 "outside the ops, e.g. an injected fault), loss scale %g\n",
-                 static_cast<long long>(r.step), r.loss_finite ? "gradient" : "loss", r.loss_scale);
+  char b[160];
+  if (f.found) {
+    r.overflow_site = f.site + ":" + f.op + (f.backward ? " (backward)" : "");
+    std::snprintf(b, sizeof b, " (%s %s, %lld elements), input amax %.4g, loss scale %g", f.op.c_str(),
+                  f.backward ? "backward" : "forward", static_cast<long long>(f.nonfinite),
+                  static_cast<double>(f.input_amax), r.loss_scale);
+    r.overflow_detail = "first non-finite value at " + f.site + b;
+  } else {
+    std::snprintf(b, sizeof b, "; loss scale %g", r.loss_scale);
+    r.overflow_detail = std::string("a re-run of the step stayed finite (the non-finite ") +
+                        (r.loss_finite ? "gradient" : "loss") + " came from outside the ops, e.g. an injected fault)" + b;
+  }
 }
 
 }  // namespace mixtrain

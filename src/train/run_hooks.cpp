@@ -104,8 +104,9 @@ void ProgressHook::on_step_end(TrainingRun& run, const StepRecord& r) {
     std::fflush(stdout);
   }
   if (r.skipped)
-    line("step " + std::to_string(s) + ": non-finite gradients, step skipped (loss scale " +
-         std::to_string(r.loss_scale) + ")");
+    line("step " + std::to_string(s) + ": non-finite " + (r.loss_finite ? "gradients" : "loss") +
+         ", step skipped (loss scale " + std::to_string(r.loss_scale) + ")" +
+         (r.overflow_detail.empty() ? "" : ": " + r.overflow_detail));
   if (!r.scale_event.empty()) line("loss scale: " + r.scale_event);
 }
 

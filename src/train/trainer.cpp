@@ -240,7 +240,7 @@ TrainSummary train(const TrainOptions& opt_in) {
   run.add_hook(std::make_unique<TrainCheckpointing>(opt, model, T, corpus));
   if (opt.profile) run.add_hook(std::make_unique<ProfileHook>(opt.profile_warmup));
   if (!opt.inject_nonfinite.empty()) run.add_hook(std::make_unique<FaultInjectionHook>(opt.inject_nonfinite));
-  if (opt.overflow_forensics) run.add_hook(std::make_unique<OverflowForensicsHook>(false));
+  if (opt.overflow_forensics) run.add_hook(std::make_unique<OverflowForensicsHook>());
   std::unique_ptr<TensorBoardHook> tb;
   if (!opt.tensorboard_dir.empty()) tb = std::make_unique<TensorBoardHook>(opt.tensorboard_dir, !opt.checkpoint.resume.empty());
   if (!opt.numerics.path.empty()) {

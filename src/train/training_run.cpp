@@ -49,10 +49,11 @@ double TrainSummary::system_allocations_per_step() const {
   return static_cast<double>(profiled_system_allocations) / static_cast<double>(profiled_steps);
 }
 
-DivergedError::DivergedError(int64_t s, double loss, int64_t bad, TrainSummary sum)
+DivergedError::DivergedError(int64_t s, double loss, int64_t bad, TrainSummary sum, const std::string& site)
     : Error({"lr", "grad_clip"},
             "training diverged: loss is " + std::string(std::isnan(loss) ? "NaN" : "infinite") + " at step " +
                 std::to_string(s) + (bad > 1 ? " (" + std::to_string(bad) + " non-finite steps in a row)" : "") +
+                (site.empty() ? "" : " (first non-finite value at " + site + ")") +
                 "; lower lr, enable grad_clip, or use a loss scale"),
       step(s),
       summary(std::move(sum)) {}
@@ -235,7 +236,7 @@ TrainSummary TrainingRun::run() {
       summary_.val_loss = summary_.val_accuracy = NAN;
       finish_summary();
       if (!r.stop_reason.empty()) throw DivergedError(r.step, r.stop_reason, summary_);
-      throw DivergedError(r.step, r.loss, bad_in_a_row_, summary_);
+      throw DivergedError(r.step, r.loss, bad_in_a_row_, summary_, r.overflow_site);
     }
     if (r.step == config_.steps || (config_.eval_every > 0 && r.step % config_.eval_every == 0)) {
       const Evaluation e = evaluate();

@@ -104,6 +104,31 @@ TEST(OverflowForensics, KeepFp32MovesThenRemovesTheOverflow) {
   }
 }
 
+TEST(LossScaleStory, EveryChangeHasItsReason) {
+  {
+    Collected c;  // clean steps, growth after each
+    TrainOptions o = rigged(PrecisionMode::mixed16, 1.f, c);
+    o.scaler.growth_interval = 1;
+    train(o);
+    ASSERT_EQ(c.steps.size(), 3u);
+    EXPECT_EQ(c.steps[0].scale_event, "growth 65536 -> 131072 after 1 clean steps");
+    EXPECT_EQ(c.steps[2].scale_event, "growth 262144 -> 524288 after 1 clean steps");
+  }
+  {
+    Collected c;  // the rig overflows every step: hysteresis first, then backoffs
+    TrainOptions o = rigged(PrecisionMode::mixed16, kOverflowFactor, c);
+    o.scaler.hysteresis = 2;
+    o.max_bad_steps = 100;
+    train(o);
+    ASSERT_EQ(c.steps.size(), 3u);
+    EXPECT_EQ(c.steps[0].scale_event,
+              "hysteresis consumed at step 1 (1 left): a non-finite loss first seen at transformer.h.1.mlp.c_fc:linear; "
+              "scale kept");
+    EXPECT_EQ(c.steps[1].scale_event,
+              "backoff 65536 -> 32768 at step 2: a non-finite loss first seen at transformer.h.1.mlp.c_fc:linear");
+  }
+}
+
 TEST(OverflowForensics, ScaleStuckAtTheMinimumStopsNamingTheSite) {
   Collected c;
   TrainOptions o = rigged(PrecisionMode::mixed16, kOverflowFactor, c);

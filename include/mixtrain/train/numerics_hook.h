@@ -7,7 +7,8 @@
 //   Steps not sampled run without a probe installed; probes only read: the trajectory is the same.
 // - OverflowForensicsHook: a step skipped for a non-finite loss or gradient is re-run under a
 //   probe that names the first op, in forward then backward order, whose output went non-finite
-//   (StepRecord::overflow_site, one line on stderr).
+//   (StepRecord::overflow_site and overflow_detail: the progress line of the skipped step, the
+//   step log, the divergence error).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -58,11 +59,7 @@ class NumericsHook final : public TrainingHook {
 
 class OverflowForensicsHook final : public TrainingHook {
  public:
-  explicit OverflowForensicsHook(bool quiet) : quiet_(quiet) {}
   void on_nonfinite(TrainingRun& run, StepRecord& r) override;
-
- private:
-  bool quiet_;
 };
 
 }  // namespace mixtrain

@@ -103,7 +103,8 @@ struct TrainSummary {
 // there is kept, and the summary (with diverged = true) travels in the exception.
 class DivergedError : public Error {
  public:
-  DivergedError(int64_t step, double loss, int64_t bad_steps, TrainSummary summary);
+  // overflow_site (StepRecord::overflow_site) is named in the message when not empty.
+  DivergedError(int64_t step, double loss, int64_t bad_steps, TrainSummary summary, const std::string& overflow_site = "");
   // Stopped for another reason that no further step can fix (a loss scale stuck at its minimum).
   DivergedError(int64_t step, const std::string& message, TrainSummary summary);
   int64_t step;
@@ -130,6 +131,9 @@ struct StepRecord {
   // Overflow forensics (a hook's on_nonfinite): the first op whose output went non-finite, as
   // "module:op" plus " (backward)" when its backward rule did; "" when none was found.
   std::string overflow_site;
+  // The same in words for the progress line: "first non-finite value at SITE (OP backward, N
+  // elements), input amax A, loss scale S", or why nothing was found.
+  std::string overflow_detail;
   std::string scale_event;      // why the scaler changed the scale this step ("" when it did not)
   std::string stop_reason;      // with diverged: why, when not the non-finite loss itself
 };
