@@ -209,7 +209,7 @@ StepRecord TrainingRun::step() {
     char b[64];
     std::snprintf(b, sizeof b, "%g", before.scale);
     r.stop_reason = "loss scale stuck at its minimum " + std::string(b) + ": step " + std::to_string(r.step) +
-                    " overflowed again" + (r.overflow_site.empty() ? "" : " at " + r.overflow_site) +
+                    " overflowed there" + (r.overflow_site.empty() ? "" : " at " + r.overflow_site) +
                     "; try bf16-mixed, keeping that site in fp32 (keep_fp32), or a lower lr";
   }
   return r;

@@ -67,4 +67,8 @@ expect_stderr_has "--numerics" "directory named"
 expect_exit 0 "keep-fp32 in 32-true warns" -- "$MIXTRAIN" --threads 2 train --model "$TMP/tiny.json" --data "$TMP/text.txt" \
   --batch-size 4 --seq-len 16 --steps 1 --force --keep-fp32 'transformer.h.0.*'
 expect_stderr_has "--keep-fp32 has no effect" "keep-fp32 warning"
+expect_exit 3 "scale stuck at its minimum" -- "$MIXTRAIN" --threads 2 train --model "$TMP/tiny.json" --data "$TMP/text.txt" \
+  --batch-size 4 --seq-len 16 --steps 3 --precision 16-mixed --init-scale 1e30 --min-scale 1e30 --force
+expect_stderr_has "training stopped: loss scale stuck at its minimum 1e+30: step 1 overflowed there at " "stuck scale names the site"
+expect_stderr_has "(--keep-fp32), or a lower --lr" "stuck scale says what to try, in flags"
 finish
