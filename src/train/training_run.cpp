@@ -177,9 +177,12 @@ StepRecord TrainingRun::step() {
   }
   if (r.found_inf) {
     // Before the scaler's update: a hook may re-run the step at the same loss scale.
-    in_nonfinite_ = true;
+    struct Flag {  // replay_step is allowed while the hooks run, and only then (also if one throws)
+      bool& f;
+      explicit Flag(bool& f) : f(f) { f = true; }
+      ~Flag() { f = false; }
+    } allowed(in_nonfinite_);
     for (auto& h : hooks_) h->on_nonfinite(*this, r);
-    in_nonfinite_ = false;
   }
   const GradScalerState before = mp_.scaler().state();
   const bool at_floor_before = mp_.scaler().enabled() && before.scale <= mp_.scaler().min_scale_fp32();
