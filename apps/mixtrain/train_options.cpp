@@ -87,6 +87,15 @@ void add_train_flags(CLI::App* sub, TrainFlags& f, bool with_precision) {
   sub->add_option("--max-scale", o.scaler.max_scale, "Upper bound of the loss scale");
   sub->add_option("--inject-nonfinite", f.inject_nonfinite,
                   "STEP[,STEP..]: put inf (NaN at every second) into a gradient at these steps");
+  sub->add_option("--numerics", o.numerics.path,
+                  "Numerics probes: one JSON line per named site (op outputs, gradients, weights, updates) per sampled step to FILE");
+  sub->add_option("--numerics-every", o.numerics.every, "Sample the numerics probes every N steps (steps 1, 1+N, ...)")
+      ->capture_default_str();
+  sub->add_option("--keep-fp32", o.keep_fp32,
+                  "PATTERN (repeatable): autocast runs the modules matching this glob (and their children) in fp32, "
+                  "e.g. 'transformer.h.5.mlp.*'");
+  sub->add_flag("!--no-overflow-forensics", o.overflow_forensics,
+                "Do not re-run a skipped step to name the first op whose output went non-finite");
   sub->add_option("--max-bad-steps", o.max_bad_steps,
                   "Non-finite losses in a row before the run stops as diverged (default 1 in 32-true, 20 otherwise)");
 }
@@ -105,7 +114,7 @@ void add_checkpoint_flags(CLI::App* sub, TrainFlags& f) {
 
 void TrainFlags::finish(const std::vector<PrecisionMode>& precisions) {
   // A given empty path or a given 0 would silently mean "unset": refused, naming the flag.
-  for (const char* flag : {"--data", "--model", "--log-jsonl", "--checkpoint-dir", "--resume", "--init-from"})
+  for (const char* flag : {"--data", "--model", "--log-jsonl", "--checkpoint-dir", "--resume", "--init-from", "--numerics"})
     if (given(flag) && app->get_option(flag)->as<std::string>().empty())
       throw ArgumentError(std::string(flag) + ": empty path");
   if (given("--seq-len") && opt.seq_len <= 0)
@@ -177,6 +186,11 @@ void TrainFlags::warn_ineffective(const std::vector<PrecisionMode>& modes) const
   if (opt.eval_every > opt.steps)
     warn("--eval-every " + std::to_string(opt.eval_every) + " has no effect: the run ends at --steps " +
          std::to_string(opt.steps) + " (evaluated there anyway)");
+  if (given("--numerics-every") && opt.numerics.path.empty())
+    warn("--numerics-every has no effect without --numerics FILE");
+  if (given("--keep-fp32") && !any([](PrecisionMode m) { return precision_spec(m).autocast; }))
+    warn("--keep-fp32 has no effect: " + std::string(precision_spec(modes.front()).name) +
+         " has no autocast (every op already runs in the weights' dtype)");
   if (given("--save-every") && opt.checkpoint.save_every >= opt.steps)
     warn("--save-every " + std::to_string(opt.checkpoint.save_every) +
          " has no effect: a checkpoint is saved at the last step anyway");

@@ -3,6 +3,9 @@
 // minus its two traps: stale copies after in-place updates, and no-grad copies, #112583).
 #include "mixtrain/amp/autocast.h"
 
+#include <fnmatch.h>
+
+#include <atomic>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -10,6 +13,7 @@
 #include "autograd/cast_hook.h"
 #include "mixtrain/autograd/functions.h"
 #include "mixtrain/core/error.h"
+#include "tensor/alloc_site.h"
 
 namespace mixtrain {
 namespace {
@@ -55,6 +59,31 @@ struct Cache {
 thread_local Cache t_cache;
 
 thread_local const WorkingCopyScope* t_working = nullptr;
+
+// --keep-fp32: the patterns, a generation that changes with them, and each thread's verdicts per
+// module path (the layers own their path strings, so the pointer identifies the module).
+std::vector<std::string> g_keep_fp32;
+std::atomic<uint64_t> g_keep_generation{0};
+struct KeepCache {
+  uint64_t generation = ~uint64_t{0};
+  std::unordered_map<const std::string*, bool> kept;
+};
+thread_local KeepCache t_keep;
+
+// Whether the op running now belongs to a module kept in fp32.
+bool kept_in_fp32() {
+  if (g_keep_fp32.empty()) return false;
+  const std::string* module = alloc_site().module;
+  if (module == nullptr) return false;
+  const uint64_t gen = g_keep_generation.load(std::memory_order_relaxed);
+  if (t_keep.generation != gen) {
+    t_keep.kept.clear();
+    t_keep.generation = gen;
+  }
+  auto [it, fresh] = t_keep.kept.try_emplace(module, false);
+  if (fresh) it->second = keep_fp32_matches(g_keep_fp32, *module);
+  return it->second;
+}
 
 bool eligible_dtype(DType t) { return is_floating(t) && t != DType::f64; }
 bool eligible(const Var& v) { return v.defined() && eligible_dtype(v.dtype()); }
@@ -220,7 +249,7 @@ void autocast_inputs(autograd::OpKind op, std::initializer_list<Var*> inputs) {
     case CastPolicy::keep:
       return;
     case CastPolicy::lower_precision:
-      target = s.enabled ? s.dtype : DType::f32;
+      target = s.enabled && !kept_in_fp32() ? s.dtype : DType::f32;
       break;
     case CastPolicy::fp32:
       // Every fp32-policy op (layer norm, softmax, the loss) reads 16-bit storage and computes in
@@ -258,6 +287,22 @@ DType autocast_promote_dtype(DType a, DType b) {
   const State& s = t_state;
   if (!(s.enabled || s.upcast)) return a;
   return eligible_dtype(a) && eligible_dtype(b) ? wider(a, b) : a;
+}
+
+void set_autocast_keep_fp32(std::vector<std::string> patterns) {
+  g_keep_fp32 = std::move(patterns);
+  g_keep_generation.fetch_add(1, std::memory_order_relaxed);
+}
+const std::vector<std::string>& autocast_keep_fp32() { return g_keep_fp32; }
+
+bool keep_fp32_matches(const std::vector<std::string>& patterns, const std::string& module_path) {
+  // The path itself, then each ancestor: "a.b.c" -> "a.b" -> "a".
+  for (size_t end = module_path.size(); end != std::string::npos && end > 0; end = module_path.rfind('.', end - 1)) {
+    const std::string prefix = module_path.substr(0, end);
+    for (const std::string& p : patterns)
+      if (::fnmatch(p.c_str(), prefix.c_str(), 0) == 0) return true;
+  }
+  return false;
 }
 
 AutocastCacheStats autocast_cache_stats() {

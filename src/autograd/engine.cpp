@@ -2,6 +2,7 @@
 #include <unordered_set>
 
 #include "mixtrain/autograd/node.h"
+#include "autograd/probe_hook.h"
 #include "tensor/alloc_site.h"
 #include "mixtrain/kernels/ops.h"
 #include "kernels/ops_backward.h"
@@ -132,7 +133,10 @@ void Var::backward_from(const Tensor& grad) const {
         named.op = op_kind_name(node->op).data();
         named.backward = true;
         const ScopedAllocSite site(named);
+        ProbeHook* probe = probe_hook();  // a sampled step's numerics probe (autograd/probe_hook.h)
+        if (probe) probe->backward_input(*node, v->grad);
         backward_rule(node->op)(*node, v->grad);
+        if (probe) probe->backward_done(*node);
       }
       v->grad = Tensor();  // intermediate gradients are not kept (leaves keep theirs)
     }

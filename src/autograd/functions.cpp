@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "autograd/cast_hook.h"
+#include "autograd/probe_hook.h"
 #include "mixtrain/autograd/node.h"
 #include "mixtrain/kernels/ops.h"
 #include "kernels/ops_backward.h"
@@ -24,7 +25,11 @@ bool needs_grad(std::initializer_list<const Var*> inputs) {
 }
 
 // Wraps a forward result; when recording, attaches a node with the given inputs.
+// A sampled step's numerics probe (autograd/probe_hook.h) sees the output first; not when
+// activation checkpointing recomputes a forward in backward (forward already showed it).
 Var make_output(Tensor value, std::shared_ptr<Node> node) {
+  if (ProbeHook* p = probe_hook(); p && !alloc_site().recompute)
+    p->forward_output(alloc_site().op, alloc_site().module, node.get(), value);
   Var out(std::move(value), node != nullptr);
   if (node) out.impl()->grad_fn = std::move(node);
   return out;

@@ -79,6 +79,7 @@ CompareResult compare_precisions(const TrainOptions& base, const std::vector<Com
   for (const CompareEntry& e : order) {
     TrainOptions o = base;
     o.log_jsonl = compare_log_path(base.log_jsonl, e);
+    o.numerics.path = compare_log_path(base.numerics.path, e);
     check_run_paths(train_run_paths(o));
   }
   double base_tok_s = 0;
@@ -88,6 +89,7 @@ CompareResult compare_precisions(const TrainOptions& base, const std::vector<Com
     o.update_rounding = e.rounding;
     o.quiet = true;
     o.log_jsonl = compare_log_path(base.log_jsonl, e);
+    o.numerics.path = compare_log_path(base.numerics.path, e);  // one numerics log per mode
     if (!o.tensorboard_dir.empty()) o.tensorboard_dir += "/" + tag_of(e);  // one TensorBoard run per mode
     CompareRun run;
     run.entry = e;

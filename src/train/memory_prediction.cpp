@@ -176,6 +176,8 @@ MemoryPrediction predict_train_memory(const TrainOptions& o) {
   m.quiet = true;
   m.measure_gemm_rate = false;
   m.log_jsonl.clear();
+  m.numerics.path.clear();             // no probes
+  m.overflow_forensics = false;        // nor re-runs
   m.profile = false;
   m.checkpoint = CheckpointOptions{};  // no files: resuming or saving would read or write them
   m.tensorboard_dir.clear();           // nor event files

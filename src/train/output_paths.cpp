@@ -141,6 +141,7 @@ RunPaths train_run_paths(const TrainOptions& o) {
     p.input_dirs.push_back({"checkpoint.resume", c.resume});
   }
   if (!c.dir.empty()) p.output_dirs.push_back({"checkpoint.dir", c.dir});
+  if (!o.numerics.path.empty()) p.outputs.push_back({"numerics.path", o.numerics.path});
   if (!o.log_jsonl.empty()) {
     p.outputs.push_back({"log_jsonl", o.log_jsonl});
     if (!o.overwrite && c.resume.empty() && o.log_jsonl != "-") p.new_files.push_back(o.log_jsonl);

@@ -35,8 +35,10 @@ void StepLogHook::on_step_end(TrainingRun& run, const StepRecord& r) {
   if (!f_) return;
   nlohmann::ordered_json j = step_record_json(r);
   j["overflows"] = run.summary().overflows;
+  if (!r.overflow_site.empty()) j["overflow_site"] = r.overflow_site;
+  if (!r.scale_event.empty()) j["scale_event"] = r.scale_event;
   if (r.diverged) {
-    j["error"] = "non-finite loss";
+    j["error"] = r.stop_reason.empty() ? "non-finite loss" : r.stop_reason;
     j["diverged"] = true;
   }
   add_evaluation_json(j, r);
@@ -102,8 +104,10 @@ void ProgressHook::on_step_end(TrainingRun& run, const StepRecord& r) {
     std::fflush(stdout);
   }
   if (r.skipped)
-    line("step " + std::to_string(s) + ": non-finite gradients, step skipped (loss scale " +
-         std::to_string(r.loss_scale) + ")");
+    line("step " + std::to_string(s) + ": non-finite " + (r.loss_finite ? "gradients" : "loss") +
+         ", step skipped (loss scale " + std::to_string(r.loss_scale) + ")" +
+         (r.overflow_detail.empty() ? "" : ": " + r.overflow_detail));
+  if (!r.scale_event.empty()) line("loss scale: " + r.scale_event);
 }
 
 void FaultInjectionHook::after_backward(TrainingRun& run, int64_t step) {

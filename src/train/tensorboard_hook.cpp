@@ -1,6 +1,9 @@
 // The TensorBoard hook (train/tensorboard_hook.h).
 #include "mixtrain/train/tensorboard_hook.h"
 
+#include <utility>
+#include <vector>
+
 #include <cstdio>
 
 #include "mixtrain/core/error.h"
@@ -14,6 +17,7 @@ struct TensorBoardHook::Impl {
   bool resuming = false;
   std::unique_ptr<EventFileWriter> writer;
   std::string none;
+  std::vector<std::pair<std::string, float>> extra;  // add_scalar's, for the next event
 };
 
 TensorBoardHook::TensorBoardHook(std::string dir, bool resuming) : impl_(std::make_unique<Impl>()) {
@@ -64,8 +68,12 @@ void TensorBoardHook::on_step_end(TrainingRun& run, const StepRecord& r) {
                           static_cast<float>(static_cast<double>(mem.peak[c]) / (1 << 20)));
   }
   e.values.emplace_back("memory/total_mib", static_cast<float>(static_cast<double>(mem.peak_total) / (1 << 20)));
+  for (auto& extra : impl_->extra) e.values.push_back(std::move(extra));
+  impl_->extra.clear();
   impl_->writer->write(e);
 }
+
+void TensorBoardHook::add_scalar(std::string tag, float value) { impl_->extra.emplace_back(std::move(tag), value); }
 
 void TensorBoardHook::on_run_end(TrainingRun&, TrainSummary&) { impl_->writer.reset(); }
 

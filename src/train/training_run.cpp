@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 
 #include "mixtrain/autograd/functions.h"
 #include "mixtrain/tensor/allocator.h"
@@ -48,13 +49,17 @@ double TrainSummary::system_allocations_per_step() const {
   return static_cast<double>(profiled_system_allocations) / static_cast<double>(profiled_steps);
 }
 
-DivergedError::DivergedError(int64_t s, double loss, int64_t bad, TrainSummary sum)
+DivergedError::DivergedError(int64_t s, double loss, int64_t bad, TrainSummary sum, const std::string& site)
     : Error({"lr", "grad_clip"},
             "training diverged: loss is " + std::string(std::isnan(loss) ? "NaN" : "infinite") + " at step " +
                 std::to_string(s) + (bad > 1 ? " (" + std::to_string(bad) + " non-finite steps in a row)" : "") +
+                (site.empty() ? "" : " (first non-finite value at " + site + ")") +
                 "; lower lr, enable grad_clip, or use a loss scale"),
       step(s),
       summary(std::move(sum)) {}
+
+DivergedError::DivergedError(int64_t s, const std::string& message, TrainSummary sum)
+    : Error({"keep_fp32", "lr"}, "training stopped: " + message), step(s), summary(std::move(sum)) {}
 
 TrainingRun::TrainingRun(Model& model, Optimizer& optimizer, MixedPrecision& mp, const DataSource& data,
                          RunConfig config)
@@ -95,6 +100,62 @@ TrainingRun::Evaluation TrainingRun::evaluate() {
   return e;
 }
 
+double TrainingRun::forward_backward(int64_t step, bool& loss_finite) {
+  model_.params().zero_grads();
+  // Micro-batches: each loss is divided by K and multiplied by the (constant) loss scale before
+  // backward, so the gradients sum to the scaled mean over the effective batch.
+  const int64_t K = config_.grad_accum;
+  double loss = 0;
+  loss_finite = true;
+  for (int64_t micro = 0; micro < K; ++micro) {
+    const int64_t position = (step - 1) * K + micro + 1;  // data and dropout stream position
+    const ScopedPhase phase(step, "forward");
+    data_.train_batch(position, batch_);
+    ModelOutput out = mp_.forward(
+        [&] { return model_.forward_batch(batch_, true, config_.seed ^ (static_cast<uint64_t>(position) << 20)); });
+    const double l = out.loss.value().item();
+    loss += l / static_cast<double>(K);
+    if (!std::isfinite(l)) {
+      loss_finite = false;
+      break;  // nothing to learn from this step: it is skipped
+    }
+    mp_.backward(out.loss, K);
+  }
+  return loss;
+}
+
+double TrainingRun::replay_step() {
+  if (!in_nonfinite_) throw ArgumentError("TrainingRun::replay_step: only inside on_nonfinite");
+  bool finite = true;
+  return forward_backward(step_ + 1, finite);
+}
+
+namespace {
+// Why the scaler's update changed (or kept) the scale; "" when nothing worth a line happened.
+std::string scale_event(const GradScaler& sc, const GradScalerState& before, bool found_inf, const StepRecord& r) {
+  if (!sc.enabled() || !sc.config().dynamic) return "";
+  const GradScalerState& now = sc.state();
+  const std::string site = r.overflow_site.empty() ? "" : " first seen at " + r.overflow_site;
+  const std::string why = r.loss_finite ? "a non-finite gradient" : "a non-finite loss";
+  char b[64];
+  if (found_inf) {
+    if (now.scale == before.scale && now.hysteresis_left < before.hysteresis_left) {
+      std::snprintf(b, sizeof b, " (%lld left)", static_cast<long long>(now.hysteresis_left));
+      return "hysteresis consumed at step " + std::to_string(r.step) + b + ": " + why + site + "; scale kept";
+    }
+    std::snprintf(b, sizeof b, "%g -> %g", before.scale, now.scale);
+    std::string e = "backoff " + std::string(b) + " at step " + std::to_string(r.step) + ": " + why + site;
+    if (sc.hit_min_scale()) e += "; minimum reached";
+    return e;
+  }
+  if (now.scale > before.scale) {
+    std::snprintf(b, sizeof b, "%g -> %g", before.scale, now.scale);
+    return "growth " + std::string(b) + " after " + std::to_string(sc.config().growth_interval) + " clean steps";
+  }
+  return "";
+}
+}  // namespace
+
 StepRecord TrainingRun::step() {
   StepRecord r;
   r.step = step_ + 1;
@@ -102,26 +163,7 @@ StepRecord TrainingRun::step() {
   const double t0 = now_s();
   r.lr = lr_at(r.step, config_.schedule);
   ParameterStore& params = model_.params();
-  params.zero_grads();
-  // Micro-batches: each loss is divided by K and multiplied by the (constant) loss scale before
-  // backward, so the gradients sum to the scaled mean over the effective batch.
-  const int64_t K = config_.grad_accum;
-  double loss = 0;
-  for (int64_t micro = 0; micro < K; ++micro) {
-    const int64_t position = (r.step - 1) * K + micro + 1;  // data and dropout stream position
-    const ScopedPhase phase(r.step, "forward");
-    data_.train_batch(position, batch_);
-    ModelOutput out = mp_.forward(
-        [&] { return model_.forward_batch(batch_, true, config_.seed ^ (static_cast<uint64_t>(position) << 20)); });
-    const double l = out.loss.value().item();
-    loss += l / static_cast<double>(K);
-    if (!std::isfinite(l)) {
-      r.loss_finite = false;
-      break;  // nothing to learn from this step: it is skipped below
-    }
-    mp_.backward(out.loss, K);
-  }
-  r.loss = loss;
+  r.loss = forward_backward(r.step, r.loss_finite);
   r.loss_scale = mp_.scaler().scale();
   r.found_inf = true;
   if (r.loss_finite) {
@@ -133,9 +175,24 @@ StepRecord TrainingRun::step() {
     r.loss_scale = s.loss_scale;
     if (!s.found_inf) mp_.apply_step(optimizer_, params, r.lr);
   }
+  if (r.found_inf) {
+    // Before the scaler's update: a hook may re-run the step at the same loss scale.
+    struct Flag {  // replay_step is allowed while the hooks run, and only then (also if one throws)
+      bool& f;
+      explicit Flag(bool& f) : f(f) { f = true; }
+      ~Flag() { f = false; }
+    } allowed(in_nonfinite_);
+    for (auto& h : hooks_) h->on_nonfinite(*this, r);
+  }
+  const GradScalerState before = mp_.scaler().state();
+  const bool at_floor_before = mp_.scaler().enabled() && before.scale <= mp_.scaler().min_scale_fp32();
   mp_.scaler().update(r.found_inf);
+  r.scale_event = scale_event(mp_.scaler(), before, r.found_inf, r);
   r.skipped = r.found_inf;
-  if (r.skipped) ++summary_.skipped_steps;
+  if (r.skipped) {
+    ++summary_.skipped_steps;
+    ++summary_.skips_by_site[r.overflow_site.empty() ? (r.loss_finite ? "(unknown)" : "(loss)") : r.overflow_site];
+  }
   if (r.found_inf && r.loss_finite) ++summary_.overflows;
   if (mp_.scaler().hit_min_scale()) summary_.hit_min_scale = true;
   r.seconds = now_s() - t0;
@@ -148,6 +205,16 @@ StepRecord TrainingRun::step() {
   summary_.final_loss_scale = mp_.scaler().scale();
   bad_in_a_row_ = r.loss_finite ? 0 : bad_in_a_row_ + 1;
   r.diverged = bad_in_a_row_ >= config_.max_bad_steps;
+  // A dynamic scale already at its minimum that must back off again cannot recover: stop with
+  // what to try instead of looping over skipped steps (DeepSpeed stops there too, unexplained).
+  if (r.found_inf && at_floor_before && mp_.scaler().hit_min_scale()) {
+    r.diverged = true;
+    char b[64];
+    std::snprintf(b, sizeof b, "%g", before.scale);
+    r.stop_reason = "loss scale stuck at its minimum " + std::string(b) + ": step " + std::to_string(r.step) +
+                    " overflowed there" + (r.overflow_site.empty() ? "" : " at " + r.overflow_site) +
+                    "; try bf16-mixed, keeping that site in fp32 (keep_fp32), or a lower lr";
+  }
   return r;
 }
 
@@ -171,7 +238,8 @@ TrainSummary TrainingRun::run() {
       summary_.final_train_loss = r.loss;
       summary_.val_loss = summary_.val_accuracy = NAN;
       finish_summary();
-      throw DivergedError(r.step, r.loss, bad_in_a_row_, summary_);
+      if (!r.stop_reason.empty()) throw DivergedError(r.step, r.stop_reason, summary_);
+      throw DivergedError(r.step, r.loss, bad_in_a_row_, summary_, r.overflow_site);
     }
     if (r.step == config_.steps || (config_.eval_every > 0 && r.step % config_.eval_every == 0)) {
       const Evaluation e = evaluate();

@@ -175,6 +175,32 @@ TEST_F(EventFiles, NotAnEventIsAnError) {
 
 using TensorBoardHookTest = TempDir;
 
+TEST_F(TensorBoardHookTest, NumericsAmaxPerSiteOnSampledSteps) {
+  TrainOptions o = train_test::tiny_run(PrecisionMode::mixed_bf16);
+  o.steps = 3;
+  o.force = true;
+  o.tensorboard_dir = dir_.string();
+  o.numerics.path = dir_.string() + ".numerics.jsonl";
+  o.numerics.every = 2;  // steps 1 and 3
+  train(o);
+  const std::vector<ScalarEvent> ev = read_scalar_events(dir_.string());
+  ASSERT_EQ(ev.size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    float fc = -1, wte = -1;
+    for (const auto& [tag, v] : ev[i].values) {
+      if (tag == "numerics_amax/forward/transformer.h.0.mlp.c_fc:linear") fc = v;
+      if (tag == "numerics_amax/weight/transformer.wte.weight") wte = v;
+    }
+    if (i == 1) {
+      EXPECT_EQ(fc, -1.f) << "step 2 is not sampled";
+      continue;
+    }
+    EXPECT_GT(fc, 0.f) << "step " << i + 1;
+    EXPECT_GT(wte, 0.f) << "step " << i + 1;
+  }
+  fs::remove(o.numerics.path);
+}
+
 TEST_F(TensorBoardHookTest, OneEventPerStepWithTheStepLogScalars) {
   TrainOptions o = train_test::tiny_run(PrecisionMode::mixed_bf16);
   o.steps = 3;

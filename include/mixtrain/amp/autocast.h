@@ -12,7 +12,9 @@
 #pragma once
 #include <cstdint>
 #include <initializer_list>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "mixtrain/autograd/node.h"
 #include "mixtrain/tensor/tensor.h"
@@ -69,6 +71,15 @@ DType autocast_promote_dtype(DType a, DType b);
 void autocast_inputs(autograd::OpKind op, std::initializer_list<autograd::Var*> inputs);
 // Whether autocast_inputs would do anything on this thread (cheap; checked before calling it).
 bool autocast_active();
+
+// Per-site override: the GEMM-family ops of a module whose path (tensor/alloc_site.h, e.g.
+// "transformer.h.5.mlp.c_proj") or one of whose ancestors' paths matches one of these globs
+// (fnmatch: `*` also matches dots) run in fp32 inside an enabled region, as if autocast were off
+// there. Process-wide; set before training, not while ops run. Empty: none.
+void set_autocast_keep_fp32(std::vector<std::string> patterns);
+const std::vector<std::string>& autocast_keep_fp32();
+// Whether `module_path` is kept in fp32 by the patterns (the rule above).
+bool keep_fp32_matches(const std::vector<std::string>& patterns, const std::string& module_path);
 
 // Registers, for this thread and the scope's lifetime, a 16-bit working copy of an fp32
 // parameter arena (optim/working_copy.h): while `master`'s storage still has `version` (nothing

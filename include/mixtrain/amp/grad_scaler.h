@@ -114,6 +114,7 @@ class GradScaler {
   // Events of the last update(), for the trainer to report.
   bool hit_min_scale() const { return hit_min_scale_; }    // a backoff was clamped at min_scale
   bool growth_capped() const { return growth_capped_; }    // a growth was cut by max_scale / fp32 max
+  float min_scale_fp32() const { return floor_; }          // the floor backoffs are clamped at (> 0)
 
   // Checkpointing. load_state validates the state against the config (ArgumentError) and must be
   // called between iterations (not after unscale() and before update()).

@@ -16,7 +16,8 @@ class OutputStream;  // train/output_paths.h
 
 // One JSON line per step, each written and flushed whole, so a run that stops keeps every
 // completed step: {"step", "loss", "lr", "grad_norm", "tokens_per_s", "elapsed_s", "loss_scale",
-// "skipped", "found_inf", "overflows"} plus "val_loss" and "val_accuracy" after an evaluation, or "error" and
+// "skipped", "found_inf", "overflows"} plus "overflow_site" and "scale_event" when set (StepRecord),
+// "val_loss" and "val_accuracy" after an evaluation, or "error" and
 // "diverged" on the step that ended the run. A resumed run keeps the log's lines up to its start
 // step and appends. "-" is stdout; a device or FIFO is written through. A write that fails (a
 // full disk) stops the run with IoError naming the file: the lines before it stay.
@@ -48,7 +49,8 @@ class InterruptHook final : public TrainingHook {
 };
 
 // Plain-text progress on stdout: a bar redrawn in place on a terminal, one line every
-// `every` steps otherwise (logs, CI); intermediate evaluations and skipped steps get a line.
+// `every` steps otherwise (logs, CI); intermediate evaluations, skipped steps and changes of the
+// loss scale (with their reason) get a line.
 // The bar shows the elapsed time and an estimate of the time left (from this run's mean step
 // time so far).
 class ProgressHook final : public TrainingHook {

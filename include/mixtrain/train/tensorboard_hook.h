@@ -6,7 +6,8 @@
 // Tags: train/loss, train/lr, train/grad_norm, train/tokens_per_s, amp/loss_scale, amp/skipped
 // (1 on a skipped step, else 0), amp/found_inf, amp/overflows (so far), val/loss (on evaluation
 // steps), memory/<category>_mib (each category's peak so far, MiB, categories that have one).
-// A non-finite loss or gradient norm is written as is (TensorBoard shows NaN / inf).
+// A non-finite loss or gradient norm is written as is (TensorBoard shows NaN / inf). With numerics
+// probes on, their sampled steps add numerics_amax/<kind>/<site>:<op> (see add_scalar).
 //
 // Resuming: a run that starts after step S (a checkpoint restore) first cuts every event file
 // already in DIR back to steps <= S (the records of a crashed or abandoned continuation go, as
@@ -33,6 +34,9 @@ class TensorBoardHook final : public TrainingHook {
 
   // The event file being written (empty before on_run_start).
   const std::string& file() const;
+  // Adds a scalar to the current step's event (written at its on_step_end): the numerics probes'
+  // per-site amax (train/numerics_hook.h) on sampled steps.
+  void add_scalar(std::string tag, float value);
 
  private:
   struct Impl;

@@ -7,12 +7,14 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "mixtrain/amp/grad_scaler.h"
 #include "mixtrain/amp/precision.h"
 #include "mixtrain/core/profiler.h"
 #include "mixtrain/models/gpt.h"
 #include "mixtrain/optim/optimizer.h"
+#include "mixtrain/train/numerics_hook.h"
 #include "mixtrain/train/training_run.h"
 
 namespace mixtrain {
@@ -76,6 +78,13 @@ struct TrainOptions {
   int64_t max_bad_steps = -1;
   // Checkpoints, resuming, initial weights (train/checkpointing.h).
   CheckpointOptions checkpoint;
+  // Numerics probes (train/numerics_hook.h): numerics.path empty: none. A skipped step is re-run
+  // to name the first non-finite op unless overflow_forensics is off.
+  NumericsOptions numerics;
+  bool overflow_forensics = true;
+  // Autocast keeps the ops of modules whose path matches one of these globs in fp32
+  // (amp/autocast.h, set_autocast_keep_fp32), e.g. "transformer.h.5.mlp.*".
+  std::vector<std::string> keep_fp32;
   // Called with the run after the built-in hooks are attached, to attach more (e.g. to collect
   // every StepRecord); empty: none.
   std::function<void(TrainingRun&)> add_hooks;

@@ -8,7 +8,9 @@
 //   zero grads; for each of grad_accum micro-batches: batch -> forward under autocast -> loss
 //     (a non-finite loss ends the micro-batch loop: the step is skipped) -> backward(loss * scale / K)
 //   hooks.after_backward                       (only when every loss was finite)
-//   unscale + non-finite check + clip -> optimizer step unless non-finite -> scaler update
+//   unscale + non-finite check + clip -> optimizer step unless non-finite
+//   hooks.on_nonfinite                         (only for a non-finite loss or gradient)
+//   scaler update (its reason in StepRecord::scale_event)
 //   counters (skipped, overflows, non-finite losses in a row, minimum scale reached)
 //   hooks.after_update                         (the step's time is final here)
 // The loop (run()):
@@ -27,6 +29,7 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -79,6 +82,10 @@ struct TrainSummary {
   bool diverged = false;
   double final_loss_scale = 1.0;
   bool hit_min_scale = false;      // the loss scale was clamped at its minimum at least once
+  // Skipped steps by the site where the overflow forensics (train/numerics_hook.h) found the
+  // first non-finite value: "transformer.h.3.mlp.c_fc:linear (backward)"; "(loss)" for a
+  // non-finite loss, "(unknown)" when nothing looked or the re-run stayed finite.
+  std::map<std::string, int64_t> skips_by_site;
   // A stop request (InterruptHook, train/run_hooks.h) ended the run after step `steps`.
   bool interrupted = false;
   int stop_signal = 0;             // the signal that asked for it (SIGINT, SIGTERM)
@@ -96,7 +103,10 @@ struct TrainSummary {
 // there is kept, and the summary (with diverged = true) travels in the exception.
 class DivergedError : public Error {
  public:
-  DivergedError(int64_t step, double loss, int64_t bad_steps, TrainSummary summary);
+  // overflow_site (StepRecord::overflow_site) is named in the message when not empty.
+  DivergedError(int64_t step, double loss, int64_t bad_steps, TrainSummary summary, const std::string& overflow_site = "");
+  // Stopped for another reason that no further step can fix (a loss scale stuck at its minimum).
+  DivergedError(int64_t step, const std::string& message, TrainSummary summary);
   int64_t step;
   TrainSummary summary;
 };
@@ -118,6 +128,14 @@ struct StepRecord {
   bool evaluated = false;       // val_loss holds an evaluation made after this step
   double val_loss = NAN;
   double val_accuracy = NAN;    // with val_loss: top-1 accuracy over the evaluation targets
+  // Overflow forensics (a hook's on_nonfinite): the first op whose output went non-finite, as
+  // "module:op" plus " (backward)" when its backward rule did; "" when none was found.
+  std::string overflow_site;
+  // The same in words for the progress line: "first non-finite value at SITE (OP backward, N
+  // elements), input amax A, loss scale S", or why nothing was found.
+  std::string overflow_detail;
+  std::string scale_event;      // why the scaler changed the scale this step ("" when it did not)
+  std::string stop_reason;      // with diverged: why, when not the non-finite loss itself
 };
 
 class TrainingRun;
@@ -129,6 +147,10 @@ class TrainingHook {
   virtual void on_run_start(TrainingRun&) {}
   virtual void on_step_begin(TrainingRun&, int64_t /*step*/) {}
   virtual void after_backward(TrainingRun&, int64_t /*step*/) {}
+  // The step's loss or gradients were non-finite (it will be skipped), before the scaler's
+  // update: the hook may re-run the step at the same loss scale (TrainingRun::replay_step) and
+  // name the overflow in r.overflow_site.
+  virtual void on_nonfinite(TrainingRun&, StepRecord& /*r*/) {}
   virtual void after_update(TrainingRun&, const StepRecord&) {}
   virtual void on_step_end(TrainingRun&, const StepRecord&) {}
   virtual bool should_stop(TrainingRun&, const StepRecord&) { return false; }
@@ -150,6 +172,10 @@ class TrainingRun {
 
   TrainSummary run();  // steps start_step()+1 .. config().steps
   StepRecord step();   // the next optimizer step
+  // Inside on_nonfinite only: runs the step's forward and backward again (same batches, dropout
+  // streams and loss scale) into zeroed gradients, e.g. under a probe; returns its loss. The step
+  // is skipped anyway, so the trajectory does not change.
+  double replay_step();
   // Mean loss and top-1 accuracy over config().eval_batches evaluation batches (no grad, autocast).
   struct Evaluation {
     double loss = NAN;
@@ -173,6 +199,9 @@ class TrainingRun {
 
  private:
   void finish_summary();
+  // Zeroes the gradients and runs the micro-batches of `step`: forward, loss * scale / K,
+  // backward. Returns the mean loss; loss_finite false stops at the first non-finite loss.
+  double forward_backward(int64_t step, bool& loss_finite);
 
   Model& model_;
   Optimizer& optimizer_;
@@ -184,6 +213,7 @@ class TrainingRun {
   int64_t step_ = 0;          // completed optimizer steps
   int64_t start_step_ = 0;
   int64_t bad_in_a_row_ = 0;  // consecutive non-finite losses
+  bool in_nonfinite_ = false; // hooks' on_nonfinite runs (replay_step allowed)
   double train_time_ = 0;     // seconds inside step() since the start
   double run_start_ = 0;      // steady-clock seconds at run()
   Batch batch_;               // the training batch, reused

@@ -1,0 +1,84 @@
+// `mixtrain numerics`: a few probe steps of any training configuration (the JSONL of
+// train/numerics_hook.h), or with --advise the precision advice of train/numerics_advice.h.
+#include <cstdio>
+
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "mixtrain/train/numerics_advice.h"
+#include "train_options.h"
+
+namespace mixtrain::cli {
+namespace {
+
+// The advice names library fields; the user runs flags.
+std::string in_flags(std::string text) {
+  for (const auto& [field, flag] : {std::pair{"keep_fp32", "--keep-fp32"}, std::pair{"update_rounding", "--update-rounding"}})
+    for (size_t at = text.find(field); at != std::string::npos; at = text.find(field, at))
+      text.replace(at, std::string_view(field).size(), flag);
+  return text;
+}
+
+nlohmann::ordered_json sites_json(const std::vector<OverflowingSite>& v) {
+  nlohmann::ordered_json a = nlohmann::ordered_json::array();
+  for (const OverflowingSite& s : v) a.push_back({{"site", s.site}, {"op", s.op}, {"amax", s.amax}});
+  return a;
+}
+
+}  // namespace
+
+void register_numerics(CLI::App& app, GlobalOptions& g, std::vector<Command>& commands) {
+  auto* sub = app.add_subcommand(
+      "numerics", "Probe a few steps of a training configuration (--numerics FILE), or --advise which precision it can take");
+  auto f = std::make_shared<TrainFlags>();
+  auto advise = std::make_shared<bool>(false);
+  auto json = std::make_shared<bool>(false);
+  add_train_flags(sub, *f, /*with_precision=*/true);
+  sub->add_flag("--advise", *advise, "Run the steps in 32-true with probes and say which precision modes are safe");
+  sub->add_flag("--json", *json, "Print the advice as JSON (with --advise)");
+  commands.push_back({[sub] { return sub->parsed(); }, [&g, f, advise, json, sub] {
+                        apply_global_options(g);
+                        f->finish();
+                        if (!f->given("--steps")) f->opt.steps = 3;
+                        if (!f->given("--warmup")) f->opt.warmup = 0;
+                        f->opt.quiet = true;
+                        if (!*advise) {
+                          if (*json) throw ArgumentError("--json needs --advise");
+                          if (f->opt.numerics.path.empty())
+                            throw ArgumentError("--numerics FILE is needed (where the probes write), or --advise");
+                          const TrainSummary s = train(f->opt);
+                          std::printf("probed %lld steps (%s) every %lld: %s\n", static_cast<long long>(s.steps),
+                                      s.precision.c_str(), static_cast<long long>(f->opt.numerics.every),
+                                      f->opt.numerics.path.c_str());
+                          return 0;
+                        }
+                        if (f->given("--precision"))
+                          std::fprintf(stderr, "mixtrain: warning: --precision has no effect with --advise (it runs 32-true)\n");
+                        const NumericsAdvice a = advise_numerics(f->opt);
+                        if (*json) {
+                          nlohmann::ordered_json j;
+                          j["steps"] = a.steps;
+                          j["fp16_forward_overflow"] = sites_json(a.fp16_forward);
+                          j["fp16_overflow"] = sites_json(a.fp16_any);
+                          j["bf16_overflow"] = sites_json(a.bf16_any);
+                          j["min_loss_scale_log2"] = a.min_activation_scale_log2;
+                          j["min_weight_grad_scale_log2"] = a.min_loss_scale_log2;
+                          j["max_loss_scale_log2"] = a.max_loss_scale_log2;
+                          j["fp16_grads_lost_unscaled"] = a.fp16_grads_lost_unscaled;
+                          j["bf16_updates_lost"] = a.bf16_updates_lost;
+                          j["fp16_updates_lost"] = a.fp16_updates_lost;
+                          for (const ModeAdvice& m : a.modes) {
+                            nlohmann::ordered_json lines = nlohmann::ordered_json::array();
+                            for (const std::string& l : m.lines) lines.push_back(in_flags(l));
+                            j["modes"][m.mode] = {{"safe", m.safe}, {"advice", lines}};
+                          }
+                          std::printf("%s\n", j.dump(2).c_str());
+                        } else {
+                          std::printf("advice from %lld fp32 steps with probes:\n%s", static_cast<long long>(a.steps),
+                                      in_flags(a.text()).c_str());
+                        }
+                        return 0;
+                      }});
+}
+
+}  // namespace mixtrain::cli

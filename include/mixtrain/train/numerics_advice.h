@@ -1,0 +1,56 @@
+// Precision advice from measured ranges (`mixtrain numerics --advise`): a configuration runs a
+// few steps in 32-true with the numerics probes on every step (train/numerics_hook.h), and each
+// precision mode is judged from what the probes saw:
+// - 16-mixed: GEMM-family outputs (linear, matmul, attention) that overflow fp16; the loss scale
+//   range that keeps 99.9% of the activation gradients (and, for comparison, of the weight
+//   gradients) above fp16's smallest normal (2^-14) while the largest activation gradient stays
+//   below 65504;
+// - 16-true: any op output that overflows fp16, weight gradients lost to fp16 without a loss
+//   scale, updates below half an fp16 ulp of their weight;
+// - bf16-mixed / bf16-true: bf16 overflows (rare: bf16 has fp32's range) and, for bf16-true,
+//   updates below half a bf16 ulp (lost to nearest rounding: Kahan or stochastic rounding).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "mixtrain/train/trainer.h"
+
+namespace mixtrain {
+
+struct OverflowingSite {
+  std::string site, op;  // module path and op ("transformer.h.5.mlp.c_proj", "linear")
+  float amax = 0;        // the largest |x| measured there in fp32
+};
+
+struct ModeAdvice {
+  std::string mode;                 // "16-mixed", "16-true", "bf16-mixed", "bf16-true"
+  bool safe = true;                 // nothing below calls for a change
+  std::vector<std::string> lines;   // what was measured and what to do
+};
+
+struct NumericsAdvice {
+  int64_t steps = 0;                            // probed fp32 steps
+  std::vector<OverflowingSite> fp16_forward;    // GEMM-family outputs past 65504
+  std::vector<OverflowingSite> fp16_any;        // any op output past 65504 (16-true)
+  std::vector<OverflowingSite> bf16_any;        // any op output or gradient past bf16's max
+  // Loss scale 2^k for 16-mixed: the smallest k that keeps 99.9% of the non-zero weight
+  // gradients >= 2^-14 (what a framework that stores them in fp16 needs), the same for the
+  // activation gradients (fp16 under mixtrain's autocast, whose weight gradients accumulate in
+  // fp32: this one decides), and the largest k that keeps every activation gradient below
+  // 65504. min_activation > max: no scale does both.
+  int min_loss_scale_log2 = 0;
+  int min_activation_scale_log2 = 0;
+  int max_loss_scale_log2 = 0;
+  double fp16_grads_lost_unscaled = 0;  // weight gradients flushed or subnormal in fp16 at scale 1
+  double bf16_updates_lost = 0;         // updates below half a bf16 ulp of their weight
+  double fp16_updates_lost = 0;         // the same in fp16
+  std::vector<ModeAdvice> modes;
+  std::string text() const;             // every mode's lines, one per line
+};
+
+// Runs `opt` (its model, data, batch, optimizer, lr; forced to 32-true, opt.steps steps, no step
+// log) with the probes on every step and returns the advice. opt.add_hooks still runs (a rig).
+NumericsAdvice advise_numerics(const TrainOptions& opt);
+
+}  // namespace mixtrain
