@@ -154,7 +154,7 @@ StepRecord TrainingRun::step() {
     r.found_inf = world_size() > 1 ? config_.world->any(s.found_inf) : s.found_inf;
     r.grad_norm = r.found_inf ? NAN : s.grad_norm;
     r.loss_scale = s.loss_scale;
-    if (!s.found_inf) mp_.apply_step(optimizer_, params, r.lr);
+    if (!r.found_inf) mp_.apply_step(optimizer_, params, r.lr);
   }
   mp_.scaler().update(r.found_inf);
   r.skipped = r.found_inf;
