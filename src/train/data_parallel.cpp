@@ -72,7 +72,16 @@ void DataParallelHook::on_run_start(TrainingRun& run) {
   scope_ = std::make_unique<autograd::GradReadyScope>([this](const Tensor& g) { on_grad_ready(g); });
 }
 
-void DataParallelHook::on_run_end(TrainingRun&, TrainSummary&) { scope_.reset(); }
+void DataParallelHook::on_run_end(TrainingRun&, TrainSummary& s) {
+  scope_.reset();
+  s.ranks = world_.size();
+  s.buckets_per_step = stats_.buckets_per_step;
+  if (stats_.steps > 0) {
+    const double n = static_cast<double>(stats_.steps);
+    s.buckets_overlapped = static_cast<double>(stats_.started_in_backward) / (n * static_cast<double>(stats_.buckets_per_step));
+    s.reduce_wait_s = stats_.wait_seconds / n;
+  }
+}
 
 void DataParallelHook::on_step_begin(TrainingRun&, int64_t) {
   ready_.assign(bucket_of_.size(), 0);
@@ -142,11 +151,13 @@ void DataParallelHook::after_update(TrainingRun& run, const StepRecord& r) {
   uint32_t rank0 = crc;
   world_.broadcast(&rank0, sizeof rank0, 0);
   const bool differs = rank0 != crc;
-  if (world_.any(differs))
-    throw Error({"verify_replicas"}, "replicas differ after step " + std::to_string(r.step) +
-                                         (differs ? ": this rank (" + std::to_string(world_.rank()) + ")"
-                                                  : ": another rank") +
-                                         " holds other weights or another loss scale than rank 0");
+  if (!world_.any(differs)) return;
+  // (Appended piece by piece: GCC 12 warns, wrongly, about one long chain of string additions.)
+  std::string who = differs ? "this rank (" + std::to_string(world_.rank()) + ")" : std::string("another rank");
+  std::string msg = "replicas differ after step " + std::to_string(r.step) + ": ";
+  msg += who;
+  msg += " holds other weights or another loss scale than rank 0";
+  throw Error({"verify_replicas"}, msg);
 }
 
 }  // namespace mixtrain
