@@ -16,8 +16,9 @@ half the bytes. Efficiency = compute / step.
 
   bench/scaling_model.py --model gpt2-small --compute-s 0.35          # a table for a given compute time
   bench/scaling_model.py --model gpt-mini --measure build/mixtrain     # compute measured with `bench train`
-  bench/scaling_model.py --check-two-rank SUMMARY_1.json SUMMARY_2.json --alpha-us 5 --gbps 40
-      # the model against a measured run: one process vs 2 ranks (`train --json` summaries)
+  bench/scaling_model.py --check-two-rank ONE_RANK.json TWO_RANKS.json --tokens-per-step 4096 --gbps 40
+      # the model against measured runs (`train --json` summaries): one process as one rank
+      # (same threads, batch and --grad-accum as each rank; tokens per step = one rank's), and 2 ranks
 """
 import argparse
 import json
@@ -102,17 +103,17 @@ def check_two_rank(args):
     if two.get("ranks") != 2:
         sys.exit(f"{args.check_two_rank[1]}: not a 2-rank summary (no \"ranks\": 2)")
     params = two["parameters"]
-    # One process with --grad-accum 2 does the work of both ranks: half its step is one rank's compute.
-    tokens_per_step = args.tokens_per_step
-    compute = tokens_per_step / one["tokens_per_s"] / 2
-    measured = tokens_per_step / two["tokens_per_s"]
+    # The one-rank run (one process, the same threads and --grad-accum as each rank) is one rank's compute.
+    compute = args.tokens_per_step / one["tokens_per_s"]
+    measured = 2 * args.tokens_per_step / two["tokens_per_s"]
     bw = args.gbps * 1e9 / 8
     for overlap in (False, True):
         pred = step_s(params, 2, compute, args.alpha_us * 1e-6, bw, 2 if args.bf16 else 4,
                       args.bucket_mb * 2**20, overlap, args.backward_share)
         print(f"2 ranks, overlap {overlap}: predicted {pred * 1e3:.2f} ms per step, measured {measured * 1e3:.2f} ms "
               f"(compute per rank {compute * 1e3:.2f} ms; measured wait for the sums "
-              f"{two.get('reduce_wait_s_per_step', float('nan')) * 1e3:.2f} ms per step)")
+              f"{two.get('reduce_wait_s_per_step', float('nan')) * 1e3:.2f} ms per step, "
+              f"{100 * two.get('buckets_overlapped', 0):.0f}% of buckets started during backward)")
 
 
 def main():
@@ -126,8 +127,8 @@ def main():
     p.add_argument("--alpha-us", type=float, default=10.0, help="per-message latency (us)")
     p.add_argument("--bucket-mb", type=float, default=25.0)
     p.add_argument("--backward-share", type=float, default=2 / 3)
-    p.add_argument("--check-two-rank", nargs=2, metavar=("ONE_PROCESS_JSON", "TWO_RANKS_JSON"))
-    p.add_argument("--tokens-per-step", type=int, help="with --check-two-rank: tokens per optimizer step")
+    p.add_argument("--check-two-rank", nargs=2, metavar=("ONE_RANK_JSON", "TWO_RANKS_JSON"))
+    p.add_argument("--tokens-per-step", type=int, help="with --check-two-rank: one rank's tokens per optimizer step")
     p.add_argument("--gbps", type=float, default=40.0, help="with --check-two-rank: the link (shared memory: measure it)")
     p.add_argument("--bf16", action="store_true", help="with --check-two-rank: the 2-rank run used bf16 sums")
     args = p.parse_args()

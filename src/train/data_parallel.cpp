@@ -80,6 +80,7 @@ void DataParallelHook::on_run_end(TrainingRun&, TrainSummary& s) {
     const double n = static_cast<double>(stats_.steps);
     s.buckets_overlapped = static_cast<double>(stats_.started_in_backward) / (n * static_cast<double>(stats_.buckets_per_step));
     s.reduce_wait_s = stats_.wait_seconds / n;
+    s.reduce_overlap_s = stats_.overlap_seconds / n;
   }
 }
 
@@ -88,6 +89,7 @@ void DataParallelHook::on_step_begin(TrainingRun&, int64_t) {
   pending_.resize(buckets_.size());
   for (size_t b = 0; b < buckets_.size(); ++b) pending_[b] = static_cast<int64_t>(buckets_[b].params.size());
   next_ = 0;
+  first_start_ = -1;
 }
 
 void DataParallelHook::on_grad_ready(const Tensor& grad) {
@@ -109,6 +111,7 @@ void DataParallelHook::start_ready_buckets() {
 }
 
 void DataParallelHook::start(size_t b) {
+  if (first_start_ < 0) first_start_ = now_s();
   const Bucket& k = buckets_[b];
   const int64_t n = k.end - k.begin;
   if (!staging_.empty()) {  // fp32 gradients summed in bf16
@@ -132,9 +135,10 @@ void DataParallelHook::reduce_gradients(TrainingRun&, int64_t) {
   if (grads_.is_meta()) return;
   // Parameters the backward did not reach (unused, or a backward cut short by a non-finite loss)
   // are final as they are: every remaining bucket starts, in order.
+  const double t0 = now_s();
+  if (first_start_ >= 0) stats_.overlap_seconds += t0 - first_start_;
   for (size_t b = 0; b < pending_.size(); ++b) pending_[b] = 0;
   start_ready_buckets();
-  const double t0 = now_s();
   world_.wait_all();
   stats_.wait_seconds += now_s() - t0;
   for (size_t b = 0; b < buckets_.size(); ++b) finish(b);

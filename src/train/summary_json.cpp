@@ -56,6 +56,7 @@ nlohmann::ordered_json summary_to_json(const TrainSummary& r) {
     j["ranks"] = r.ranks;
     j["buckets_per_step"] = r.buckets_per_step;
     j["buckets_overlapped"] = r.buckets_overlapped;
+    j["reduce_overlap_s_per_step"] = r.reduce_overlap_s;
     j["reduce_wait_s_per_step"] = r.reduce_wait_s;
   }
   if (r.profiled_steps > 0) {

@@ -38,6 +38,8 @@ struct DataParallelStats {
   int64_t steps = 0;
   int64_t buckets_per_step = 0;
   int64_t started_in_backward = 0;  // buckets started from the backward callback (the rest: after it)
+  double overlap_seconds = 0;       // from the first bucket's start to the end of backward: the
+                                    // time communication had to hide in
   double wait_seconds = 0;          // time spent waiting for sums after backward
 };
 
@@ -76,6 +78,7 @@ class DataParallelHook final : public TrainingHook {
   std::vector<char> ready_;                       // per parameter, this step
   std::vector<int64_t> pending_;                  // per bucket: parameters not yet ready
   size_t next_ = 0;                               // the next bucket to start
+  double first_start_ = -1;                       // steady-clock seconds of this step's first start
   std::vector<uint16_t> staging_;                 // (flat_numel) bf16 words for fp32 gradients
   std::unique_ptr<autograd::GradReadyScope> scope_;
   DataParallelStats stats_;

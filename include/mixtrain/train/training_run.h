@@ -95,11 +95,13 @@ struct TrainSummary {
   int stop_signal = 0;             // the signal that asked for it (SIGINT, SIGTERM)
   std::string checkpoint_path;     // the newest checkpoint this run saved ("" for none)
   // Data parallelism (train/data_parallel.h), on rank 0: ranks, gradient buckets per step, the
-  // share of them started during backward (overlapped) and the mean wait for the sums after
-  // backward per step (the communication backward did not hide), in seconds.
+  // share of them started during backward, per step the time from the first bucket's start to
+  // the end of backward (the window communication could hide in) and the wait for the sums
+  // after backward (the communication it did not hide), in seconds.
   int ranks = 1;
   int64_t buckets_per_step = 0;
   double buckets_overlapped = 0;
+  double reduce_overlap_s = 0;
   double reduce_wait_s = 0;
   // With profiling (ProfileHook): the profiled (steady-state) steps only.
   int64_t profiled_steps = 0;
