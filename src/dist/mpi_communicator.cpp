@@ -70,10 +70,9 @@ class MpiWorld final : public Communicator {
     MPI_Allreduce(MPI_IN_PLACE, v.data(), static_cast<int>(v.size()), MPI_DOUBLE, sum_f64_, MPI_COMM_WORLD);
   }
 
-  bool any(bool flag) override {
-    int v = flag ? 1 : 0;
-    MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-    return v != 0;
+  int64_t max(int64_t value) override {
+    MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD);
+    return value;
   }
 
   void start_sum(void* data, int64_t n, DType dtype) override {

@@ -207,6 +207,15 @@ TrainSummary TrainingRun::run() {
       }
     }
     for (auto& h : hooks_) h->on_step_end(*this, r);
+    if (world_size() > 1) {
+      // mpirun passes SIGINT / SIGTERM to every rank, but not at the same moment: a rank that
+      // latched it (InterruptHook, on_step_end) stops them all here, and rank 0 saves.
+      const int64_t sig = config_.world->max(summary_.interrupted ? summary_.stop_signal : 0);
+      if (sig > 0) {
+        summary_.interrupted = true;
+        summary_.stop_signal = static_cast<int>(sig);
+      }
+    }
     summary_.final_train_loss = r.loss;
     bool stop = false;
     for (auto& h : hooks_) stop = h->should_stop(*this, r) || stop;  // every hook sees every step

@@ -32,8 +32,10 @@ class Communicator {
   virtual void broadcast(void* data, size_t bytes, int root) = 0;
   // In-place sum over ranks of doubles, in rank order.
   virtual void sum(std::span<double> values) = 0;
-  // Whether `flag` is set on any rank (a MAX reduction).
-  virtual bool any(bool flag) = 0;
+  // The largest value over ranks.
+  virtual int64_t max(int64_t value) = 0;
+  // Whether `flag` is set on any rank.
+  bool any(bool flag) { return max(flag ? 1 : 0) != 0; }
   // Starts an in-place sum over ranks of n elements at data, stored as dtype (f32, bf16 or f16;
   // the 16-bit formats are summed in fp32 and rounded back, pairwise in rank order). The data
   // must not be touched until wait_all().
@@ -52,7 +54,7 @@ class SingleProcess final : public Communicator {
   const char* name() const override { return "single process"; }
   void broadcast(void*, size_t, int) override {}
   void sum(std::span<double>) override {}
-  bool any(bool flag) override { return flag; }
+  int64_t max(int64_t value) override { return value; }
   void start_sum(void*, int64_t, DType) override {}
   void progress() override {}
   void wait_all() override {}
