@@ -8,7 +8,7 @@
 # - a non-finite gradient on rank 1 only: both ranks skip the step and halve the scale
 # - only rank 0 writes: one summary on stdout, one step log, one set of checkpoints, one event file
 # - kill -9 of one rank ends the job within 10 s; its last checkpoint resumes in one process with
-#   --grad-accum 2 and continues the same trajectory
+#   --grad-accum 2 and continues the same trajectory; a one-process checkpoint resumes on 2 ranks
 # - bad data-parallel flags: one-line errors naming the flag
 # Root: OpenMPI refuses to run as root without OMPI_ALLOW_RUN_AS_ROOT(_CONFIRM), set here.
 MIXTRAIN="$1"
@@ -56,6 +56,20 @@ check_mode() {  # MODE LOSS_RTOL [WEIGHTS_ATOL]
 check_mode 32-true 1e-6 1e-5
 check_mode 16-mixed 1e-4
 check_mode bf16-true 1e-3
+
+# 1 -> 2: a checkpoint of one process with --grad-accum 2 resumes with 2 ranks and continues the
+# one-process trajectory of check_mode 32-true.
+d="$TMP/one-to-two"
+mkdir -p "$d"
+if "$MIXTRAIN" train "${COMMON[@]}" --steps 6 --grad-accum 2 --stop-after 3 --checkpoint-dir "$d/ck" \
+    --log-jsonl "$d/log.jsonl" >/dev/null 2>"$d/err" &&
+   timeout 60 "${MPIRUN[@]}" "$MIXTRAIN" train "${COMMON[@]}" --steps 6 --resume "$d/ck" --verify-replicas \
+    --log-jsonl "$d/log.jsonl" >/dev/null 2>"$d/err"; then
+  if python3 "$COMPARE" "$d/log.jsonl" "$TMP/32-true/one.jsonl" --loss-rtol 1e-6 >"$d/cmp"; then pass; else fail "1 -> 2 ranks: $(cat "$d/cmp")"; fi
+  sed "s/^/resume 1 process -> 2 ranks: /" "$d/cmp"
+else
+  fail "1 -> 2 ranks: $(tail -c 400 "$d/err")"
+fi
 
 # bf16 sums: close to the fp32 sums of the same 2 ranks, and not equal to them.
 d="$TMP/bf16sum"
