@@ -4,6 +4,7 @@
 # - 2 ranks with --batch-size B train as one process with --grad-accum 2 (losses, loss scales,
 #   skips; final weights), in fp32, 16-mixed (loss scaling) and bf16-true (16-bit gradients);
 #   --verify-replicas checks after every step that both ranks hold the same weights and scale
+# - the same 2-rank run over loopback TCP gives the same step log bit for bit (deterministic sums)
 # - bf16 gradient sums stay close to fp32 sums (and do differ: the option is in effect)
 # - a non-finite gradient on rank 1 only: both ranks skip the step and halve the scale
 # - only rank 0 writes: one summary on stdout, one step log, one set of checkpoints, one event file
@@ -56,6 +57,25 @@ check_mode() {  # MODE LOSS_RTOL [WEIGHTS_ATOL]
 check_mode 32-true 1e-6 1e-5
 check_mode 16-mixed 1e-4
 check_mode bf16-true 1e-3
+
+# Deterministic: the 32-true 2-rank run again, over loopback TCP instead of shared memory, gives
+# the same step log bit for bit (the sums run in rank order whatever the transport).
+d="$TMP/tcp"
+mkdir -p "$d"
+if timeout 60 "${MPIRUN[@]}" --mca btl self,tcp --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo \
+    "$MIXTRAIN" train "${COMMON[@]}" --steps 6 --precision 32-true --bucket-mb 0.01 --log-jsonl "$d/log.jsonl" \
+    >/dev/null 2>"$d/err"; then
+  strip() { python3 -c "
+import json, sys
+for l in open(sys.argv[1]):
+    j = json.loads(l)
+    print(j['step'], repr(j['loss']), repr(j['grad_norm']), j['loss_scale'], j['skipped'])" "$1"; }
+  if [ "$(strip "$d/log.jsonl")" = "$(strip "$TMP/32-true/two.jsonl")" ]; then pass; else
+    fail "2 ranks over TCP differ from 2 ranks over shared memory: $(diff <(strip "$d/log.jsonl") <(strip "$TMP/32-true/two.jsonl") | head -4)"
+  fi
+else
+  fail "2 ranks over loopback TCP: $(tail -c 400 "$d/err")"
+fi
 
 # 1 -> 2: a checkpoint of one process with --grad-accum 2 resumes with 2 ranks and continues the
 # one-process trajectory of check_mode 32-true.
