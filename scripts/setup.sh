@@ -22,6 +22,8 @@ PACKAGES=(
   libprotobuf-dev protobuf-compiler  # TensorBoard event files (Event / Summary protos in proto/)
   libjs-chart.js       # the charts of `mixtrain report` (inlined into each report at build time)
   chromium fonts-dejavu-core  # the report's browser test (headless), with a font to render text
+  openmpi-bin libopenmpi-dev  # data-parallel training under mpirun (OpenMPI 4.1) and its tests
+  openssh-client       # mpirun starts ranks on other machines over ssh (and looks for it even on one)
 )
 
 missing=()

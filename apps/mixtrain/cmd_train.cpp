@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "commands.h"
+#include "mixtrain/dist/communicator.h"
 #include "train_options.h"
 #include "train/summary_json.h"
 
@@ -16,6 +17,7 @@ void register_train(CLI::App& app, GlobalOptions& g, std::vector<Command>& comma
   auto json = std::make_shared<bool>(false);
   add_train_flags(sub, *f, /*with_precision=*/true);
   add_checkpoint_flags(sub, *f);
+  add_data_parallel_flags(sub, *f);
   sub->add_flag("--json", *json, "Print the run summary as JSON on stdout (progress goes quiet)");
   commands.push_back({[sub] { return sub->parsed(); }, [&g, f, json, sub] {
                         apply_global_options(g);
@@ -25,8 +27,11 @@ void register_train(CLI::App& app, GlobalOptions& g, std::vector<Command>& comma
                           throw ArgumentError("--json and --log-jsonl - both write to stdout");
                         install_stop_handlers();
                         f->opt.stop_signal = &g_stop_signal;
+                        f->opt.world = &world();  // MPI's ranks under mpirun, else this process
+                        const bool rank0 = f->opt.world->rank() == 0;  // the only one that reports
                         try {
                           const TrainSummary s = train(f->opt);
+                          if (!rank0) return s.interrupted ? 128 + s.stop_signal : 0;
                           if (s.interrupted) {
                             // Said on stderr too, so a --json consumer sees why the run is short.
                             std::fprintf(stderr, "mixtrain: interrupted at step %lld by %s%s%s\n",
@@ -55,6 +60,7 @@ void register_train(CLI::App& app, GlobalOptions& g, std::vector<Command>& comma
                             throw IoError("cannot write the summary to stdout: " + std::string(std::strerror(errno)));
                           return s.interrupted ? 128 + s.stop_signal : 0;
                         } catch (const DivergedError& e) {
+                          if (!rank0) return kExitDiverged;
                           if (*json) std::printf("%s\n", summary_to_json(e.summary).dump(2).c_str());
                           std::fprintf(stderr, "mixtrain: error: %s\n", error_message(e, *sub).c_str());
                           return kExitDiverged;

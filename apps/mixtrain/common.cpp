@@ -2,9 +2,11 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <thread>
 
 #include "commands.h"
 #include "mixtrain/core/error.h"
@@ -14,7 +16,16 @@
 namespace mixtrain::cli {
 
 void apply_global_options(const GlobalOptions& g) {
-  if (g.threads > 0) set_num_threads(g.threads);
+  if (g.threads > 0) {
+    set_num_threads(g.threads);
+    return;
+  }
+  // Under mpirun the ranks on one machine share its cores: without --threads or OMP_NUM_THREADS
+  // each takes its share (at least one), instead of every rank taking all of them.
+  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  const int ranks = local != nullptr ? std::atoi(local) : 1;
+  if (ranks > 1 && std::getenv("OMP_NUM_THREADS") == nullptr)
+    set_num_threads(std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / ranks));
 }
 
 void write_file_atomic(const std::string& path, const std::string& text) {

@@ -11,6 +11,7 @@
 
 #include "commands.h"
 #include "mixtrain/core/error.h"
+#include "mixtrain/dist/communicator.h"
 
 namespace {
 
@@ -30,7 +31,14 @@ void prefer_passive_openmp_wait(char** argv) {
 
 }  // namespace
 
+int run_main(int argc, char** argv);
+
 int main(int argc, char** argv) {
+  // Under mpirun: MPI_Finalize on success, MPI_Abort on an error (the other ranks end too).
+  return mixtrain::finish_world(run_main(argc, argv));
+}
+
+int run_main(int argc, char** argv) {
   using namespace mixtrain::cli;
   prefer_passive_openmp_wait(argv);
   CLI::App app{"mixtrain: mixed-precision training of transformer language models, in C++"};

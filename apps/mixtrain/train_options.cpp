@@ -112,6 +112,18 @@ void add_checkpoint_flags(CLI::App* sub, TrainFlags& f) {
                   "Start from these weights: a GPT-2 layout safetensors file (Hugging Face's too) or a checkpoint");
 }
 
+void add_data_parallel_flags(CLI::App* sub, TrainFlags& f) {
+  sub->add_option("--grad-reduce-dtype", f.grad_reduce_dtype,
+                  "Under mpirun: sum gradients over ranks in fp32 or bf16 (half the bytes)")
+      ->capture_default_str();
+  sub->add_option("--bucket-mb", f.bucket_mb, "Under mpirun: MiB of gradients per all-reduce bucket")
+      ->capture_default_str();
+  sub->add_flag("--verify-replicas", f.opt.data_parallel.verify_replicas,
+                "Under mpirun: after every step, check that every rank holds rank 0's weights and loss scale");
+  sub->add_option("--inject-nonfinite-rank", f.opt.inject_nonfinite_rank,
+                  "Under mpirun: the rank whose gradient --inject-nonfinite poisons (default: every rank)");
+}
+
 void TrainFlags::finish(const std::vector<PrecisionMode>& precisions) {
   // A given empty path or a given 0 would silently mean "unset": refused, naming the flag.
   for (const char* flag : {"--data", "--model", "--log-jsonl", "--checkpoint-dir", "--resume", "--init-from", "--numerics"})
@@ -146,6 +158,18 @@ void TrainFlags::finish(const std::vector<PrecisionMode>& precisions) {
       opt.scaler.init_scale = v;
     }
   }
+  if (grad_reduce_dtype == "fp32") {
+    opt.data_parallel.reduce_dtype = DType::f32;
+  } else if (grad_reduce_dtype == "bf16") {
+    opt.data_parallel.reduce_dtype = DType::bf16;
+  } else {
+    throw ArgumentError("--grad-reduce-dtype must be fp32 or bf16, got '" + grad_reduce_dtype + "'");
+  }
+  if (!(bucket_mb > 0) || !(bucket_mb <= 1 << 20))
+    throw ArgumentError("--bucket-mb must be in (0, 1048576], got " + std::to_string(bucket_mb));
+  opt.data_parallel.bucket_bytes = std::max<int64_t>(1, static_cast<int64_t>(bucket_mb * (1 << 20)));
+  if (opt.inject_nonfinite_rank < -1)
+    throw ArgumentError("--inject-nonfinite-rank must be a rank >= 0, got " + std::to_string(opt.inject_nonfinite_rank));
   opt.inject_nonfinite.clear();
   std::stringstream ss(inject_nonfinite);
   std::string item;

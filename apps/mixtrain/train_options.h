@@ -20,6 +20,8 @@ struct TrainFlags {
   std::string optimizer = "adamw";
   std::string loss_scale;       // "dynamic" or a number (static scale); empty: the mode's default
   std::string inject_nonfinite; // "3,7"
+  std::string grad_reduce_dtype = "fp32";
+  double bucket_mb = 25;
   const CLI::App* app = nullptr;  // the command the flags belong to (which flags were given)
   // Converts the string flags into opt (throws ArgumentError with the flag's name); refuses an
   // empty path or a 0 that would silently mean "unset"; warns about a given option that has no
@@ -40,5 +42,7 @@ void install_stop_handlers();
 // Adds --checkpoint-dir, --save-every, --keep, --resume and --stop-after (train only: compare
 // runs several modes, which one directory of checkpoints cannot hold).
 void add_checkpoint_flags(CLI::App* sub, TrainFlags& f);
+// Adds --grad-reduce-dtype, --bucket-mb and --inject-nonfinite-rank (train under mpirun).
+void add_data_parallel_flags(CLI::App* sub, TrainFlags& f);
 
 }  // namespace mixtrain::cli

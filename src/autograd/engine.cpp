@@ -11,11 +11,14 @@ namespace mixtrain::autograd {
 
 namespace {
 thread_local bool g_grad_enabled = true;
+thread_local GradReadyFn g_grad_ready;
 }
 
 bool grad_enabled() { return g_grad_enabled; }
 NoGradGuard::NoGradGuard() : prev_(g_grad_enabled) { g_grad_enabled = false; }
 NoGradGuard::~NoGradGuard() { g_grad_enabled = prev_; }
+GradReadyScope::GradReadyScope(GradReadyFn fn) : prev_(std::move(g_grad_ready)) { g_grad_ready = std::move(fn); }
+GradReadyScope::~GradReadyScope() { g_grad_ready = std::move(prev_); }
 
 Var::Var(Tensor value, bool requires_grad) : h_(std::make_shared<Handle>()) {
   h_->impl = std::make_shared<VarImpl>();
@@ -139,6 +142,8 @@ void Var::backward_from(const Tensor& grad) const {
         if (probe) probe->backward_done(*node);
       }
       v->grad = Tensor();  // intermediate gradients are not kept (leaves keep theirs)
+    } else if (v->grad_is_buffer && g_grad_ready) {
+      g_grad_ready(v->grad);  // a parameter: every op that used it came before (reverse order)
     }
     it->reset();
   }

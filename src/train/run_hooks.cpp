@@ -112,7 +112,7 @@ void ProgressHook::on_step_end(TrainingRun& run, const StepRecord& r) {
 
 void FaultInjectionHook::after_backward(TrainingRun& run, int64_t step) {
   const auto it = std::find(steps_.begin(), steps_.end(), step);
-  if (it == steps_.end()) return;
+  if (it == steps_.end() || (rank_ >= 0 && run.rank() != rank_)) return;
   const double bad = (it - steps_.begin()) % 2 == 0 ? INFINITY : NAN;
   Tensor grads = run.model().params().flat_grads();
   if (grads.is_meta()) return;  // nothing to poison

@@ -53,6 +53,13 @@ nlohmann::ordered_json summary_to_json(const TrainSummary& r) {
   j["final_loss_scale"] = r.final_loss_scale;
   j["hit_min_scale"] = r.hit_min_scale;
   j["skips_by_site"] = r.skips_by_site;
+  if (r.ranks > 1) {
+    j["ranks"] = r.ranks;
+    j["buckets_per_step"] = r.buckets_per_step;
+    j["buckets_overlapped"] = r.buckets_overlapped;
+    j["reduce_overlap_s_per_step"] = r.reduce_overlap_s;
+    j["reduce_wait_s_per_step"] = r.reduce_wait_s;
+  }
   if (r.profiled_steps > 0) {
     j["profiled_steps"] = r.profiled_steps;
     j["breakdown_s_per_step"] = breakdown_to_json(r.breakdown_per_step());

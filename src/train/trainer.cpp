@@ -157,6 +157,14 @@ TrainSummary train(const TrainOptions& opt_in) {
   opt_in.validate();
   TrainOptions opt = opt_in;
   if (opt.log_jsonl == "-") opt.quiet = true;  // stdout carries the log
+  Communicator* world = opt.world != nullptr && opt.world->size() > 1 ? opt.world : nullptr;
+  if (world != nullptr && world->rank() != 0) {  // rank 0 alone writes what a run writes
+    opt.log_jsonl.clear();
+    opt.tensorboard_dir.clear();
+    opt.checkpoint.dir.clear();
+    opt.checkpoint.save_every = opt.checkpoint.keep = 0;
+    opt.quiet = true;
+  }
   // Every path checked, and the checkpoint directory locked, before anything is loaded or trained.
   check_run_paths(train_run_paths(opt));
   DirectoryLock lock;
@@ -187,6 +195,7 @@ TrainSummary train(const TrainOptions& opt_in) {
       probe.inject_nonfinite.clear();
       probe.checkpoint.stop_after = 0;
       probe.checkpoint.save_every = 0;
+      probe.world = nullptr;  // this rank's memory alone, without collectives
       const int64_t predicted = predict_train_memory(probe).peak_bytes;
       if (predicted > available)
         throw ArgumentError({"force"}, "the run needs about " + gib(predicted) + " (predicted peak) but only " +
@@ -233,13 +242,21 @@ TrainSummary train(const TrainOptions& opt_in) {
   rc.eval_batches = opt.eval_batches;
   // Nothing can recover an fp32 NaN: 32-true stops at the first by default.
   rc.max_bad_steps = opt.max_bad_steps > 0 ? opt.max_bad_steps : (opt.precision == PrecisionMode::true32 ? 1 : 20);
+  rc.world = world;
   TrainingRun run(model, *optimizer, mp, data, rc);
-  // Hook order: the checkpoint restores first (the log trims to its step), the profile is taken
-  // around the step only.
+  // A checkpoint records the run as one process would make it: grad_accum over all ranks, so a
+  // run saved with N ranks resumes with any N' (grad_accum * N' equal) or in one process.
+  TrainOptions as_one_process = opt;
+  if (world != nullptr) as_one_process.grad_accum = opt.grad_accum * world->size();
+  // Hook order: the checkpoint restores first (the log trims to its step), then data parallelism
+  // sends rank 0's weights and sums gradients before any other hook sees them (a fault injected
+  // after the sum on one rank tests the ranks' agreement); the profile is taken around the step.
   if (opt.stop_signal) run.add_hook(std::make_unique<InterruptHook>(opt.stop_signal));
-  run.add_hook(std::make_unique<TrainCheckpointing>(opt, model, T, corpus));
+  run.add_hook(std::make_unique<TrainCheckpointing>(as_one_process, model, T, corpus));
+  if (world != nullptr) run.add_hook(std::make_unique<DataParallelHook>(*world, opt.data_parallel));
   if (opt.profile) run.add_hook(std::make_unique<ProfileHook>(opt.profile_warmup));
-  if (!opt.inject_nonfinite.empty()) run.add_hook(std::make_unique<FaultInjectionHook>(opt.inject_nonfinite));
+  if (!opt.inject_nonfinite.empty())
+    run.add_hook(std::make_unique<FaultInjectionHook>(opt.inject_nonfinite, opt.inject_nonfinite_rank));
   if (opt.overflow_forensics) run.add_hook(std::make_unique<OverflowForensicsHook>());
   std::unique_ptr<TensorBoardHook> tb;
   if (!opt.tensorboard_dir.empty()) tb = std::make_unique<TensorBoardHook>(opt.tensorboard_dir, !opt.checkpoint.resume.empty());

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <span>
 
 #include "mixtrain/autograd/functions.h"
 #include "mixtrain/tensor/allocator.h"
@@ -69,6 +70,16 @@ TrainingRun::TrainingRun(Model& model, Optimizer& optimizer, MixedPrecision& mp,
   summary_.parameters = model.num_parameters();
 }
 
+void TrainingRun::sum_over_ranks(EvalSums& s) {
+  double v[4] = {s.loss_sum, static_cast<double>(s.rows), static_cast<double>(s.correct),
+                 static_cast<double>(s.scored)};
+  config_.world->sum(v);
+  s.loss_sum = v[0];
+  s.rows = static_cast<int64_t>(v[1]);
+  s.correct = static_cast<int64_t>(v[2]);
+  s.scored = static_cast<int64_t>(v[3]);
+}
+
 void TrainingRun::set_start_step(int64_t step) {
   if (step < 0 || step > config_.steps)
     throw ArgumentError("start step " + std::to_string(step) + " is outside [0, " + std::to_string(config_.steps) + "]");
@@ -77,23 +88,24 @@ void TrainingRun::set_start_step(int64_t step) {
 }
 
 int64_t TrainingRun::tokens_per_step() const {
-  return data_.batch_size() * data_.sequence_length() * config_.grad_accum;
+  return data_.batch_size() * data_.sequence_length() * config_.grad_accum * world_size();
 }
 
 TrainingRun::Evaluation TrainingRun::evaluate() {
   const ScopedPhase phase(step_, "evaluation");
-  const EvalSums sums = mp_.forward([&] {
+  EvalSums sums = mp_.forward([&] {
     autograd::NoGradGuard no_grad;
     const int64_t available = data_.num_eval_batches();
     const int64_t n = std::min(config_.eval_batches, available);
     Batch batch;
     EvalSums total;
-    for (int64_t i = 0; i < n; ++i) {
+    for (int64_t i = rank(); i < n; i += world_size()) {  // rank r: batches r, r + N, ...
       data_.eval_batch(n == available ? i : i * available / n, batch);  // spread evenly
       total.add(model_.evaluate_batch(batch));
     }
     return total;
   });
+  if (world_size() > 1) sum_over_ranks(sums);
   Evaluation e;
   if (sums.rows > 0) e.loss = sums.loss_sum / static_cast<double>(sums.rows);
   if (sums.scored > 0) e.accuracy = static_cast<double>(sums.correct) / static_cast<double>(sums.scored);
@@ -104,22 +116,26 @@ double TrainingRun::forward_backward(int64_t step, bool& loss_finite) {
   model_.params().zero_grads();
   // Micro-batches: each loss is divided by K and multiplied by the (constant) loss scale before
   // backward, so the gradients sum to the scaled mean over the effective batch.
+  // With N ranks each divides by N*K (the mean over all ranks' micro-batches, summed by a hook)
+  // and reads its own K of the step's N*K positions.
   const int64_t K = config_.grad_accum;
+  const int64_t NK = K * world_size();
   double loss = 0;
   loss_finite = true;
   for (int64_t micro = 0; micro < K; ++micro) {
-    const int64_t position = (step - 1) * K + micro + 1;  // data and dropout stream position
+    micro_ = micro;
+    const int64_t position = (step - 1) * NK + rank() * K + micro + 1;  // data and dropout stream position
     const ScopedPhase phase(step, "forward");
     data_.train_batch(position, batch_);
     ModelOutput out = mp_.forward(
         [&] { return model_.forward_batch(batch_, true, config_.seed ^ (static_cast<uint64_t>(position) << 20)); });
     const double l = out.loss.value().item();
-    loss += l / static_cast<double>(K);
+    loss += l / static_cast<double>(NK);
     if (!std::isfinite(l)) {
       loss_finite = false;
       break;  // nothing to learn from this step: it is skipped
     }
-    mp_.backward(out.loss, K);
+    mp_.backward(out.loss, NK);
   }
   return loss;
 }
@@ -127,6 +143,12 @@ double TrainingRun::forward_backward(int64_t step, bool& loss_finite) {
 double TrainingRun::replay_step() {
   if (!in_nonfinite_) throw ArgumentError("TrainingRun::replay_step: only inside on_nonfinite");
   bool finite = true;
+  // A replay is this rank's alone: gradient hooks that talk to other ranks sit it out (replaying()).
+  struct Flag {
+    bool& f;
+    explicit Flag(bool& f) : f(f) { f = true; }
+    ~Flag() { f = false; }
+  } replaying(replaying_);
   return forward_backward(step_ + 1, finite);
 }
 
@@ -164,16 +186,23 @@ StepRecord TrainingRun::step() {
   r.lr = lr_at(r.step, config_.schedule);
   ParameterStore& params = model_.params();
   r.loss = forward_backward(r.step, r.loss_finite);
+  for (auto& h : hooks_) h->reduce_gradients(*this, r.step);
+  if (world_size() > 1) {
+    config_.world->sum(std::span<double>(&r.loss, 1));  // rank order: one process's sum for N = 2, K = 1
+    r.loss_finite = std::isfinite(r.loss);
+  }
   r.loss_scale = mp_.scaler().scale();
   r.found_inf = true;
   if (r.loss_finite) {
     for (auto& h : hooks_) h->after_backward(*this, r.step);
     const ScopedPhase phase(r.step, "optimizer update");
     const StepResult s = mp_.prepare_step(params, config_.grad_clip);
-    r.found_inf = s.found_inf;
-    r.grad_norm = s.grad_norm;
+    // The gradients are the same everywhere after the sum, but a rank may still differ (a fault
+    // injected on one rank): every rank skips when any found a non-finite value.
+    r.found_inf = world_size() > 1 ? config_.world->any(s.found_inf) : s.found_inf;
+    r.grad_norm = r.found_inf ? NAN : s.grad_norm;
     r.loss_scale = s.loss_scale;
-    if (!s.found_inf) mp_.apply_step(optimizer_, params, r.lr);
+    if (!r.found_inf) mp_.apply_step(optimizer_, params, r.lr);
   }
   if (r.found_inf) {
     // Before the scaler's update: a hook may re-run the step at the same loss scale.
@@ -252,9 +281,19 @@ TrainSummary TrainingRun::run() {
       }
     }
     for (auto& h : hooks_) h->on_step_end(*this, r);
+    if (world_size() > 1) {
+      // mpirun passes SIGINT / SIGTERM to every rank, but not at the same moment: a rank that
+      // latched it (InterruptHook, on_step_end) stops them all here, and rank 0 saves.
+      const int64_t sig = config_.world->max(summary_.interrupted ? summary_.stop_signal : 0);
+      if (sig > 0) {
+        summary_.interrupted = true;
+        summary_.stop_signal = static_cast<int>(sig);
+      }
+    }
     summary_.final_train_loss = r.loss;
     bool stop = false;
     for (auto& h : hooks_) stop = h->should_stop(*this, r) || stop;  // every hook sees every step
+    if (world_size() > 1) stop = config_.world->any(stop);  // a signal may reach one rank first
     if (stop) break;
   }
   if (start_step_ == config_.steps) {  // resumed from the final step

@@ -8,6 +8,7 @@
 #   data        the text corpus, batches (needs only tensor)
 #   kernels     every compute loop behind the backend
 #   bench       GEMM / convert benchmarks (on the kernels)
+#   dist        the ranks of a data-parallel run and their collectives (MPI under mpirun)
 #   autograd    the recorded graph; a cast hook (autograd/cast_hook.h) that amp fills in
 #   amp         precision modes, autocast (installs the hook), GradScaler
 #   nn          the parameter arena, layers
@@ -27,7 +28,7 @@
 # Usage: layering_test.sh SOURCE_DIR
 src="${1:?usage: layering_test.sh SOURCE_DIR}"
 cd "$src" || exit 2
-order="core numeric tensor data kernels bench autograd amp nn optim models checkpoint train report cli"
+order="core numeric tensor data kernels bench dist autograd amp nn optim models checkpoint train report cli"
 passed=0
 failed=0
 pass() { passed=$((passed + 1)); }

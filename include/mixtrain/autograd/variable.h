@@ -6,6 +6,7 @@
 // a view into the ParameterStore's flat gradient arena, so gradients accumulate there. The graph
 // (and every saved tensor) is freed as backward passes it.
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -78,6 +79,23 @@ class NoGradGuard {
 
  private:
   bool prev_;
+};
+
+// Called during backward when a parameter's gradient (a view into its gradient buffer, see
+// Var::parameter) is final for this backward pass: every op that used the parameter has added
+// its contribution. Data parallelism starts reducing a bucket of gradients from here while the
+// rest of backward runs (as PyTorch DDP's autograd hooks). Thread-local; the scope restores the
+// previous callback.
+using GradReadyFn = std::function<void(const Tensor& grad)>;
+class GradReadyScope {
+ public:
+  explicit GradReadyScope(GradReadyFn fn);
+  ~GradReadyScope();
+  GradReadyScope(const GradReadyScope&) = delete;
+  GradReadyScope& operator=(const GradReadyScope&) = delete;
+
+ private:
+  GradReadyFn prev_;
 };
 
 }  // namespace mixtrain::autograd

@@ -71,11 +71,13 @@ class ProgressHook final : public TrainingHook {
 // (NaN at every second listed step): the step must be skipped, never applied.
 class FaultInjectionHook final : public TrainingHook {
  public:
-  explicit FaultInjectionHook(std::vector<int64_t> steps) : steps_(std::move(steps)) {}
+  // rank: the data-parallel rank to poison (-1: every rank).
+  explicit FaultInjectionHook(std::vector<int64_t> steps, int rank = -1) : steps_(std::move(steps)), rank_(rank) {}
   void after_backward(TrainingRun& run, int64_t step) override;
 
  private:
   std::vector<int64_t> steps_;
+  int rank_;
 };
 
 // The step-time breakdown (core/profiler.h) over the steps after the first `warmup` ones (which

@@ -15,6 +15,7 @@
 #include "mixtrain/models/gpt.h"
 #include "mixtrain/optim/optimizer.h"
 #include "mixtrain/train/numerics_hook.h"
+#include "mixtrain/train/data_parallel.h"
 #include "mixtrain/train/training_run.h"
 
 namespace mixtrain {
@@ -73,6 +74,7 @@ struct TrainOptions {
   // Fault injection: after backward at these optimizer steps (from 1) one gradient element is
   // set to inf (NaN at every second listed step); the step must be skipped, never applied.
   std::vector<int64_t> inject_nonfinite;
+  int inject_nonfinite_rank = -1;  // the data-parallel rank whose gradient is poisoned; -1: every rank
   // Consecutive steps with a non-finite loss before the run is declared diverged and stops.
   // -1: the mode's default, 1 in 32-true (nothing can recover an fp32 NaN) and 20 otherwise.
   int64_t max_bad_steps = -1;
@@ -99,6 +101,12 @@ struct TrainOptions {
   // finishes the current step, saves a checkpoint when checkpoint.dir is set, and returns a
   // summary with interrupted = true. Null: not interruptible.
   const volatile std::sig_atomic_t* stop_signal = nullptr;
+  // Data parallelism (train/data_parallel.h): the ranks (not owned; e.g. world() under mpirun);
+  // null or one rank: this process alone. batch_size and grad_accum are per rank: N ranks train
+  // as one process with grad_accum N * grad_accum. Only rank 0 writes the step log, TensorBoard
+  // files, checkpoints and progress; every rank reads a checkpoint it resumes from.
+  Communicator* world = nullptr;
+  DataParallelConfig data_parallel;
   void validate() const;           // throws ArgumentError
 };
 

@@ -7,8 +7,11 @@
 //   hooks.on_step_begin
 //   zero grads; for each of grad_accum micro-batches: batch -> forward under autocast -> loss
 //     (a non-finite loss ends the micro-batch loop: the step is skipped) -> backward(loss * scale / K)
+//   hooks.reduce_gradients                     (every step: data parallelism sums gradients here)
+//   with N ranks: the loss summed over ranks (every rank then agrees whether it is finite)
 //   hooks.after_backward                       (only when every loss was finite)
-//   unscale + non-finite check + clip -> optimizer step unless non-finite
+//   unscale + non-finite check + clip -> found_inf reduced over ranks (MAX) -> optimizer step
+//     unless non-finite
 //   hooks.on_nonfinite                         (only for a non-finite loss or gradient)
 //   scaler update (its reason in StepRecord::scale_event)
 //   counters (skipped, overflows, non-finite losses in a row, minimum scale reached)
@@ -16,7 +19,13 @@
 // The loop (run()):
 //   hooks.on_run_start (a checkpoint hook restores here and sets the start step)
 //   for each step: step(); a diverged step goes to hooks.on_step_end and throws DivergedError;
-//     evaluation when due; hooks.on_step_end; stop when any hook's should_stop says so
+//     evaluation when due; hooks.on_step_end; stop when any hook's should_stop says so (on any
+//     rank: the ranks agree)
+// Data parallel (RunConfig::world with N > 1 ranks, as PyTorch DDP): rank r of N reads the
+// micro-batches r*K .. r*K+K-1 of each step's N*K, and every loss is divided by N*K, so N ranks
+// see exactly the batches of one process with grad_accum N*K and the summed gradients are its
+// mean. Gradients are summed by a hook (train/data_parallel.h); evaluation batches are split over
+// the ranks and their sums added.
 //   final evaluation and the summary; hooks.on_run_end
 //
 //   Gpt model(cfg, seed, mp.param_dtype(), mp.grad_dtype());
@@ -38,6 +47,7 @@
 #include "mixtrain/core/error.h"
 #include "mixtrain/core/profiler.h"
 #include "mixtrain/data/data_source.h"
+#include "mixtrain/dist/communicator.h"
 #include "mixtrain/models/model.h"
 #include "mixtrain/optim/optimizer.h"
 #include "mixtrain/optim/schedule.h"
@@ -53,6 +63,7 @@ struct RunConfig {
   int64_t eval_every = 0;       // evaluate every N steps (and always after the last); 0: only then
   int64_t eval_batches = 8;     // evaluation batches, spread evenly over the data source's
   int64_t max_bad_steps = 20;   // non-finite losses in a row before the run is declared diverged
+  Communicator* world = nullptr;  // the data-parallel ranks (not owned); null: one process
   void validate() const;        // ArgumentError naming the field
 };
 
@@ -90,6 +101,15 @@ struct TrainSummary {
   bool interrupted = false;
   int stop_signal = 0;             // the signal that asked for it (SIGINT, SIGTERM)
   std::string checkpoint_path;     // the newest checkpoint this run saved ("" for none)
+  // Data parallelism (train/data_parallel.h), on rank 0: ranks, gradient buckets per step, the
+  // share of them started during backward, per step the time from the first bucket's start to
+  // the end of backward (the window communication could hide in) and the wait for the sums
+  // after backward (the communication it did not hide), in seconds.
+  int ranks = 1;
+  int64_t buckets_per_step = 0;
+  double buckets_overlapped = 0;
+  double reduce_overlap_s = 0;
+  double reduce_wait_s = 0;
   // With profiling (ProfileHook): the profiled (steady-state) steps only.
   int64_t profiled_steps = 0;
   double profiled_seconds = 0;                 // their total step time
@@ -146,6 +166,9 @@ class TrainingHook {
   virtual ~TrainingHook() = default;
   virtual void on_run_start(TrainingRun&) {}
   virtual void on_step_begin(TrainingRun&, int64_t /*step*/) {}
+  // After the micro-batches of every step, finite or not (all ranks must take part in the same
+  // collectives): the gradients are final on this rank (or abandoned, when a loss was not finite).
+  virtual void reduce_gradients(TrainingRun&, int64_t /*step*/) {}
   virtual void after_backward(TrainingRun&, int64_t /*step*/) {}
   // The step's loss or gradients were non-finite (it will be skipped), before the scaler's
   // update: the hook may re-run the step at the same loss scale (TrainingRun::replay_step) and
@@ -191,10 +214,15 @@ class TrainingRun {
   TrainSummary& summary() { return summary_; }   // counters live here while running
   int64_t& bad_in_a_row() { return bad_in_a_row_; }
   int64_t completed_steps() const { return step_; }
+  int64_t micro_batch() const { return micro_; }  // the micro-batch of this rank being run (0 .. K-1)
+  // Inside replay_step: this rank re-runs a skipped step alone (no collectives may start).
+  bool replaying() const { return replaying_; }
+  int rank() const { return config_.world ? config_.world->rank() : 0; }
+  int world_size() const { return config_.world ? config_.world->size() : 1; }
   int64_t start_step() const { return start_step_; }
   // Continue after `step` (a checkpoint restore, in on_run_start).
   void set_start_step(int64_t step);
-  // Tokens per optimizer step: batch_size * sequence_length * grad_accum.
+  // Tokens per optimizer step over all ranks: batch_size * sequence_length * grad_accum * ranks.
   int64_t tokens_per_step() const;
 
  private:
@@ -202,6 +230,7 @@ class TrainingRun {
   // Zeroes the gradients and runs the micro-batches of `step`: forward, loss * scale / K,
   // backward. Returns the mean loss; loss_finite false stops at the first non-finite loss.
   double forward_backward(int64_t step, bool& loss_finite);
+  void sum_over_ranks(EvalSums& s);  // evaluation sums of every rank's share
 
   Model& model_;
   Optimizer& optimizer_;
@@ -214,6 +243,8 @@ class TrainingRun {
   int64_t start_step_ = 0;
   int64_t bad_in_a_row_ = 0;  // consecutive non-finite losses
   bool in_nonfinite_ = false; // hooks' on_nonfinite runs (replay_step allowed)
+  bool replaying_ = false;    // inside replay_step
+  int64_t micro_ = 0;         // the micro-batch being run
   double train_time_ = 0;     // seconds inside step() since the start
   double run_start_ = 0;      // steady-clock seconds at run()
   Batch batch_;               // the training batch, reused

@@ -1,0 +1,87 @@
+// Data parallelism across ranks as a TrainingHook (PyTorch DDP's design): every rank holds the
+// whole model; at the start rank 0's weights go to every rank; in each step the flat gradient
+// buffer (nn/parameters.h) is summed over ranks in buckets, and a bucket's sum starts from a
+// backward callback (autograd::GradReadyScope) as soon as all of its parameters' gradients are
+// final, so communication overlaps the rest of backward. Buckets cover the parameters in reverse
+// order (the order backward finishes them) and start strictly in bucket order, so every rank
+// issues the same collectives in the same order even when its backward was cut short.
+//
+//   DataParallelHook& dp = run.add_hook(std::make_unique<DataParallelHook>(world(), DataParallelConfig{}));
+//   // TrainingRun's RunConfig::world must be the same communicator (data split, loss sums).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "mixtrain/autograd/variable.h"
+#include "mixtrain/dist/communicator.h"
+#include "mixtrain/train/training_run.h"
+
+namespace mixtrain {
+
+struct DataParallelConfig {
+  // The dtype gradients travel and are summed in: f32 (exact fp32 sums; 16-bit gradients travel
+  // in their own dtype, summed in fp32) or bf16 (half the bytes of fp32 gradients: each rank's
+  // gradient is rounded to bf16 and the sums are rounded to bf16 after each fp32 add).
+  DType reduce_dtype = DType::f32;
+  int64_t bucket_bytes = int64_t{25} << 20;  // per bucket, in reduce_dtype (PyTorch DDP's 25 MiB)
+  // After every step, check that every rank holds rank 0's weights and loss scale (a CRC-32 of
+  // them compared over ranks; an Error naming the step and the rank otherwise): a test and
+  // debugging aid, one pass over the weights per step.
+  bool verify_replicas = false;
+  void validate(DType grad_dtype) const;     // ArgumentError naming grad_reduce_dtype / bucket_bytes
+};
+
+// How the sums overlapped backward, over the steps so far.
+struct DataParallelStats {
+  int64_t steps = 0;
+  int64_t buckets_per_step = 0;
+  int64_t started_in_backward = 0;  // buckets started from the backward callback (the rest: after it)
+  double overlap_seconds = 0;       // from the first bucket's start to the end of backward: the
+                                    // time communication had to hide in
+  double wait_seconds = 0;          // time spent waiting for sums after backward
+};
+
+class DataParallelHook final : public TrainingHook {
+ public:
+  DataParallelHook(Communicator& world, DataParallelConfig config);
+  ~DataParallelHook() override;
+
+  void on_run_start(TrainingRun& run) override;     // buckets; rank 0's weights to every rank
+  void on_step_begin(TrainingRun& run, int64_t step) override;
+  void reduce_gradients(TrainingRun& run, int64_t step) override;
+  void after_update(TrainingRun& run, const StepRecord& record) override;
+  void on_run_end(TrainingRun& run, TrainSummary& summary) override;
+
+  struct Bucket {
+    int64_t begin = 0, end = 0;  // flat gradient elements [begin, end), alignment padding included
+    std::vector<size_t> params;  // parameter indices, in reverse declaration order
+  };
+  const std::vector<Bucket>& buckets() const { return buckets_; }
+  const DataParallelStats& stats() const { return stats_; }
+
+ private:
+  void build_buckets(const ParameterStore& store);
+  void on_grad_ready(const Tensor& grad);
+  void start_ready_buckets();  // the next buckets in order whose parameters are all ready
+  void start(size_t b);
+  void finish(size_t b);       // bf16: the sum back into the fp32 gradients
+
+  Communicator& world_;
+  DataParallelConfig config_;
+  TrainingRun* run_ = nullptr;
+  Tensor grads_;                                  // (flat_numel) the store's gradient buffer
+  std::vector<Bucket> buckets_;
+  std::unordered_map<int64_t, size_t> param_at_;  // gradient offset -> parameter index
+  std::vector<size_t> bucket_of_;                 // parameter index -> bucket
+  std::vector<char> ready_;                       // per parameter, this step
+  std::vector<int64_t> pending_;                  // per bucket: parameters not yet ready
+  size_t next_ = 0;                               // the next bucket to start
+  double first_start_ = -1;                       // steady-clock seconds of this step's first start
+  std::vector<uint16_t> staging_;                 // (flat_numel) bf16 words for fp32 gradients
+  std::unique_ptr<autograd::GradReadyScope> scope_;
+  DataParallelStats stats_;
+};
+
+}  // namespace mixtrain

@@ -1,0 +1,216 @@
+#!/usr/bin/env bash
+# Data-parallel training under mpirun, 2 ranks x 1 thread (OpenMPI; CI installs it with
+# scripts/setup.sh: without mpirun this test fails, it does not skip):
+# - 2 ranks with --batch-size B train as one process with --grad-accum 2 (losses, loss scales,
+#   skips; final weights), in fp32, 16-mixed (loss scaling) and bf16-true (16-bit gradients);
+#   --verify-replicas checks after every step that both ranks hold the same weights and scale
+# - the same 2-rank run over loopback TCP gives the same step log bit for bit (deterministic sums)
+# - bf16 gradient sums stay close to fp32 sums (and do differ: the option is in effect)
+# - a non-finite gradient on rank 1 only: both ranks skip the step and halve the scale
+# - only rank 0 writes: one summary on stdout, one step log, one set of checkpoints, one event file
+# - kill -9 of one rank ends the job within 10 s; its last checkpoint resumes in one process with
+#   --grad-accum 2 and continues the same trajectory; a one-process checkpoint resumes on 2 ranks
+# - bad data-parallel flags: one-line errors naming the flag
+# Root: OpenMPI refuses to run as root without OMPI_ALLOW_RUN_AS_ROOT(_CONFIRM), set here.
+MIXTRAIN="$1"
+. "$(dirname "$0")/cli_common.sh"
+COMPARE="$(dirname "$0")/compare_runs.py"
+if ! command -v mpirun >/dev/null; then
+  echo "FAIL: mpirun not found: install openmpi-bin and libopenmpi-dev (scripts/setup.sh)"
+  exit 1
+fi
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+# The sanitizer build (scripts/test.sh sets ASAN_OPTIONS with detect_leaks=1): OpenMPI keeps some
+# of its own allocations past MPI_Finalize. Its components stay loaded (no dlclose) so their frames
+# can be named, the slow unwinder walks through its frame-pointer-less code, and only leaks inside
+# OpenMPI's libraries are suppressed (lsan_openmpi.supp).
+export OMPI_MCA_mca_base_component_disable_dlclose=1 PMIX_MCA_mca_base_component_disable_dlclose=1
+export LSAN_OPTIONS="suppressions=$(cd "$(dirname "$0")" && pwd)/lsan_openmpi.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
+[ -n "${ASAN_OPTIONS:-}" ] && export ASAN_OPTIONS="$ASAN_OPTIONS:fast_unwind_on_malloc=0"
+MPIRUN=(mpirun -np 2 --oversubscribe --bind-to none)
+write_text "$TMP/text.txt"
+write_tiny_model "$TMP/tiny.json" 2 32 32
+COMMON=(--data "$TMP/text.txt" --model "$TMP/tiny.json" --batch-size 2 --threads 1)
+
+# 2 ranks against one process with --grad-accum 2. Not bit for bit: one process adds the second
+# micro-batch's weight gradient onto the first inside the GEMM (beta = 1), two ranks add two
+# finished gradients, so fp32 gradients differ by an ulp or so; measured here (8 steps) the losses
+# differ by <= 5e-8 relative in fp32 and bf16-mixed, 2e-6 in 16-mixed (a one-ulp change of a
+# master weight can flip the fp16 working copy's rounding, 2^-11) and 1e-5 in bf16-true (bf16
+# weights: 2^-8). Tolerances: 20x to 100x those. Weights: fp32 only (measured 3e-7).
+check_mode() {  # MODE LOSS_RTOL [WEIGHTS_ATOL]
+  local mode="$1" rtol="$2" watol="${3:-}" d="$TMP/$1"
+  mkdir -p "$d"
+  if ! timeout 60 "${MPIRUN[@]}" "$MIXTRAIN" train "${COMMON[@]}" --steps 6 --precision "$mode" --verify-replicas \
+      --bucket-mb 0.01 --log-jsonl "$d/two.jsonl" --checkpoint-dir "$d/two" >"$d/out" 2>"$d/err"; then
+    fail "$mode: 2-rank run failed: $(tail -c 400 "$d/err")"
+    return
+  fi
+  if ! "$MIXTRAIN" train "${COMMON[@]}" --steps 6 --precision "$mode" --grad-accum 2 \
+      --log-jsonl "$d/one.jsonl" --checkpoint-dir "$d/one" >"$d/out" 2>"$d/err"; then
+    fail "$mode: 1-process run failed: $(tail -c 400 "$d/err")"
+    return
+  fi
+  local weights=()
+  [ -n "$watol" ] && weights=(--weights-atol "$watol" --checkpoints "$d/two/step-000006/model.safetensors"
+                              "$d/one/step-000006/model.safetensors")
+  if python3 "$COMPARE" "$d/two.jsonl" "$d/one.jsonl" --loss-rtol "$rtol" "${weights[@]}" >"$d/cmp"; then
+    pass
+  else
+    fail "$mode: 2 ranks differ from --grad-accum 2: $(cat "$d/cmp")"
+  fi
+  sed "s/^/$mode: /" "$d/cmp"
+}
+check_mode 32-true 1e-6 1e-5
+check_mode 16-mixed 1e-4
+check_mode bf16-true 1e-3
+
+# Deterministic: the 32-true 2-rank run again, over loopback TCP instead of shared memory, gives
+# the same step log bit for bit (the sums run in rank order whatever the transport).
+d="$TMP/tcp"
+mkdir -p "$d"
+if timeout 60 "${MPIRUN[@]}" --mca btl self,tcp --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo \
+    "$MIXTRAIN" train "${COMMON[@]}" --steps 6 --precision 32-true --bucket-mb 0.01 --log-jsonl "$d/log.jsonl" \
+    >/dev/null 2>"$d/err"; then
+  strip() { python3 -c "
+import json, sys
+for l in open(sys.argv[1]):
+    j = json.loads(l)
+    print(j['step'], repr(j['loss']), repr(j['grad_norm']), j['loss_scale'], j['skipped'])" "$1"; }
+  if [ "$(strip "$d/log.jsonl")" = "$(strip "$TMP/32-true/two.jsonl")" ]; then pass; else
+    fail "2 ranks over TCP differ from 2 ranks over shared memory: $(diff <(strip "$d/log.jsonl") <(strip "$TMP/32-true/two.jsonl") | head -4)"
+  fi
+else
+  fail "2 ranks over loopback TCP: $(tail -c 400 "$d/err")"
+fi
+
+# 1 -> 2: a checkpoint of one process with --grad-accum 2 resumes with 2 ranks and continues the
+# one-process trajectory of check_mode 32-true.
+d="$TMP/one-to-two"
+mkdir -p "$d"
+if "$MIXTRAIN" train "${COMMON[@]}" --steps 6 --grad-accum 2 --stop-after 3 --checkpoint-dir "$d/ck" \
+    --log-jsonl "$d/log.jsonl" >/dev/null 2>"$d/err" &&
+   timeout 60 "${MPIRUN[@]}" "$MIXTRAIN" train "${COMMON[@]}" --steps 6 --resume "$d/ck" --verify-replicas \
+    --log-jsonl "$d/log.jsonl" >/dev/null 2>"$d/err"; then
+  if python3 "$COMPARE" "$d/log.jsonl" "$TMP/32-true/one.jsonl" --loss-rtol 1e-6 >"$d/cmp"; then pass; else fail "1 -> 2 ranks: $(cat "$d/cmp")"; fi
+  sed "s/^/resume 1 process -> 2 ranks: /" "$d/cmp"
+else
+  fail "1 -> 2 ranks: $(tail -c 400 "$d/err")"
+fi
+
+# bf16 sums: close to the fp32 sums of the same 2 ranks, and not equal to them.
+d="$TMP/bf16sum"
+mkdir -p "$d"
+if timeout 60 "${MPIRUN[@]}" "$MIXTRAIN" train "${COMMON[@]}" --steps 6 --grad-reduce-dtype bf16 --verify-replicas \
+    --log-jsonl "$d/bf16.jsonl" >/dev/null 2>"$d/err"; then
+  # Each rank's gradient rounded to bf16 (2^-9 relative) before the sum: losses within 1e-2.
+  if python3 "$COMPARE" "$d/bf16.jsonl" "$TMP/32-true/two.jsonl" --loss-rtol 1e-2 >"$d/cmp"; then pass; else fail "bf16 sums: $(cat "$d/cmp")"; fi
+  sed "s/^/bf16 sums vs fp32 sums: /" "$d/cmp"
+  if python3 "$COMPARE" "$d/bf16.jsonl" "$TMP/32-true/two.jsonl" --loss-rtol 0 >/dev/null; then
+    fail "bf16 sums give exactly the fp32 trajectory: --grad-reduce-dtype bf16 had no effect"
+  else
+    pass
+  fi
+else
+  fail "bf16 sums: $(tail -c 400 "$d/err")"
+fi
+
+# A non-finite gradient on rank 1 only, at step 3 (16-mixed, initial scale 1024): both ranks skip
+# it and continue at 512 (--verify-replicas: same weights and scale on both after every step).
+d="$TMP/inject"
+mkdir -p "$d"
+if timeout 60 "${MPIRUN[@]}" "$MIXTRAIN" train "${COMMON[@]}" --steps 5 --precision 16-mixed --init-scale 1024 \
+    --inject-nonfinite 3 --inject-nonfinite-rank 1 --verify-replicas --log-jsonl "$d/log.jsonl" >/dev/null 2>"$d/err"; then
+  got=$(python3 -c "
+import json
+for l in open('$d/log.jsonl'):
+    j = json.loads(l)
+    print(j['step'], j['skipped'], j['loss_scale'])" | tr '\n' ';')
+  want="1 False 1024.0;2 False 1024.0;3 True 1024.0;4 False 512.0;5 False 512.0;"
+  if [ "$got" = "$want" ]; then pass; else fail "rank-1 injection: steps (step skipped scale) $got, expected $want"; fi
+else
+  fail "rank-1 injection run failed: $(tail -c 400 "$d/err")"
+fi
+
+# Only rank 0 writes: one JSON summary on stdout, a 4-line step log, checkpoints 2 and 4, one
+# TensorBoard event file.
+d="$TMP/outputs"
+mkdir -p "$d"
+if timeout 60 "${MPIRUN[@]}" "$MIXTRAIN" train "${COMMON[@]}" --steps 4 --json --log-jsonl "$d/log.jsonl" \
+    --tensorboard "$d/tb" --checkpoint-dir "$d/ck" --save-every 2 >"$d/out" 2>"$d/err"; then
+  python3 -c "import json,sys; s=json.load(open('$d/out')); sys.exit(0 if s['steps']==4 else 1)" && pass ||
+    fail "stdout is not one JSON summary of 4 steps: $(head -c 300 "$d/out")"
+  [ "$(wc -l <"$d/log.jsonl")" = 4 ] && pass || fail "step log has $(wc -l <"$d/log.jsonl") lines, expected 4"
+  [ "$(ls "$d/ck" | grep -c '^step-')" = 2 ] && pass || fail "checkpoints: $(ls "$d/ck")"
+  [ "$(ls "$d/tb" | wc -l)" = 1 ] && pass || fail "TensorBoard files: $(ls "$d/tb")"
+else
+  fail "outputs run failed: $(tail -c 400 "$d/err")"
+fi
+
+# kill -9 of one rank: the job ends within 10 s (no rank waits forever in a collective), and the
+# last checkpoint resumes in one process with --grad-accum 2 on the same trajectory.
+d="$TMP/kill"
+mkdir -p "$d"
+"${MPIRUN[@]}" "$MIXTRAIN" train "${COMMON[@]}" --steps 100000 --save-every 20 --keep 2 \
+  --checkpoint-dir "$d/ck" --log-jsonl "$d/log.jsonl" >"$d/out" 2>"$d/err" &
+job=$!
+for _ in $(seq 1 300); do  # up to 30 s for the first checkpoint
+  ls "$d/ck"/step-*/manifest.json >/dev/null 2>&1 && break
+  sleep 0.1
+done
+ranks=$(ps -o pid= --ppid "$job")  # mpirun's children: the ranks (re-executed: named "exe")
+victim=$(echo "$ranks" | tail -n 1)
+if [ "$(echo "$ranks" | wc -w)" != 2 ] || ! ls "$d/ck"/step-*/manifest.json >/dev/null 2>&1; then
+  fail "kill test: no checkpoint or not 2 ranks (ranks: $ranks): $(tail -c 300 "$d/err")"
+  kill -9 "$job" $ranks 2>/dev/null
+else
+  kill -9 "$victim"
+  ended=""
+  for i in $(seq 1 100); do
+    if ! kill -0 "$job" 2>/dev/null; then ended=$i; break; fi
+    sleep 0.1
+  done
+  if [ -z "$ended" ]; then
+    fail "kill test: mpirun still runs 10 s after kill -9 of rank pid $victim"
+    kill -9 "$job" $ranks 2>/dev/null
+  else
+    pass
+    echo "kill test: the job ended $((ended / 10)).$((ended % 10)) s after kill -9 of one rank"
+  fi
+  wait "$job"
+  code=$?
+  [ "$code" != 0 ] && pass || fail "kill test: mpirun exited 0 after a rank was killed"
+  # Every rank gone too (a zombie waiting for init to reap it counts as gone), within 3 s.
+  alive() { for p in $ranks; do ps -o stat= -p "$p" 2>/dev/null | grep -qv '^Z' && echo "$p"; done; }
+  for _ in $(seq 1 30); do [ -z "$(alive)" ] && break; sleep 0.1; done
+  left=$(alive)
+  if [ -n "$left" ]; then fail "kill test: rank pids $left survived mpirun"; kill -9 $left; else pass; fi
+  # Resume in one process (--grad-accum 2 = 2 ranks x 1) for 5 more steps; compare with one
+  # uninterrupted process.
+  last=$(ls "$d/ck" | grep '^step-' | sort | tail -n 1)
+  step=$((10#${last#step-}))
+  stop=$((step + 5))
+  if "$MIXTRAIN" train "${COMMON[@]}" --steps 100000 --grad-accum 2 --resume "$d/ck" --stop-after "$stop" \
+      --log-jsonl "$d/log.jsonl" >/dev/null 2>"$d/err2" &&
+     "$MIXTRAIN" train "${COMMON[@]}" --steps 100000 --grad-accum 2 --stop-after "$stop" \
+      --log-jsonl "$d/ref.jsonl" >/dev/null 2>"$d/err3"; then
+    if python3 "$COMPARE" "$d/log.jsonl" "$d/ref.jsonl" --loss-rtol 1e-5 >"$d/cmp"; then pass; else fail "resume after kill: $(cat "$d/cmp")"; fi
+    sed "s/^/kill + resume from $last in one process: /" "$d/cmp"
+  else
+    fail "resume after kill: $(tail -c 400 "$d/err2" "$d/err3")"
+  fi
+fi
+
+# Flags: one line naming the flag.
+expect_exit 2 "bad --grad-reduce-dtype" -- "$MIXTRAIN" train "${COMMON[@]}" --steps 1 --grad-reduce-dtype fp64
+expect_stderr_has "--grad-reduce-dtype" "bad --grad-reduce-dtype"
+expect_exit 2 "bad --bucket-mb" -- "$MIXTRAIN" train "${COMMON[@]}" --steps 1 --bucket-mb 0
+expect_stderr_has "--bucket-mb" "bad --bucket-mb"
+# Under mpirun every rank says it, and mpirun adds its own report of the abort.
+timeout 60 "${MPIRUN[@]}" "$MIXTRAIN" train "${COMMON[@]}" --steps 1 --precision 16-true --grad-reduce-dtype bf16 \
+  >/dev/null 2>"$TMP/err"
+code=$?
+[ "$code" != 0 ] && [ "$code" != 124 ] && pass || fail "bf16 sums of fp16 gradients: exit $code"
+n=$(grep -c '^mixtrain: error: --grad-reduce-dtype bf16 needs fp32 or bf16 gradients' "$TMP/err")
+[ "$n" -ge 1 ] && pass || fail "bf16 sums of fp16 gradients: no one-line error naming --grad-reduce-dtype: $(head -c 300 "$TMP/err")"
+finish
