@@ -49,6 +49,7 @@ int main(int argc, char** argv) {
   register_sample(app, global, commands);
   register_memory(app, global, commands);
   register_report(app, global, commands);
+  register_finetune(app, global, commands);
 
   try {
     app.parse(argc, argv);

@@ -22,7 +22,7 @@ void RunConfig::validate() const {
   };
   positive(steps, "steps");
   positive(grad_accum, "grad_accum");
-  positive(eval_batches, "eval_batches");
+  if (eval_batches < 0) throw ArgumentError("eval_batches must be >= 0 (0: all), got " + std::to_string(eval_batches));
   positive(max_bad_steps, "max_bad_steps");
   if (eval_every < 0) throw ArgumentError("eval_every must be >= 0, got " + std::to_string(eval_every));
   if (!(grad_clip >= 0)) throw ArgumentError("grad_clip must be >= 0 (0 disables clipping)");
@@ -80,7 +80,7 @@ TrainingRun::Evaluation TrainingRun::evaluate() {
   const EvalSums sums = mp_.forward([&] {
     autograd::NoGradGuard no_grad;
     const int64_t available = data_.num_eval_batches();
-    const int64_t n = std::min(config_.eval_batches, available);
+    const int64_t n = config_.eval_batches == 0 ? available : std::min(config_.eval_batches, available);
     Batch batch;
     EvalSums total;
     for (int64_t i = 0; i < n; ++i) {
@@ -111,6 +111,8 @@ StepRecord TrainingRun::step() {
     const int64_t position = (r.step - 1) * K + micro + 1;  // data and dropout stream position
     const ScopedPhase phase(r.step, "forward");
     data_.train_batch(position, batch_);
+    // Padding is not work done: a classification batch says how many tokens are real.
+    r.tokens += batch_.real_tokens > 0 ? batch_.real_tokens : batch_.inputs.numel();
     ModelOutput out = mp_.forward(
         [&] { return model_.forward_batch(batch_, true, config_.seed ^ (static_cast<uint64_t>(position) << 20)); });
     const double l = out.loss.value().item();
@@ -142,7 +144,8 @@ StepRecord TrainingRun::step() {
   train_time_ += r.seconds;
   step_ = r.step;
   for (auto& h : hooks_) h->after_update(*this, r);
-  r.tokens_per_s = static_cast<double>(tokens_per_step()) / r.seconds;
+  train_tokens_ += r.tokens;
+  r.tokens_per_s = static_cast<double>(r.tokens) / r.seconds;
   r.elapsed_s = now_s() - run_start_;
   summary_.steps = r.step;
   summary_.final_loss_scale = mp_.scaler().scale();
@@ -153,14 +156,14 @@ StepRecord TrainingRun::step() {
 
 void TrainingRun::finish_summary() {
   summary_.elapsed_s = now_s() - run_start_;
-  const int64_t steps_run = summary_.steps - start_step_;
-  summary_.tokens_per_s = train_time_ > 0 ? static_cast<double>(tokens_per_step() * steps_run) / train_time_ : 0.0;
+  summary_.tokens_per_s = train_time_ > 0 ? static_cast<double>(train_tokens_) / train_time_ : 0.0;
   summary_.model_flops_per_s = model_.flops_per_token(data_.sequence_length()) * summary_.tokens_per_s;
 }
 
 TrainSummary TrainingRun::run() {
   run_start_ = now_s();
   train_time_ = 0;
+  train_tokens_ = 0;
   summary_.unigram_baseline = data_.baseline_loss();
   for (auto& h : hooks_) h->on_run_start(*this);
   while (step_ < config_.steps) {

@@ -48,7 +48,7 @@ struct RunConfig {
   int64_t grad_accum = 1;       // micro-batches per optimizer step
   uint64_t seed = 1337;         // the dropout stream (the data source has its own)
   int64_t eval_every = 0;       // evaluate every N steps (and always after the last); 0: only then
-  int64_t eval_batches = 8;     // evaluation batches, spread evenly over the data source's
+  int64_t eval_batches = 8;     // evaluation batches, spread evenly over the data source's; 0: all
   int64_t max_bad_steps = 20;   // non-finite losses in a row before the run is declared diverged
   void validate() const;        // ArgumentError naming the field
 };
@@ -113,7 +113,8 @@ struct StepRecord {
   bool skipped = false;         // the optimizer step was not applied
   bool diverged = false;        // this step ended the run (max_bad_steps non-finite losses in a row)
   double seconds = 0;           // the step's wall time (forward, backward, update)
-  double tokens_per_s = 0;
+  int64_t tokens = 0;           // tokens the step's batches held (Batch::real_tokens: no padding)
+  double tokens_per_s = 0;      // tokens / seconds
   double elapsed_s = 0;         // since run() started
   bool evaluated = false;       // val_loss holds an evaluation made after this step
   double val_loss = NAN;
@@ -150,7 +151,8 @@ class TrainingRun {
 
   TrainSummary run();  // steps start_step()+1 .. config().steps
   StepRecord step();   // the next optimizer step
-  // Mean loss and top-1 accuracy over config().eval_batches evaluation batches (no grad, autocast).
+  // Mean loss and top-1 accuracy over config().eval_batches evaluation batches (all of them when
+  // 0), with no grad, under autocast.
   struct Evaluation {
     double loss = NAN;
     double accuracy = NAN;
@@ -168,7 +170,8 @@ class TrainingRun {
   int64_t start_step() const { return start_step_; }
   // Continue after `step` (a checkpoint restore, in on_run_start).
   void set_start_step(int64_t step);
-  // Tokens per optimizer step: batch_size * sequence_length * grad_accum.
+  // The most tokens an optimizer step can hold: batch_size * sequence_length * grad_accum. Rates
+  // count the tokens actually read (StepRecord::tokens), which is less with padding.
   int64_t tokens_per_step() const;
 
  private:
@@ -185,6 +188,7 @@ class TrainingRun {
   int64_t start_step_ = 0;
   int64_t bad_in_a_row_ = 0;  // consecutive non-finite losses
   double train_time_ = 0;     // seconds inside step() since the start
+  int64_t train_tokens_ = 0;  // tokens read by step() since the start
   double run_start_ = 0;      // steady-clock seconds at run()
   Batch batch_;               // the training batch, reused
 };
