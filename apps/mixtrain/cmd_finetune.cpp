@@ -38,7 +38,8 @@ nlohmann::ordered_json finetune_json(const FinetuneSummary& s, const FinetuneOpt
                            {"test_loss", finite_or_null(e.test_loss)},
                            {"test_accuracy", finite_or_null(e.test_accuracy)},
                            {"elapsed_s", e.elapsed_s}});
-  for (const auto& [k, v] : summary_to_json(s.run).items()) j[k] = v;
+  const nlohmann::ordered_json run = summary_to_json(s.run);  // named: items() must not outlive it
+  for (const auto& [k, v] : run.items()) j[k] = v;
   return j;
 }
 

@@ -3,11 +3,14 @@
 
 namespace mixtrain::cli {
 
-void add_finetune_data_flags(CLI::App* sub, FinetuneFlags& f) {
+void add_finetune_data_flags(CLI::App* sub, FinetuneFlags& f, bool with_model_and_task) {
   FinetuneOptions& o = f.opt;
-  sub->add_option("--model", o.model_dir,
-                  "Encoder directory: config.json, model.safetensors, vocab.txt (default: the built-in all-MiniLM-L6-v2)");
-  sub->add_option("--task", o.task, "Built-in data set: finefoods (the default) or fortunes (topics)");
+  if (with_model_and_task) {
+    sub->add_option("--model", o.model_dir,
+                    "Encoder directory: config.json, model.safetensors, vocab.txt (default: the built-in "
+                    "all-MiniLM-L6-v2)");
+    sub->add_option("--task", o.task, "Built-in data set: finefoods (the default) or fortunes (topics)");
+  }
   sub->add_option("--train", o.train_path, "Training file: .tsv, .csv or .jsonl with a header / named fields");
   sub->add_option("--test", o.test_path, "Test file, same columns as --train");
   sub->add_option("--text-column", o.columns.text, "Column of the text")->capture_default_str();
@@ -35,6 +38,31 @@ void add_finetune_train_flags(CLI::App* sub, FinetuneFlags& f, bool with_precisi
   sub->add_option("--steps", f.train.opt.steps, "Stop after N optimizer steps (0: run every epoch)")->capture_default_str();
   sub->add_option("--eval-batches", f.train.opt.eval_batches, "Test batches per evaluation (0: the whole test set)")
       ->capture_default_str();
+}
+
+void finetune_from_compare_flags(FinetuneFlags& f, const TrainFlags& given, const std::string& task) {
+  const TrainOptions d = FinetuneOptions::defaults();
+  TrainOptions t = given.opt;
+  if (!given.given("--lr")) t.lr = d.lr;
+  if (!given.given("--weight-decay")) t.weight_decay = d.weight_decay;
+  if (!given.given("--beta2")) t.beta2 = d.beta2;
+  if (!given.given("--steps")) t.steps = d.steps;
+  if (!given.given("--eval-batches")) t.eval_batches = d.eval_batches;
+  if (!given.given("--batch-size")) t.batch_size = d.batch_size;
+  if (!given.given("--warmup")) t.warmup = d.warmup;
+  for (const char* gpt_only : {"--data", "--seq-len", "--min-lr-ratio", "--max-data-bytes"})
+    if (given.given(gpt_only)) throw ArgumentError(std::string(gpt_only) + " does not apply to --task " + task);
+  f.opt.model_dir = given.given("--model") ? t.model : "";
+  f.opt.task = task == "classify" ? "" : task;
+  if (f.opt.task.empty() && f.opt.train_path.empty()) f.opt.task = "finefoods";
+  if (!f.opt.train_path.empty() && task != "classify")
+    throw ArgumentError("--train / --test go with --task classify, not " + task);
+  if (f.pooling == "mean")
+    f.opt.pooling = Pooling::mean;
+  else if (f.pooling != "cls")
+    throw ArgumentError("--pooling must be cls or mean, got '" + f.pooling + "'");
+  f.opt.columns.text_pair = f.text_pair_column;
+  f.opt.train = t;
 }
 
 void FinetuneFlags::finish(const std::vector<PrecisionMode>& precisions) {

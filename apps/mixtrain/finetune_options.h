@@ -21,8 +21,12 @@ struct FinetuneFlags {
 };
 
 // Adds the fine-tune's own flags (--model DIR, --task, --train, --test, columns, --max-len,
-// --epochs, --pooling, --dropout, --train-examples, --test-examples) to `sub`.
-void add_finetune_data_flags(CLI::App* sub, FinetuneFlags& f);
+// --epochs, --pooling, --dropout, --train-examples, --test-examples) to `sub`; without
+// `with_model_and_task`, not --model and --task (compare has its own, and sets them).
+void add_finetune_data_flags(CLI::App* sub, FinetuneFlags& f, bool with_model_and_task = true);
+// compare --task classify|finefoods|fortunes: the fine-tune's defaults for every training flag not
+// given (compare registers train's, with a GPT run's defaults), --model as the encoder directory.
+void finetune_from_compare_flags(FinetuneFlags& f, const TrainFlags& given, const std::string& task);
 // Adds train's flags with the fine-tune's defaults (lr 5e-5, weight decay 0.01, beta2 0.999,
 // --steps 0: every epoch, --eval-batches 0: the whole test set), without those that only a GPT
 // run reads (--data, --seq-len, --min-lr-ratio, --max-data-bytes, --init-from).

@@ -11,6 +11,7 @@
 
 #include "checkpoint/checksum.h"
 #include "kernels/backend.h"
+#include "kernels/gemm_info.h"
 #include "mixtrain/data/builtin_data.h"
 #include "mixtrain/data/classification_batches.h"
 #include "mixtrain/data/wordpiece.h"
@@ -265,6 +266,17 @@ FinetuneSummary finetune(const FinetuneOptions& o_in) {
     if (!t.quiet) std::printf("model saved: %s\n", o.save_dir.c_str());
   }
   return out;
+}
+
+CompareResult compare_finetune(const FinetuneOptions& base, const std::vector<CompareEntry>& entries,
+                               const std::function<void(const CompareRun&)>& on_run, double* majority_baseline) {
+  base.validate();
+  if (majority_baseline) *majority_baseline = load_task(base).test.majority_baseline();
+  return compare_precisions(base.train, entries, on_run, [&](const TrainOptions& t) {
+    FinetuneOptions o = base;
+    o.train = t;
+    return finetune(o).run;
+  });
 }
 
 MemoryPrediction predict_finetune_memory(const FinetuneOptions& o) {

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "mixtrain/data/text_classification.h"
+#include "mixtrain/train/compare.h"
 #include "mixtrain/models/encoder.h"
 #include "mixtrain/train/memory_prediction.h"
 #include "mixtrain/train/trainer.h"
@@ -71,6 +72,14 @@ struct FinetuneSummary {
 // Loads, trains, evaluates after every epoch, saves. Throws ArgumentError / IoError for bad
 // options or input (naming the file and line, or the field), DivergedError as train() does.
 FinetuneSummary finetune(const FinetuneOptions& o);
+
+// compare_precisions (train/compare.h) for the fine-tune: `base` once per entry, its precision and
+// rounding from the entry; each row's summary is the run's (val_accuracy: the final test accuracy,
+// elapsed_s: training and the per-epoch evaluations). `majority_baseline`, when given, receives the
+// test set's majority-class accuracy before the first run.
+CompareResult compare_finetune(const FinetuneOptions& base, const std::vector<CompareEntry>& entries,
+                               const std::function<void(const CompareRun&)>& on_run = {},
+                               double* majority_baseline = nullptr);
 
 // The memory finetune(o) needs, predicted by running it on the meta device (its first two steps
 // and the evaluation, with no files read beyond its inputs and none written).
