@@ -35,6 +35,10 @@ constexpr std::array<PolicyEntry, autograd::kNumOpKinds> kPolicy = {{
     {OpKind::attention, CastPolicy::lower_precision},  // scaled_dot_product_attention (softmax in f32 inside)
     {OpKind::attention_qkv, CastPolicy::lower_precision},
     {OpKind::checkpoint, CastPolicy::keep},            // the ops inside cast for themselves
+    {OpKind::gelu_erf, CastPolicy::keep},              // gelu, tanh, relu: not in torch's lists
+    {OpKind::tanh, CastPolicy::keep},
+    {OpKind::relu, CastPolicy::keep},
+    {OpKind::masked_softmax, CastPolicy::fp32},        // softmax: "fp32 unless a dtype is given"
 }};
 
 constexpr bool table_in_order() {

@@ -136,6 +136,17 @@ void gelu_backward_rule(Node& n, const Tensor& g) {
   accumulate_grad(X, dx);
 }
 
+// gelu_erf, tanh, relu: the activation kernel's backward from the saved input.
+Activation activation_of(OpKind op) {
+  return op == OpKind::gelu_erf ? Activation::gelu_erf : op == OpKind::tanh ? Activation::tanh : Activation::relu;
+}
+void activation_backward_rule(Node& n, const Tensor& g) {
+  VarImpl& X = *n.inputs[0];
+  Tensor dx = Tensor::empty(X.shape, X.dtype);
+  activation_backward(activation_of(n.op), n.in_values[0], g, dx);
+  accumulate_grad(X, dx);
+}
+
 void layer_norm_backward_rule(Node& n, const Tensor& g) {
   VarImpl& X = *n.inputs[0];
   VarImpl& W = *n.inputs[1];
@@ -160,12 +171,17 @@ void embedding_backward_rule(Node& n, const Tensor& g) {
   const int64_t C = W.shape[1];
   const Tensor ids = n.ids.contiguous().reshape({-1});
   const Tensor g2 = g.contiguous().reshape({-1, C});
+  // A padding row takes no gradient (torch's padding_idx): every contribution to it is dropped,
+  // so clearing the row after the scatter-add is exact even in an accumulated buffer.
+  const int64_t pad = n.i0 >= 0 && n.i0 < W.shape[0] ? n.i0 : -1;
   if (W.grad_is_buffer) {
     embedding_backward(ids, g2, W.grad);
+    if (pad >= 0) W.grad.select(0, pad).zero();
     return;
   }
   Tensor dw = Tensor::zeros(W.shape, W.dtype);
   embedding_backward(ids, g2, dw);
+  if (pad >= 0) dw.select(0, pad).zero();
   accumulate_grad(W, dw);
 }
 
@@ -173,6 +189,16 @@ void causal_softmax_backward_rule(Node& n, const Tensor& g) {
   VarImpl& X = *n.inputs[0];
   Tensor dx = Tensor::empty(X.shape, X.dtype);
   causal_softmax_backward(n.saved[0], g, static_cast<float>(n.f), dx);
+  accumulate_grad(X, dx);
+}
+
+// dx = scale * y (dy - sum_j dy_j y_j): y is 0 on masked keys, so the plain softmax backward
+// gives them 0; the scale is applied in place.
+void masked_softmax_backward_rule(Node& n, const Tensor& g) {
+  VarImpl& X = *n.inputs[0];
+  Tensor dx = Tensor::empty(X.shape, X.dtype);
+  softmax_last_backward(n.saved[0], g, dx);
+  if (n.f != 1.0) scale(dx, static_cast<float>(n.f), dx);
   accumulate_grad(X, dx);
 }
 
@@ -303,12 +329,17 @@ constexpr std::array<RuleRow, kNumOpKinds> kRules = {{
     {attention_backward, 0b111},            // attention: q, k, v (and the probability blocks in saved)
     {attention_qkv_backward, 0b000},        // attention_qkv: its q, k, v copies and probability blocks in saved
     {checkpoint_backward, 0b001},           // checkpoint: its input (recomputes the rest)
+    {activation_backward_rule, 0b001},      // gelu_erf: its input
+    {activation_backward_rule, 0b001},      // tanh: its input (tanh recomputed)
+    {activation_backward_rule, 0b001},      // relu: its input
+    {masked_softmax_backward_rule, 0b000},  // masked_softmax: its output (in saved)
 }};
 static_assert(kRules.size() == kNumOpKinds);
 
 constexpr std::array<std::string_view, kNumOpKinds> kNames = {
     "matmul", "linear",  "add",         "mul",         "scale",   "gelu",  "layer_norm", "embedding",
-    "causal_softmax", "cross_entropy", "reshape", "split_heads", "merge_heads", "dropout", "cast", "attention", "attention_qkv", "checkpoint"};
+    "causal_softmax", "cross_entropy", "reshape", "split_heads", "merge_heads", "dropout", "cast", "attention", "attention_qkv", "checkpoint",
+    "gelu_erf", "tanh", "relu", "masked_softmax"};
 
 }  // namespace
 

@@ -195,6 +195,24 @@ Var gelu(const Var& x_in) {
   return make_output(out, n);
 }
 
+namespace {
+Var activation_op(OpKind op, const char* name, Activation kind, const Var& x_in) {
+  ScopedOp site_op(name);  // names what this op allocates (tensor/alloc_site.h)
+  Var x = x_in;
+  autocast(op, {&x});
+  require(x, name, "x");
+  Tensor out = Tensor::empty(x.shape(), x.dtype());
+  mixtrain::activation(kind, x.value(), out);
+  std::shared_ptr<Node> n;
+  if (needs_grad({&x})) n = make_node(op, {&x});
+  return make_output(out, n);
+}
+}  // namespace
+
+Var gelu_erf(const Var& x) { return activation_op(OpKind::gelu_erf, "gelu_erf", Activation::gelu_erf, x); }
+Var tanh(const Var& x) { return activation_op(OpKind::tanh, "tanh", Activation::tanh, x); }
+Var relu(const Var& x) { return activation_op(OpKind::relu, "relu", Activation::relu, x); }
+
 Var layer_norm(const Var& x_in, const Var& weight_in, const Var& bias_in, float eps) {
   ScopedOp site_op("layer_norm");  // names what this op allocates (tensor/alloc_site.h)
   Var x = x_in, weight = weight_in, bias = bias_in;
@@ -235,7 +253,7 @@ Var layer_norm(const Var& x_in, const Var& weight_in, const Var& bias_in, float 
   return make_output(out, n);
 }
 
-Var embedding(const Var& weight_in, const Tensor& ids) {
+Var embedding(const Var& weight_in, const Tensor& ids, int64_t padding_idx) {
   ScopedOp site_op("embedding");  // names what this op allocates (tensor/alloc_site.h)
   Var weight = weight_in;
   autocast(OpKind::embedding, {&weight});
@@ -249,6 +267,7 @@ Var embedding(const Var& weight_in, const Tensor& ids) {
   if (needs_grad({&weight})) {
     n = make_node(OpKind::embedding, {&weight});
     n->ids = ids;
+    n->i0 = padding_idx;
   }
   return make_output(out, n);
 }
@@ -264,6 +283,23 @@ Var causal_softmax(const Var& x_in, float scale_) {
   std::shared_ptr<Node> n;
   if (needs_grad({&x})) {
     n = make_node(OpKind::causal_softmax, {&x});
+    n->saved = {out};
+    n->f = scale_;
+  }
+  return make_output(out, n);
+}
+
+Var masked_softmax(const Var& x_in, const Tensor& key_mask, float scale_) {
+  ScopedOp site_op("masked_softmax");  // names what this op allocates (tensor/alloc_site.h)
+  Var x = x_in;
+  autocast(OpKind::masked_softmax, {&x});
+  const DType out_dtype = autocast_output_dtype(OpKind::masked_softmax, x.dtype());
+  require(x, "masked_softmax", "x");
+  Tensor out = Tensor::empty(x.shape(), out_dtype);
+  mixtrain::masked_softmax(x.value(), key_mask, scale_, out);
+  std::shared_ptr<Node> n;
+  if (needs_grad({&x})) {
+    n = make_node(OpKind::masked_softmax, {&x});
     n->saved = {out};
     n->f = scale_;
   }

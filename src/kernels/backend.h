@@ -24,6 +24,7 @@ class Backend {
   virtual void mul(const Tensor& a, const Tensor& b, Tensor& out) = 0;
   virtual void scale(const Tensor& a, float s, Tensor& out) = 0;
   virtual void gelu(const Tensor& x, Tensor& out) = 0;
+  virtual void activation(Activation kind, const Tensor& x, Tensor& out) = 0;
   virtual double reduce(const Tensor& x, ReduceOp op) = 0;
   virtual void reduce_last(const Tensor& x, ReduceOp op, Tensor& out) = 0;
   virtual void sum_to_row(const Tensor& x, Tensor& out) = 0;
@@ -36,6 +37,8 @@ class Backend {
 
   // Backward ops and the causal softmax (kernels/ops_backward.h).
   virtual void gelu_backward(const Tensor& x, const Tensor& dout, Tensor& dx) = 0;
+  virtual void activation_backward(Activation kind, const Tensor& x, const Tensor& dout, Tensor& dx) = 0;
+  virtual void masked_softmax(const Tensor& x, const Tensor& key_mask, float scale, Tensor& y) = 0;
   virtual void causal_softmax(const Tensor& x, float scale, Tensor& y) = 0;
   virtual void causal_softmax_backward(const Tensor& y, const Tensor& dy, float scale, Tensor& dx) = 0;
   virtual void softmax_last_backward(const Tensor& y, const Tensor& dy, Tensor& dx) = 0;

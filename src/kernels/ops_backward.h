@@ -15,6 +15,7 @@
 // Aliasing: an overwritten output (dx, dlogits, y) may be one of the same-shaped inputs itself
 // (the identical view), never a partial overlap.
 #pragma once
+#include "mixtrain/kernels/ops.h"
 #include "mixtrain/tensor/tensor.h"
 
 namespace mixtrain {
@@ -22,6 +23,19 @@ namespace mixtrain {
 // GELU (tanh form, as ops.h gelu) backward: dx = dout * gelu'(x).
 // x, dout, dx: same shape, any float dtypes, any strides.
 void gelu_backward(const Tensor& x, const Tensor& dout, Tensor& dx);
+
+// Backward of ops.h activation: dx = dout * f'(x) (tanh' from tanh(x) recomputed; relu' is 1 for
+// x > 0, else 0). x, dout, dx: same shape, any float dtypes, any strides.
+void activation_backward(Activation kind, const Tensor& x, const Tensor& dout, Tensor& dx);
+
+// Bidirectional attention softmax with a key padding mask (BERT's extended attention mask):
+// y = softmax over the last dim of scale * x, key column j of batch row b excluded (y exactly 0)
+// where key_mask[b, j] == 0. x, y: (N, Tq, Tk) with N = B * H (batch row b owns the N / B
+// consecutive heads b*H .. b*H+H-1); key_mask: (B, Tk) i32, 1 = real token, 0 = padding. A row
+// whose keys are all masked attends uniformly to all Tk keys, as Hugging Face's finfo.min mask
+// gives; so every row, padded queries included, is finite. The backward is softmax_last_backward
+// times scale (y is 0 on masked keys, so their gradient is 0).
+void masked_softmax(const Tensor& x, const Tensor& key_mask, float scale, Tensor& y);
 
 // Causal attention softmax: y = softmax over the last dim of scale * x, where query row i may
 // attend to key columns j <= i + (Tk - Tq) (the queries are the last Tq positions of the Tk keys,
@@ -66,6 +80,8 @@ namespace ref {
 // The scalar references: same contracts, arguments assumed valid (ids and targets are still
 // range-checked). Plain loops, arbitrary strides, fp32 (f64 for f64 tensors) with Kahan sums.
 void gelu_backward(const Tensor& x, const Tensor& dout, Tensor& dx);
+void activation_backward(Activation kind, const Tensor& x, const Tensor& dout, Tensor& dx);
+void masked_softmax(const Tensor& x, const Tensor& key_mask, float scale, Tensor& y);
 void causal_softmax(const Tensor& x, float scale, Tensor& y);
 void causal_softmax_backward(const Tensor& y, const Tensor& dy, float scale, Tensor& dx);
 void softmax_last_backward(const Tensor& y, const Tensor& dy, Tensor& dx);

@@ -60,7 +60,7 @@ void Embedding::bind(const ParameterStore& s) { weight = bind_parameter(s, prefi
 
 Var Embedding::operator()(const Tensor& ids) const {
   const ScopedModule site(prefix);
-  return autograd::embedding(weight, ids);
+  return autograd::embedding(weight, ids, padding_idx);
 }
 
 Var DropoutState::operator()(const Var& x) {

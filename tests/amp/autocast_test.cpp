@@ -59,6 +59,11 @@ std::vector<OpCase> op_cases() {
       {OpKind::attention_qkv, {{2, 3, 12}}, [](const std::vector<Var>& v) { return attention_qkv(v[0], 2, 0.5f); }},
       {OpKind::checkpoint, {{2, 3, 4}},
        [](const std::vector<Var>& v) { return checkpoint([](const Var& a) { return scale(a, 2.f); }, v[0]); }},
+      {OpKind::gelu_erf, {{2, 3, 4}}, [](const std::vector<Var>& v) { return gelu_erf(v[0]); }},
+      {OpKind::tanh, {{2, 3, 4}}, [](const std::vector<Var>& v) { return autograd::tanh(v[0]); }},
+      {OpKind::relu, {{2, 3, 4}}, [](const std::vector<Var>& v) { return relu(v[0]); }},
+      {OpKind::masked_softmax, {{4, 3, 3}},
+       [](const std::vector<Var>& v) { return masked_softmax(v[0], Tensor::from_ints({1, 1, 0, 1, 0, 0}, {2, 3}), 0.5f); }},
   };
 }
 
@@ -114,11 +119,13 @@ TEST(Autocast, PolicyTableCoversEveryOpAndFollowsTorchLists) {
   EXPECT_EQ(autocast_policy(OpKind::attention), CastPolicy::lower_precision);
   EXPECT_EQ(autocast_policy(OpKind::layer_norm), CastPolicy::fp32);
   EXPECT_EQ(autocast_policy(OpKind::causal_softmax), CastPolicy::fp32);
+  EXPECT_EQ(autocast_policy(OpKind::masked_softmax), CastPolicy::fp32);
   EXPECT_EQ(autocast_policy(OpKind::cross_entropy), CastPolicy::fp32);
   EXPECT_EQ(autocast_policy(OpKind::add), CastPolicy::promote);
   EXPECT_EQ(autocast_policy(OpKind::mul), CastPolicy::promote);
   for (OpKind k : {OpKind::scale, OpKind::gelu, OpKind::embedding, OpKind::reshape, OpKind::split_heads,
-                   OpKind::merge_heads, OpKind::dropout, OpKind::cast})
+                   OpKind::merge_heads, OpKind::dropout, OpKind::cast, OpKind::gelu_erf, OpKind::tanh,
+                   OpKind::relu})
     EXPECT_EQ(autocast_policy(k), CastPolicy::keep) << op_kind_name(k);
   // The harness has one case per op.
   const auto cases = op_cases();

@@ -21,12 +21,20 @@ Var add(const Var& a, const Var& b);  // b has a's shape or is a row (C) broadca
 Var mul(const Var& a, const Var& b);
 Var scale(const Var& a, float s);
 Var gelu(const Var& x);
+Var gelu_erf(const Var& x);  // exact GELU, x Phi(x) (BERT's "gelu", torch's gelu())
+Var tanh(const Var& x);
+Var relu(const Var& x);
 // x (..., C), weight and bias (C); eps inside the square root; biased variance (as torch).
 Var layer_norm(const Var& x, const Var& weight, const Var& bias, float eps);
 // weight (V, C), ids (...) i32 -> (..., C).
-Var embedding(const Var& weight, const Tensor& ids);
+// padding_idx >= 0: that row gets no gradient (torch's nn.Embedding(padding_idx=...)).
+Var embedding(const Var& weight, const Tensor& ids, int64_t padding_idx = -1);
 // x (..., Tq, Tk) -> softmax over the last dim of scale * x, row i seeing columns <= i + Tk - Tq.
 Var causal_softmax(const Var& x, float scale);
+// Bidirectional attention softmax: x (B*H, Tq, Tk), key_mask (B, Tk) i32 (1 real, 0 padding) ->
+// softmax over the last dim of scale * x with the padded keys at probability 0 (a row with no real
+// key is uniform). Under autocast the output is f32, as causal_softmax.
+Var masked_softmax(const Var& x, const Tensor& key_mask, float scale);
 // logits (..., V), targets (...) i32 (-1 ignored) -> scalar f32 mean loss.
 Var cross_entropy(const Var& logits, const Tensor& targets);
 Var reshape(const Var& x, const Shape& shape);  // x must be contiguous

@@ -30,6 +30,10 @@ enum class OpKind : uint8_t {
   attention,       // out = softmax(scale * q k^T, causal) v, batched over heads
   attention_qkv,   // the same read from qkv (B, T, 3C) in place, written as (B, T, C): no head copies
   checkpoint,      // out = fn(x), recomputed with gradients in backward (activation checkpointing)
+  gelu_erf,        // exact GELU (BERT), activation kernel
+  tanh,            // tanh (BERT's pooler)
+  relu,            // max(x, 0)
+  masked_softmax,  // softmax(scale * x) over the last dim with a key padding mask (bidirectional)
   count_,
 };
 constexpr size_t kNumOpKinds = static_cast<size_t>(OpKind::count_);

@@ -41,6 +41,11 @@ void scale(const Tensor& a, float s, Tensor& out);  // out = s * a
 // GELU, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), as GPT-2 and torch's
 // gelu(approximate='tanh').
 void gelu(const Tensor& x, Tensor& out);
+// The encoder's activations, one op with a kind (BERT's exact GELU, the pooler's tanh, a
+// DistilBERT-style head's ReLU): gelu_erf 0.5 x (1 + erf(x / sqrt(2))) (torch's gelu(), BERT's
+// "gelu"); tanh; relu max(x, 0) (NaN stays NaN, as torch.relu).
+enum class Activation { gelu_erf, tanh, relu };
+void activation(Activation kind, const Tensor& x, Tensor& out);
 
 // ---- reductions (fp32 accumulation; f64 for f64 input) -----------------------------------------
 enum class ReduceOp { sum, mean, max, sum_squares };
@@ -80,6 +85,7 @@ void add(const Tensor& a, const Tensor& b, Tensor& out);
 void mul(const Tensor& a, const Tensor& b, Tensor& out);
 void scale(const Tensor& a, float s, Tensor& out);
 void gelu(const Tensor& x, Tensor& out);
+void activation(Activation kind, const Tensor& x, Tensor& out);
 double reduce(const Tensor& x, ReduceOp op);
 void reduce_last(const Tensor& x, ReduceOp op, Tensor& out);
 void sum_to_row(const Tensor& x, Tensor& out);

@@ -42,6 +42,7 @@ struct LayerNorm {
 struct Embedding {
   std::string prefix;
   int64_t num = 0, dim = 0;
+  int64_t padding_idx = -1;  // >= 0: this row gets no gradient (torch's padding_idx)
   Var weight;  // (NUM, C)
   void declare(ParameterStore& s, std::string name, int64_t num_embeddings, int64_t channels);
   void bind(const ParameterStore& s);

@@ -79,6 +79,10 @@ void MetaBackend::gelu(const Tensor& x, Tensor& out) {
   if (all_fast({&x, &out})) unary_rows(x, out);
 }
 
+void MetaBackend::activation(Activation, const Tensor& x, Tensor& out) {  // encoder_cpu.cpp
+  if (all_fast({&x, &out})) unary_rows(x, out);
+}
+
 double MetaBackend::reduce(const Tensor& x, ReduceOp) {  // reduce_cpu.cpp
   if (force_reference() || !cpu::fast_dtype(x.dtype())) return 0.0;
   const Tensor xc = x.contiguous();
@@ -141,6 +145,14 @@ double MetaBackend::cross_entropy(const Tensor& logits, const Tensor& targets, T
 
 void MetaBackend::gelu_backward(const Tensor& x, const Tensor& dout, Tensor& dx) {  // backward_cpu.cpp
   if (all_fast({&x, &dout, &dx})) binary_rows(x, dout, dx);
+}
+
+void MetaBackend::activation_backward(Activation, const Tensor& x, const Tensor& dout, Tensor& dx) {
+  if (all_fast({&x, &dout, &dx})) binary_rows(x, dout, dx);  // encoder_cpu.cpp
+}
+
+void MetaBackend::masked_softmax(const Tensor& x, const Tensor& key_mask, float, Tensor& y) {  // encoder_cpu.cpp
+  if (all_fast({&x, &y}) && key_mask.is_contiguous()) unary_rows(x, y);
 }
 
 void MetaBackend::causal_softmax(const Tensor& x, float, Tensor& y) {  // backward_cpu.cpp

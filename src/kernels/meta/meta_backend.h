@@ -21,6 +21,7 @@ class MetaBackend final : public Backend {
   void mul(const Tensor& a, const Tensor& b, Tensor& out) override;
   void scale(const Tensor& a, float s, Tensor& out) override;
   void gelu(const Tensor& x, Tensor& out) override;
+  void activation(Activation kind, const Tensor& x, Tensor& out) override;
   double reduce(const Tensor& x, ReduceOp op) override;
   void reduce_last(const Tensor& x, ReduceOp op, Tensor& out) override;
   void sum_to_row(const Tensor& x, Tensor& out) override;
@@ -32,6 +33,8 @@ class MetaBackend final : public Backend {
   double cross_entropy(const Tensor& logits, const Tensor& targets, Tensor* losses) override;
 
   void gelu_backward(const Tensor& x, const Tensor& dout, Tensor& dx) override;
+  void activation_backward(Activation kind, const Tensor& x, const Tensor& dout, Tensor& dx) override;
+  void masked_softmax(const Tensor& x, const Tensor& key_mask, float scale, Tensor& y) override;
   void causal_softmax(const Tensor& x, float scale, Tensor& y) override;
   void causal_softmax_backward(const Tensor& y, const Tensor& dy, float scale, Tensor& dx) override;
   void softmax_last_backward(const Tensor& y, const Tensor& dy, Tensor& dx) override;

@@ -1,0 +1,107 @@
+// Fast CPU encoder kernels (CpuBackend::activation, activation_backward, masked_softmax): rows
+// staged to fp32, fp32 loops, each result rounded once; f64, fp8 and layouts without a row view
+// go to the scalar references (ref/encoder_ref.cpp). Every element depends only on its own row,
+// so results are identical for any thread count.
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/cpu_rows.h"
+#include "kernels/ops_backward.h"
+
+namespace mixtrain {
+namespace cpu {
+namespace {
+
+// erf from the C library: exact GELU must match torch to the last bits, and no vectorised erf of
+// that accuracy is at hand; the loop is memory-bound next to the GEMMs around it.
+void act_f32(Activation k, const float* x, float* o, int64_t n) {
+  switch (k) {
+    case Activation::gelu_erf:
+      for (int64_t i = 0; i < n; ++i) o[i] = 0.5f * x[i] * (1.f + std::erf(x[i] * 0.70710678118654752f));
+      return;
+    case Activation::tanh:
+      for (int64_t i = 0; i < n; ++i) o[i] = std::tanh(x[i]);
+      return;
+    case Activation::relu:
+      for (int64_t i = 0; i < n; ++i) o[i] = x[i] > 0.f ? x[i] : (x[i] != x[i] ? x[i] : 0.f);
+      return;
+  }
+}
+
+void act_grad_f32(Activation k, const float* x, const float* g, float* o, int64_t n) {
+  switch (k) {
+    case Activation::gelu_erf:
+      for (int64_t i = 0; i < n; ++i) {
+        const float cdf = 0.5f * (1.f + std::erf(x[i] * 0.70710678118654752f));
+        o[i] = g[i] * (cdf + x[i] * 0.39894228040143268f * std::exp(-0.5f * x[i] * x[i]));
+      }
+      return;
+    case Activation::tanh:
+      for (int64_t i = 0; i < n; ++i) {
+        const float t = std::tanh(x[i]);
+        o[i] = g[i] * (1.f - t * t);
+      }
+      return;
+    case Activation::relu:
+      for (int64_t i = 0; i < n; ++i) o[i] = x[i] > 0.f ? g[i] : 0.f;
+      return;
+  }
+}
+
+}  // namespace
+}  // namespace cpu
+
+void CpuBackend::activation(Activation kind, const Tensor& x, Tensor& out) {
+  if (!cpu::all_fast({&x, &out})) return ref::activation(kind, x, out);
+  cpu::RowView in[1], ov;
+  const Tensor xk = cpu::rows_or_copy(x, in[0]);
+  Tensor o = cpu::rows_for_output(out, ov);
+  cpu::elementwise<1>(in, ov, [kind](const float* const* p, float* dst, int64_t n) { cpu::act_f32(kind, p[0], dst, n); });
+  cpu::finish_output(o, out);
+}
+
+void CpuBackend::activation_backward(Activation kind, const Tensor& x, const Tensor& dout, Tensor& dx) {
+  if (!cpu::all_fast({&x, &dout, &dx})) return ref::activation_backward(kind, x, dout, dx);
+  cpu::RowView in[2], ov;
+  const Tensor xk = cpu::rows_or_copy(x, in[0]), gk = cpu::rows_or_copy(dout, in[1]);
+  Tensor o = cpu::rows_for_output(dx, ov);
+  cpu::elementwise<2>(in, ov, [kind](const float* const* p, float* dst, int64_t n) {
+    cpu::act_grad_f32(kind, p[0], p[1], dst, n);
+  });
+  cpu::finish_output(o, dx);
+}
+
+// Row r of x (N*Tq rows of Tk) belongs to batch row b = (r / Tq) / H. Masked keys are left out of
+// the max and the sum and written as 0; a row with no real key is uniform over all keys (what
+// Hugging Face's additive finfo.min mask gives).
+void CpuBackend::masked_softmax(const Tensor& x, const Tensor& key_mask, float scale, Tensor& y) {
+  if (!cpu::all_fast({&x, &y}) || !key_mask.is_contiguous()) return ref::masked_softmax(x, key_mask, scale, y);
+  cpu::RowView xv, ov;
+  const Tensor xk = cpu::rows_or_copy(x, xv);
+  Tensor o = cpu::rows_for_output(y, ov);
+  const int64_t R = xv.rows, Tk = xv.cols, Tq = x.size(1), H = x.size(0) / key_mask.size(0);
+  const int32_t* mask = key_mask.data<int32_t>();
+  const int nt = cpu::threads_for(R * Tk);
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+  for (int64_t r = 0; r < R; ++r) {
+    const int32_t* m = mask + ((r / Tq) / H) * Tk;
+    const bool any = std::any_of(m, m + Tk, [](int32_t v) { return v != 0; });
+    float* q = cpu::out_row(ov.row(r), ov.dtype, cpu::scratch(2, Tk));
+    if (!any) {  // every score + finfo.min rounds to finfo.min: uniform
+      std::fill(q, q + Tk, 1.f / static_cast<float>(Tk));
+      cpu::store_row(q, ov.row(r), ov.dtype, Tk);
+      continue;
+    }
+    const float* p = cpu::load_row(xv.row(r), xv.dtype, Tk, cpu::scratch(0, Tk));
+    float* s = cpu::scratch(1, Tk);
+    for (int64_t j = 0; j < Tk; ++j) s[j] = m[j] != 0 ? scale * p[j] : -INFINITY;
+    const float sum = cpu::exp_sub_sum_f32(s, cpu::max_f32(s, Tk), q, Tk);
+    const float inv = 1.f / sum;
+    for (int64_t j = 0; j < Tk; ++j) q[j] *= inv;
+    cpu::store_row(q, ov.row(r), ov.dtype, Tk);
+  }
+  cpu::finish_output(o, y);
+}
+
+}  // namespace mixtrain
