@@ -98,8 +98,8 @@ void register_finetune(CLI::App& app, GlobalOptions& g, std::vector<Command>& co
   auto* sub = app.add_subcommand("finetune", "Fine-tune a pretrained encoder (BERT) to classify text");
   auto f = std::make_shared<FinetuneFlags>();
   auto json = std::make_shared<std::string>();
+  add_finetune_train_flags(sub, *f, /*with_precision=*/true, /*with_checkpoints=*/true);  // first: drops train's --model
   add_finetune_data_flags(sub, *f);
-  add_finetune_train_flags(sub, *f, /*with_precision=*/true, /*with_checkpoints=*/true);
   sub->add_option("--save", f->opt.save_dir, "Write the fine-tuned model to DIR (Hugging Face's layout)");
   sub->add_option("--json", *json, "Write the run summary as JSON to FILE (-: stdout)");
   commands.push_back({[sub] { return sub->parsed(); }, [&g, f, json, sub] {

@@ -37,6 +37,10 @@ std::string flag_for_field(const std::string& field) {
   static const std::map<std::string, std::string> kIrregular = {
       {"checkpoint.dir", "--checkpoint-dir"},
       {"tensorboard_dir", "--tensorboard"},
+      {"train_path", "--train"},  // FinetuneOptions
+      {"test_path", "--test"},
+      {"model_dir", "--model"},
+      {"save_dir", "--save"},
   };
   if (const auto it = kIrregular.find(field); it != kIrregular.end()) return it->second;
   std::string name = field.substr(field.rfind('.') + 1);

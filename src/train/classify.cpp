@@ -33,6 +33,16 @@ std::vector<std::string> labels_from_config(const std::string& path) {
   return labels;
 }
 
+Pooling pooling_from_config(const std::string& path) {
+  std::ifstream f(path);
+  const nlohmann::json j = nlohmann::json::parse(f, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("mixtrain_pooling")) return Pooling::cls;
+  const nlohmann::json& p = j["mixtrain_pooling"];
+  if (p == "cls") return Pooling::cls;
+  if (p == "mean") return Pooling::mean;
+  throw IoError(path + ": mixtrain_pooling must be \"cls\" or \"mean\", got " + p.dump());
+}
+
 TextClassifier::TextClassifier(std::vector<std::string> labels, WordPieceTokenizer tokenizer,
                                std::unique_ptr<Model> model)
     : labels_(std::move(labels)), tokenizer_(std::move(tokenizer)), model_(std::move(model)) {}
@@ -50,6 +60,7 @@ TextClassifier TextClassifier::load(const std::string& dir) {
   WordPieceTokenizer tok = WordPieceTokenizer::from_vocab_file((fs::path(dir) / "vocab.txt").string(), opt);
   ClassifierOptions co;
   co.labels = labels;
+  co.pooling = pooling_from_config((fs::path(dir) / "config.json").string());
   std::unique_ptr<Model> model = load_encoder_classifier(dir, co);
   return TextClassifier(std::move(labels), std::move(tok), std::move(model));
 }

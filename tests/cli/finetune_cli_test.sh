@@ -29,11 +29,11 @@ write_set() {  # FILE ROWS OFFSET
 write_set "$TMP/train.tsv" 96 0
 write_set "$TMP/test.tsv" 40 1
 FT=("$MIXTRAIN" --threads 1 finetune --model "$M" --train "$TMP/train.tsv" --test "$TMP/test.tsv" --max-len 16
-  --batch-size 8 --lr 2e-3 --epochs 3)
+  --batch-size 8 --lr 1e-2 --epochs 4 --pooling mean)
 
 # An uninterrupted run: summary JSON, epochs, accuracy above the majority baseline (50%).
 expect_exit 0 "straight run" -- "${FT[@]}" --log-jsonl "$TMP/straight.jsonl" --json "$TMP/s.json" --save "$TMP/saved"
-grep -q '^epoch 3/3 (step 36): .* test accuracy' "$TMP/out" && pass || fail "no per-epoch line: $(head -c 400 "$TMP/out")"
+grep -q '^epoch 4/4 (step 48): .* test accuracy' "$TMP/out" && pass || fail "no per-epoch line: $(head -c 400 "$TMP/out")"
 python3 - "$TMP/s.json" <<'PY' && pass || fail "summary JSON"
 import json, sys
 j = json.load(open(sys.argv[1]))
@@ -41,7 +41,7 @@ for k in ("test_accuracy", "majority_baseline", "train_seconds", "tokens_per_s",
           "epochs", "labels"):
     assert k in j, k
 assert j["majority_baseline"] == 0.5, j["majority_baseline"]
-assert len(j["epochs"]) == 3 and [e["step"] for e in j["epochs"]] == [12, 24, 36], j["epochs"]
+assert [e["step"] for e in j["epochs"]] == [12, 24, 36, 48], j["epochs"]
 assert j["labels"] == ["negative", "neutral", "positive"], j["labels"]
 assert j["test_accuracy"] > 0.8, j["test_accuracy"]
 assert j["tokens_per_s"] > 0 and j["peak_bytes"] > 0 and j["train_seconds"] > 0
@@ -62,11 +62,11 @@ def load(p):
         out.append(j)
     return out
 a, b = load(sys.argv[1]), load(sys.argv[2])
-assert len(a) == 36, len(a)
+assert len(a) == 48, len(a)
 assert a == b, next(((x, y) for x, y in zip(a, b) if x != y), (len(a), len(b)))
 PY
-expect_exit 2 "resume with another lr" -- "${FT[@]}" --lr 1e-3 --checkpoint-dir "$CK" --resume "$CK"
-expect_stderr_has "options differ" "resume with another lr"
+expect_exit 2 "resume with another weight decay" -- "${FT[@]}" --weight-decay 0.02 --checkpoint-dir "$CK" --resume "$CK"
+expect_stderr_has "options differ" "resume with another weight decay"
 
 # The saved model classifies: label and probabilities.
 expect_exit 0 "classify --text" -- "$MIXTRAIN" --threads 1 classify --checkpoint "$TMP/saved" --text "the food was good"

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "mixtrain/data/wordpiece.h"
+#include "mixtrain/models/encoder.h"
 #include "mixtrain/models/model.h"
 
 namespace mixtrain {
@@ -38,5 +39,8 @@ class TextClassifier {
 // The labels of a Hugging Face config.json's id2label ({"0": "great", "1": "other"}), in id
 // order. IoError naming the file for a missing, malformed or gappy id2label.
 std::vector<std::string> labels_from_config(const std::string& config_path);
+// The head's pooling a saved config.json records ("mixtrain_pooling", save_encoder_classifier);
+// cls (BERT's pooler, Hugging Face's own head) when it says nothing. IoError for another value.
+Pooling pooling_from_config(const std::string& config_path);
 
 }  // namespace mixtrain
