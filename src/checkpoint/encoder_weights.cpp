@@ -91,8 +91,9 @@ std::unique_ptr<Model> load_encoder_classifier(const std::string& dir, const Cla
   }
   auto model = std::make_unique<EncoderClassifier>(cfg, options, dtype, grad_dtype, param_category);
   const std::string weights = (fs::path(dir) / "model.safetensors").string();
-  if (!model->params().flat_params().is_meta())
-    load_weights(SafetensorsFile::read(weights), *model, cfg.family == EncoderFamily::bert ? "bert" : "distilbert");
+  // On the meta device too: the file's tensors are then meta workspace tensors, so a memory
+  // prediction counts the load's buffers as the real load holds them.
+  load_weights(SafetensorsFile::read(weights), *model, cfg.family == EncoderFamily::bert ? "bert" : "distilbert");
   return model;
 }
 

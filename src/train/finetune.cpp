@@ -113,6 +113,18 @@ WordPieceTokenizer load_tokenizer(const std::string& dir) {
   return WordPieceTokenizer::from_vocab_file((fs::path(dir) / "vocab.txt").string(), opt);
 }
 
+// max_len must fit the model's learned positions (config.json's max_position_embeddings; the
+// encoder's loader reports a missing or malformed config itself).
+void check_max_len(const std::string& dir, int64_t max_len) {
+  std::ifstream f(fs::path(dir) / "config.json");
+  const nlohmann::json j = nlohmann::json::parse(f, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("max_position_embeddings")) return;
+  const nlohmann::json& n = j["max_position_embeddings"];
+  if (n.is_number_integer() && max_len > n.get<int64_t>())
+    throw ArgumentError({"max_len"}, "max_len " + std::to_string(max_len) + " exceeds the model's " +
+                                         std::to_string(n.get<int64_t>()) + " positions (" + dir + "/config.json)");
+}
+
 // A checksum of the tokenized data: a resumed run must read the same batches.
 std::string data_checksum(const ClassificationBatches& d) {
   std::vector<int32_t> all;
@@ -183,6 +195,7 @@ FinetuneSummary finetune(const FinetuneOptions& o_in) {
   DirectoryLock lock;
   if (!t.checkpoint.dir.empty() && !meta) lock = DirectoryLock(t.checkpoint.dir, "checkpoint.dir");
   const std::string dir = model_dir_of(o);
+  check_max_len(dir, o.max_len);
   const TextClassificationTask task = load_task(o);
   const WordPieceTokenizer tokenizer = load_tokenizer(dir);
   const ClassificationBatches data(task.train, task.test, tokenizer, t.batch_size, o.max_len, t.seed);
