@@ -102,9 +102,22 @@ void register_finetune(CLI::App& app, GlobalOptions& g, std::vector<Command>& co
   add_finetune_data_flags(sub, *f);
   sub->add_option("--save", f->opt.save_dir, "Write the fine-tuned model to DIR (Hugging Face's layout)");
   sub->add_option("--json", *json, "Write the run summary as JSON to FILE (-: stdout)");
-  commands.push_back({[sub] { return sub->parsed(); }, [&g, f, json, sub] {
+  auto predict = std::make_shared<bool>(false);
+  sub->add_flag("--predict-memory", *predict,
+                "Only predict the run's peak memory by category (its first two steps on the meta device), as JSON");
+  commands.push_back({[sub] { return sub->parsed(); }, [&g, f, json, predict, sub] {
                         apply_global_options(g);
                         f->finish();
+                        if (*predict) {
+                          const MemoryPrediction p = predict_finetune_memory(f->opt);
+                          nlohmann::ordered_json j;
+                          j["parameters"] = p.parameters;
+                          j["peak_bytes"] = p.peak_bytes;
+                          j["peak_bytes_by_category"] = nonzero_peaks_json(p.peak_by_category);
+                          j["peak_moment"] = p.peak_moment;
+                          std::printf("%s\n", j.dump(2).c_str());
+                          return 0;
+                        }
                         if (*json == "-" && f->opt.train.log_jsonl == "-")
                           throw ArgumentError("--json - and --log-jsonl - both write to stdout");
                         return run_finetune(*f, *json, *sub);

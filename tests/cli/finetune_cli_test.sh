@@ -77,6 +77,36 @@ printf 'the food was bad\n\nthe food was meh\n' >"$TMP/texts.txt"
 expect_exit 0 "classify --file" -- "$MIXTRAIN" --threads 1 classify --checkpoint "$TMP/saved" --file "$TMP/texts.txt"
 [ "$(wc -l <"$TMP/out")" = 2 ] && pass || fail "classify --file: $(cat "$TMP/out")"
 
+# The memory prediction (the first two steps on the meta device) is the measured peak, to the byte.
+expect_exit 0 "predict memory" -- "${FT[@]}" --precision bf16-mixed --steps 2 --predict-memory
+cp "$TMP/out" "$TMP/predicted.json"
+expect_exit 0 "two steps measured" -- "${FT[@]}" --precision bf16-mixed --steps 2 --json "$TMP/measured.json"
+python3 - "$TMP/predicted.json" "$TMP/measured.json" <<'PY' && pass || fail "predicted and measured peaks differ"
+import json, sys
+p, m = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+assert p["peak_bytes"] == m["peak_bytes"] > 0, (p["peak_bytes"], m["peak_bytes"])
+assert p["peak_bytes_by_category"] == m["peak_bytes_by_category"], (p, m["peak_bytes_by_category"])
+PY
+
+# compare --task classify: the reference table, one row per mode, and its JSON.
+expect_exit 0 "compare --task classify" -- "$MIXTRAIN" --threads 1 compare --task classify --model "$M" \
+  --train "$TMP/train.tsv" --test "$TMP/test.tsv" --max-len 16 --batch-size 8 --lr 1e-2 --pooling mean --epochs 2 \
+  --precisions 32-true,bf16-mixed,16-true --json "$TMP/compare.json"
+grep -q '^precision .*time (s) .*peak MiB .*test acc. .*diverged' "$TMP/out" && pass || fail "compare table: $(cat "$TMP/out")"
+[ "$(grep -cE '^(32-true|bf16-mixed|16-true:nearest) ' "$TMP/out")" = 3 ] && pass || fail "compare rows: $(cat "$TMP/out")"
+python3 - "$TMP/compare.json" <<'PY' && pass || fail "compare JSON"
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["majority_baseline"] == 0.5
+assert [r["precision"] for r in j["runs"]] == ["32-true", "bf16-mixed", "16-true"]
+for r in j["runs"]:
+    for k in ("train_seconds", "peak_bytes", "test_accuracy", "diverged"):
+        assert k in r, k
+assert j["runs"][0]["test_accuracy"] > 0.8, j["runs"][0]
+PY
+expect_exit 2 "compare --task lm with --epochs" -- "$MIXTRAIN" compare --epochs 2
+expect_stderr_has "--epochs" "compare --task lm with --epochs"
+
 # Bad input: one line naming the flag, file or line; exit 2; nothing trained.
 printf 'text\tlabel\nthe food was good\n' >"$TMP/bad.tsv"
 expect_exit 2 "bad row" -- "${FT[@]/$TMP\/train.tsv/$TMP/bad.tsv}"
