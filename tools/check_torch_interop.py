@@ -2,7 +2,8 @@
 """Checks that a checkpoint's model.safetensors, written by mixtrain, loads in PyTorch and gives
 mixtrain's logits (fp32: max |difference| <= 1e-4 x max |logit|). Development tool: needs torch
 and safetensors (tools/setup_dev_venv.sh); uses transformers' GPT2LMHeadModel when installed
-(what the ecosystem reads), else the plain PyTorch GPT-2 of tools/make_gpt_fixture.py.
+(what the ecosystem reads: from_pretrained(checkpoint) itself when the checkpoint carries its
+config.json), else the plain PyTorch GPT-2 of tools/make_gpt_fixture.py.
 
     .venv-dev/bin/python tools/check_torch_interop.py --checkpoint runs/a/step-000100 \\
         [--mixtrain build/mixtrain] [--prompt "The quick brown fox"]
@@ -48,6 +49,14 @@ def load_transformers_gpt(cfg, sd):
     return lambda idx: model(idx).logits
 
 
+def from_pretrained(checkpoint):
+    """The checkpoint directory as it is: its config.json (GPT2Config) and model.safetensors."""
+    from transformers import GPT2LMHeadModel
+    model = GPT2LMHeadModel.from_pretrained(checkpoint, torch_dtype=torch.float32)
+    model.eval()
+    return lambda idx: model(idx).logits
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--checkpoint", required=True, help="a checkpoint directory (step-NNNNNN)")
@@ -57,7 +66,10 @@ def main():
     cfg = json.load(open(os.path.join(args.checkpoint, "manifest.json")))["info"]["model"]
     sd = {k: v.float() for k, v in load_file(os.path.join(args.checkpoint, "model.safetensors")).items()}
     try:
-        forward, which = load_transformers_gpt(cfg, sd), "transformers GPT2LMHeadModel"
+        if os.path.exists(os.path.join(args.checkpoint, "config.json")):
+            forward, which = from_pretrained(args.checkpoint), "transformers GPT2LMHeadModel.from_pretrained(dir)"
+        else:
+            forward, which = load_transformers_gpt(cfg, sd), "transformers GPT2LMHeadModel"
     except ImportError:
         forward, which = load_plain_gpt(cfg, sd), "plain PyTorch GPT-2 (transformers not installed)"
     with tempfile.TemporaryDirectory() as tmp:

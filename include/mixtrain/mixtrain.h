@@ -16,6 +16,7 @@
 #include "mixtrain/data/data_source.h"
 #include "mixtrain/data/text_corpus.h"
 #include "mixtrain/kernels/threads.h"
+#include "mixtrain/models/encoder.h"
 #include "mixtrain/models/generate.h"
 #include "mixtrain/models/gpt.h"
 #include "mixtrain/models/model.h"

@@ -4,6 +4,8 @@
 #include <cstring>
 #include <map>
 
+#include <nlohmann/json.hpp>
+
 #include "checkpoint/file_io.h"
 #include "mixtrain/core/error.h"
 
@@ -104,6 +106,27 @@ void load_gpt_safetensors(const SafetensorsFile& file, Gpt& model) {
   }
   for (size_t i = 0; i < store.size(); ++i) store.param(i).copy_from(loaded[i]);
   store.flat_params().storage()->bump_version();
+}
+
+std::string gpt2_hf_config_json(const GptConfig& c) {
+  const nlohmann::json j = {{"architectures", {"GPT2LMHeadModel"}},
+                            {"model_type", "gpt2"},
+                            {"vocab_size", c.vocab_size},
+                            {"n_positions", c.block_size},
+                            {"n_ctx", c.block_size},
+                            {"n_embd", c.n_embd},
+                            {"n_layer", c.n_layer},
+                            {"n_head", c.n_head},
+                            {"n_inner", nullptr},  // 4 * n_embd
+                            {"activation_function", "gelu_new"},
+                            {"layer_norm_epsilon", c.ln_eps},
+                            {"resid_pdrop", c.dropout},
+                            {"embd_pdrop", c.dropout},
+                            {"attn_pdrop", c.dropout},
+                            {"initializer_range", 0.02},
+                            {"tie_word_embeddings", true},
+                            {"mixtrain_name", c.name}};
+  return j.dump(2) + "\n";
 }
 
 GptConfig infer_gpt_config(const SafetensorsFile& file, int64_t n_head, float ln_eps) {

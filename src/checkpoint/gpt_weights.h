@@ -31,6 +31,11 @@ SafetensorsWriter model_safetensors_writer(const Model& model);
 // The model is left unchanged when an error is thrown.
 void load_gpt_safetensors(const SafetensorsFile& file, Gpt& model);
 
+// Hugging Face's GPT2Config for `c` as config.json text (model_type gpt2, architectures
+// GPT2LMHeadModel, n_positions = block_size, the tanh GELU "gelu_new", dropouts, tied
+// embeddings), so transformers' from_pretrained reads a checkpoint directory as it is.
+std::string gpt2_hf_config_json(const GptConfig& c);
+
 // A GptConfig read from the shapes in the file (vocab_size, block_size, n_embd, n_layer) and
 // n_head / ln_eps given by the caller. IoError when the shapes are missing or inconsistent.
 GptConfig infer_gpt_config(const SafetensorsFile& file, int64_t n_head, float ln_eps = 1e-5f);

@@ -22,6 +22,7 @@ struct EncoderConfig {
   int64_t heads = 0;            // H (num_attention_heads / n_heads)
   int64_t intermediate = 0;     // I (intermediate_size / hidden_dim)
   float layer_norm_eps = 1e-12f;  // BERT: layer_norm_eps; DistilBERT: 1e-12 (fixed in its code)
+  // The config's dropouts, read and checked; training uses ClassifierOptions::dropout instead.
   float hidden_dropout = 0.1f;    // hidden_dropout_prob / dropout
   float attention_dropout = 0.1f; // attention_probs_dropout_prob / attention_dropout
   float initializer_range = 0.02f;

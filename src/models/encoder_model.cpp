@@ -38,7 +38,14 @@ EncoderClassifier::EncoderClassifier(const EncoderConfig& cfg, const ClassifierO
   const std::string emb = prefix_ + ".embeddings";
   word_.declare(store_, emb + ".word_embeddings", cfg_.vocab_size, C);
   add_slot(word_.prefix + ".weight", word_.prefix + ".weight");
-  pos_.declare(store_, emb + ".position_embeddings", cfg_.max_positions, C);
+  if (cfg_.sinusoidal_positions) {  // fixed values: declared without weight decay, bound without a gradient
+    pos_.prefix = emb + ".position_embeddings";
+    pos_.num = cfg_.max_positions;
+    pos_.dim = C;
+    store_.declare(pos_.prefix + ".weight", {cfg_.max_positions, C}, /*weight_decay=*/false);
+  } else {
+    pos_.declare(store_, emb + ".position_embeddings", cfg_.max_positions, C);
+  }
   add_slot(pos_.prefix + ".weight", pos_.prefix + ".weight");
   if (bert) {
     type_.declare(store_, emb + ".token_type_embeddings", cfg_.type_vocab_size, C);
@@ -156,9 +163,7 @@ Var EncoderClassifier::layer_forward(const EncoderLayer& l, const Var& x, const 
     Var k = split_heads(qkv, 1, l.heads);      // (B*H, T, D)
     Var v = split_heads(qkv, 2, l.heads);      // (B*H, T, D)
     Var att = masked_softmax(matmul(q, k, false, true), key_mask, 1.0f / std::sqrt(static_cast<float>(D)));  // (B*H, T, T)
-    nn::DropoutState attn_drop{cfg_.attention_dropout, drop.training, drop.seed, drop.offset};
-    att = attn_drop(att);
-    drop.offset = attn_drop.offset;
+    att = drop(att);  // on the probabilities, as Hugging Face's attention dropout
     ctx = merge_heads(matmul(att, v), B);  // (B*H, T, D) -> (B, T, C)
   }
   Var a = l.attn_out(ctx);  // (B, T, C)
@@ -196,6 +201,14 @@ ModelOutput EncoderClassifier::forward_batch(const Batch& batch, bool training, 
     Tensor types = batch.token_types.defined() ? batch.token_types
                                                : Tensor::from_ints(std::vector<int32_t>(static_cast<size_t>(B * T), 0), {B, T});
     check_i32(types, {B, T}, "token_types");
+    if (!meta) {
+      const std::vector<int32_t> tv = types.to_ints();
+      for (size_t i = 0; i < tv.size(); ++i)
+        if (tv[i] < 0 || tv[i] >= cfg_.type_vocab_size)
+          throw ArgumentError("encoder forward: token_types value " + std::to_string(tv[i]) + " at row " +
+                              std::to_string(static_cast<int64_t>(i) / T) + " is outside [0, type_vocab_size " +
+                              std::to_string(cfg_.type_vocab_size) + ")");
+    }
     x = add(x, type_(types));
   }
   x = drop(emb_ln_(x));

@@ -147,6 +147,9 @@ bool TrainCheckpointing::should_stop(TrainingRun& r, const StepRecord& rec) {
     files[0].bytes = w.serialize();
     files[1].name = kStateFile;
     files[1].bytes = encode_training_state(capture(step, r));
+    // Hugging Face's config.json, so transformers' from_pretrained(step-NNNNNN) works as it is.
+    const std::string hf_config = gpt2_hf_config_json(cfg_);
+    files.push_back({"config.json", std::vector<uint8_t>(hf_config.begin(), hf_config.end())});
     nlohmann::ordered_json info;
     info["precision"] = std::string(precision_spec(opt_.precision).name);
     info["model"] = gpt_config_to_json(cfg_);

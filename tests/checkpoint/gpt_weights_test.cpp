@@ -6,6 +6,9 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "mixtrain/checkpoint/load_model.h"
 
 #include "checkpoint/checkpoint_test_util.h"
 
@@ -170,6 +173,28 @@ TEST(GptWeights, RefusesFilesThatDoNotFit) {
       [&] { load_gpt_safetensors(reparse(gpt_safetensors_writer(big), "bad.safetensors"), b); },
       {"bad.safetensors", "expected"});
   EXPECT_TRUE(same_params(b, b_before)) << "a refused file must leave the model unchanged";
+}
+
+// A checkpoint's config.json is Hugging Face's GPT2Config, and it reads back as the same GptConfig.
+TEST(GptWeights, HuggingFaceConfigJsonDescribesTheModel) {
+  GptConfig c = GptConfig::preset("gpt-nano");
+  c.ln_eps = 1e-6f;
+  c.dropout = 0.1f;
+  const std::string text = gpt2_hf_config_json(c);
+  const nlohmann::json j = nlohmann::json::parse(text);
+  EXPECT_EQ(j.at("model_type"), "gpt2");
+  EXPECT_EQ(j.at("architectures")[0], "GPT2LMHeadModel");
+  EXPECT_EQ(j.at("activation_function"), "gelu_new");
+  EXPECT_EQ(j.at("n_positions"), 128);
+  EXPECT_TRUE(j.at("tie_word_embeddings").get<bool>());
+  EXPECT_FLOAT_EQ(j.at("attn_pdrop").get<float>(), 0.1f);
+  const GptConfig back = gpt_config_from_hf_json(text, "config.json");
+  EXPECT_EQ(back.n_layer, c.n_layer);
+  EXPECT_EQ(back.n_head, c.n_head);
+  EXPECT_EQ(back.n_embd, c.n_embd);
+  EXPECT_EQ(back.block_size, c.block_size);
+  EXPECT_EQ(back.vocab_size, c.vocab_size);
+  EXPECT_FLOAT_EQ(back.ln_eps, 1e-6f);
 }
 
 }  // namespace

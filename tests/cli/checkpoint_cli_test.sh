@@ -57,7 +57,8 @@ resume_case bf16-true-sgd --precision bf16-true --optimizer sgd --momentum 0.9 -
 resume_case 32-true-sgd --precision 32-true --optimizer sgd --momentum 0
 # The checkpoints of a finished run: one per --save-every and the last, each complete.
 if [ "$(cd "$TMP/ck_16-mixed" && ls | tr '\n' ' ')" = "step-000002 step-000004 step-000006 step-000008 " ] &&
-  [ -f "$TMP/ck_16-mixed/step-000008/manifest.json" ] && [ -f "$TMP/ck_16-mixed/step-000008/model.safetensors" ]; then
+  [ -f "$TMP/ck_16-mixed/step-000008/manifest.json" ] && [ -f "$TMP/ck_16-mixed/step-000008/model.safetensors" ] &&
+  grep -q '"model_type": "gpt2"' "$TMP/ck_16-mixed/step-000008/config.json"; then
   pass
 else
   fail "checkpoint directory layout: $(ls -a "$TMP/ck_16-mixed")"

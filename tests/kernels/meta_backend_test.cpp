@@ -161,6 +161,21 @@ TEST(MetaBackend, NormalisationSoftmaxEmbeddingLoss) {
       Tensor x = strided(20, 12, t), dout = rnd({20, 12}, t), dx = Tensor::empty({12, 20}, t).transpose(0, 1);
       return [=]() mutable { gelu_backward(x, dout, dx); };
     });
+    expect_same("activation and backward strided " + d, [=] {
+      Tensor x = strided(20, 12, t), dout = rnd({20, 12}, t), dx = Tensor::empty({12, 20}, t).transpose(0, 1);
+      Tensor out = Tensor::empty({12, 20}, t).transpose(0, 1);
+      return [=]() mutable {
+        for (Activation k : {Activation::gelu_erf, Activation::tanh, Activation::relu}) {
+          activation(k, x, out);
+          activation_backward(k, x, dout, dx);
+        }
+      };
+    });
+    expect_same("masked_softmax strided " + d, [=] {
+      Tensor x = rnd({4, 12, 12}, t).transpose(1, 2), y = Tensor::empty({4, 12, 12}, t);
+      Tensor mask = Tensor::from_ints(std::vector<int32_t>(24, 1), {2, 12});
+      return [=]() mutable { masked_softmax(x, mask, 0.5f, y); };
+    });
     expect_same("embedding and backward " + d, [=] {
       Tensor w = strided(50, 8, t), i = ids(30, 50), out = Tensor::empty({8, 30}, t).transpose(0, 1);
       Tensor dout = strided(30, 8, t), dw = rnd({50, 8}, t);

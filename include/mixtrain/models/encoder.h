@@ -18,7 +18,10 @@ enum class Pooling { cls, mean };  // cls: BERT's pooler on [CLS]; mean: masked 
 struct ClassifierOptions {
   std::vector<std::string> labels;  // class id -> label name (num_labels = labels.size() >= 2)
   Pooling pooling = Pooling::cls;
-  float dropout = 0.1f;             // hidden and classifier dropout while training
+  // Dropout while training, everywhere Hugging Face drops: embeddings, attention probabilities,
+  // hidden states, before the classifier. Replaces config.json's hidden_dropout_prob,
+  // attention_probs_dropout_prob and classifier dropout (0 turns all of them off).
+  float dropout = 0.1f;
   uint64_t seed = 1337;             // initialises the head when the directory has none
 };
 
