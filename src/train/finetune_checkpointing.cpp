@@ -118,9 +118,14 @@ void FinetuneCheckpointing::on_run_start(TrainingRun& r) {
     for (const auto& [step, path] : all) {
       if (step <= start) continue;
       // Newer than where this run continues: moved aside (not deleted), as train() does.
-      std::string aside = (std::filesystem::path(path).parent_path() /
-                           ("abandoned-" + std::filesystem::path(path).filename().string())).string();
-      for (int k = 1; std::filesystem::exists(aside); ++k) aside += "~" + std::to_string(k);
+      const std::filesystem::path p(path);
+      const std::string base = (p.parent_path() / ("abandoned-" + p.filename().string())).string();
+      std::string aside = base;
+      for (int k = 1; std::filesystem::exists(aside); ++k) {  // appended in parts: GCC 12 warns falsely on a + chain
+        aside = base;
+        aside += '~';
+        aside += std::to_string(k);
+      }
       std::error_code ec;
       std::filesystem::rename(path, aside, ec);
       if (ec) throw IoError("cannot move " + path + " to " + aside + ": " + ec.message());

@@ -90,7 +90,7 @@ PY
 
 # compare --task classify: the reference table, one row per mode, and its JSON.
 expect_exit 0 "compare --task classify" -- "$MIXTRAIN" --threads 1 compare --task classify --model "$M" \
-  --train "$TMP/train.tsv" --test "$TMP/test.tsv" --max-len 16 --batch-size 8 --lr 1e-2 --pooling mean --epochs 2 \
+  --train "$TMP/train.tsv" --test "$TMP/test.tsv" --max-len 16 --batch-size 8 --lr 1e-2 --pooling mean --epochs 4 \
   --precisions 32-true,bf16-mixed,16-true --json "$TMP/compare.json"
 grep -q '^precision .*time (s) .*peak MiB .*test acc. .*diverged' "$TMP/out" && pass || fail "compare table: $(cat "$TMP/out")"
 [ "$(grep -cE '^(32-true|bf16-mixed|16-true:nearest) ' "$TMP/out")" = 3 ] && pass || fail "compare rows: $(cat "$TMP/out")"
