@@ -16,7 +16,8 @@ void add_finetune_data_flags(CLI::App* sub, FinetuneFlags& f, bool with_model_an
   sub->add_option("--text-column", o.columns.text, "Column of the text")->capture_default_str();
   sub->add_option("--text-pair-column", f.text_pair_column, "Column of a second text (sentence pairs)");
   sub->add_option("--label-column", o.columns.label, "Column of the label")->capture_default_str();
-  sub->add_option("--train-examples", o.train_examples, "Use only the first N training examples (0: all)")
+  sub->add_option("--train-examples", o.train_examples,
+                  "Use only the first N training examples, in file order (0: all)")
       ->capture_default_str();
   sub->add_option("--test-examples", o.test_examples, "Use only the first N test examples (0: all)")
       ->capture_default_str();
