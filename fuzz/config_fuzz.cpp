@@ -1,5 +1,6 @@
 // libFuzzer target: the model-config parsers (mixtrain's JSON config and Hugging Face's
-// config.json). Inputs must parse or throw mixtrain::Error.
+// config.json, GPT-2's and the encoders' (BERT, DistilBERT)). Inputs must parse or throw
+// mixtrain::Error.
 #include <cstddef>
 #include <cstdint>
 #include <nlohmann/json.hpp>
@@ -9,6 +10,7 @@
 #include "mixtrain/checkpoint/load_model.h"
 #include "mixtrain/core/error.h"
 #include "mixtrain/models/gpt.h"
+#include "models/encoder_config.h"
 #include "models/gpt_config_json.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -22,6 +24,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!j.is_discarded()) {
     try {
       (void)mixtrain::gpt_config_from_json(j, "fuzz");
+    } catch (const mixtrain::Error&) {
+    }
+    try {
+      (void)mixtrain::EncoderConfig::from_hf_json(j, "fuzz").encoder_parameters();
     } catch (const mixtrain::Error&) {
     }
   }

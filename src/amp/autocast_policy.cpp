@@ -38,7 +38,9 @@ constexpr std::array<PolicyEntry, autograd::kNumOpKinds> kPolicy = {{
     {OpKind::gelu_erf, CastPolicy::keep},              // gelu, tanh, relu: not in torch's lists
     {OpKind::tanh, CastPolicy::keep},
     {OpKind::relu, CastPolicy::keep},
-    {OpKind::masked_softmax, CastPolicy::fp32},        // softmax: "fp32 unless a dtype is given"
+    {OpKind::masked_softmax, CastPolicy::lower_precision},  // the encoder's attention softmax: as the
+    // attention op (torch's scaled_dot_product_attention runs in lower precision), probabilities
+    // stored once in 16 bits, for backward and for p v alike; the softmax math is fp32 inside
 }};
 
 constexpr bool table_in_order() {

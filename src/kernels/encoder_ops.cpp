@@ -40,7 +40,8 @@ void masked_softmax(const Tensor& x, const Tensor& key_mask, float scale, Tensor
       key_mask.size(1) != x.size(2))
     throw ShapeError("masked_softmax: x " + x.to_string() + " must be (B*H, Tq, Tk) for key_mask " +
                      key_mask.to_string() + " (B, Tk)");
-  if (!std::isfinite(scale)) throw ArgumentError("masked_softmax: scale must be finite (got " + std::to_string(scale) + ")");
+  if (!std::isfinite(scale))
+    throw ArgumentError("masked_softmax: scale must be finite (got " + std::to_string(scale) + ")");
   backend_for(dev).masked_softmax(x, key_mask, scale, y);
 }
 

@@ -55,7 +55,8 @@ EncoderConfig EncoderConfig::from_hf_json(const nlohmann::json& j, const std::st
     c.hidden_dropout = r.number("hidden_dropout_prob", 0.1f);
     c.attention_dropout = r.number("attention_probs_dropout_prob", 0.1f);
     if (r.text("hidden_act", "gelu") != "gelu")
-      throw ArgumentError(where + ": 'hidden_act' " + r.text("hidden_act", "") + " is not supported (only \"gelu\")");
+      throw ArgumentError(where + ": 'hidden_act' " + r.text("hidden_act", "") +
+                          " is not supported (only \"gelu\")");
     if (r.text("position_embedding_type", "absolute") != "absolute")
       throw ArgumentError(where + ": 'position_embedding_type' must be \"absolute\"");
   } else if (type == "distilbert") {
@@ -69,10 +70,12 @@ EncoderConfig EncoderConfig::from_hf_json(const nlohmann::json& j, const std::st
     c.hidden_dropout = r.number("dropout", 0.1f);
     c.attention_dropout = r.number("attention_dropout", 0.1f);
     const auto s = j.find("sinusoidal_pos_embds");
-    if (s != j.end() && !s->is_boolean()) throw ArgumentError(where + ": 'sinusoidal_pos_embds' must be a boolean");
+    if (s != j.end() && !s->is_boolean())
+      throw ArgumentError(where + ": 'sinusoidal_pos_embds' must be a boolean");
     c.sinusoidal_positions = s != j.end() && s->get<bool>();
     if (r.text("activation", "gelu") != "gelu")
-      throw ArgumentError(where + ": 'activation' " + r.text("activation", "") + " is not supported (only \"gelu\")");
+      throw ArgumentError(where + ": 'activation' " + r.text("activation", "") +
+                          " is not supported (only \"gelu\")");
   } else {
     throw ArgumentError(where + ": 'model_type' must be \"bert\" or \"distilbert\", got \"" + type + "\"");
   }
@@ -90,6 +93,15 @@ EncoderConfig EncoderConfig::from_hf_json(const nlohmann::json& j, const std::st
   check_probability(c.hidden_dropout, where, "hidden dropout");
   check_probability(c.attention_dropout, where, "attention dropout");
   return c;
+}
+
+double EncoderConfig::encoder_parameters() const {
+  const double V = static_cast<double>(vocab_size), P = static_cast<double>(max_positions),
+               TV = static_cast<double>(type_vocab_size), C = static_cast<double>(hidden),
+               I = static_cast<double>(intermediate), L = static_cast<double>(layers);
+  // qkv 3C^2 + 3C, attention output C^2 + C, two LayerNorms 4C, FFN 2CI + I + C.
+  const double layer = 4 * C * C + 4 * C + 4 * C + 2 * C * I + I + C;
+  return (V + P + TV) * C + 2 * C + L * layer;
 }
 
 }  // namespace mixtrain

@@ -63,11 +63,14 @@ EncoderClassifier::EncoderClassifier(const EncoderConfig& cfg, const ClassifierO
     l.attn_prefix = l.prefix + (bert ? ".attention.self" : ".attention");
     l.ffn_prefix = l.prefix + (bert ? ".intermediate" : ".ffn");
     l.qkv.declare(store_, l.attn_prefix + ".qkv", C, 3 * C);
-    l.attn_out.declare(store_, bert ? l.prefix + ".attention.output.dense" : l.prefix + ".attention.out_lin", C, C);
-    l.ln_attn.declare(store_, bert ? l.prefix + ".attention.output.LayerNorm" : l.prefix + ".sa_layer_norm", C,
-                      cfg_.layer_norm_eps);
-    l.ffn_in.declare(store_, bert ? l.prefix + ".intermediate.dense" : l.prefix + ".ffn.lin1", C, cfg_.intermediate);
-    l.ffn_out.declare(store_, bert ? l.prefix + ".output.dense" : l.prefix + ".ffn.lin2", cfg_.intermediate, C);
+    l.attn_out.declare(store_, bert ? l.prefix + ".attention.output.dense" : l.prefix + ".attention.out_lin",
+                       C, C);
+    l.ln_attn.declare(store_, bert ? l.prefix + ".attention.output.LayerNorm" : l.prefix + ".sa_layer_norm",
+                      C, cfg_.layer_norm_eps);
+    l.ffn_in.declare(store_, bert ? l.prefix + ".intermediate.dense" : l.prefix + ".ffn.lin1", C,
+                     cfg_.intermediate);
+    l.ffn_out.declare(store_, bert ? l.prefix + ".output.dense" : l.prefix + ".ffn.lin2", cfg_.intermediate,
+                      C);
     l.ln_out.declare(store_, bert ? l.prefix + ".output.LayerNorm" : l.prefix + ".output_layer_norm", C,
                      cfg_.layer_norm_eps);
     const char* qkv_names[3] = {bert ? "query" : "q_lin", bert ? "key" : "k_lin", bert ? "value" : "v_lin"};
@@ -126,8 +129,10 @@ void EncoderClassifier::init_weights(uint64_t seed) {
     const std::string& n = infos[i].name;
     Tensor p = store_.param(i);
     if (n.find("LayerNorm") != std::string::npos || n.find("layer_norm") != std::string::npos) {
-      if (ends_with(n, ".bias")) p.zero();
-      else p.fill(1.0);
+      if (ends_with(n, ".bias"))
+        p.zero();
+      else
+        p.fill(1.0);
     } else if (ends_with(n, ".bias")) {
       p.zero();
     } else {
@@ -142,10 +147,12 @@ void EncoderClassifier::init_weights(uint64_t seed) {
     std::vector<double> v(static_cast<size_t>(P * C));
     for (int64_t p = 0; p < P; ++p)
       for (int64_t j = 0; j < C; ++j) {
-        const double a = static_cast<double>(p) / std::pow(10000.0, 2.0 * static_cast<double>(j / 2) / static_cast<double>(C));
+        const double a = static_cast<double>(p) /
+                         std::pow(10000.0, 2.0 * static_cast<double>(j / 2) / static_cast<double>(C));
         v[static_cast<size_t>(p * C + j)] = j % 2 == 0 ? std::sin(a) : std::cos(a);
       }
-    store_.param(pos_.prefix + ".weight").copy_from(Tensor::from_vector(v, {P, C}, DType::f32, MemCategory::workspace));
+    store_.param(pos_.prefix + ".weight")
+        .copy_from(Tensor::from_vector(v, {P, C}, DType::f32, MemCategory::workspace));
   }
   store_.flat_params().storage()->bump_version();
 }
@@ -158,12 +165,13 @@ Var EncoderClassifier::layer_forward(const EncoderLayer& l, const Var& x, const 
   Var ctx;
   {
     const ScopedModule attn_site(l.attn_prefix);
-    Var qkv = l.qkv(x);                        // (B, T, 3C)
-    Var q = split_heads(qkv, 0, l.heads);      // (B*H, T, D)
-    Var k = split_heads(qkv, 1, l.heads);      // (B*H, T, D)
-    Var v = split_heads(qkv, 2, l.heads);      // (B*H, T, D)
-    Var att = masked_softmax(matmul(q, k, false, true), key_mask, 1.0f / std::sqrt(static_cast<float>(D)));  // (B*H, T, T)
-    att = drop(att);  // on the probabilities, as Hugging Face's attention dropout
+    Var qkv = l.qkv(x);                    // (B, T, 3C)
+    Var q = split_heads(qkv, 0, l.heads);  // (B*H, T, D)
+    Var k = split_heads(qkv, 1, l.heads);  // (B*H, T, D)
+    Var v = split_heads(qkv, 2, l.heads);  // (B*H, T, D)
+    Var att = masked_softmax(matmul(q, k, false, true), key_mask,
+                             1.0f / std::sqrt(static_cast<float>(D)));  // (B*H, T, T)
+    att = drop(att);                       // on the probabilities, as Hugging Face's attention dropout
     ctx = merge_heads(matmul(att, v), B);  // (B*H, T, D) -> (B, T, C)
   }
   Var a = l.attn_out(ctx);  // (B, T, C)
@@ -174,7 +182,7 @@ Var EncoderClassifier::layer_forward(const EncoderLayer& l, const Var& x, const 
     const ScopedModule ffn_site(l.ffn_prefix);
     f = gelu_erf(l.ffn_in(h));  // (B, T, I)
   }
-  f = drop(l.ffn_out(f));   // (B, T, C)
+  f = drop(l.ffn_out(f));  // (B, T, C)
   return l.ln_out(add(f, h));
 }
 
@@ -189,8 +197,9 @@ ModelOutput EncoderClassifier::forward_batch(const Batch& batch, bool training, 
                      std::to_string(cfg_.max_positions) + "] (max_position_embeddings)");
   const bool meta = ids.is_meta();
   // Padding mask (B, T): given, or all real.
-  Tensor key_mask = batch.attention_mask.defined() ? batch.attention_mask.contiguous()
-                                                   : Tensor::from_ints(std::vector<int32_t>(static_cast<size_t>(B * T), 1), {B, T});
+  Tensor key_mask = batch.attention_mask.defined()
+                        ? batch.attention_mask.contiguous()
+                        : Tensor::from_ints(std::vector<int32_t>(static_cast<size_t>(B * T), 1), {B, T});
   check_i32(key_mask, {B, T}, "attention_mask");
   nn::DropoutState drop{opt_.dropout, training, dropout_seed, 0};
 
@@ -198,16 +207,18 @@ ModelOutput EncoderClassifier::forward_batch(const Batch& batch, bool training, 
   for (int64_t i = 0; i < B * T; ++i) pos[static_cast<size_t>(i)] = static_cast<int32_t>(i % T);
   Var x = add(word_(ids), pos_(Tensor::from_ints(pos, {B, T})));  // (B, T, C)
   if (cfg_.family == EncoderFamily::bert) {
-    Tensor types = batch.token_types.defined() ? batch.token_types
-                                               : Tensor::from_ints(std::vector<int32_t>(static_cast<size_t>(B * T), 0), {B, T});
+    Tensor types = batch.token_types.defined()
+                       ? batch.token_types
+                       : Tensor::from_ints(std::vector<int32_t>(static_cast<size_t>(B * T), 0), {B, T});
     check_i32(types, {B, T}, "token_types");
     if (!meta) {
       const std::vector<int32_t> tv = types.to_ints();
       for (size_t i = 0; i < tv.size(); ++i)
         if (tv[i] < 0 || tv[i] >= cfg_.type_vocab_size)
           throw ArgumentError("encoder forward: token_types value " + std::to_string(tv[i]) + " at row " +
-                              std::to_string(static_cast<int64_t>(i) / T) + " is outside [0, type_vocab_size " +
-                              std::to_string(cfg_.type_vocab_size) + ")");
+                              std::to_string(static_cast<int64_t>(i) / T) +
+                              " is outside [0, type_vocab_size " + std::to_string(cfg_.type_vocab_size) +
+                              ")");
     }
     x = add(x, type_(types));
   }
@@ -247,15 +258,16 @@ ModelOutput EncoderClassifier::forward_batch(const Batch& batch, bool training, 
         int64_t n = 0;
         for (int64_t t = 0; t < T; ++t) n += m[static_cast<size_t>(b * T + t)] != 0;
         for (int64_t t = 0; t < T; ++t)
-          if (n > 0 && m[static_cast<size_t>(b * T + t)] != 0) w[static_cast<size_t>(b * T + t)] = 1.f / static_cast<float>(n);
+          if (n > 0 && m[static_cast<size_t>(b * T + t)] != 0)
+            w[static_cast<size_t>(b * T + t)] = 1.f / static_cast<float>(n);
       }
     }
     const Var weights(Tensor::from_floats(w, {B, 1, T}, x.dtype()));
     pooled = reshape(matmul(weights, x), {B, cfg_.hidden});  // (B, 1, T) @ (B, T, C) -> (B, C)
   }
-  if (has_pooler_) pooled = autograd::tanh(pooler_(pooled));                 // BERT: pooler dense + tanh
+  if (has_pooler_) pooled = autograd::tanh(pooler_(pooled));  // BERT: pooler dense + tanh
   if (cfg_.family == EncoderFamily::distilbert) pooled = relu(pre_classifier_(pooled));  // DistilBERT head
-  Var logits = classifier_(drop(pooled));  // (B, K)
+  Var logits = classifier_(drop(pooled));                                                // (B, K)
   ModelOutput out{logits, Var()};
   if (batch.targets.defined()) {
     check_i32(batch.targets, {B}, "targets");
@@ -271,7 +283,8 @@ double EncoderClassifier::flops_per_token(int64_t T) const {
     (is_head(info.name) ? head : layers) += static_cast<double>(info.numel);
   }
   const double t = static_cast<double>(std::max<int64_t>(T, 1));
-  return 6.0 * layers + 6.0 * head / t + 12.0 * static_cast<double>(cfg_.layers) * t * static_cast<double>(cfg_.hidden);
+  return 6.0 * layers + 6.0 * head / t +
+         12.0 * static_cast<double>(cfg_.layers) * t * static_cast<double>(cfg_.hidden);
 }
 
 std::string EncoderClassifier::config_json() const {
@@ -289,6 +302,24 @@ std::string EncoderClassifier::config_json() const {
   j["num_labels"] = opt_.labels.size();
   j["mixtrain_pooling"] = opt_.pooling == Pooling::cls ? "cls" : "mean";
   return j.dump(2);
+}
+
+EncoderInfo encoder_info(const Model& model) {
+  const auto* enc = dynamic_cast<const EncoderClassifier*>(&model);
+  if (!enc)
+    throw ArgumentError("encoder_info: model family '" + std::string(model.family()) +
+                        "' is not an encoder classifier");
+  const EncoderConfig& c = enc->config();
+  EncoderInfo i;
+  i.family = std::string(enc->family());
+  i.vocab_size = c.vocab_size;
+  i.max_positions = c.max_positions;
+  i.hidden = c.hidden;
+  i.layers = c.layers;
+  i.heads = c.heads;
+  i.labels = enc->options().labels;
+  i.pooling = enc->options().pooling;
+  return i;
 }
 
 std::vector<NamedWeight> EncoderClassifier::named_weights() const {

@@ -21,14 +21,14 @@ namespace mixtrain {
 // intermediate.dense, output.{dense,LayerNorm}; DistilBERT: attention.{q_lin,k_lin,v_lin,out_lin},
 // sa_layer_norm, ffn.lin1, ffn.lin2, output_layer_norm.
 struct EncoderLayer {
-  std::string prefix;      // "bert.encoder.layer.3" / "distilbert.transformer.layer.3"
+  std::string prefix;       // "bert.encoder.layer.3" / "distilbert.transformer.layer.3"
   std::string attn_prefix;  // "....attention.self" / "....attention"
   std::string ffn_prefix;   // "....intermediate" / "....ffn"
-  nn::Linear qkv;       // C -> 3C (query, key, value rows)
-  nn::Linear attn_out;  // C -> C
+  nn::Linear qkv;           // C -> 3C (query, key, value rows)
+  nn::Linear attn_out;      // C -> C
   nn::LayerNorm ln_attn;
-  nn::Linear ffn_in;    // C -> I
-  nn::Linear ffn_out;   // I -> C
+  nn::Linear ffn_in;   // C -> I
+  nn::Linear ffn_out;  // I -> C
   nn::LayerNorm ln_out;
   int64_t heads = 1;
   bool drop_attn_out = true;  // BERT drops after attention.output.dense; DistilBERT does not
@@ -50,7 +50,9 @@ class EncoderClassifier final : public Model {
 
   const EncoderConfig& config() const { return cfg_; }
   const ClassifierOptions& options() const { return opt_; }
-  std::string_view family() const override { return cfg_.family == EncoderFamily::bert ? "bert" : "distilbert"; }
+  std::string_view family() const override {
+    return cfg_.family == EncoderFamily::bert ? "bert" : "distilbert";
+  }
   ParameterStore& params() override { return store_; }
   const ParameterStore& params() const override { return store_; }
 
@@ -78,7 +80,8 @@ class EncoderClassifier final : public Model {
   void init_weights(uint64_t seed);
 
  private:
-  nn::Var layer_forward(const EncoderLayer& l, const nn::Var& x, const Tensor& key_mask, nn::DropoutState& drop) const;
+  nn::Var layer_forward(const EncoderLayer& l, const nn::Var& x, const Tensor& key_mask,
+                        nn::DropoutState& drop) const;
   void add_slot(const std::string& name, const std::string& param, int64_t r0 = 0, int64_t r1 = -1);
 
   EncoderConfig cfg_;

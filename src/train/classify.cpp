@@ -14,33 +14,16 @@
 namespace mixtrain {
 namespace fs = std::filesystem;
 
-std::vector<std::string> labels_from_config(const std::string& path) {
-  std::ifstream f(path);
-  if (!f) throw IoError(path + ": cannot be read (a model saved by mixtrain finetune --save has one)");
-  const nlohmann::json j = nlohmann::json::parse(f, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) throw IoError(path + ": not a JSON object");
-  if (!j.contains("id2label") || !j["id2label"].is_object() || j["id2label"].size() < 2)
-    throw IoError(path + ": no id2label with at least 2 labels (not a fine-tuned classifier)");
-  const nlohmann::json& m = j["id2label"];
-  std::vector<std::string> labels(m.size());
-  for (size_t id = 0; id < labels.size(); ++id) {
-    const std::string key = std::to_string(id);
-    if (!m.contains(key) || !m[key].is_string())
-      throw IoError(path + ": id2label has no string label for id " + key + " (ids must be 0.." +
-                    std::to_string(labels.size() - 1) + ")");
-    labels[id] = m[key].get<std::string>();
+WordPieceTokenizer tokenizer_from_model_dir(const std::string& dir) {
+  WordPieceTokenizer::Options opt;
+  const fs::path config = fs::path(dir) / "tokenizer_config.json";
+  std::ifstream f(config);
+  if (f) {
+    const nlohmann::json j = nlohmann::json::parse(f, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded()) throw IoError(config.string() + ": not valid JSON");
+    if (j.contains("do_lower_case") && j["do_lower_case"].is_boolean()) opt.lower_case = j["do_lower_case"].get<bool>();
   }
-  return labels;
-}
-
-Pooling pooling_from_config(const std::string& path) {
-  std::ifstream f(path);
-  const nlohmann::json j = nlohmann::json::parse(f, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object() || !j.contains("mixtrain_pooling")) return Pooling::cls;
-  const nlohmann::json& p = j["mixtrain_pooling"];
-  if (p == "cls") return Pooling::cls;
-  if (p == "mean") return Pooling::mean;
-  throw IoError(path + ": mixtrain_pooling must be \"cls\" or \"mean\", got " + p.dump());
+  return WordPieceTokenizer::from_vocab_file((fs::path(dir) / "vocab.txt").string(), opt);
 }
 
 TextClassifier::TextClassifier(std::vector<std::string> labels, WordPieceTokenizer tokenizer,
@@ -49,18 +32,11 @@ TextClassifier::TextClassifier(std::vector<std::string> labels, WordPieceTokeniz
 
 TextClassifier TextClassifier::load(const std::string& dir) {
   if (!fs::is_directory(dir)) throw IoError("model directory " + dir + " does not exist or is not a directory");
-  std::vector<std::string> labels = labels_from_config((fs::path(dir) / "config.json").string());
-  WordPieceTokenizer::Options opt;
-  std::ifstream tc(fs::path(dir) / "tokenizer_config.json");
-  if (tc) {
-    const nlohmann::json j = nlohmann::json::parse(tc, nullptr, false);
-    if (!j.is_discarded() && j.contains("do_lower_case") && j["do_lower_case"].is_boolean())
-      opt.lower_case = j["do_lower_case"].get<bool>();
-  }
-  WordPieceTokenizer tok = WordPieceTokenizer::from_vocab_file((fs::path(dir) / "vocab.txt").string(), opt);
-  ClassifierOptions co;
-  co.labels = labels;
-  co.pooling = pooling_from_config((fs::path(dir) / "config.json").string());
+  ClassifierOptions co = saved_classifier_options(dir);  // labels from id2label, the saved pooling
+  if (co.labels.size() < 2)
+    throw IoError(dir + "/config.json: no id2label with at least 2 labels (not a model saved by finetune --save)");
+  WordPieceTokenizer tok = tokenizer_from_model_dir(dir);
+  std::vector<std::string> labels = co.labels;
   std::unique_ptr<Model> model = load_encoder_classifier(dir, co);
   return TextClassifier(std::move(labels), std::move(tok), std::move(model));
 }
@@ -69,6 +45,7 @@ std::vector<Prediction> TextClassifier::classify(const std::vector<std::string>&
                                                  int64_t batch_size) const {
   if (max_len < 2) throw ArgumentError("classify: max_len must be at least 2, got " + std::to_string(max_len));
   if (batch_size < 1) throw ArgumentError("classify: batch_size must be positive, got " + std::to_string(batch_size));
+  max_len = std::min(max_len, encoder_info(*model_).max_positions);  // the model's learned positions
   std::vector<Prediction> out;
   const autograd::NoGradGuard no_grad;
   const int64_t K = int64_t(labels_.size());

@@ -18,6 +18,7 @@
 #include "mixtrain/optim/mixed_precision.h"
 #include "mixtrain/tensor/allocator.h"
 #include "mixtrain/tensor/device.h"
+#include "mixtrain/train/classify.h"
 #include "mixtrain/train/run_hooks.h"
 #include "mixtrain/train/tensorboard_hook.h"
 #include "train/dir_lock.h"
@@ -99,32 +100,6 @@ TextClassificationTask load_task(const FinetuneOptions& o) {
   return t;
 }
 
-// vocab.txt of the model directory, lower-casing as its tokenizer_config.json says (BERT's
-// uncased default when it does not say).
-WordPieceTokenizer load_tokenizer(const std::string& dir) {
-  WordPieceTokenizer::Options opt;
-  const fs::path config = fs::path(dir) / "tokenizer_config.json";
-  std::ifstream f(config);
-  if (f) {
-    const nlohmann::json j = nlohmann::json::parse(f, nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded()) throw IoError(config.string() + ": not valid JSON");
-    if (j.contains("do_lower_case") && j["do_lower_case"].is_boolean()) opt.lower_case = j["do_lower_case"].get<bool>();
-  }
-  return WordPieceTokenizer::from_vocab_file((fs::path(dir) / "vocab.txt").string(), opt);
-}
-
-// max_len must fit the model's learned positions (config.json's max_position_embeddings; the
-// encoder's loader reports a missing or malformed config itself).
-void check_max_len(const std::string& dir, int64_t max_len) {
-  std::ifstream f(fs::path(dir) / "config.json");
-  const nlohmann::json j = nlohmann::json::parse(f, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object() || !j.contains("max_position_embeddings")) return;
-  const nlohmann::json& n = j["max_position_embeddings"];
-  if (n.is_number_integer() && max_len > n.get<int64_t>())
-    throw ArgumentError({"max_len"}, "max_len " + std::to_string(max_len) + " exceeds the model's " +
-                                         std::to_string(n.get<int64_t>()) + " positions (" + dir + "/config.json)");
-}
-
 // A checksum of the tokenized data: a resumed run must read the same batches.
 std::string data_checksum(const ClassificationBatches& d) {
   std::vector<int32_t> all;
@@ -195,9 +170,8 @@ FinetuneSummary finetune(const FinetuneOptions& o_in) {
   DirectoryLock lock;
   if (!t.checkpoint.dir.empty() && !meta) lock = DirectoryLock(t.checkpoint.dir, "checkpoint.dir");
   const std::string dir = model_dir_of(o);
-  check_max_len(dir, o.max_len);
   const TextClassificationTask task = load_task(o);
-  const WordPieceTokenizer tokenizer = load_tokenizer(dir);
+  const WordPieceTokenizer tokenizer = tokenizer_from_model_dir(dir);
   const ClassificationBatches data(task.train, task.test, tokenizer, t.batch_size, o.max_len, t.seed);
 
   FinetuneSummary out;
@@ -222,6 +196,10 @@ FinetuneSummary finetune(const FinetuneOptions& o_in) {
   co.seed = t.seed;
   std::unique_ptr<Model> model = load_encoder_classifier(dir, co, spec.param_dtype, spec.grad_dtype,
                                                          masters ? MemCategory::master_weights : MemCategory::parameters);
+  const int64_t positions = encoder_info(*model).max_positions;
+  if (o.max_len > positions)
+    throw ArgumentError({"max_len"}, "max_len " + std::to_string(o.max_len) + " exceeds the model's " +
+                                         std::to_string(positions) + " positions (" + dir + "/config.json)");
   model->set_activation_checkpointing(t.checkpoint_activations);
   OptimizerConfig oc;
   oc.kind = t.optimizer;

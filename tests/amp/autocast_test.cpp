@@ -119,7 +119,7 @@ TEST(Autocast, PolicyTableCoversEveryOpAndFollowsTorchLists) {
   EXPECT_EQ(autocast_policy(OpKind::attention), CastPolicy::lower_precision);
   EXPECT_EQ(autocast_policy(OpKind::layer_norm), CastPolicy::fp32);
   EXPECT_EQ(autocast_policy(OpKind::causal_softmax), CastPolicy::fp32);
-  EXPECT_EQ(autocast_policy(OpKind::masked_softmax), CastPolicy::fp32);
+  EXPECT_EQ(autocast_policy(OpKind::masked_softmax), CastPolicy::lower_precision);
   EXPECT_EQ(autocast_policy(OpKind::cross_entropy), CastPolicy::fp32);
   EXPECT_EQ(autocast_policy(OpKind::add), CastPolicy::promote);
   EXPECT_EQ(autocast_policy(OpKind::mul), CastPolicy::promote);

@@ -75,7 +75,8 @@ struct MaskedSoftmaxTest : OpTest {
   std::vector<OpConfig> configs() const override {
     std::vector<OpConfig> out;
     uint64_t seed = 1;
-    for (auto sz : {std::vector<int64_t>{2, 3, 5, 5}, std::vector<int64_t>{3, 4, 33, 33}, std::vector<int64_t>{4, 12, 128, 128}})
+    for (auto sz : {std::vector<int64_t>{2, 3, 5, 5}, std::vector<int64_t>{3, 4, 33, 33},
+                    std::vector<int64_t>{4, 12, 128, 128}})
       for (auto [in, o] : {std::pair{DType::f32, DType::f32}, std::pair{DType::bf16, DType::f32},
                            std::pair{DType::bf16, DType::bf16}, std::pair{DType::f16, DType::f16}}) {
         OpConfig c;
@@ -83,8 +84,9 @@ struct MaskedSoftmaxTest : OpTest {
         c.in = in;
         c.out = o;
         c.seed = seed++;
-        c.label = std::string(dtype_name(in)) + "->" + std::string(dtype_name(o)) + " B=" + std::to_string(sz[0]) +
-                  " H=" + std::to_string(sz[1]) + " T=" + std::to_string(sz[2]);
+        c.label = std::string(dtype_name(in)) + "->" + std::string(dtype_name(o)) +
+                  " B=" + std::to_string(sz[0]) + " H=" + std::to_string(sz[1]) +
+                  " T=" + std::to_string(sz[2]);
         out.push_back(c);
       }
     return out;
@@ -96,8 +98,10 @@ struct MaskedSoftmaxTest : OpTest {
     const Tensor mask = key_mask(lens, Tk);
     const Tensor x = test::make_input({B * H, Tq, Tk}, cfg.in, cfg.seed, false, -6.f, 6.f);
     Tensor y = Tensor::empty({B * H, Tq, Tk}, cfg.out);
-    if (reference) ref::masked_softmax(x, mask, 0.35f, y);
-    else masked_softmax(x, mask, 0.35f, y);
+    if (reference)
+      ref::masked_softmax(x, mask, 0.35f, y);
+    else
+      masked_softmax(x, mask, 0.35f, y);
     return {y};
   }
 };
@@ -112,20 +116,23 @@ static test::OpRegistrar relu_reg(std::make_unique<ActivationTest>(Activation::r
 TEST(EncoderOps, FastMatchesReference) { test::run_registered_op_tests(); }
 
 TEST(EncoderOps, ThreadCountDoesNotChangeResults) {
-  test::run_thread_count_checks([](const OpConfig& cfg) { return cfg.sizes.size() >= 2 && cfg.sizes[0] >= 4; });
+  test::run_thread_count_checks(
+      [](const OpConfig& cfg) { return cfg.sizes.size() >= 2 && cfg.sizes[0] >= 4; });
 }
 
 TEST(EncoderOps, KnownValues) {
   // torch.nn.functional.gelu (exact) at -3, -1, 0, 0.5, 1, 3; tanh; relu (NaN stays NaN).
   const Tensor x = Tensor::from_vector({-3, -1, 0, 0.5, 1, 3}, {6}, DType::f64);
-  const std::vector<double> gelu = {-0.0040496182, -0.15865525393, 0.0, 0.34573123063, 0.84134474607, 2.99595038};
+  const std::vector<double> gelu = {-0.0040496182, -0.15865525393, 0.0,
+                                    0.34573123063, 0.84134474607,  2.99595038};
   for (bool fast : {false, true}) {
     for (DType t : {DType::f64, DType::f32}) {
       const Tensor xt = x.to(t);
       Tensor y = Tensor::empty({6}, t);
       fast ? activation(Activation::gelu_erf, xt, y) : ref::activation(Activation::gelu_erf, xt, y);
       const auto v = y.to_doubles();
-      for (size_t i = 0; i < v.size(); ++i) EXPECT_NEAR(v[i], gelu[i], 1e-6) << "gelu_erf(" << x.to_doubles()[i] << ")";
+      for (size_t i = 0; i < v.size(); ++i)
+        EXPECT_NEAR(v[i], gelu[i], 1e-6) << "gelu_erf(" << x.to_doubles()[i] << ")";
       fast ? activation(Activation::tanh, xt, y) : ref::activation(Activation::tanh, xt, y);
       EXPECT_NEAR(y.to_doubles()[4], std::tanh(1.0), 1e-7);
     }
@@ -164,8 +171,9 @@ TEST(EncoderOps, MaskedKeysAreZeroRealKeysAreASoftmaxAndAnEmptyRowIsUniform) {
 TEST(EncoderOps, MaskedSoftmaxRejectsBadShapes) {
   const Tensor x = Tensor::zeros({4, 3, 5}, DType::f32);
   Tensor y = Tensor::empty({4, 3, 5}, DType::f32);
-  EXPECT_THROW(masked_softmax(x, key_mask({5, 5, 5}, 5), 1.f, y), ShapeError);     // 4 heads not divisible by B = 3
-  EXPECT_THROW(masked_softmax(x, key_mask({4, 4}, 4), 1.f, y), ShapeError);        // Tk 4 != 5
+  EXPECT_THROW(masked_softmax(x, key_mask({5, 5, 5}, 5), 1.f, y),
+               ShapeError);                                                  // 4 heads not divisible by B = 3
+  EXPECT_THROW(masked_softmax(x, key_mask({4, 4}, 4), 1.f, y), ShapeError);  // Tk 4 != 5
   EXPECT_THROW(masked_softmax(x, Tensor::zeros({2, 5}, DType::f32), 1.f, y), DTypeError);  // mask not i32
 }
 
@@ -180,7 +188,8 @@ TEST(EncoderOps, ActivationBackwardMatchesFiniteDifferences) {
     activation_backward(k, x, g, dx);
     const auto xv = x.to_doubles(), gv = g.to_doubles(), dv = dx.to_doubles();
     for (size_t i = 0; i < xv.size(); ++i) {
-      Tensor p = Tensor::from_vector({xv[i] + kH}, {1}, DType::f64), m = Tensor::from_vector({xv[i] - kH}, {1}, DType::f64);
+      Tensor p = Tensor::from_vector({xv[i] + kH}, {1}, DType::f64),
+             m = Tensor::from_vector({xv[i] - kH}, {1}, DType::f64);
       Tensor yp = Tensor::empty({1}, DType::f64), ym = Tensor::empty({1}, DType::f64);
       activation(k, p, yp);
       activation(k, m, ym);
@@ -213,7 +222,8 @@ TEST(EncoderOps, AutogradMaskedSoftmaxGradientMatchesFiniteDifferences) {
     p[i] += kH;
     m[i] -= kH;
     const double num = (loss(Tensor::from_vector(p, x0.shape(), DType::f64)) -
-                        loss(Tensor::from_vector(m, x0.shape(), DType::f64))) / (2 * kH);
+                        loss(Tensor::from_vector(m, x0.shape(), DType::f64))) /
+                       (2 * kH);
     EXPECT_NEAR(grad[i], num, kAtol + kRtol * std::fabs(num)) << "element " << i;
   }
 }

@@ -37,7 +37,8 @@ struct Loaded {
 
 Loaded load(const std::string& kind, Pooling pooling = Pooling::cls) {
   Loaded l{test::load_fixture(kEncoderFixtures + kind + "_tiny.mtfx"), nullptr};
-  l.model = load_encoder_classifier(kEncoderFixtures + kind + "_tiny", test::encoder_fixture_options(l.fx, pooling));
+  l.model = load_encoder_classifier(kEncoderFixtures + kind + "_tiny",
+                                    test::encoder_fixture_options(l.fx, pooling));
   return l;
 }
 
@@ -47,7 +48,8 @@ void check_forward_backward(Loaded& l, const std::string& prefix) {
   l.model->params().zero_grads();
   ModelOutput out = l.model->forward_batch(batch, true, 7);
   EXPECT_EQ(out.logits.value().shape(), Shape({batch.inputs.size(0), 3}));
-  EXPECT_TRUE(close(out.logits.value().to_floats(), l.fx.f32(prefix + "logits"), 2e-5, 1e-4, prefix + "logits"));
+  EXPECT_TRUE(
+      close(out.logits.value().to_floats(), l.fx.f32(prefix + "logits"), 2e-5, 1e-4, prefix + "logits"));
   const float ref_loss = l.fx.f32(prefix + "loss")[0];
   EXPECT_NEAR(out.loss.value().item(), ref_loss, 1e-4 * std::fabs(ref_loss));
   out.loss.backward();
@@ -93,7 +95,8 @@ void check_adamw(Loaded& l) {
     const auto& ref = l.fx.f32("final." + w.name);
     ASSERT_EQ(got.size(), ref.size()) << w.name;
     double worst = 0;
-    for (size_t j = 0; j < ref.size(); ++j) worst = std::max(worst, std::fabs(static_cast<double>(got[j]) - ref[j]));
+    for (size_t j = 0; j < ref.size(); ++j)
+      worst = std::max(worst, std::fabs(static_cast<double>(got[j]) - ref[j]));
     EXPECT_LE(worst, 2e-5) << "final." << w.name;
   }
 }
@@ -194,10 +197,15 @@ TEST(EncoderFixture, ActivationCheckpointingGivesTheSameGradientsBitForBit) {
 // (sin on even, cos on odd columns), and fixed: no gradient, no weight decay.
 TEST(EncoderFixture, DistilBertSinusoidalPositionsAreFixed) {
   const test::Fixture fx = test::load_fixture(kEncoderFixtures + "distilbert_tiny.mtfx");
-  EncoderConfig cfg = EncoderConfig::from_hf_json(
-      nlohmann::json{{"model_type", "distilbert"}, {"vocab_size", 99}, {"dim", 32}, {"n_layers", 1}, {"n_heads", 4},
-                     {"hidden_dim", 37}, {"max_position_embeddings", 24}, {"sinusoidal_pos_embds", true}},
-      "sinusoidal test");
+  EncoderConfig cfg = EncoderConfig::from_hf_json(nlohmann::json{{"model_type", "distilbert"},
+                                                                 {"vocab_size", 99},
+                                                                 {"dim", 32},
+                                                                 {"n_layers", 1},
+                                                                 {"n_heads", 4},
+                                                                 {"hidden_dim", 37},
+                                                                 {"max_position_embeddings", 24},
+                                                                 {"sinusoidal_pos_embds", true}},
+                                                  "sinusoidal test");
   EncoderClassifier m(cfg, test::encoder_fixture_options(fx));
   const std::string name = "distilbert.embeddings.position_embeddings.weight";
   const auto pos = m.params().param(name).to_floats();

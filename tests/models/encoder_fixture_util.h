@@ -73,8 +73,8 @@ inline ::testing::AssertionResult close(const std::vector<float>& got, const std
     }
   }
   if (worst > 1.0 || std::isnan(worst))
-    return ::testing::AssertionFailure() << what << ": element " << at << " got " << got[at] << " ref " << ref[at]
-                                         << " uses " << 100 * worst << "% of its budget";
+    return ::testing::AssertionFailure() << what << ": element " << at << " got " << got[at] << " ref "
+                                         << ref[at] << " uses " << 100 * worst << "% of its budget";
   return ::testing::AssertionSuccess();
 }
 

@@ -33,7 +33,8 @@ std::vector<int32_t> ints(const Tensor& t) { return t.defined() ? t.to_ints() : 
 
 // One AdamW step (so the weights are not the loaded ones), save, reload: the same logits, bit for
 // bit. Writes the batch and the logits beside the model for the transformers check.
-void round_trip(const std::string& src, const std::string& name, const test::Fixture& fx, const std::string& tokenizer_dir) {
+void round_trip(const std::string& src, const std::string& name, const test::Fixture& fx,
+                const std::string& tokenizer_dir) {
   const ClassifierOptions o = test::encoder_fixture_options(fx);
   std::unique_ptr<Model> model = load_encoder_classifier(src, o);
   const Batch batch = test::encoder_fixture_batch(fx);
@@ -48,11 +49,13 @@ void round_trip(const std::string& src, const std::string& name, const test::Fix
   save_encoder_classifier(*model, dir.string(), tokenizer_dir);
   std::unique_ptr<Model> back = load_encoder_classifier(dir.string(), o);
   EXPECT_EQ(back->family(), model->family());
-  EXPECT_EQ(back->forward_batch(batch, false, 0).logits.value().to_floats(), logits) << name << ": reloaded logits";
+  EXPECT_EQ(back->forward_batch(batch, false, 0).logits.value().to_floats(), logits)
+      << name << ": reloaded logits";
 
   const nlohmann::json cfg = nlohmann::json::parse(read_text(dir / "config.json"));
   const bool bert = model->family() == "bert";
-  EXPECT_EQ(cfg.at("architectures")[0], bert ? "BertForSequenceClassification" : "DistilBertForSequenceClassification");
+  EXPECT_EQ(cfg.at("architectures")[0],
+            bert ? "BertForSequenceClassification" : "DistilBertForSequenceClassification");
   EXPECT_EQ(cfg.at("model_type"), model->family());
   EXPECT_EQ(cfg.at("num_labels"), o.labels.size());
   for (size_t i = 0; i < o.labels.size(); ++i) {
@@ -65,9 +68,12 @@ void round_trip(const std::string& src, const std::string& name, const test::Fix
       EXPECT_EQ(read_text(dir / f), read_text(fs::path(tokenizer_dir) / f)) << f;
     }
 
-  nlohmann::json check = {{"input_ids", ints(batch.inputs)},       {"token_type_ids", ints(batch.token_types)},
-                          {"attention_mask", ints(batch.attention_mask)}, {"shape", batch.inputs.shape().to_string()},
-                          {"batch", batch.inputs.size(0)},          {"seq", batch.inputs.size(1)},
+  nlohmann::json check = {{"input_ids", ints(batch.inputs)},
+                          {"token_type_ids", ints(batch.token_types)},
+                          {"attention_mask", ints(batch.attention_mask)},
+                          {"shape", batch.inputs.shape().to_string()},
+                          {"batch", batch.inputs.size(0)},
+                          {"seq", batch.inputs.size(1)},
                           {"logits", logits}};
   std::ofstream(dir / "mixtrain_logits.json") << check.dump();
 }
@@ -88,7 +94,8 @@ void expect_error(const std::function<void()>& f, const std::vector<std::string>
 
 TEST(EncoderIo, TinyBertAndDistilBertSaveAndReloadToTheSameLogits) {
   const std::string tok = builtin_data_path(kDefaultEncoderModel);  // any tokenizer files, to check the copy
-  round_trip(kEncoderFixtures + "bert_tiny", "bert_tiny", test::load_fixture(kEncoderFixtures + "bert_tiny.mtfx"), tok);
+  round_trip(kEncoderFixtures + "bert_tiny", "bert_tiny",
+             test::load_fixture(kEncoderFixtures + "bert_tiny.mtfx"), tok);
   round_trip(kEncoderFixtures + "distilbert_tiny", "distilbert_tiny",
              test::load_fixture(kEncoderFixtures + "distilbert_tiny.mtfx"), "");
 }
@@ -119,14 +126,16 @@ TEST(EncoderIo, BadDirectoriesAndOptionsFailNamingTheFileAndKey) {
   expect_error<IoError>([&] { load_encoder_classifier(with_config(j), o); }, {"config.json", "model_type"});
   j = good;
   j.erase("num_attention_heads");
-  expect_error<IoError>([&] { load_encoder_classifier(with_config(j), o); }, {"config.json", "num_attention_heads"});
+  expect_error<IoError>([&] { load_encoder_classifier(with_config(j), o); },
+                        {"config.json", "num_attention_heads"});
   j = good;
   j["hidden_act"] = "relu";
   expect_error<IoError>([&] { load_encoder_classifier(with_config(j), o); }, {"config.json", "hidden_act"});
   j = good;
   j["intermediate_size"] = 40;  // the file's tensors are (37, 32)
-  expect_error<ShapeError>([&] { load_encoder_classifier(with_config(j), o); },
-                           {"model.safetensors", "bert.encoder.layer.0.intermediate.dense.weight", "(37, 32)"});
+  expect_error<ShapeError>(
+      [&] { load_encoder_classifier(with_config(j), o); },
+      {"model.safetensors", "bert.encoder.layer.0.intermediate.dense.weight", "(37, 32)"});
   j = good;
   j["num_hidden_layers"] = 3;
   expect_error<IoError>([&] { load_encoder_classifier(with_config(j), o); },
@@ -134,10 +143,12 @@ TEST(EncoderIo, BadDirectoriesAndOptionsFailNamingTheFileAndKey) {
 
   ClassifierOptions two = o;
   two.labels = {"a", "b"};  // the saved classifier has 3 rows
-  expect_error<ShapeError>([&] { load_encoder_classifier(kEncoderFixtures + "bert_tiny", two); }, {"classifier.weight"});
+  expect_error<ShapeError>([&] { load_encoder_classifier(kEncoderFixtures + "bert_tiny", two); },
+                           {"classifier.weight"});
   ClassifierOptions one = o;
   one.labels = {"a"};
-  expect_error<ArgumentError>([&] { load_encoder_classifier(kEncoderFixtures + "bert_tiny", one); }, {"2 labels"});
+  expect_error<ArgumentError>([&] { load_encoder_classifier(kEncoderFixtures + "bert_tiny", one); },
+                              {"2 labels"});
 
   std::unique_ptr<Model> m = load_encoder_classifier(kEncoderFixtures + "bert_tiny", o);
   Batch b = test::encoder_fixture_batch(fx);
@@ -158,7 +169,8 @@ TEST(EncoderIo, BadDirectoriesAndOptionsFailNamingTheFileAndKey) {
 
 TEST(EncoderIo, DefaultsWithoutMaskOrTokenTypesAreAllRealAndSegmentZero) {
   const test::Fixture fx = test::load_fixture(kEncoderFixtures + "bert_tiny.mtfx");
-  std::unique_ptr<Model> m = load_encoder_classifier(kEncoderFixtures + "bert_tiny", test::encoder_fixture_options(fx));
+  std::unique_ptr<Model> m =
+      load_encoder_classifier(kEncoderFixtures + "bert_tiny", test::encoder_fixture_options(fx));
   Batch full = test::encoder_fixture_batch(fx);
   const int64_t B = full.inputs.size(0), T = full.inputs.size(1);
   full.attention_mask = Tensor::from_ints(std::vector<int32_t>(static_cast<size_t>(B * T), 1), {B, T});
@@ -168,4 +180,54 @@ TEST(EncoderIo, DefaultsWithoutMaskOrTokenTypesAreAllRealAndSegmentZero) {
   EXPECT_EQ(m->forward_batch(bare, false, 0).logits.value().to_floats(),
             m->forward_batch(full, false, 0).logits.value().to_floats());
   EXPECT_FALSE(m->forward_batch(bare, false, 0).loss.defined()) << "no targets, no loss";
+}
+
+// A config.json that describes a model far larger than its weights file is refused before the
+// parameters are allocated (a hostile config cannot ask for terabytes).
+TEST(EncoderIo, ConfigLargerThanTheWeightsFileIsRefusedBeforeAllocating) {
+  const test::Fixture fx = test::load_fixture(kEncoderFixtures + "bert_tiny.mtfx");
+  const fs::path d = fs::path(MIXTRAIN_BINARY_DIR) / "encoder_io_errors" / "huge";
+  fs::remove_all(d);
+  fs::create_directories(d);
+  nlohmann::json j = nlohmann::json::parse(read_text(kEncoderFixtures + "bert_tiny/config.json"));
+  j["vocab_size"] = int64_t{1} << 30;
+  j["hidden_size"] = int64_t{1} << 20;
+  j["num_attention_heads"] = 1;
+  std::ofstream(d / "config.json") << j.dump();
+  fs::copy_file(kEncoderFixtures + "bert_tiny/model.safetensors", d / "model.safetensors");
+  const int64_t before = MemoryTracker::global().snapshot().peak_total;
+  expect_error<IoError>([&] { load_encoder_classifier(d.string(), test::encoder_fixture_options(fx)); },
+                        {"config.json", "holds only"});
+  EXPECT_LT(MemoryTracker::global().snapshot().peak_total - before, int64_t{1} << 30);
+}
+
+// What a saved classifier says about itself: its labels and pooling come back from config.json, and
+// encoder_info describes a loaded model.
+TEST(EncoderIo, SavedOptionsAndInfoDescribeTheClassifier) {
+  const test::Fixture fx = test::load_fixture(kEncoderFixtures + "bert_tiny.mtfx");
+  ClassifierOptions o = test::encoder_fixture_options(fx, Pooling::mean);
+  std::unique_ptr<Model> m = load_encoder_classifier(kEncoderFixtures + "bert_tiny", o);
+  const fs::path dir = fs::path(MIXTRAIN_BINARY_DIR) / "encoder_io_errors" / "saved_mean";
+  fs::remove_all(dir);
+  save_encoder_classifier(*m, dir.string(), "");
+  const ClassifierOptions back = saved_classifier_options(dir.string());
+  EXPECT_EQ(back.labels, o.labels);
+  EXPECT_EQ(back.pooling, Pooling::mean);
+  EXPECT_TRUE(saved_classifier_options(builtin_data_path(kDefaultEncoderModel)).labels.empty())
+      << "a bare encoder";
+
+  const EncoderInfo info = encoder_info(*load_encoder_classifier(dir.string(), back));
+  EXPECT_EQ(info.family, "bert");
+  EXPECT_EQ(info.vocab_size, 99);
+  EXPECT_EQ(info.max_positions, 24);
+  EXPECT_EQ(info.hidden, 32);
+  EXPECT_EQ(info.layers, 2);
+  EXPECT_EQ(info.heads, 4);
+  EXPECT_EQ(info.labels, o.labels);
+  EXPECT_EQ(info.pooling, Pooling::mean);
+
+  nlohmann::json j = nlohmann::json::parse(read_text(dir / "config.json"));
+  j["id2label"] = {{"0", "a"}, {"2", "b"}};
+  std::ofstream(dir / "config.json") << j.dump();
+  expect_error<IoError>([&] { saved_classifier_options(dir.string()); }, {"config.json", "id2label", "'2'"});
 }

@@ -1,8 +1,8 @@
 // Memory prediction works for the encoder classifier: two training steps of the tiny BERT and
 // DistilBERT (fixture configs), with padding and token types, in 32-true and bf16-mixed, with and
-// without activation checkpointing, run on the meta device (predict_memory) and on the CPU; the
-// predicted peak, every category's peak and the terms alive at the peak must equal the CPU's
-// tracker to the byte (the GPT form is tests/train/memory_prediction_test.cpp).
+// without activation checkpointing (and BERT in 16-mixed, bf16-true and 16-true), run on the meta device
+// (predict_memory) and on the CPU; the predicted peak, every category's peak and the terms alive at the peak
+// must equal the CPU's tracker to the byte (the GPT form is tests/train/memory_prediction_test.cpp).
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -51,13 +51,15 @@ void two_steps(const EncoderConfig& cfg, const std::string& precision, bool ckpt
   batch.targets = Tensor::from_ints({0, 2, 1, -1}, {B});
   for (int step = 1; step <= 2; ++step) {
     model.params().zero_grads();
-    ModelOutput out = mp.forward([&] { return model.forward_batch(batch, true, static_cast<uint64_t>(step)); });
+    ModelOutput out =
+        mp.forward([&] { return model.forward_batch(batch, true, static_cast<uint64_t>(step)); });
     mp.backward(out.loss);
     mp.step(opt, model.params(), 1e-3f, 1.0);
   }
 }
 
-void expect_prediction_exact(const std::string& kind, const std::string& precision, bool ckpt, Pooling pooling) {
+void expect_prediction_exact(const std::string& kind, const std::string& precision, bool ckpt,
+                             Pooling pooling) {
   const EncoderConfig cfg = fixture_config(kind);
   const std::string what = kind + " " + precision + (ckpt ? " checkpointing" : "") +
                            (pooling == Pooling::mean ? " mean pooling" : "");
@@ -68,7 +70,8 @@ void expect_prediction_exact(const std::string& kind, const std::string& precisi
   two_steps(cfg, precision, ckpt, pooling);
   const MemorySnapshot after = cpu.snapshot();
   EXPECT_GT(p.peak_bytes, 0) << what;
-  EXPECT_EQ(p.peak_bytes, after.peak_total - before.live_total) << what << " (predicted peak at " << p.peak_moment << ")";
+  EXPECT_EQ(p.peak_bytes, after.peak_total - before.live_total)
+      << what << " (predicted peak at " << p.peak_moment << ")";
   for (size_t c = 0; c < kNumMemCategories; ++c)
     EXPECT_EQ(p.peak_by_category[c], after.peak[c] - before.live[c])
         << what << ": " << mem_category_name(static_cast<MemCategory>(c));
@@ -88,6 +91,9 @@ TEST(EncoderMemory, PredictionEqualsTheCpuRunToTheByte) {
     for (const char* precision : {"32-true", "bf16-mixed"})
       for (bool ckpt : {false, true}) expect_prediction_exact(kind, precision, ckpt, Pooling::cls);
   expect_prediction_exact("bert", "bf16-mixed", false, Pooling::mean);
+  // The other modes (16-bit weights, the loss scaler) run and are predicted too.
+  for (const char* precision : {"16-mixed", "bf16-true", "16-true"})
+    expect_prediction_exact("bert", precision, false, Pooling::cls);
 }
 
 TEST(EncoderMemory, TermsAreNamedByHuggingFaceModulePaths) {
@@ -96,4 +102,13 @@ TEST(EncoderMemory, TermsAreNamedByHuggingFaceModulePaths) {
   bool named = false;
   for (const MemoryTerm& t : p.terms) named = named || t.name.rfind("bert.encoder.layer.*.", 0) == 0;
   EXPECT_TRUE(named) << "no term under bert.encoder.layer.*; peak at " << p.peak_moment;
+  // Under bf16 autocast the attention probabilities are kept once, in bf16 (for backward and for
+  // p v alike), never in fp32.
+  int64_t bf16 = 0, f32 = 0;
+  for (const MemoryTerm& t : p.terms) {
+    if (t.name.find("attention.self masked_softmax") == std::string::npos) continue;
+    (t.name.size() > 4 && t.name.compare(t.name.size() - 4, 4, "bf16") == 0 ? bf16 : f32) += t.bytes;
+  }
+  EXPECT_GT(bf16, 0) << "peak at " << p.peak_moment;
+  EXPECT_EQ(f32, 0);
 }

@@ -33,7 +33,8 @@ Var embedding(const Var& weight, const Tensor& ids, int64_t padding_idx = -1);
 Var causal_softmax(const Var& x, float scale);
 // Bidirectional attention softmax: x (B*H, Tq, Tk), key_mask (B, Tk) i32 (1 real, 0 padding) ->
 // softmax over the last dim of scale * x with the padded keys at probability 0 (a row with no real
-// key is uniform). Under autocast the output is f32, as causal_softmax.
+// key is uniform). Under autocast it runs in the 16-bit compute dtype, as the attention op (fp32
+// math and sums inside; the probabilities stored once in 16 bits, for backward and for p v).
 Var masked_softmax(const Var& x, const Tensor& key_mask, float scale);
 // logits (..., V), targets (...) i32 (-1 ignored) -> scalar f32 mean loss.
 Var cross_entropy(const Var& logits, const Tensor& targets);

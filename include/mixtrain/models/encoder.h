@@ -2,7 +2,8 @@
 // erf GELU, pooler) and DistilBERT (no token types, pre_classifier + ReLU head), chosen from a
 // Hugging Face config.json's model_type and loaded from Hugging Face safetensors names.
 //
-// CONTRACT (being implemented): the finetune pipeline codes against these declarations.
+// The finetune pipeline codes against these declarations (models/encoder_model.h and
+// src/checkpoint/encoder_weights.cpp implement them).
 #pragma once
 #include <memory>
 #include <string>
@@ -34,6 +35,25 @@ struct ClassifierOptions {
 std::unique_ptr<Model> load_encoder_classifier(const std::string& dir, const ClassifierOptions& options,
                                                DType dtype = DType::f32, DType grad_dtype = DType::f32,
                                                MemCategory param_category = MemCategory::parameters);
+
+// What a loaded encoder classifier is (for callers that hold it as a Model: the tokenizer's vocab
+// must match vocab_size, sequences are at most max_positions long). ArgumentError when `model`
+// is not from load_encoder_classifier.
+struct EncoderInfo {
+  std::string family;  // "bert" or "distilbert"
+  int64_t vocab_size = 0;
+  int64_t max_positions = 0;  // max_position_embeddings: the longest sequence
+  int64_t hidden = 0, layers = 0, heads = 0;
+  std::vector<std::string> labels;  // class id -> label
+  Pooling pooling = Pooling::cls;
+};
+EncoderInfo encoder_info(const Model& model);
+
+// The options a saved classifier was trained with, from `dir`/config.json: labels from id2label
+// (in class-id order; empty when the file has none, e.g. a bare encoder such as MiniLM), pooling
+// from "mixtrain_pooling" (cls when absent); dropout and seed keep their defaults. IoError naming
+// the file and the key when id2label is malformed (not an object of "0".."K-1" -> string).
+ClassifierOptions saved_classifier_options(const std::string& dir);
 
 // Writes `model` (from load_encoder_classifier) to `dir` as Hugging Face's
 // BertForSequenceClassification / DistilBertForSequenceClassification: model.safetensors,

@@ -24,7 +24,8 @@ class TextClassifier {
  public:
   // IoError naming the file for a directory without config.json / id2label / vocab.txt / weights.
   static TextClassifier load(const std::string& dir);
-  // One prediction per text, in batches of `batch_size`, each cut to max_len tokens.
+  // One prediction per text, in batches of `batch_size`, each cut to max_len tokens (at most the
+  // model's positions).
   std::vector<Prediction> classify(const std::vector<std::string>& texts, int64_t max_len = 512,
                                    int64_t batch_size = 16) const;
   const std::vector<std::string>& labels() const { return labels_; }
@@ -36,11 +37,8 @@ class TextClassifier {
   std::shared_ptr<Model> model_;  // shared: a TextClassifier is movable and copyable
 };
 
-// The labels of a Hugging Face config.json's id2label ({"0": "great", "1": "other"}), in id
-// order. IoError naming the file for a missing, malformed or gappy id2label.
-std::vector<std::string> labels_from_config(const std::string& config_path);
-// The head's pooling a saved config.json records ("mixtrain_pooling", save_encoder_classifier);
-// cls (BERT's pooler, Hugging Face's own head) when it says nothing. IoError for another value.
-Pooling pooling_from_config(const std::string& config_path);
+// The WordPiece tokenizer of a model directory: vocab.txt, lower casing as tokenizer_config.json's
+// do_lower_case says (BERT's uncased default when it does not). IoError naming a bad file.
+WordPieceTokenizer tokenizer_from_model_dir(const std::string& dir);
 
 }  // namespace mixtrain

@@ -57,7 +57,8 @@ void CpuBackend::activation(Activation kind, const Tensor& x, Tensor& out) {
   cpu::RowView in[1], ov;
   const Tensor xk = cpu::rows_or_copy(x, in[0]);
   Tensor o = cpu::rows_for_output(out, ov);
-  cpu::elementwise<1>(in, ov, [kind](const float* const* p, float* dst, int64_t n) { cpu::act_f32(kind, p[0], dst, n); });
+  cpu::elementwise<1>(
+      in, ov, [kind](const float* const* p, float* dst, int64_t n) { cpu::act_f32(kind, p[0], dst, n); });
   cpu::finish_output(o, out);
 }
 
@@ -76,7 +77,8 @@ void CpuBackend::activation_backward(Activation kind, const Tensor& x, const Ten
 // the max and the sum and written as 0; a row with no real key is uniform over all keys (what
 // Hugging Face's additive finfo.min mask gives).
 void CpuBackend::masked_softmax(const Tensor& x, const Tensor& key_mask, float scale, Tensor& y) {
-  if (!cpu::all_fast({&x, &y}) || !key_mask.is_contiguous()) return ref::masked_softmax(x, key_mask, scale, y);
+  if (!cpu::all_fast({&x, &y}) || !key_mask.is_contiguous())
+    return ref::masked_softmax(x, key_mask, scale, y);
   cpu::RowView xv, ov;
   const Tensor xk = cpu::rows_or_copy(x, xv);
   Tensor o = cpu::rows_for_output(y, ov);

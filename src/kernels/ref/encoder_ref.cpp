@@ -21,9 +21,12 @@ using detail::store;
 template <typename T>
 T act(Activation k, T x) {
   switch (k) {
-    case Activation::gelu_erf: return T(0.5) * x * (T(1) + std::erf(x * static_cast<T>(0.70710678118654752440)));
-    case Activation::tanh: return std::tanh(x);
-    case Activation::relu: return x > T(0) ? x : (x != x ? x : T(0));
+    case Activation::gelu_erf:
+      return T(0.5) * x * (T(1) + std::erf(x * static_cast<T>(0.70710678118654752440)));
+    case Activation::tanh:
+      return std::tanh(x);
+    case Activation::relu:
+      return x > T(0) ? x : (x != x ? x : T(0));
   }
   return x;
 }
@@ -38,7 +41,8 @@ T act_grad(Activation k, T x) {
       const T t = std::tanh(x);
       return T(1) - t * t;
     }
-    case Activation::relu: return x > T(0) ? T(1) : T(0);
+    case Activation::relu:
+      return x > T(0) ? T(1) : T(0);
   }
   return T(1);
 }
@@ -46,7 +50,8 @@ T act_grad(Activation k, T x) {
 template <typename T>
 void activation_t(Activation k, const Tensor& x, Tensor& out) {
   const int64_t n = x.numel();
-  for (int64_t i = 0; i < n; ++i) store<T>(out, elem_offset(out, i), act<T>(k, load<T>(x, elem_offset(x, i))));
+  for (int64_t i = 0; i < n; ++i)
+    store<T>(out, elem_offset(out, i), act<T>(k, load<T>(x, elem_offset(x, i))));
 }
 
 template <typename T>
