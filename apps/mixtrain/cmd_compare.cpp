@@ -12,6 +12,7 @@
 #include "train/output_paths.h"
 #include "train/summary_json.h"
 #include "train_options.h"
+#include "finetune_options.h"
 
 namespace mixtrain::cli {
 namespace {
@@ -117,6 +118,85 @@ nlohmann::ordered_json to_json(const CompareResult& result, const TrainOptions& 
   return out;
 }
 
+// The fine-tune's table (the reference experiment's columns): precision, time, peak memory, test
+// accuracy, diverged.
+void print_classify_header(double majority) {
+  std::printf("test accuracy of the majority class: %.2f%%\n", 100 * majority);
+  std::printf("%-18s %10s %10s %10s %9s %10s %9s\n", "precision", "time (s)", "peak MiB", "test acc.", "test loss",
+              "tokens/s", "diverged");
+}
+
+void print_classify_row(const CompareRun& run) {
+  const TrainSummary& s = run.summary;
+  char acc[32];
+  if (std::isfinite(s.val_accuracy))
+    std::snprintf(acc, sizeof acc, "%.2f%%", 100 * s.val_accuracy);
+  else
+    std::snprintf(acc, sizeof acc, "NaN");
+  std::printf("%-18s %10.1f %10s %10s %9.4f %10.0f %9s\n", run.entry.label.c_str(), s.elapsed_s,
+              mib(run.memory.peak_total).c_str(), acc, s.val_loss, s.tokens_per_s, s.diverged ? "yes" : "no");
+  std::fflush(stdout);
+}
+
+nlohmann::ordered_json classify_json(const CompareResult& result, const FinetuneOptions& base, double majority) {
+  nlohmann::ordered_json out;
+  nlohmann::ordered_json config;
+  config["task"] = base.task.empty() ? base.train_path : base.task;
+  config["model"] = base.model_dir.empty() ? "built-in all-MiniLM-L6-v2" : base.model_dir;
+  config["epochs"] = base.epochs;
+  config["max_len"] = base.max_len;
+  config["batch_size"] = base.train.batch_size;
+  config["lr"] = base.train.lr;
+  config["seed"] = base.train.seed;
+  config["threads"] = result.threads;
+  out["config"] = config;
+  out["machine"] = machine_json();
+  out["majority_baseline"] = majority;
+  if (result.interrupted) out["interrupted_during"] = result.interrupted_label;
+  out["runs"] = nlohmann::ordered_json::array();
+  for (const CompareRun& run : result.runs) {
+    const TrainSummary& s = run.summary;
+    nlohmann::ordered_json row;
+    row["precision"] = s.precision;
+    if (precision_spec(run.entry.mode).param_dtype != DType::f32)
+      row["update_rounding"] = update_rounding_name(run.entry.rounding);
+    row["train_seconds"] = s.elapsed_s;
+    row["peak_bytes"] = run.memory.peak_total;
+    row["peak_bytes_by_category"] = nonzero_peaks_json(run.memory.peak);
+    row["test_accuracy"] = finite_or_null(s.val_accuracy);
+    row["test_loss"] = finite_or_null(s.val_loss);
+    row["tokens_per_s"] = s.tokens_per_s;
+    row["speedup"] = run.speedup;
+    row["skipped_steps"] = s.skipped_steps;
+    row["diverged"] = s.diverged;
+    out["runs"].push_back(row);
+  }
+  return out;
+}
+
+// compare --task classify|finefoods|fortunes: the fine-tune once per mode.
+int run_classify_compare(FinetuneFlags& ff, const std::vector<CompareEntry>& entries, const std::string& json_path) {
+  if (!json_path.empty()) check_output_path(json_path, "--json");
+  install_stop_handlers();
+  ff.opt.train.stop_signal = &g_stop_signal;
+  bool header = false;
+  double majority = 0;  // known once the first run loaded the data, before its row is printed
+  const CompareResult result = compare_finetune(
+      ff.opt, entries,
+      [&](const CompareRun& run) {
+        if (!header) print_classify_header(majority);
+        header = true;
+        print_classify_row(run);
+      },
+      &majority);
+  if (result.interrupted)
+    std::fprintf(stderr, "mixtrain: interrupted during %s by %s; %zu finished mode(s) reported\n",
+                 result.interrupted_label.c_str(), result.stop_signal == SIGINT ? "SIGINT" : "SIGTERM",
+                 result.runs.size());
+  if (!json_path.empty()) write_file_atomic(json_path, classify_json(result, ff.opt, majority).dump(2) + "\n");
+  return result.interrupted ? 128 + result.stop_signal : 0;
+}
+
 }  // namespace
 
 void register_compare(CLI::App& app, GlobalOptions& g, std::vector<Command>& commands) {
@@ -125,11 +205,19 @@ void register_compare(CLI::App& app, GlobalOptions& g, std::vector<Command>& com
   auto precisions = std::make_shared<std::string>("32-true,16-mixed,bf16-mixed,16-true,bf16-true");
   auto json_path = std::make_shared<std::string>();
   auto report_path = std::make_shared<std::string>();
+  auto ff = std::make_shared<FinetuneFlags>();
+  auto task = std::make_shared<std::string>("lm");
   add_train_flags(sub, *f, /*with_precision=*/false);
+  sub->add_option("--task", *task,
+                  "lm (train a GPT), or fine-tune an encoder classifier: classify (Fine Foods, or --train/--test), "
+                  "finefoods, fortunes")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"lm", "classify", "finefoods", "fortunes"}));
+  add_finetune_data_flags(sub, *ff, /*with_model_and_task=*/false);
   sub->add_option("--precisions", *precisions, "Comma-separated precision modes")->capture_default_str();
   sub->add_option("--json", *json_path, "Also write the comparison as JSON to FILE");
   sub->add_option("--report", *report_path, "Also write the comparison as a self-contained HTML report to FILE");
-  commands.push_back({[sub] { return sub->parsed(); }, [&g, f, precisions, json_path, report_path, sub] {
+  commands.push_back({[sub] { return sub->parsed(); }, [&g, f, ff, task, precisions, json_path, report_path, sub] {
     apply_global_options(g);
     std::vector<CompareEntry> entries;
     try {
@@ -140,6 +228,14 @@ void register_compare(CLI::App& app, GlobalOptions& g, std::vector<Command>& com
     std::vector<PrecisionMode> modes;
     for (const CompareEntry& e : entries) modes.push_back(e.mode);
     f->finish(modes);
+    if (*task != "lm") {
+      if (!report_path->empty()) throw ArgumentError("--report is for --task lm (the fine-tune prints its table)");
+      finetune_from_compare_flags(*ff, *f, *task);
+      return run_classify_compare(*ff, entries, *json_path);
+    }
+    for (const char* flag : {"--train", "--test", "--epochs", "--max-len", "--pooling", "--train-examples",
+                             "--test-examples", "--text-column", "--text-pair-column", "--label-column", "--dropout"})
+      if (sub->count(flag) > 0) throw ArgumentError(std::string(flag) + " applies to --task classify, not lm");
     // --json and --report checked with every run's step log before the first run trains (an
     // unwritable or clashing output would otherwise be found after all of them).
     if (sub->count("--json") > 0 || !report_path->empty())

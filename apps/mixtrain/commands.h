@@ -45,5 +45,6 @@ void register_sample(CLI::App& app, GlobalOptions& g, std::vector<Command>& comm
 void register_memory(CLI::App& app, GlobalOptions& g, std::vector<Command>& commands);
 void register_report(CLI::App& app, GlobalOptions& g, std::vector<Command>& commands);
 void register_numerics(CLI::App& app, GlobalOptions& g, std::vector<Command>& commands);
+void register_finetune(CLI::App& app, GlobalOptions& g, std::vector<Command>& commands);  // and classify
 
 }  // namespace mixtrain::cli

@@ -50,6 +50,10 @@ std::string flag_for_field(const std::string& field) {
       {"tensorboard_dir", "--tensorboard"},
       {"numerics.path", "--numerics"},
       {"numerics.every", "--numerics-every"},
+      {"train_path", "--train"},  // FinetuneOptions
+      {"test_path", "--test"},
+      {"model_dir", "--model"},
+      {"save_dir", "--save"},
   };
   if (const auto it = kIrregular.find(field); it != kIrregular.end()) return it->second;
   std::string name = field.substr(field.rfind('.') + 1);

@@ -58,6 +58,7 @@ int run_main(int argc, char** argv) {
   register_memory(app, global, commands);
   register_report(app, global, commands);
   register_numerics(app, global, commands);
+  register_finetune(app, global, commands);
 
   try {
     app.parse(argc, argv);

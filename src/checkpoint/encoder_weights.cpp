@@ -136,8 +136,9 @@ std::unique_ptr<Model> load_encoder_classifier(const std::string& dir, const Cla
   } catch (const ArgumentError& e) {
     throw IoError(e.what());
   }
-  if (default_device().is_meta())  // memory prediction: shapes only, nothing is read or allocated
-    return std::make_unique<EncoderClassifier>(cfg, options, dtype, grad_dtype, param_category);
+  // On the meta device too (memory prediction): the file is read on the host and its tensors
+  // become meta workspace tensors (SafetensorsFile::tensor), so the prediction counts the load's
+  // buffers as the real load holds them, and nothing is computed.
   // The file first: a config.json describing far more parameters than model.safetensors holds is
   // refused before anything that large is allocated.
   const SafetensorsFile file = SafetensorsFile::read((fs::path(dir) / "model.safetensors").string());

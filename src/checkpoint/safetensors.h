@@ -45,7 +45,7 @@ class SafetensorsFile {
   // Pointer to the entry's first byte (entry.end - entry.begin bytes follow).
   const uint8_t* data(const SafetensorsEntry& e) const { return bytes_.data() + data_start_ + e.begin; }
   // A contiguous copy as a Tensor: dtypes F32, F16, BF16, F64, I32, F8_E4M3, F8_E5M2 (DTypeError
-  // naming the file and tensor for the others).
+  // naming the file and tensor for the others). On the meta device: the shape and dtype, no bytes.
   Tensor tensor(const SafetensorsEntry& e, MemCategory category = MemCategory::other) const;
 
  private:

@@ -1,4 +1,4 @@
-// lr_at: linear warm-up + cosine decay (see schedule.h).
+// lr_at: linear warm-up + cosine decay, or Hugging Face's linear warm-up + linear decay (see schedule.h).
 #include "mixtrain/optim/schedule.h"
 
 #include <cmath>
@@ -29,6 +29,14 @@ float lr_at(int64_t step, const LrSchedule& s) {
   validate(s);
   if (step < 1) throw ArgumentError("lr_at: step counts from 1, got " + std::to_string(step));
   const double max_lr = s.max_lr, min_lr = s.min_lr;
+  if (s.kind == ScheduleKind::linear) {
+    const int64_t t = step - 1;  // how many times Hugging Face's scheduler has stepped
+    if (t < s.warmup_steps) return float(max_lr * double(t) / double(s.warmup_steps));
+    if (s.total_steps == 0) return s.max_lr;
+    if (t >= s.total_steps) return 0.f;
+    // Here warmup <= t < total, so total - warmup > 0.
+    return float(max_lr * double(s.total_steps - t) / double(s.total_steps - s.warmup_steps));
+  }
   if (step <= s.warmup_steps) return float(max_lr * double(step) / double(s.warmup_steps));
   if (s.total_steps == 0) return s.max_lr;
   // The peak step: the last warm-up step, or step 1 without warm-up (as PyTorch's and Hugging

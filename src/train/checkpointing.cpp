@@ -68,9 +68,11 @@ nlohmann::json run_options(const TrainOptions& o, int64_t T, const TextCorpus& c
   return j;
 }
 
-// The first key whose value differs ("lr: 0.001 vs 0.002"), or "" when equal.
+
+}  // namespace
+
 std::string first_difference(const nlohmann::json& saved, const nlohmann::json& now,
-                             const std::string& prefix = "") {
+                             const std::string& prefix) {
   if (saved.is_object() && now.is_object()) {
     for (const auto& [k, v] : now.items()) {
       if (!saved.contains(k)) return prefix + k + " (not in the checkpoint)";
@@ -85,8 +87,6 @@ std::string first_difference(const nlohmann::json& saved, const nlohmann::json& 
   std::string key = prefix.empty() ? "value" : prefix.substr(0, prefix.size() - 1);
   return key + ": checkpoint has " + json_excerpt(saved) + ", this run has " + json_excerpt(now);
 }
-
-}  // namespace
 
 void CheckpointOptions::validate() const {
   // Named as TrainOptions spells them (opt.checkpoint.keep); the CLI says its flags instead.

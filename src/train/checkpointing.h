@@ -48,6 +48,10 @@ class TrainCheckpointing final : public TrainingHook {
   nlohmann::json run_;  // the options compared on resume
 };
 
+// The first key whose value differs between a checkpoint's recorded options and this run's
+// ("lr: checkpoint has 0.001, this run has 0.002"), or "" when equal; `prefix` goes before keys.
+std::string first_difference(const nlohmann::json& saved, const nlohmann::json& now, const std::string& prefix = "");
+
 // Resuming with a step log: keeps the lines of `path` up to `step` (a torn last line from a
 // killed run is dropped), so the resumed run appends to an exact prefix.
 void trim_step_log(const std::string& path, int64_t step);

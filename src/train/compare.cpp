@@ -62,7 +62,8 @@ std::vector<CompareEntry> parse_compare_entries(std::string_view list, UpdateRou
 }
 
 CompareResult compare_precisions(const TrainOptions& base, const std::vector<CompareEntry>& entries,
-                                 const std::function<void(const CompareRun&)>& on_run) {
+                                 const std::function<void(const CompareRun&)>& on_run,
+                                 const std::function<TrainSummary(const TrainOptions&)>& train_fn) {
   if (entries.empty()) throw ArgumentError("compare_precisions: no entry to run");
   // Refuse used TensorBoard directories before the first run trains (train() checks its own).
   if (!base.tensorboard_dir.empty() && base.checkpoint.resume.empty())
@@ -90,11 +91,14 @@ CompareResult compare_precisions(const TrainOptions& base, const std::vector<Com
     o.quiet = true;
     o.log_jsonl = compare_log_path(base.log_jsonl, e);
     o.numerics.path = compare_log_path(base.numerics.path, e);  // one numerics log per mode
-    if (!o.tensorboard_dir.empty()) o.tensorboard_dir += "/" + tag_of(e);  // one TensorBoard run per mode
+    if (!o.tensorboard_dir.empty()) {  // one TensorBoard run per mode (appended in two: GCC 12 warns, falsely)
+      o.tensorboard_dir += '/';
+      o.tensorboard_dir += tag_of(e);
+    }
     CompareRun run;
     run.entry = e;
     try {
-      run.summary = train(o);
+      run.summary = train_fn ? train_fn(o) : train(o);
     } catch (const DivergedError& d) {
       run.summary = d.summary;  // a result, not an error: reported in its row, the comparison goes on
     }

@@ -18,6 +18,7 @@
 #include "train/dir_lock.h"
 #include "train/model_config.h"
 #include "train/numerics_sites.h"
+#include "train/observer_hooks.h"
 #include "train/output_paths.h"
 #include "mixtrain/train/memory_prediction.h"
 #include "mixtrain/train/run_hooks.h"
@@ -255,27 +256,9 @@ TrainSummary train(const TrainOptions& opt_in) {
   run.add_hook(std::make_unique<TrainCheckpointing>(as_one_process, model, T, corpus));
   if (world != nullptr) run.add_hook(std::make_unique<DataParallelHook>(*world, opt.data_parallel));
   if (opt.profile) run.add_hook(std::make_unique<ProfileHook>(opt.profile_warmup));
-  if (!opt.inject_nonfinite.empty())
-    run.add_hook(std::make_unique<FaultInjectionHook>(opt.inject_nonfinite, opt.inject_nonfinite_rank));
-  if (opt.overflow_forensics) run.add_hook(std::make_unique<OverflowForensicsHook>());
-  std::unique_ptr<TensorBoardHook> tb;
-  if (!opt.tensorboard_dir.empty()) tb = std::make_unique<TensorBoardHook>(opt.tensorboard_dir, !opt.checkpoint.resume.empty());
-  if (!opt.numerics.path.empty()) {
-    NumericsHook::SampleFn to_tensorboard;  // each sampled site's amax as a scalar of the step's event
-    if (tb)
-      to_tensorboard = [t = tb.get()](int64_t, const std::vector<SiteStats>& sites) { add_amax_scalars(*t, sites); };
-    run.add_hook(std::make_unique<NumericsHook>(opt.numerics, std::move(to_tensorboard)));
-  }
-  run.add_hook(std::make_unique<StepLogHook>(opt.log_jsonl));
-  if (tb) run.add_hook(std::move(tb));
-  run.add_hook(std::make_unique<ProgressHook>(opt.log_every, opt.quiet));
+  add_observer_hooks(run, opt);
   if (opt.add_hooks) opt.add_hooks(run);
-  // --keep-fp32 for this run only (process-wide in autocast; restored however the run ends).
-  struct KeepFp32 {
-    std::vector<std::string> saved = autocast_keep_fp32();
-    explicit KeepFp32(const std::vector<std::string>& p) { set_autocast_keep_fp32(p); }
-    ~KeepFp32() { set_autocast_keep_fp32(saved); }
-  } keep(opt.keep_fp32);
+  const KeepFp32Scope keep(opt.keep_fp32);
   TrainSummary sum = run.run();
   // MFU against this machine's GEMM rate for the dtype the model's GEMMs run in, measured now.
   if (opt.measure_gemm_rate && !sum.interrupted) {

@@ -24,7 +24,7 @@ void RunConfig::validate() const {
   };
   positive(steps, "steps");
   positive(grad_accum, "grad_accum");
-  positive(eval_batches, "eval_batches");
+  if (eval_batches < 0) throw ArgumentError("eval_batches must be >= 0 (0: all), got " + std::to_string(eval_batches));
   positive(max_bad_steps, "max_bad_steps");
   if (eval_every < 0) throw ArgumentError("eval_every must be >= 0, got " + std::to_string(eval_every));
   if (!(grad_clip >= 0)) throw ArgumentError("grad_clip must be >= 0 (0 disables clipping)");
@@ -96,7 +96,7 @@ TrainingRun::Evaluation TrainingRun::evaluate() {
   EvalSums sums = mp_.forward([&] {
     autograd::NoGradGuard no_grad;
     const int64_t available = data_.num_eval_batches();
-    const int64_t n = std::min(config_.eval_batches, available);
+    const int64_t n = config_.eval_batches == 0 ? available : std::min(config_.eval_batches, available);
     Batch batch;
     EvalSums total;
     for (int64_t i = rank(); i < n; i += world_size()) {  // rank r: batches r, r + N, ...
@@ -112,7 +112,7 @@ TrainingRun::Evaluation TrainingRun::evaluate() {
   return e;
 }
 
-double TrainingRun::forward_backward(int64_t step, bool& loss_finite) {
+double TrainingRun::forward_backward(int64_t step, bool& loss_finite, int64_t& tokens) {
   model_.params().zero_grads();
   // Micro-batches: each loss is divided by K and multiplied by the (constant) loss scale before
   // backward, so the gradients sum to the scaled mean over the effective batch.
@@ -122,11 +122,14 @@ double TrainingRun::forward_backward(int64_t step, bool& loss_finite) {
   const int64_t NK = K * world_size();
   double loss = 0;
   loss_finite = true;
+  tokens = 0;
   for (int64_t micro = 0; micro < K; ++micro) {
     micro_ = micro;
     const int64_t position = (step - 1) * NK + rank() * K + micro + 1;  // data and dropout stream position
     const ScopedPhase phase(step, "forward");
     data_.train_batch(position, batch_);
+    // Padding is not work done: a classification batch says how many tokens are real.
+    tokens += batch_.real_tokens > 0 ? batch_.real_tokens : batch_.inputs.numel();
     ModelOutput out = mp_.forward(
         [&] { return model_.forward_batch(batch_, true, config_.seed ^ (static_cast<uint64_t>(position) << 20)); });
     const double l = out.loss.value().item();
@@ -143,13 +146,14 @@ double TrainingRun::forward_backward(int64_t step, bool& loss_finite) {
 double TrainingRun::replay_step() {
   if (!in_nonfinite_) throw ArgumentError("TrainingRun::replay_step: only inside on_nonfinite");
   bool finite = true;
+  int64_t tokens = 0;
   // A replay is this rank's alone: gradient hooks that talk to other ranks sit it out (replaying()).
   struct Flag {
     bool& f;
     explicit Flag(bool& f) : f(f) { f = true; }
     ~Flag() { f = false; }
   } replaying(replaying_);
-  return forward_backward(step_ + 1, finite);
+  return forward_backward(step_ + 1, finite, tokens);
 }
 
 namespace {
@@ -185,10 +189,14 @@ StepRecord TrainingRun::step() {
   const double t0 = now_s();
   r.lr = lr_at(r.step, config_.schedule);
   ParameterStore& params = model_.params();
-  r.loss = forward_backward(r.step, r.loss_finite);
+  r.loss = forward_backward(r.step, r.loss_finite, r.tokens);
   for (auto& h : hooks_) h->reduce_gradients(*this, r.step);
   if (world_size() > 1) {
-    config_.world->sum(std::span<double>(&r.loss, 1));  // rank order: one process's sum for N = 2, K = 1
+    // One sum for both (rank order: one process's sum for N = 2, K = 1).
+    double sums[2] = {r.loss, static_cast<double>(r.tokens)};
+    config_.world->sum(std::span<double>(sums, 2));
+    r.loss = sums[0];
+    r.tokens = static_cast<int64_t>(sums[1]);
     r.loss_finite = std::isfinite(r.loss);
   }
   r.loss_scale = mp_.scaler().scale();
@@ -228,7 +236,8 @@ StepRecord TrainingRun::step() {
   train_time_ += r.seconds;
   step_ = r.step;
   for (auto& h : hooks_) h->after_update(*this, r);
-  r.tokens_per_s = static_cast<double>(tokens_per_step()) / r.seconds;
+  train_tokens_ += r.tokens;
+  r.tokens_per_s = static_cast<double>(r.tokens) / r.seconds;
   r.elapsed_s = now_s() - run_start_;
   summary_.steps = r.step;
   summary_.final_loss_scale = mp_.scaler().scale();
@@ -249,14 +258,14 @@ StepRecord TrainingRun::step() {
 
 void TrainingRun::finish_summary() {
   summary_.elapsed_s = now_s() - run_start_;
-  const int64_t steps_run = summary_.steps - start_step_;
-  summary_.tokens_per_s = train_time_ > 0 ? static_cast<double>(tokens_per_step() * steps_run) / train_time_ : 0.0;
+  summary_.tokens_per_s = train_time_ > 0 ? static_cast<double>(train_tokens_) / train_time_ : 0.0;
   summary_.model_flops_per_s = model_.flops_per_token(data_.sequence_length()) * summary_.tokens_per_s;
 }
 
 TrainSummary TrainingRun::run() {
   run_start_ = now_s();
   train_time_ = 0;
+  train_tokens_ = 0;
   summary_.unigram_baseline = data_.baseline_loss();
   for (auto& h : hooks_) h->on_run_start(*this);
   while (step_ < config_.steps) {

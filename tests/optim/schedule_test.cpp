@@ -1,4 +1,4 @@
-// lr_at: warm-up, cosine decay, the constant cases and bad schedules.
+// lr_at: warm-up, cosine decay, Hugging Face's linear schedule, the constant cases and bad schedules.
 #include "mixtrain/optim/schedule.h"
 
 #include <gtest/gtest.h>
@@ -54,6 +54,34 @@ TEST(LrSchedule, ConstantAndPartialForms) {
   const LrSchedule all_warm{1.0f, 10, 10, 0.1f};  // warm-up fills the whole run
   EXPECT_FLOAT_EQ(lr_at(10, all_warm), 1.0f);
   EXPECT_FLOAT_EQ(lr_at(11, all_warm), 0.1f);
+}
+
+// Hugging Face's get_linear_schedule_with_warmup(opt, num_warmup_steps=w, num_training_steps=n),
+// stepped after each optimizer step: step t gets max_lr * lambda(t - 1). The values below are
+// what that LambdaLR gives for lr 1.0 (lambda(s) = s / w during warm-up, (n - s) / (n - w) after).
+TEST(LrSchedule, LinearLikeHuggingFace) {
+  const LrSchedule s{1.0f, 4, 20, 0.f, ScheduleKind::linear};
+  EXPECT_EQ(lr_at(1, s), 0.f);           // lambda(0) = 0: Hugging Face's first step does nothing
+  EXPECT_FLOAT_EQ(lr_at(2, s), 0.25f);   // lambda(1) = 1/4
+  EXPECT_FLOAT_EQ(lr_at(4, s), 0.75f);
+  EXPECT_EQ(lr_at(5, s), 1.0f);          // lambda(4) = (20 - 4) / 16: the peak
+  EXPECT_FLOAT_EQ(lr_at(6, s), 15.f / 16.f);
+  EXPECT_FLOAT_EQ(lr_at(13, s), 0.5f);   // lambda(12) = 8 / 16
+  EXPECT_FLOAT_EQ(lr_at(20, s), 1.f / 16.f);  // the last step: lambda(19)
+  EXPECT_EQ(lr_at(21, s), 0.f);          // decayed to 0 after it
+  EXPECT_EQ(lr_at(1000, s), 0.f);
+  for (int64_t t = 5; t < 21; ++t) EXPECT_GT(lr_at(t, s), lr_at(t + 1, s));
+  // No warm-up (the fine-tune's default): the full rate first, then straight down.
+  const LrSchedule n{5e-5f, 0, 250, 0.f, ScheduleKind::linear};
+  EXPECT_EQ(lr_at(1, n), 5e-5f);
+  EXPECT_FLOAT_EQ(lr_at(126, n), float(5e-5 * 125.0 / 250.0));
+  EXPECT_FLOAT_EQ(lr_at(250, n), float(5e-5 / 250.0));
+  // No decay (total 0): warm-up then constant; min_lr plays no part.
+  const LrSchedule w{2.0f, 4, 0, 0.5f, ScheduleKind::linear};
+  EXPECT_FLOAT_EQ(lr_at(3, w), 1.0f);
+  EXPECT_EQ(lr_at(5, w), 2.0f);
+  EXPECT_EQ(lr_at(9999, w), 2.0f);
+  expect_throw<ArgumentError>([] { lr_at(1, LrSchedule{1.f, 5, 3, 0.f, ScheduleKind::linear}); });
 }
 
 TEST(LrSchedule, BadSchedulesThrow) {

@@ -61,7 +61,7 @@ struct RunConfig {
   int64_t grad_accum = 1;       // micro-batches per optimizer step
   uint64_t seed = 1337;         // the dropout stream (the data source has its own)
   int64_t eval_every = 0;       // evaluate every N steps (and always after the last); 0: only then
-  int64_t eval_batches = 8;     // evaluation batches, spread evenly over the data source's
+  int64_t eval_batches = 8;     // evaluation batches, spread evenly over the data source's; 0: all
   int64_t max_bad_steps = 20;   // non-finite losses in a row before the run is declared diverged
   Communicator* world = nullptr;  // the data-parallel ranks (not owned); null: one process
   void validate() const;        // ArgumentError naming the field
@@ -143,7 +143,8 @@ struct StepRecord {
   bool skipped = false;         // the optimizer step was not applied
   bool diverged = false;        // this step ended the run (max_bad_steps non-finite losses in a row)
   double seconds = 0;           // the step's wall time (forward, backward, update)
-  double tokens_per_s = 0;
+  int64_t tokens = 0;           // tokens the step's batches held (Batch::real_tokens: no padding)
+  double tokens_per_s = 0;      // tokens / seconds
   double elapsed_s = 0;         // since run() started
   bool evaluated = false;       // val_loss holds an evaluation made after this step
   double val_loss = NAN;
@@ -199,7 +200,8 @@ class TrainingRun {
   // streams and loss scale) into zeroed gradients, e.g. under a probe; returns its loss. The step
   // is skipped anyway, so the trajectory does not change.
   double replay_step();
-  // Mean loss and top-1 accuracy over config().eval_batches evaluation batches (no grad, autocast).
+  // Mean loss and top-1 accuracy over config().eval_batches evaluation batches (all of them when
+  // 0), with no grad, under autocast.
   struct Evaluation {
     double loss = NAN;
     double accuracy = NAN;
@@ -222,14 +224,17 @@ class TrainingRun {
   int64_t start_step() const { return start_step_; }
   // Continue after `step` (a checkpoint restore, in on_run_start).
   void set_start_step(int64_t step);
-  // Tokens per optimizer step over all ranks: batch_size * sequence_length * grad_accum * ranks.
+  // The most tokens an optimizer step can hold, over all ranks: batch_size * sequence_length *
+  // grad_accum * ranks. Rates count the tokens actually read (StepRecord::tokens), which is less
+  // with padding.
   int64_t tokens_per_step() const;
 
  private:
   void finish_summary();
-  // Zeroes the gradients and runs the micro-batches of `step`: forward, loss * scale / K,
-  // backward. Returns the mean loss; loss_finite false stops at the first non-finite loss.
-  double forward_backward(int64_t step, bool& loss_finite);
+  // Zeroes the gradients and runs this rank's micro-batches of `step`: forward, loss * scale /
+  // (N*K), backward. Returns its share of the mean loss and counts the tokens read (padding not
+  // counted); loss_finite false stops at the first non-finite loss.
+  double forward_backward(int64_t step, bool& loss_finite, int64_t& tokens);
   void sum_over_ranks(EvalSums& s);  // evaluation sums of every rank's share
 
   Model& model_;
@@ -246,6 +251,7 @@ class TrainingRun {
   bool replaying_ = false;    // inside replay_step
   int64_t micro_ = 0;         // the micro-batch being run
   double train_time_ = 0;     // seconds inside step() since the start
+  int64_t train_tokens_ = 0;  // tokens read by step() since the start
   double run_start_ = 0;      // steady-clock seconds at run()
   Batch batch_;               // the training batch, reused
 };

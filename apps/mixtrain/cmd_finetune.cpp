@@ -1,0 +1,165 @@
+// `mixtrain finetune`: fine-tunes a pretrained encoder on labelled text (train/finetune.h);
+// `mixtrain classify`: applies a saved fine-tuned model to texts (train/classify.h).
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "finetune_options.h"
+#include "mixtrain/train/classify.h"
+#include "train/summary_json.h"
+
+namespace mixtrain::cli {
+namespace {
+
+// The run summary (summary_to_json: speed, peak memory by category, ...) with the fine-tune's
+// results: test accuracy, the majority baseline, the time in training steps, each epoch.
+nlohmann::ordered_json finetune_json(const FinetuneSummary& s, const FinetuneOptions& o) {
+  nlohmann::ordered_json j;
+  j["test_accuracy"] = finite_or_null(s.test_accuracy());
+  j["test_loss"] = finite_or_null(s.run.val_loss);
+  j["majority_baseline"] = s.majority_baseline;
+  j["train_seconds"] = s.train_seconds;
+  j["train_examples"] = s.train_examples;
+  j["test_examples"] = s.test_examples;
+  j["steps_per_epoch"] = s.steps_per_epoch;
+  j["max_len"] = o.max_len;
+  j["batch_size"] = o.train.batch_size;
+  j["lr"] = o.train.lr;
+  j["labels"] = s.labels;
+  j["epochs"] = nlohmann::ordered_json::array();
+  for (const FinetuneEpoch& e : s.epochs)
+    j["epochs"].push_back({{"epoch", e.epoch},
+                           {"step", e.step},
+                           {"train_loss", finite_or_null(e.train_loss)},
+                           {"test_loss", finite_or_null(e.test_loss)},
+                           {"test_accuracy", finite_or_null(e.test_accuracy)},
+                           {"elapsed_s", e.elapsed_s}});
+  const nlohmann::ordered_json run = summary_to_json(s.run);  // named: items() must not outlive it
+  for (const auto& [k, v] : run.items()) j[k] = v;
+  return j;
+}
+
+int run_finetune(FinetuneFlags& f, const std::string& json_path, const CLI::App& sub) {
+  if (!json_path.empty()) check_output_path(json_path, "--json");
+  if (json_path == "-") f.opt.train.quiet = true;
+  install_stop_handlers();
+  f.opt.train.stop_signal = &g_stop_signal;
+  FinetuneSummary s;
+  int code = 0;
+  try {
+    s = finetune(f.opt);
+  } catch (const DivergedError& e) {
+    s.run = e.summary;
+    std::fprintf(stderr, "mixtrain: error: %s\n", error_message(e, sub).c_str());
+    code = kExitDiverged;
+  }
+  if (s.run.interrupted) {
+    std::fprintf(stderr, "mixtrain: interrupted at step %lld by %s%s%s\n", static_cast<long long>(s.run.steps),
+                 s.run.stop_signal == SIGINT ? "SIGINT" : "SIGTERM", s.run.checkpoint_path.empty() ? "" : "; checkpoint ",
+                 s.run.checkpoint_path.c_str());
+    code = 128 + s.run.stop_signal;
+  }
+  if (!json_path.empty()) write_file_atomic(json_path, finetune_json(s, f.opt).dump(2) + "\n");
+  if (code == 0 && !f.opt.train.quiet)
+    std::printf("done (%s): %lld steps, test accuracy %.2f%% (majority baseline %.2f%%), test loss %.4f, %.1f s in "
+                "training steps, %.0f tokens/s (not counting padding)\n",
+                s.run.precision.c_str(), static_cast<long long>(s.run.steps), 100 * s.test_accuracy(),
+                100 * s.majority_baseline, s.run.val_loss, s.train_seconds, s.run.tokens_per_s);
+  if (std::fflush(stdout) != 0 || std::ferror(stdout))
+    throw IoError("cannot write to stdout: " + std::string(std::strerror(errno)));
+  return code;
+}
+
+// The texts of --file: one a line (empty lines skipped); "-" is stdin.
+std::vector<std::string> read_lines(const std::string& path) {
+  std::ifstream file;
+  if (path != "-") {
+    file.open(path);
+    if (!file) throw IoError("--file " + path + ": cannot be read (" + std::strerror(errno) + ")");
+  }
+  std::istream& in = path == "-" ? std::cin : file;
+  std::vector<std::string> out;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (!line.empty()) out.push_back(line);
+  }
+  if (in.bad()) throw IoError("--file " + path + ": read error");
+  return out;
+}
+
+}  // namespace
+
+void register_finetune(CLI::App& app, GlobalOptions& g, std::vector<Command>& commands) {
+  auto* sub = app.add_subcommand("finetune", "Fine-tune a pretrained encoder (BERT) to classify text");
+  auto f = std::make_shared<FinetuneFlags>();
+  auto json = std::make_shared<std::string>();
+  add_finetune_train_flags(sub, *f, /*with_precision=*/true, /*with_checkpoints=*/true);  // first: drops train's --model
+  add_finetune_data_flags(sub, *f);
+  sub->add_option("--save", f->opt.save_dir, "Write the fine-tuned model to DIR (Hugging Face's layout)");
+  sub->add_option("--json", *json, "Write the run summary as JSON to FILE (-: stdout)");
+  auto predict = std::make_shared<bool>(false);
+  sub->add_flag("--predict-memory", *predict,
+                "Only predict the run's peak memory by category (its first two steps on the meta device), as JSON");
+  commands.push_back({[sub] { return sub->parsed(); }, [&g, f, json, predict, sub] {
+                        apply_global_options(g);
+                        f->finish();
+                        if (*predict) {
+                          const MemoryPrediction p = predict_finetune_memory(f->opt);
+                          nlohmann::ordered_json j;
+                          j["parameters"] = p.parameters;
+                          j["peak_bytes"] = p.peak_bytes;
+                          j["peak_bytes_by_category"] = nonzero_peaks_json(p.peak_by_category);
+                          j["peak_moment"] = p.peak_moment;
+                          std::printf("%s\n", j.dump(2).c_str());
+                          return 0;
+                        }
+                        if (*json == "-" && f->opt.train.log_jsonl == "-")
+                          throw ArgumentError("--json - and --log-jsonl - both write to stdout");
+                        return run_finetune(*f, *json, *sub);
+                      }});
+
+  auto* cls = app.add_subcommand("classify", "Classify texts with a model saved by finetune --save");
+  auto dir = std::make_shared<std::string>();
+  auto texts = std::make_shared<std::vector<std::string>>();
+  auto file = std::make_shared<std::string>();
+  auto max_len = std::make_shared<int64_t>(512);
+  auto as_json = std::make_shared<bool>(false);
+  cls->add_option("--checkpoint", *dir, "The model directory (finetune --save DIR)")->required();
+  cls->add_option("--text", *texts, "A text to classify (repeatable)");
+  cls->add_option("--file", *file, "Classify each line of FILE (-: stdin)");
+  cls->add_option("--max-len", *max_len, "Tokens per text with [CLS]/[SEP]")->capture_default_str();
+  cls->add_flag("--json", *as_json, "One JSON object per text instead of text lines");
+  commands.push_back({[cls] { return cls->parsed(); }, [&g, dir, texts, file, max_len, as_json] {
+                        apply_global_options(g);
+                        if (texts->empty() == file->empty())
+                          throw ArgumentError("classify needs --text or --file (one of them)");
+                        const std::vector<std::string> in = file->empty() ? *texts : read_lines(*file);
+                        const TextClassifier c = TextClassifier::load(*dir);
+                        const std::vector<Prediction> preds = c.classify(in, *max_len);
+                        for (size_t i = 0; i < preds.size(); ++i) {
+                          const Prediction& p = preds[i];
+                          if (*as_json) {
+                            nlohmann::ordered_json j;
+                            j["label"] = p.label;
+                            for (size_t k = 0; k < p.probabilities.size(); ++k)
+                              j["probabilities"][c.labels()[k]] = p.probabilities[k];
+                            std::printf("%s\n", j.dump().c_str());
+                            continue;
+                          }
+                          std::printf("%s", p.label.c_str());
+                          for (size_t k = 0; k < p.probabilities.size(); ++k)
+                            std::printf("\t%s=%.4f", c.labels()[k].c_str(), p.probabilities[k]);
+                          std::printf("\n");
+                        }
+                        if (std::fflush(stdout) != 0 || std::ferror(stdout))
+                          throw IoError("cannot write to stdout: " + std::string(std::strerror(errno)));
+                        return 0;
+                      }});
+}
+
+}  // namespace mixtrain::cli

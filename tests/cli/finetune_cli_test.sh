@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# `mixtrain finetune` and `mixtrain classify` end to end on a tiny random BERT (the encoder
+# fixture's bert_tiny with a generated vocabulary) and a small TSV task whose label is the
+# sentiment word in the text: it learns beyond the majority baseline; its --json has the summary
+# keys and one entry per epoch; a run stopped and resumed from its checkpoint logs exactly the
+# steps of an uninterrupted one; the saved model classifies texts; bad input is one line, exit 2.
+MIXTRAIN="$1"
+. "$(dirname "$0")/cli_common.sh"
+SRC="${MIXTRAIN_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}"
+
+# The model: bert_tiny (vocab 99, 24 positions, 3 labels) and a vocab.txt of 99 tokens.
+M="$TMP/model"
+mkdir -p "$M"
+cp "$SRC/tests/fixtures/encoder/bert_tiny/config.json" "$SRC/tests/fixtures/encoder/bert_tiny/model.safetensors" "$M/"
+{
+  printf '%s\n' "[PAD]" "[UNK]" "[CLS]" "[SEP]" "[MASK]" good bad meh the food was and it tasted
+  for i in $(seq 1 85); do echo "w$i"; done
+} >"$M/vocab.txt"
+
+# The data: "the food was <sentiment> and it tasted wN ..." with label negative / neutral / positive.
+write_set() {  # FILE ROWS OFFSET
+  echo -e "text\tlabel" >"$1"
+  local words=(bad meh good good) labels=(negative neutral positive positive)
+  for i in $(seq 1 "$2"); do
+    local k=$(((i + $3) % 4))
+    echo -e "the food was ${words[$k]} and it tasted w$(((i * 7) % 85 + 1)) w$(((i * 3) % 85 + 1))\t${labels[$k]}"
+  done >>"$1"
+}
+write_set "$TMP/train.tsv" 96 0
+write_set "$TMP/test.tsv" 40 1
+FT=("$MIXTRAIN" --threads 1 finetune --model "$M" --train "$TMP/train.tsv" --test "$TMP/test.tsv" --max-len 16
+  --batch-size 8 --lr 1e-2 --epochs 4 --pooling mean)
+
+# An uninterrupted run: summary JSON, epochs, accuracy above the majority baseline (50%).
+expect_exit 0 "straight run" -- "${FT[@]}" --log-jsonl "$TMP/straight.jsonl" --json "$TMP/s.json" --save "$TMP/saved"
+grep -q '^epoch 4/4 (step 48): .* test accuracy' "$TMP/out" && pass || fail "no per-epoch line: $(head -c 400 "$TMP/out")"
+python3 - "$TMP/s.json" <<'PY' && pass || fail "summary JSON"
+import json, sys
+j = json.load(open(sys.argv[1]))
+for k in ("test_accuracy", "majority_baseline", "train_seconds", "tokens_per_s", "peak_bytes", "peak_bytes_by_category",
+          "epochs", "labels"):
+    assert k in j, k
+assert j["majority_baseline"] == 0.5, j["majority_baseline"]
+assert [e["step"] for e in j["epochs"]] == [12, 24, 36, 48], j["epochs"]
+assert j["labels"] == ["negative", "neutral", "positive"], j["labels"]
+assert j["test_accuracy"] > 0.8, j["test_accuracy"]
+assert j["tokens_per_s"] > 0 and j["peak_bytes"] > 0 and j["train_seconds"] > 0
+PY
+
+# Stopped after step 17 (inside epoch 2), resumed: the same step log, value for value.
+CK="$TMP/ck"
+expect_exit 0 "first part" -- "${FT[@]}" --log-jsonl "$TMP/resumed.jsonl" --checkpoint-dir "$CK" --stop-after 17
+expect_exit 0 "resumed part" -- "${FT[@]}" --log-jsonl "$TMP/resumed.jsonl" --checkpoint-dir "$CK" --resume "$CK"
+python3 - "$TMP/straight.jsonl" "$TMP/resumed.jsonl" <<'PY' && pass || fail "resumed run differs from the straight one"
+import json, sys
+def load(p):
+    out = []
+    for line in open(p):
+        j = json.loads(line)
+        for k in ("tokens_per_s", "elapsed_s"):
+            j.pop(k, None)
+        out.append(j)
+    return out
+a, b = load(sys.argv[1]), load(sys.argv[2])
+assert len(a) == 48, len(a)
+assert a == b, next(((x, y) for x, y in zip(a, b) if x != y), (len(a), len(b)))
+PY
+expect_exit 2 "resume with another weight decay" -- "${FT[@]}" --weight-decay 0.02 --checkpoint-dir "$CK" --resume "$CK"
+expect_stderr_has "options differ" "resume with another weight decay"
+
+# The saved model classifies: label and probabilities.
+expect_exit 0 "classify --text" -- "$MIXTRAIN" --threads 1 classify --checkpoint "$TMP/saved" --text "the food was good"
+grep -Eq '^(negative|neutral|positive)	negative=[0-9.]+	neutral=[0-9.]+	positive=[0-9.]+$' "$TMP/out" && pass ||
+  fail "classify output: $(cat "$TMP/out")"
+grep -q '^positive' "$TMP/out" && pass || fail "'good' not classified positive: $(cat "$TMP/out")"
+printf 'the food was bad\n\nthe food was meh\n' >"$TMP/texts.txt"
+expect_exit 0 "classify --file" -- "$MIXTRAIN" --threads 1 classify --checkpoint "$TMP/saved" --file "$TMP/texts.txt"
+[ "$(wc -l <"$TMP/out")" = 2 ] && pass || fail "classify --file: $(cat "$TMP/out")"
+
+# The memory prediction (the first two steps on the meta device) is the measured peak, to the byte.
+expect_exit 0 "predict memory" -- "${FT[@]}" --precision bf16-mixed --steps 2 --predict-memory
+cp "$TMP/out" "$TMP/predicted.json"
+expect_exit 0 "two steps measured" -- "${FT[@]}" --precision bf16-mixed --steps 2 --json "$TMP/measured.json"
+python3 - "$TMP/predicted.json" "$TMP/measured.json" <<'PY' && pass || fail "predicted and measured peaks differ"
+import json, sys
+p, m = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+assert p["peak_bytes"] == m["peak_bytes"] > 0, (p["peak_bytes"], m["peak_bytes"])
+assert p["peak_bytes_by_category"] == m["peak_bytes_by_category"], (p, m["peak_bytes_by_category"])
+PY
+
+# compare --task classify: the reference table, one row per mode, and its JSON.
+expect_exit 0 "compare --task classify" -- "$MIXTRAIN" --threads 1 compare --task classify --model "$M" \
+  --train "$TMP/train.tsv" --test "$TMP/test.tsv" --max-len 16 --batch-size 8 --lr 1e-2 --pooling mean --epochs 4 \
+  --precisions 32-true,bf16-mixed,16-true --json "$TMP/compare.json"
+grep -q '^precision .*time (s) .*peak MiB .*test acc. .*diverged' "$TMP/out" && pass || fail "compare table: $(cat "$TMP/out")"
+[ "$(grep -cE '^(32-true|bf16-mixed|16-true:nearest) ' "$TMP/out")" = 3 ] && pass || fail "compare rows: $(cat "$TMP/out")"
+python3 - "$TMP/compare.json" <<'PY' && pass || fail "compare JSON"
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["majority_baseline"] == 0.5
+assert [r["precision"] for r in j["runs"]] == ["32-true", "bf16-mixed", "16-true"]
+for r in j["runs"]:
+    for k in ("train_seconds", "peak_bytes", "test_accuracy", "diverged"):
+        assert k in r, k
+assert j["runs"][0]["test_accuracy"] > 0.8, j["runs"][0]
+PY
+expect_exit 2 "compare --task lm with --epochs" -- "$MIXTRAIN" compare --epochs 2
+expect_stderr_has "--epochs" "compare --task lm with --epochs"
+
+# Bad input: one line naming the flag, file or line; exit 2; nothing trained.
+printf 'text\tlabel\nthe food was good\n' >"$TMP/bad.tsv"
+expect_exit 2 "bad row" -- "${FT[@]/$TMP\/train.tsv/$TMP/bad.tsv}"
+expect_stderr_has "bad.tsv:2" "bad row"
+expect_exit 2 "missing test file" -- "${FT[@]/$TMP\/test.tsv/$TMP/none.tsv}"
+expect_stderr_has "none.tsv" "missing test file"
+expect_exit 2 "train without test" -- "$MIXTRAIN" finetune --model "$M" --train "$TMP/train.tsv"
+expect_stderr_has "--test" "train without test"
+expect_exit 2 "bad pooling" -- "${FT[@]}" --pooling max
+expect_stderr_has "--pooling" "bad pooling"
+expect_exit 2 "bad max-len" -- "${FT[@]}" --max-len 1
+expect_stderr_has "--max-len" "bad max-len"
+expect_exit 2 "bad task" -- "$MIXTRAIN" finetune --task imdb
+expect_stderr_has "--task" "bad task"
+expect_exit 2 "no model" -- "${FT[@]/$M/$TMP/nomodel}"
+expect_stderr_has "nomodel" "no model"
+expect_exit 2 "json into a directory" -- "${FT[@]}" --json "$TMP"
+expect_stderr_has "--json" "json into a directory"
+expect_exit 2 "unknown label column" -- "${FT[@]}" --label-column score
+expect_stderr_has "score" "unknown label column"
+expect_exit 2 "classify without text" -- "$MIXTRAIN" classify --checkpoint "$TMP/saved"
+expect_exit 2 "classify a bare encoder" -- "$MIXTRAIN" classify --checkpoint "$M/none" --text x
+
+finish
