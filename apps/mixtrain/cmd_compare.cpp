@@ -77,6 +77,35 @@ nlohmann::ordered_json compare_report(const nlohmann::ordered_json& j,
   return r;
 }
 
+// The `runs` of compare --json, one row per run: its precision (and update rounding where the
+// weights are 16-bit), then the columns `columns(row, run)` adds (the GPT compare's or the
+// fine-tune's).
+template <class Columns>
+nlohmann::ordered_json runs_json(const CompareResult& result, const Columns& columns) {
+  nlohmann::ordered_json runs = nlohmann::ordered_json::array();
+  for (const CompareRun& run : result.runs) {
+    nlohmann::ordered_json row;
+    row["precision"] = run.summary.precision;
+    if (precision_spec(run.entry.mode).param_dtype != DType::f32)
+      row["update_rounding"] = update_rounding_name(run.entry.rounding);
+    columns(row, run);
+    runs.push_back(row);
+  }
+  return runs;
+}
+
+// The run's peak memory: in all and by category.
+void add_peaks(nlohmann::ordered_json& row, const CompareRun& run) {
+  row["peak_bytes"] = run.memory.peak_total;
+  row["peak_bytes_by_category"] = nonzero_peaks_json(run.memory.peak);
+}
+
+// How the run went: steps skipped on non-finite gradients, and whether it diverged.
+void add_health(nlohmann::ordered_json& row, const TrainSummary& s) {
+  row["skipped_steps"] = s.skipped_steps;
+  row["diverged"] = s.diverged;
+}
+
 nlohmann::ordered_json to_json(const CompareResult& result, const TrainOptions& base) {
   nlohmann::ordered_json out;
   nlohmann::ordered_json config;
@@ -94,27 +123,19 @@ nlohmann::ordered_json to_json(const CompareResult& result, const TrainOptions& 
   out["machine"] = machine_json();
   out["speedup_baseline"] = result.baseline;
   if (result.interrupted) out["interrupted_during"] = result.interrupted_label;
-  out["runs"] = nlohmann::ordered_json::array();
-  for (const CompareRun& run : result.runs) {
+  out["runs"] = runs_json(result, [&](nlohmann::ordered_json& row, const CompareRun& run) {
     const TrainSummary& s = run.summary;
-    nlohmann::ordered_json row;
-    row["precision"] = s.precision;
-    if (precision_spec(run.entry.mode).param_dtype != DType::f32)
-      row["update_rounding"] = update_rounding_name(run.entry.rounding);
     row["tokens_per_s"] = s.tokens_per_s;
     row["speedup"] = run.speedup;
-    row["peak_bytes"] = run.memory.peak_total;
-    row["peak_bytes_by_category"] = nonzero_peaks_json(run.memory.peak);
+    add_peaks(row, run);
     row["final_train_loss"] = finite_or_null(s.final_train_loss);
     row["val_loss"] = finite_or_null(s.val_loss);
-    row["skipped_steps"] = s.skipped_steps;
-    row["diverged"] = s.diverged;
+    add_health(row, s);
     row["final_loss_scale"] = s.final_loss_scale;
     row["mfu"] = s.mfu;
     row["elapsed_s"] = s.elapsed_s;
     if (!base.log_jsonl.empty()) row["log_jsonl"] = compare_log_path(base.log_jsonl, run.entry);
-    out["runs"].push_back(row);
-  }
+  });
   return out;
 }
 
@@ -153,24 +174,16 @@ nlohmann::ordered_json classify_json(const CompareResult& result, const Finetune
   out["machine"] = machine_json();
   out["majority_baseline"] = majority;
   if (result.interrupted) out["interrupted_during"] = result.interrupted_label;
-  out["runs"] = nlohmann::ordered_json::array();
-  for (const CompareRun& run : result.runs) {
+  out["runs"] = runs_json(result, [](nlohmann::ordered_json& row, const CompareRun& run) {
     const TrainSummary& s = run.summary;
-    nlohmann::ordered_json row;
-    row["precision"] = s.precision;
-    if (precision_spec(run.entry.mode).param_dtype != DType::f32)
-      row["update_rounding"] = update_rounding_name(run.entry.rounding);
     row["train_seconds"] = s.elapsed_s;
-    row["peak_bytes"] = run.memory.peak_total;
-    row["peak_bytes_by_category"] = nonzero_peaks_json(run.memory.peak);
+    add_peaks(row, run);
     row["test_accuracy"] = finite_or_null(s.val_accuracy);
     row["test_loss"] = finite_or_null(s.val_loss);
     row["tokens_per_s"] = s.tokens_per_s;
     row["speedup"] = run.speedup;
-    row["skipped_steps"] = s.skipped_steps;
-    row["diverged"] = s.diverged;
-    out["runs"].push_back(row);
-  }
+    add_health(row, s);
+  });
   return out;
 }
 

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "mixtrain/amp/grad_scaler.h"
@@ -25,11 +26,9 @@ namespace {
 constexpr const char* kModelFile = "model.safetensors";
 constexpr const char* kStateFile = "train_state.safetensors";
 
-// JSON has no inf / NaN: those go in as strings, so two configs still compare equal.
-nlohmann::json num(double v) {
-  if (std::isfinite(v)) return v;
-  return std::isnan(v) ? "nan" : (v > 0 ? "inf" : "-inf");
-}
+nlohmann::json num(double v) { return json_number(v); }
+
+void warn(const std::string& line) { std::fprintf(stderr, "mixtrain: warning: %s\n", line.c_str()); }
 
 // The options that shape the loss trajectory (--steps does not: a resumed run may extend it).
 nlohmann::json run_options(const TrainOptions& o, int64_t T, const TextCorpus& corpus) {
@@ -71,6 +70,11 @@ nlohmann::json run_options(const TrainOptions& o, int64_t T, const TextCorpus& c
 
 }  // namespace
 
+nlohmann::json json_number(double v) {
+  if (std::isfinite(v)) return v;
+  return std::isnan(v) ? "nan" : (v > 0 ? "inf" : "-inf");
+}
+
 std::string first_difference(const nlohmann::json& saved, const nlohmann::json& now,
                              const std::string& prefix) {
   if (saved.is_object() && now.is_object()) {
@@ -106,16 +110,16 @@ void CheckpointOptions::validate() const {
         "checkpoint.resume and checkpoint.init_from exclude each other (a checkpoint holds its own weights)");
 }
 
-TrainCheckpointing::TrainCheckpointing(const TrainOptions& opt, Gpt& model, int64_t T, const TextCorpus& corpus)
-    : opt_(opt), model_(model), cfg_(model.config()), run_(run_options(opt, T, corpus)) {
+CheckpointHook::CheckpointHook(const TrainOptions& opt, nlohmann::json run_options, std::string last_step_words)
+    : opt_(opt), run_(std::move(run_options)), last_step_words_(std::move(last_step_words)) {
   opt.checkpoint.validate();
 }
 
-TrainingState TrainCheckpointing::capture(int64_t step, TrainingRun& r) const {
+TrainingState CheckpointHook::capture(int64_t step, TrainingRun& r) const {
   TrainingState s;
   s.step = step;
   s.precision = std::string(precision_spec(opt_.precision).name);
-  s.model = cfg_;
+  store_model(s);
   s.run = run_;
   const ParameterStore& store = r.model().params();
   s.params = store.flat_params();
@@ -132,27 +136,24 @@ TrainingState TrainCheckpointing::capture(int64_t step, TrainingRun& r) const {
   return s;
 }
 
-bool TrainCheckpointing::should_stop(TrainingRun& r, const StepRecord& rec) {
+bool CheckpointHook::should_stop(TrainingRun& r, const StepRecord& rec) {
   const int64_t step = rec.step;
   const CheckpointOptions& c = opt_.checkpoint;
-  const bool stop = c.stop_after > 0 && step == c.stop_after && step < opt_.steps;
+  const int64_t last = r.config().steps;
+  const bool stop = c.stop_after > 0 && step == c.stop_after && step < last;
   // An interrupted run (InterruptHook latched the signal in on_step_end) saves where it stops.
   const bool interrupted = r.summary().interrupted;
-  const bool due = step == opt_.steps || stop || interrupted || (c.save_every > 0 && step % c.save_every == 0);
+  const bool due = step == last || stop || interrupted || (c.save_every > 0 && step % c.save_every == 0);
   if (!c.dir.empty() && due) {
     std::vector<CheckpointFile> files(2);
     files[0].name = kModelFile;
-    SafetensorsWriter w = model_safetensors_writer(r.model());
-    w.set_metadata("mixtrain_config", gpt_config_to_json(cfg_).dump());
-    files[0].bytes = w.serialize();
+    files[0].bytes = weights_file(r);
     files[1].name = kStateFile;
     files[1].bytes = encode_training_state(capture(step, r));
-    // Hugging Face's config.json, so transformers' from_pretrained(step-NNNNNN) works as it is.
-    const std::string hf_config = gpt2_hf_config_json(cfg_);
-    files.push_back({"config.json", std::vector<uint8_t>(hf_config.begin(), hf_config.end())});
+    for (CheckpointFile& f : extra_files()) files.push_back(std::move(f));
     nlohmann::ordered_json info;
     info["precision"] = std::string(precision_spec(opt_.precision).name);
-    info["model"] = gpt_config_to_json(cfg_);
+    info["model"] = manifest_model(r);
     const std::string saved = write_checkpoint(c.dir, step, files, info);
     prune_checkpoints(c.dir, c.keep);
     r.summary().checkpoint_path = saved;
@@ -170,13 +171,13 @@ bool TrainCheckpointing::should_stop(TrainingRun& r, const StepRecord& rec) {
   return stop;
 }
 
-void TrainCheckpointing::on_run_start(TrainingRun& r) {
+void CheckpointHook::on_run_start(TrainingRun& r) {
   const int64_t start = restore(r);
   prepare_directory(start);
   r.set_start_step(start);
 }
 
-void TrainCheckpointing::prepare_directory(int64_t start) const {
+void CheckpointHook::prepare_directory(int64_t start) const {
   const std::string& dir = opt_.checkpoint.dir;
   if (dir.empty()) return;
   const auto all = list_checkpoints(dir);
@@ -195,7 +196,11 @@ void TrainCheckpointing::prepare_directory(int64_t start) const {
     const std::filesystem::path p(path);
     const std::string base = (p.parent_path() / ("abandoned-" + p.filename().string())).string();
     std::string aside = base;
-    for (int k = 1; std::filesystem::exists(aside); ++k) aside = base + "~" + std::to_string(k);
+    for (int k = 1; std::filesystem::exists(aside); ++k) {  // appended in parts: GCC 12 warns falsely on a + chain
+      aside = base;
+      aside += '~';
+      aside += std::to_string(k);
+    }
     std::error_code ec;
     std::filesystem::rename(path, aside, ec);
     if (ec) throw IoError("cannot move " + path + " to " + aside + ": " + ec.message());
@@ -205,14 +210,10 @@ void TrainCheckpointing::prepare_directory(int64_t start) const {
   }
 }
 
-int64_t TrainCheckpointing::restore(TrainingRun& r) {
+int64_t CheckpointHook::restore(TrainingRun& r) {
   const std::string& path = opt_.checkpoint.resume;
-  auto warn = [](const std::string& line) { std::fprintf(stderr, "mixtrain: warning: %s\n", line.c_str()); };
   if (path.empty()) {
-    if (!opt_.checkpoint.init_from.empty()) {
-      const std::string from = load_gpt_weights_into(opt_.checkpoint.init_from, model_, warn);
-      if (!opt_.quiet) std::printf("initial weights from %s\n", from.c_str());
-    }
+    start_fresh();
     return 0;
   }
   std::optional<TrainingState> state;
@@ -241,15 +242,13 @@ int64_t TrainCheckpointing::restore(TrainingRun& r) {
   }
   const TrainingState& s = *state;
   const std::string where = "cannot resume from " + found->path + ": ";
-  nlohmann::json saved_model = gpt_config_to_json(s.model), this_model = gpt_config_to_json(cfg_);
-  saved_model.erase("name");  // a preset's name or the config file's path: not the model itself
-  this_model.erase("name");
-  std::string diff = first_difference(saved_model, this_model, "model.");
+  std::string diff = model_difference(s);
   if (diff.empty()) diff = first_difference(s.run, run_);
   if (!diff.empty()) throw ArgumentError(where + "options differ, " + diff);
-  if (s.step > opt_.steps)
-    throw ArgumentError({"steps"}, where + "it is at step " + std::to_string(s.step) + ", past steps " +
-                                       std::to_string(opt_.steps));
+  const int64_t last = r.config().steps;
+  if (s.step > last)
+    throw ArgumentError({"steps"}, where + "it is at step " + std::to_string(s.step) + ", past " + last_step_words_ +
+                                       " " + std::to_string(last));
 
   ParameterStore& store = r.model().params();
   const std::string bad = "checkpoint " + found->path + ": ";
@@ -280,6 +279,38 @@ int64_t TrainCheckpointing::restore(TrainingRun& r) {
     std::fflush(stdout);
   }
   return s.step;
+}
+
+TrainCheckpointing::TrainCheckpointing(const TrainOptions& opt, Gpt& model, int64_t T, const TextCorpus& corpus)
+    : CheckpointHook(opt, run_options(opt, T, corpus), "steps"), model_(model), cfg_(model.config()) {}
+
+std::vector<uint8_t> TrainCheckpointing::weights_file(TrainingRun& r) const {
+  SafetensorsWriter w = model_safetensors_writer(r.model());
+  w.set_metadata("mixtrain_config", gpt_config_to_json(cfg_).dump());
+  return w.serialize();
+}
+
+std::vector<CheckpointFile> TrainCheckpointing::extra_files() const {
+  // Hugging Face's config.json, so transformers' from_pretrained(step-NNNNNN) works as it is.
+  const std::string hf_config = gpt2_hf_config_json(cfg_);
+  return {{"config.json", std::vector<uint8_t>(hf_config.begin(), hf_config.end())}};
+}
+
+nlohmann::json TrainCheckpointing::manifest_model(TrainingRun&) const { return gpt_config_to_json(cfg_); }
+
+void TrainCheckpointing::store_model(TrainingState& s) const { s.model = cfg_; }
+
+std::string TrainCheckpointing::model_difference(const TrainingState& s) const {
+  nlohmann::json saved_model = gpt_config_to_json(s.model), this_model = gpt_config_to_json(cfg_);
+  saved_model.erase("name");  // a preset's name or the config file's path: not the model itself
+  this_model.erase("name");
+  return first_difference(saved_model, this_model, "model.");
+}
+
+void TrainCheckpointing::start_fresh() {
+  if (opt_.checkpoint.init_from.empty()) return;
+  const std::string from = load_gpt_weights_into(opt_.checkpoint.init_from, model_, warn);
+  if (!opt_.quiet) std::printf("initial weights from %s\n", from.c_str());
 }
 
 void trim_step_log(const std::string& path, int64_t step) {

@@ -1,14 +1,16 @@
-// The trainer's checkpoints (TrainOptions::checkpoint: dir, save_every, keep, resume, stop_after,
-// init_from) as a hook on the TrainingRun (train/training_run.h): it restores when the run
-// starts and saves (or stops the run) after each step.
+// Checkpoints (TrainOptions::checkpoint: dir, save_every, keep, resume, stop_after, init_from) as
+// a hook on the TrainingRun (train/training_run.h): it restores when the run starts and saves (or
+// stops the run) after each step. CheckpointHook is the shared part, TrainCheckpointing train()'s
+// (FinetuneCheckpointing, train/finetune_checkpointing.h, the fine-tune's).
 //
 // A checkpoint (checkpoint/checkpoint_dir.h) holds model.safetensors (checkpoint/gpt_weights.h:
-// the weights in Hugging Face's GPT-2 layout) and train_state.safetensors
+// the weights under their Hugging Face names) and train_state.safetensors
 // (checkpoint/training_state.h: master weights, optimizer state, scaler, counters, RNG
 // positions). A resumed run with the same options and thread count continues bit for bit.
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "checkpoint/checkpoint_dir.h"
 #include "checkpoint/training_state.h"
@@ -20,33 +22,75 @@ namespace mixtrain {
 class TextCorpus;
 
 
-class TrainCheckpointing final : public TrainingHook {
+// The checkpoint hook of any TrainingRun (train() and finetune() derive from it): restores when the
+// run starts, saves (or stops the run) after each step. The subclasses say only what differs
+// between the models: the model files and the manifest's model entry, the GPT config kept in the
+// training state, and what a run without resume starts from.
+class CheckpointHook : public TrainingHook {
  public:
-  // model: the run's model (its weights go to model.safetensors in GPT-2's layout); T: the
-  // sequence length in use; corpus: the training data (its checksum is part of the run).
-  TrainCheckpointing(const TrainOptions& opt, Gpt& model, int64_t T, const TextCorpus& corpus);
-
   // With resume: loads the checkpoint into the run (weights, optimizer, scaler, counters) and
   // starts it after the checkpoint's step (from 0 without resume, or when the directory holds
-  // no checkpoint yet). With init_from: loads the weights only. Then keeps "the newest
-  // checkpoint in dir is this run's": a run without resume refuses a directory
-  // that already holds checkpoints (ArgumentError), a resumed one moves those newer than its step
-  // to abandoned-step-NNNNNN/. ArgumentError when the checkpoint was made with different
-  // trajectory-shaping options (naming the first difference).
-  void on_run_start(TrainingRun& run) override;
-  // After a step is complete and logged: saves when due. True when the run must stop here
-  // (stop_after).
-  bool should_stop(TrainingRun& run, const StepRecord& r) override;
+  // no checkpoint yet; without resume, start_fresh() runs first). Then keeps "the newest
+  // checkpoint in dir is this run's": a run without resume refuses a directory that already
+  // holds checkpoints (ArgumentError), a resumed one moves those newer than its step to
+  // abandoned-step-NNNNNN/. ArgumentError when the checkpoint was made with a different model or
+  // different trajectory-shaping options (naming the first difference), or is past the run's
+  // last step (RunConfig::steps).
+  void on_run_start(TrainingRun& run) final;
+  // After a step is complete and logged: saves when due (save_every, the last step, stop_after,
+  // an interrupt). True when the run must stop here (stop_after).
+  bool should_stop(TrainingRun& run, const StepRecord& r) final;
+
+ protected:
+  // opt: the run's options (under data parallelism as one process would make the run: grad_accum
+  // times the ranks); run_options: the options compared on resume (recorded in the state);
+  // last_step_words: how the error of a checkpoint past the last step names that step
+  // ("steps" where it is the --steps option).
+  CheckpointHook(const TrainOptions& opt, nlohmann::json run_options, std::string last_step_words);
+  const TrainOptions& opt_;
 
  private:
+  // What differs between the models. model.safetensors' bytes:
+  virtual std::vector<uint8_t> weights_file(TrainingRun& run) const = 0;
+  // Files written after model.safetensors and train_state.safetensors (none by default).
+  virtual std::vector<CheckpointFile> extra_files() const { return {}; }
+  // The manifest's "model" entry.
+  virtual nlohmann::json manifest_model(TrainingRun& run) const = 0;
+  // Stores the model's configuration in the state (TrainingState::model, a GptConfig), and the
+  // first difference between a checkpoint's and this run's ("" when equal, as by default).
+  virtual void store_model(TrainingState&) const {}
+  virtual std::string model_difference(const TrainingState&) const { return ""; }
+  // A run without resume, before the directory is prepared (GPT: the weights of init_from).
+  virtual void start_fresh() {}
+
   int64_t restore(TrainingRun& run);
   void prepare_directory(int64_t start) const;
   TrainingState capture(int64_t step, TrainingRun& run) const;
-  const TrainOptions& opt_;
+  nlohmann::json run_;  // the options compared on resume
+  std::string last_step_words_;
+};
+
+// train()'s checkpoints: model.safetensors in GPT-2's Hugging Face layout (the config in its
+// metadata) and Hugging Face's config.json; the GptConfig is compared on resume.
+class TrainCheckpointing final : public CheckpointHook {
+ public:
+  // model: the run's model; T: the sequence length in use; corpus: the training data (its
+  // checksum is part of the run). With init_from and no resume: loads the weights only.
+  TrainCheckpointing(const TrainOptions& opt, Gpt& model, int64_t T, const TextCorpus& corpus);
+
+ private:
+  std::vector<uint8_t> weights_file(TrainingRun& run) const override;
+  std::vector<CheckpointFile> extra_files() const override;
+  nlohmann::json manifest_model(TrainingRun& run) const override;
+  void store_model(TrainingState& s) const override;
+  std::string model_difference(const TrainingState& s) const override;
+  void start_fresh() override;
   Gpt& model_;
   GptConfig cfg_;
-  nlohmann::json run_;  // the options compared on resume
 };
+
+// JSON has no inf / NaN: those go in as strings, so two option sets still compare equal.
+nlohmann::json json_number(double v);
 
 // The first key whose value differs between a checkpoint's recorded options and this run's
 // ("lr: checkpoint has 0.001, this run has 0.002"), or "" when equal; `prefix` goes before keys.
