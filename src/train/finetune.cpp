@@ -202,17 +202,7 @@ FinetuneSummary finetune(const FinetuneOptions& o_in) {
     throw ArgumentError({"max_len"}, "max_len " + std::to_string(o.max_len) + " exceeds the model's " +
                                          std::to_string(positions) + " positions (" + dir + "/config.json)");
   model->set_activation_checkpointing(t.checkpoint_activations);
-  OptimizerConfig oc;
-  oc.kind = t.optimizer;
-  oc.lr = t.lr;
-  oc.beta1 = t.beta1;
-  oc.beta2 = t.beta2;
-  oc.eps = t.eps;
-  oc.momentum = t.momentum;
-  oc.weight_decay = t.weight_decay;
-  oc.rounding = t.update_rounding;
-  oc.seed = t.seed;
-  const std::unique_ptr<Optimizer> optimizer = make_optimizer(model->params(), oc);
+  const std::unique_ptr<Optimizer> optimizer = make_optimizer(model->params(), t.optimizer_config());
 
   RunConfig rc;
   rc.steps = t.steps > 0 ? std::min(t.steps, total) : total;
@@ -225,7 +215,7 @@ FinetuneSummary finetune(const FinetuneOptions& o_in) {
   rc.seed = t.seed;
   rc.eval_every = t.eval_every > 0 ? t.eval_every : out.steps_per_epoch;
   rc.eval_batches = t.eval_batches;
-  rc.max_bad_steps = t.max_bad_steps > 0 ? t.max_bad_steps : (t.precision == PrecisionMode::true32 ? 1 : 20);
+  rc.max_bad_steps = t.max_bad_steps_or_default();
   TrainingRun run(*model, *optimizer, mp, data, rc);
 
   nlohmann::json run_options;

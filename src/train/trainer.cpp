@@ -40,6 +40,25 @@ using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 }  // namespace
 
+OptimizerConfig TrainOptions::optimizer_config() const {
+  OptimizerConfig oc;
+  oc.kind = optimizer;
+  oc.lr = lr;
+  oc.beta1 = beta1;
+  oc.beta2 = beta2;
+  oc.eps = eps;
+  oc.momentum = momentum;
+  oc.weight_decay = weight_decay;
+  oc.rounding = update_rounding;
+  oc.seed = seed;
+  return oc;
+}
+
+int64_t TrainOptions::max_bad_steps_or_default() const {
+  // Nothing can recover an fp32 NaN: 32-true stops at the first by default.
+  return max_bad_steps > 0 ? max_bad_steps : (precision == PrecisionMode::true32 ? 1 : 20);
+}
+
 void TrainOptions::validate() const {
   // Messages name the fields as spelled here; the CLI says its flags instead (Error::fields()).
   auto bad = [](const char* field, const std::string& what) { throw ArgumentError({field}, field + what); };
@@ -218,17 +237,7 @@ TrainSummary train(const TrainOptions& opt_in) {
   Gpt model(cfg, opt.seed, spec.param_dtype, spec.grad_dtype,
             masters ? MemCategory::master_weights : MemCategory::parameters);
   model.set_activation_checkpointing(opt.checkpoint_activations);
-  OptimizerConfig oc;
-  oc.kind = opt.optimizer;
-  oc.lr = opt.lr;
-  oc.beta1 = opt.beta1;
-  oc.beta2 = opt.beta2;
-  oc.eps = opt.eps;
-  oc.momentum = opt.momentum;
-  oc.weight_decay = opt.weight_decay;
-  oc.rounding = opt.update_rounding;
-  oc.seed = opt.seed;
-  const std::unique_ptr<Optimizer> optimizer = make_optimizer(model.params(), oc);
+  const std::unique_ptr<Optimizer> optimizer = make_optimizer(model.params(), opt.optimizer_config());
 
   RunConfig rc;
   rc.steps = opt.steps;
@@ -241,8 +250,7 @@ TrainSummary train(const TrainOptions& opt_in) {
   rc.seed = opt.seed;
   rc.eval_every = opt.eval_every;
   rc.eval_batches = opt.eval_batches;
-  // Nothing can recover an fp32 NaN: 32-true stops at the first by default.
-  rc.max_bad_steps = opt.max_bad_steps > 0 ? opt.max_bad_steps : (opt.precision == PrecisionMode::true32 ? 1 : 20);
+  rc.max_bad_steps = opt.max_bad_steps_or_default();
   rc.world = world;
   TrainingRun run(model, *optimizer, mp, data, rc);
   // A checkpoint records the run as one process would make it: grad_accum over all ranks, so a

@@ -108,6 +108,11 @@ struct TrainOptions {
   Communicator* world = nullptr;
   DataParallelConfig data_parallel;
   void validate() const;           // throws ArgumentError
+  // The optimizer these options describe (kind, lr, betas, eps, momentum, weight decay, update
+  // rounding, seed), for make_optimizer.
+  OptimizerConfig optimizer_config() const;
+  // max_bad_steps, or its default when unset: 1 in 32-true (nothing recovers an fp32 NaN), else 20.
+  int64_t max_bad_steps_or_default() const;
 };
 
 // Exit code of `mixtrain train` for a diverged run (bad input is 2).
