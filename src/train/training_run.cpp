@@ -13,6 +13,12 @@
 
 namespace mixtrain {
 namespace {
+// Sets a flag for a scope and clears it however the scope ends (a hook may throw).
+struct FlagScope {
+  bool& flag;
+  explicit FlagScope(bool& f) : flag(f) { flag = true; }
+  ~FlagScope() { flag = false; }
+};
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
@@ -148,11 +154,7 @@ double TrainingRun::replay_step() {
   bool finite = true;
   int64_t tokens = 0;
   // A replay is this rank's alone: gradient hooks that talk to other ranks sit it out (replaying()).
-  struct Flag {
-    bool& f;
-    explicit Flag(bool& f) : f(f) { f = true; }
-    ~Flag() { f = false; }
-  } replaying(replaying_);
+  const FlagScope replaying(replaying_);
   return forward_backward(step_ + 1, finite, tokens);
 }
 
@@ -214,11 +216,7 @@ StepRecord TrainingRun::step() {
   }
   if (r.found_inf) {
     // Before the scaler's update: a hook may re-run the step at the same loss scale.
-    struct Flag {  // replay_step is allowed while the hooks run, and only then (also if one throws)
-      bool& f;
-      explicit Flag(bool& f) : f(f) { f = true; }
-      ~Flag() { f = false; }
-    } allowed(in_nonfinite_);
+    const FlagScope allowed(in_nonfinite_);  // replay_step is allowed while the hooks run, and only then
     for (auto& h : hooks_) h->on_nonfinite(*this, r);
   }
   const GradScalerState before = mp_.scaler().state();
