@@ -102,12 +102,17 @@ void register_finetune(CLI::App& app, GlobalOptions& g, std::vector<Command>& co
   add_finetune_data_flags(sub, *f);
   sub->add_option("--save", f->opt.save_dir, "Write the fine-tuned model to DIR (Hugging Face's layout)");
   sub->add_option("--json", *json, "Write the run summary as JSON to FILE (-: stdout)");
+  sub->add_option("--profile", f->opt.train.profile_warmup,
+                  "Time each kind of work (GEMM, attention, casts, ...) over the steps after the first N; "
+                  "--json gets breakdown_s_per_step")
+      ->check(CLI::Range(int64_t{0}, int64_t{1000000}));
   auto predict = std::make_shared<bool>(false);
   sub->add_flag("--predict-memory", *predict,
                 "Only predict the run's peak memory by category (its first two steps on the meta device), as JSON");
   commands.push_back({[sub] { return sub->parsed(); }, [&g, f, json, predict, sub] {
                         apply_global_options(g);
                         f->finish();
+                        f->opt.train.profile = sub->count("--profile") > 0;
                         if (*predict) {
                           const MemoryPrediction p = predict_finetune_memory(f->opt);
                           nlohmann::ordered_json j;

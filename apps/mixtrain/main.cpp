@@ -16,15 +16,21 @@
 namespace {
 
 // OpenMP's threads wait for the next parallel region by spinning (libgomp's default spins ~300k
-// iterations before sleeping). When another process holds one of the cores, a spinning thread
-// holds a core the busy one needs, and every region waits for a thread that is not scheduled:
-// a 2-thread gpt-nano run fell from ~8,000 to ~100 tokens/s. A passive wait (sleep on a futex)
-// costs a wake-up per region instead. libgomp reads OMP_WAIT_POLICY once, when it is loaded
-// (before main), so the program sets it and re-executes itself; a policy the user set
-// (OMP_WAIT_POLICY or GOMP_SPINCOUNT, e.g. OMP_WAIT_POLICY=active on a dedicated machine) is kept.
-void prefer_passive_openmp_wait(char** argv) {
+// iterations, about 3 ms, before sleeping). When another process holds one of the cores, a
+// spinning thread holds a core the busy one needs, and every region waits for a thread that is
+// not scheduled: a 2-thread gpt-nano run fell from ~8,000 to ~100 tokens/s. A passive wait
+// (OMP_WAIT_POLICY=passive: sleep on a futex at once) fixes that but pays a wake-up per region,
+// 3% of gpt-mini's and a third of gpt-nano's idle speed. A bounded spin, GOMP_SPINCOUNT=1000
+// (~10 us, about one context switch), keeps both: measured side by side (bench/RESULTS.md,
+// "OpenMP wait"), idle within 1.5% of the unbounded spin and, with a core busy, as fast as the
+// passive wait. libgomp reads these once, when it is loaded (before main), so the program sets it
+// and re-executes itself; a policy the user set (OMP_WAIT_POLICY or GOMP_SPINCOUNT, e.g.
+// OMP_WAIT_POLICY=active on a dedicated machine) is kept.
+constexpr const char* kSpinCount = "1000";
+
+void prefer_bounded_openmp_wait(char** argv) {
   if (std::getenv("OMP_WAIT_POLICY") != nullptr || std::getenv("GOMP_SPINCOUNT") != nullptr) return;
-  if (setenv("OMP_WAIT_POLICY", "passive", 1) != 0) return;
+  if (setenv("GOMP_SPINCOUNT", kSpinCount, 1) != 0) return;
   execv("/proc/self/exe", argv);
   // Not re-executed (no /proc): run as is, with the runtime's default policy.
 }
@@ -40,7 +46,7 @@ int main(int argc, char** argv) {
 
 int run_main(int argc, char** argv) {
   using namespace mixtrain::cli;
-  prefer_passive_openmp_wait(argv);
+  prefer_bounded_openmp_wait(argv);
   CLI::App app{"mixtrain: mixed-precision training of transformer language models, in C++"};
   app.set_version_flag("--version", MIXTRAIN_VERSION);
   app.require_subcommand(1);

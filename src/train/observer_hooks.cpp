@@ -12,6 +12,7 @@
 namespace mixtrain {
 
 void add_observer_hooks(TrainingRun& run, const TrainOptions& opt) {
+  if (opt.profile) run.add_hook(std::make_unique<ProfileHook>(opt.profile_warmup));
   if (!opt.inject_nonfinite.empty())
     run.add_hook(std::make_unique<FaultInjectionHook>(opt.inject_nonfinite, opt.inject_nonfinite_rank));
   if (opt.overflow_forensics) run.add_hook(std::make_unique<OverflowForensicsHook>());

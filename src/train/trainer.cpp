@@ -259,11 +259,10 @@ TrainSummary train(const TrainOptions& opt_in) {
   if (world != nullptr) as_one_process.grad_accum = opt.grad_accum * world->size();
   // Hook order: the checkpoint restores first (the log trims to its step), then data parallelism
   // sends rank 0's weights and sums gradients before any other hook sees them (a fault injected
-  // after the sum on one rank tests the ranks' agreement); the profile is taken around the step.
+  // after the sum on one rank tests the ranks' agreement).
   if (opt.stop_signal) run.add_hook(std::make_unique<InterruptHook>(opt.stop_signal));
   run.add_hook(std::make_unique<TrainCheckpointing>(as_one_process, model, T, corpus));
   if (world != nullptr) run.add_hook(std::make_unique<DataParallelHook>(*world, opt.data_parallel));
-  if (opt.profile) run.add_hook(std::make_unique<ProfileHook>(opt.profile_warmup));
   add_observer_hooks(run, opt);
   if (opt.add_hooks) opt.add_hooks(run);
   const KeepFp32Scope keep(opt.keep_fp32);
