@@ -45,25 +45,34 @@ struct HeadsCopyTest : OpTest {
   Tolerance tolerance(const OpConfig&, size_t) const override { return exact(); }
 };
 
-// sizes = {n}; the dropout probability from flags (percent).
+// Any shape (strided ones too: the mask counts elements in row-major order); the dropout
+// probability from flags (percent).
 struct DropoutMaskTest : OpTest {
   std::string name() const override { return "dropout_mask"; }
   std::vector<OpConfig> configs() const override {
     std::vector<OpConfig> c;
+    uint64_t seed = 1;
     for (DType t : {DType::f32, DType::bf16, DType::f16})
-      for (int64_t n : {int64_t{1}, int64_t{1000}, int64_t{70001}})
-        for (int pct : {10, 50}) {
-          OpConfig g;
-          g.sizes = {n};
-          g.in = g.out = t;
-          g.flags = pct;
-          g.label = std::string(dtype_name(t)) + " n=" + std::to_string(n) + " p=" + std::to_string(pct) + "%";
-          c.push_back(g);
-        }
+      for (const std::vector<int64_t>& sz : {std::vector<int64_t>{1}, std::vector<int64_t>{1000},
+                                             std::vector<int64_t>{70001}, std::vector<int64_t>{4, 3, 2100}})
+        for (int pct : {10, 50})
+          for (bool nc : {false, true}) {
+            if (nc && sz.size() == 1) continue;
+            OpConfig g;
+            g.sizes = sz;
+            g.in = g.out = t;
+            g.flags = pct;
+            g.non_contiguous = nc;
+            g.seed = seed++;
+            g.label = std::string(dtype_name(t)) + " " + Shape(sz.begin(), sz.end()).to_string() +
+                      (nc ? " strided" : "") + " p=" + std::to_string(pct) + "%";
+            c.push_back(g);
+          }
     return c;
   }
   std::vector<Tensor> run(const OpConfig& cfg, bool reference) const override {
-    const Tensor x = Tensor::rand_uniform({cfg.sizes[0]}, cfg.in, cfg.seed, -2.f, 2.f);
+    const Tensor x =
+        test::make_input(Shape(cfg.sizes.begin(), cfg.sizes.end()), cfg.in, cfg.seed, cfg.non_contiguous, -2.f, 2.f);
     Tensor out = Tensor::empty(x.shape(), cfg.out);
     (reference ? ref::dropout_mask : mixtrain::dropout_mask)(x, cfg.flags / 100.f, 42, 1000, out);
     return {out};

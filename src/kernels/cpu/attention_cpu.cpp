@@ -1,9 +1,12 @@
 // The CPU's row <-> head copy and dropout mask (kernels/attention_ops.h): OpenMP over rows and
 // elements; the references (ref/attention_ref.cpp) are the same loops, serial.
+#include <algorithm>
 #include <cstring>
 #include <type_traits>
 
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/cpu_rows.h"
+#include "kernels/attention_ops.h"
 #include "mixtrain/numeric/stochastic.h"
 
 namespace mixtrain {
@@ -31,28 +34,42 @@ void CpuBackend::heads_copy(const Tensor& rows, const std::vector<Tensor>& heads
   }
 }
 
+namespace {
+
+// o[i] = x[i] / (1 - p) where element first + i is kept, else 0 (the keep test vectorises: 64-bit
+// multiplies of splitmix64 in AVX-512 lanes).
+MIXTRAIN_SIMD_CLONES void dropout_f32(const float* x, float* o, int64_t n, uint64_t key, uint64_t first,
+                                      uint64_t threshold, float scale) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i)
+    o[i] = detail::counter_rng_keyed(key, first + static_cast<uint64_t>(i)) >= threshold ? x[i] * scale : 0.f;
+}
+
+}  // namespace
+
 // Scales kept elements by 1/(1-p), zeroes the others; the mask is recomputed from (seed, offset)
-// in backward instead of being stored.
+// in backward instead of being stored. Rows staged to fp32 a chunk at a time; element (r, c) of the
+// (R, C) row view is x's element r * C + c in row-major order, as the reference counts them.
 void CpuBackend::dropout_mask(const Tensor& x, float p, uint64_t seed, uint64_t offset, Tensor& out) {
-  // fp32 math for every float dtype, double for f64 (finite-difference checks need it).
-  auto run = [&](auto values, double keep_scale) {
-    const auto n = static_cast<int64_t>(values.size());
-    const auto threshold = static_cast<uint64_t>(static_cast<double>(p) * 4294967296.0);
-#pragma omp parallel for schedule(static) if (n > 65536)
-    for (int64_t i = 0; i < n; ++i) {
-      const bool keep = counter_rng(seed, offset + static_cast<uint64_t>(i)) >= threshold;
-      auto& v = values[static_cast<size_t>(i)];
-      v = keep ? static_cast<std::decay_t<decltype(v)>>(v * keep_scale) : 0;
-    }
-    return values;
-  };
-  const Tensor xc = x.contiguous();
-  Tensor tmp = x.dtype() == DType::f64
-                   ? Tensor::from_vector(run(xc.to_doubles(), 1.0 / (1.0 - p)), xc.shape(), out.dtype(),
-                                         MemCategory::workspace)
-                   : Tensor::from_floats(run(xc.to_floats(), 1.0f / (1.0f - p)), xc.shape(), out.dtype(),
-                                         MemCategory::workspace);
-  out.copy_from(tmp);
+  if (!cpu::all_fast({&x, &out})) return ref::dropout_mask(x, p, seed, offset, out);  // f64: double math
+  cpu::RowView xv, ov;
+  const Tensor xk = cpu::rows_or_copy(x, xv);
+  Tensor o = cpu::rows_for_output(out, ov);
+  const int64_t R = xv.rows, C = xv.cols, chunks = (C + cpu::kChunk - 1) / cpu::kChunk;
+  const uint64_t key = detail::counter_rng_key(seed);
+  const auto threshold = static_cast<uint64_t>(static_cast<double>(p) * 4294967296.0);
+  const float scale = 1.0f / (1.0f - p);
+  const int nt = cpu::threads_for(R * C);
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+  for (int64_t item = 0; item < R * chunks; ++item) {
+    const int64_t r = item / chunks, c0 = (item % chunks) * cpu::kChunk, w = std::min(cpu::kChunk, C - c0);
+    float buf[cpu::kChunk], obuf[cpu::kChunk];
+    const float* src = cpu::load_row(xv.at(r, c0), xv.dtype, w, buf);
+    float* dst = cpu::out_row(ov.at(r, c0), ov.dtype, obuf);
+    dropout_f32(src, dst, w, key, offset + static_cast<uint64_t>(r * C + c0), threshold, scale);
+    cpu::store_row(dst, ov.at(r, c0), ov.dtype, w);
+  }
+  cpu::finish_output(o, out);
 }
 
 }  // namespace mixtrain

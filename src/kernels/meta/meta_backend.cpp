@@ -212,9 +212,7 @@ double MetaBackend::global_norm(const Tensor&) { return 0.0; }
 void MetaBackend::heads_copy(const Tensor&, const std::vector<Tensor>&, int64_t, bool) {}
 
 void MetaBackend::dropout_mask(const Tensor& x, float, uint64_t, uint64_t, Tensor& out) {  // attention_cpu.cpp
-  const Tensor xc = x.contiguous();
-  const Tensor tmp = Tensor::empty(xc.shape(), out.dtype(), MemCategory::workspace);
-  out.copy_from(tmp);
+  if (all_fast({&x, &out})) unary_rows(x, out);
 }
 
 }  // namespace mixtrain
