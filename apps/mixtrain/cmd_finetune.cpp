@@ -10,6 +10,7 @@
 #include "commands.h"
 #include "finetune_options.h"
 #include "mixtrain/train/classify.h"
+#include "mixtrain/train/numerics_advice.h"
 #include "train/summary_json.h"
 
 namespace mixtrain::cli {
@@ -109,10 +110,15 @@ void register_finetune(CLI::App& app, GlobalOptions& g, std::vector<Command>& co
   auto predict = std::make_shared<bool>(false);
   sub->add_flag("--predict-memory", *predict,
                 "Only predict the run's peak memory by category (its first two steps on the meta device), as JSON");
-  commands.push_back({[sub] { return sub->parsed(); }, [&g, f, json, predict, sub] {
+  auto advise = std::make_shared<bool>(false);
+  sub->add_flag("--advise", *advise,
+                "Only run a few steps (--steps, default 3) in 32-true with numerics probes and say which precision "
+                "modes are safe (the advice of `numerics --advise`; --json FILE writes it as JSON)");
+  commands.push_back({[sub] { return sub->parsed(); }, [&g, f, json, predict, advise, sub] {
                         apply_global_options(g);
                         f->finish();
                         f->opt.train.profile = sub->count("--profile") > 0;
+                        if (*advise && *predict) throw ArgumentError("--advise and --predict-memory: one at a time");
                         if (*predict) {
                           const MemoryPrediction p = predict_finetune_memory(f->opt);
                           nlohmann::ordered_json j;
@@ -121,6 +127,15 @@ void register_finetune(CLI::App& app, GlobalOptions& g, std::vector<Command>& co
                           j["peak_bytes_by_category"] = nonzero_peaks_json(p.peak_by_category);
                           j["peak_moment"] = p.peak_moment;
                           std::printf("%s\n", j.dump(2).c_str());
+                          return 0;
+                        }
+                        if (*advise) {
+                          if (sub->count("--steps") == 0) f->opt.train.steps = 3;
+                          f->opt.train.quiet = true;
+                          if (sub->count("--precision") > 0)
+                            std::fprintf(stderr, "mixtrain: warning: --precision has no effect with --advise (it runs 32-true)\n");
+                          if (!json->empty() && *json != "-") check_output_path(*json, "--json");
+                          print_numerics_advice(advise_finetune_numerics(f->opt), *json);
                           return 0;
                         }
                         if (*json == "-" && f->opt.train.log_jsonl == "-")

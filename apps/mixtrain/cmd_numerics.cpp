@@ -27,6 +27,33 @@ nlohmann::ordered_json sites_json(const std::vector<OverflowingSite>& v) {
 
 }  // namespace
 
+void print_numerics_advice(const NumericsAdvice& a, const std::string& json_path) {
+  if (json_path.empty()) {
+    std::printf("advice from %lld fp32 steps with probes:\n%s", static_cast<long long>(a.steps), in_flags(a.text()).c_str());
+    return;
+  }
+  nlohmann::ordered_json j;
+  j["steps"] = a.steps;
+  j["fp16_forward_overflow"] = sites_json(a.fp16_forward);
+  j["fp16_overflow"] = sites_json(a.fp16_any);
+  j["bf16_overflow"] = sites_json(a.bf16_any);
+  j["min_loss_scale_log2"] = a.min_activation_scale_log2;
+  j["min_weight_grad_scale_log2"] = a.min_loss_scale_log2;
+  j["max_loss_scale_log2"] = a.max_loss_scale_log2;
+  j["fp16_grads_lost_unscaled"] = a.fp16_grads_lost_unscaled;
+  j["bf16_updates_lost"] = a.bf16_updates_lost;
+  j["fp16_updates_lost"] = a.fp16_updates_lost;
+  for (const ModeAdvice& m : a.modes) {
+    nlohmann::ordered_json lines = nlohmann::ordered_json::array();
+    for (const std::string& l : m.lines) lines.push_back(in_flags(l));
+    j["modes"][m.mode] = {{"safe", m.safe}, {"advice", lines}};
+  }
+  if (json_path == "-")
+    std::printf("%s\n", j.dump(2).c_str());
+  else
+    write_file_atomic(json_path, j.dump(2) + "\n");
+}
+
 void register_numerics(CLI::App& app, GlobalOptions& g, std::vector<Command>& commands) {
   auto* sub = app.add_subcommand(
       "numerics", "Probe a few steps of a training configuration (--numerics FILE), or --advise which precision it can take");
@@ -54,29 +81,7 @@ void register_numerics(CLI::App& app, GlobalOptions& g, std::vector<Command>& co
                         }
                         if (f->given("--precision"))
                           std::fprintf(stderr, "mixtrain: warning: --precision has no effect with --advise (it runs 32-true)\n");
-                        const NumericsAdvice a = advise_numerics(f->opt);
-                        if (*json) {
-                          nlohmann::ordered_json j;
-                          j["steps"] = a.steps;
-                          j["fp16_forward_overflow"] = sites_json(a.fp16_forward);
-                          j["fp16_overflow"] = sites_json(a.fp16_any);
-                          j["bf16_overflow"] = sites_json(a.bf16_any);
-                          j["min_loss_scale_log2"] = a.min_activation_scale_log2;
-                          j["min_weight_grad_scale_log2"] = a.min_loss_scale_log2;
-                          j["max_loss_scale_log2"] = a.max_loss_scale_log2;
-                          j["fp16_grads_lost_unscaled"] = a.fp16_grads_lost_unscaled;
-                          j["bf16_updates_lost"] = a.bf16_updates_lost;
-                          j["fp16_updates_lost"] = a.fp16_updates_lost;
-                          for (const ModeAdvice& m : a.modes) {
-                            nlohmann::ordered_json lines = nlohmann::ordered_json::array();
-                            for (const std::string& l : m.lines) lines.push_back(in_flags(l));
-                            j["modes"][m.mode] = {{"safe", m.safe}, {"advice", lines}};
-                          }
-                          std::printf("%s\n", j.dump(2).c_str());
-                        } else {
-                          std::printf("advice from %lld fp32 steps with probes:\n%s", static_cast<long long>(a.steps),
-                                      in_flags(a.text()).c_str());
-                        }
+                        print_numerics_advice(advise_numerics(f->opt), *json ? "-" : "");
                         return 0;
                       }});
 }

@@ -9,6 +9,10 @@
 
 #include "mixtrain/core/error.h"
 
+namespace mixtrain {
+struct NumericsAdvice;
+}  // namespace mixtrain
+
 namespace mixtrain::cli {
 
 struct GlobalOptions {
@@ -45,6 +49,9 @@ void register_sample(CLI::App& app, GlobalOptions& g, std::vector<Command>& comm
 void register_memory(CLI::App& app, GlobalOptions& g, std::vector<Command>& commands);
 void register_report(CLI::App& app, GlobalOptions& g, std::vector<Command>& commands);
 void register_numerics(CLI::App& app, GlobalOptions& g, std::vector<Command>& commands);
+// The precision advice (train/numerics_advice.h) as text lines on stdout, or as JSON to json_path
+// ("-": stdout); `numerics --advise` and `finetune --advise` print it.
+void print_numerics_advice(const NumericsAdvice& a, const std::string& json_path);
 void register_finetune(CLI::App& app, GlobalOptions& g, std::vector<Command>& commands);  // and classify
 
 }  // namespace mixtrain::cli

@@ -77,6 +77,20 @@ printf 'the food was bad\n\nthe food was meh\n' >"$TMP/texts.txt"
 expect_exit 0 "classify --file" -- "$MIXTRAIN" --threads 1 classify --checkpoint "$TMP/saved" --file "$TMP/texts.txt"
 [ "$(wc -l <"$TMP/out")" = 2 ] && pass || fail "classify --file: $(cat "$TMP/out")"
 
+# The precision advice of a fine-tune: a few 32-true steps with probes, every mode judged; as JSON
+# with --json FILE; nothing trained or saved otherwise.
+expect_exit 0 "finetune --advise" -- "${FT[@]}" --advise
+grep -q "^bf16-mixed: " "$TMP/out" && grep -q "^16-true: " "$TMP/out" && pass || fail "advice lines missing: $(head -c 400 "$TMP/out")"
+expect_exit 0 "finetune --advise --json" -- "${FT[@]}" --advise --steps 2 --json "$TMP/advice.json"
+python3 - "$TMP/advice.json" <<'PY' && pass || fail "advice JSON: $(head -c 300 "$TMP/advice.json")"
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["steps"] == 2, j["steps"]
+assert set(j["modes"]) == {"16-mixed", "bf16-mixed", "16-true", "bf16-true"}, j["modes"].keys()
+assert j["min_loss_scale_log2"] <= j["max_loss_scale_log2"] + 64
+PY
+expect_exit 2 "--advise with --predict-memory" -- "${FT[@]}" --advise --predict-memory
+
 # The memory prediction (the first two steps on the meta device) is the measured peak, to the byte.
 expect_exit 0 "predict memory" -- "${FT[@]}" --precision bf16-mixed --steps 2 --predict-memory
 cp "$TMP/out" "$TMP/predicted.json"

@@ -2,9 +2,9 @@
 // few steps in 32-true with the numerics probes on every step (train/numerics_hook.h), and each
 // precision mode is judged from what the probes saw:
 // - 16-mixed: GEMM-family outputs (linear, matmul, attention) that overflow fp16; the loss scale
-//   range that keeps 99.9% of the activation gradients (and, for comparison, of the weight
-//   gradients) above fp16's smallest normal (2^-14) while the largest activation gradient stays
-//   below 65504;
+//   range that keeps 99.9% of the activation gradients' magnitude (sum of |g|; and, for
+//   comparison, of the weight gradients') above fp16's smallest normal (2^-14) while the largest
+//   activation gradient stays below 65504;
 // - 16-true: any op output that overflows fp16, weight gradients lost to fp16 without a loss
 //   scale, updates below half an fp16 ulp of their weight;
 // - bf16-mixed / bf16-true: bf16 overflows (rare: bf16 has fp32's range) and, for bf16-true,
@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "mixtrain/train/finetune.h"
 #include "mixtrain/train/trainer.h"
 
 namespace mixtrain {
@@ -34,8 +35,8 @@ struct NumericsAdvice {
   std::vector<OverflowingSite> fp16_forward;    // GEMM-family outputs past 65504
   std::vector<OverflowingSite> fp16_any;        // any op output past 65504 (16-true)
   std::vector<OverflowingSite> bf16_any;        // any op output or gradient past bf16's max
-  // Loss scale 2^k for 16-mixed: the smallest k that keeps 99.9% of the non-zero weight
-  // gradients >= 2^-14 (what a framework that stores them in fp16 needs), the same for the
+  // Loss scale 2^k for 16-mixed: the smallest k that keeps 99.9% of the weight gradients'
+  // magnitude (sum of |g|) >= 2^-14 (what a framework that stores them in fp16 needs), the same for the
   // activation gradients (fp16 under mixtrain's autocast, whose weight gradients accumulate in
   // fp32: this one decides), and the largest k that keeps every activation gradient below
   // 65504. min_activation > max: no scale does both.
@@ -52,5 +53,8 @@ struct NumericsAdvice {
 // Runs `opt` (its model, data, batch, optimizer, lr; forced to 32-true, opt.steps steps, no step
 // log) with the probes on every step and returns the advice. opt.add_hooks still runs (a rig).
 NumericsAdvice advise_numerics(const TrainOptions& opt);
+// The same for a fine-tune (`mixtrain finetune --advise`): opt.train's steps of the fine-tune,
+// in 32-true with the probes on every step; nothing saved.
+NumericsAdvice advise_finetune_numerics(const FinetuneOptions& opt);
 
 }  // namespace mixtrain
