@@ -255,6 +255,7 @@ void register_compare(CLI::App& app, GlobalOptions& g, std::vector<Command>& com
       for (const CompareEntry& e : entries) {
         TrainOptions o = f->opt;
         o.log_jsonl = compare_log_path(f->opt.log_jsonl, e);
+        o.numerics.path = compare_log_path(f->opt.numerics.path, e);
         RunPaths paths = train_run_paths(o);
         if (sub->count("--json") > 0) paths.outputs.push_back({"--json", *json_path});
         if (!report_path->empty()) paths.outputs.push_back({"--report", *report_path});

@@ -58,7 +58,7 @@ void add_train_flags(CLI::App* sub, TrainFlags& f, bool with_precision) {
   sub->add_option("--eval-every", o.eval_every, "Validation every K steps (0: only at the end)")->capture_default_str();
   sub->add_option("--eval-batches", o.eval_batches, "Validation batches per evaluation")->capture_default_str();
   sub->add_option("--log-jsonl", o.log_jsonl, "Write one JSON line per step to FILE (-: stdout)");
-  sub->add_flag("--overwrite", o.overwrite, "Replace an existing --log-jsonl file (a resumed run appends to it)");
+  sub->add_flag("--overwrite", o.overwrite, "Replace an existing --log-jsonl or --numerics file (a resumed run appends to it)");
   sub->add_option("--max-data-bytes", o.max_data_bytes,
                   "Refuse --data larger than this (default 4 GiB); needed to read a stream: - (stdin) or a FIFO");
   sub->add_flag("--force", o.force, "Train even when the predicted memory exceeds the available memory");

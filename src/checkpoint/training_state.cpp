@@ -26,7 +26,9 @@ class Fields {
   [[noreturn]] void fail(const std::string& field, const std::string& problem) const {
     throw IoError("training state " + file_ + ": '" + field + "' " + problem);
   }
-  std::string name(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
+  std::string name(const std::string& key) const {  // keys may come from the file (skips_by_site)
+    return path_.empty() ? printable(key) : path_ + "." + printable(key);
+  }
   const nlohmann::json& at(const std::string& key) const {
     const auto it = j_.find(key);
     if (it == j_.end()) fail(name(key), "is missing");
@@ -86,6 +88,7 @@ std::vector<uint8_t> encode_training_state(const TrainingState& s) {
     c["last_loss"] = s.counters.last_loss;
   else
     c["last_loss"] = nullptr;
+  c["skips_by_site"] = s.counters.skips_by_site;
   j["counters"] = c;
   j["rng"] = s.rng;
 
@@ -168,6 +171,17 @@ TrainingState decode_training_state(std::vector<uint8_t> bytes, const std::strin
   s.counters.last_loss = ct.number("last_loss");
   if (s.counters.skipped_steps > s.step || s.counters.overflows > s.step || s.counters.bad_in_a_row > s.step)
     ct.fail("counters", "count more steps than 'step'");
+  if (ct.json().contains("skips_by_site")) {  // absent in states written before it was kept
+    const Fields sites = ct.object("skips_by_site");
+    int64_t left = s.counters.skipped_steps;
+    for (const auto& item : sites.json().items()) {
+      const std::string& site = item.key();
+      const int64_t n = sites.count(site);
+      if (n > left) sites.fail(sites.name(site), "adds up to more skips than 'counters.skipped_steps'");
+      left -= n;
+      s.counters.skips_by_site[site] = n;
+    }
+  }
 
   // Tensors: exactly the expected set, 1-D, one length, the precision's parameter dtype.
   const DType want = precision_spec(mode).param_dtype;

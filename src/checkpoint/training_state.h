@@ -12,12 +12,14 @@
 //            GptConfig), run (the options that shape the trajectory, compared on resume),
 //            optimizer {kind, steps}, scaler {scale, growth_tracker, hysteresis_left, overflows,
 //            skipped_steps}, counters {skipped_steps, overflows, bad_in_a_row, hit_min_scale,
-//            last_loss}, rng {seed, data_position, stochastic_rounding_counter}}
+//            last_loss, skips_by_site {site: count} (absent in older states: none)}, rng {seed,
+//            data_position, stochastic_rounding_counter}}
 // Every random stream in mixtrain is counter-based (data windows and dropout from (seed,
 // position), stochastic rounding from (seed, optimizer step * flat_numel + i)), so the RNG state
 // is the seed and the counters; they are recorded so a reader can see where each stream stands.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -35,6 +37,7 @@ struct TrainCounters {
   int64_t bad_in_a_row = 0;  // consecutive non-finite losses (the divergence rule)
   bool hit_min_scale = false;
   double last_loss = 0;  // loss of the last step (NaN if non-finite)
+  std::map<std::string, int64_t> skips_by_site;  // TrainSummary::skips_by_site
 };
 
 struct TrainingState {
@@ -53,7 +56,8 @@ std::vector<uint8_t> encode_training_state(const TrainingState& s);
 // Parses and validates a train_state.safetensors image (`name` for messages). IoError (one line
 // naming the file and the field) for anything malformed: wrong JSON types, missing or extra
 // tensors, tensors that are not 1-D of one common length, state dtypes that differ from the
-// parameters' or do not fit the precision, negative counters, a non-positive scale.
+// parameters' or do not fit the precision, negative counters (or skips by site that add up to
+// more than skipped_steps), a non-positive scale.
 TrainingState decode_training_state(std::vector<uint8_t> bytes, const std::string& name);
 
 }  // namespace mixtrain

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <optional>
 #include <sstream>
 
@@ -130,6 +131,7 @@ TrainingState CheckpointHook::capture(int64_t step, TrainingRun& r) const {
   s.counters.bad_in_a_row = r.bad_in_a_row();
   s.counters.hit_min_scale = r.summary().hit_min_scale;
   s.counters.last_loss = r.summary().final_train_loss;
+  s.counters.skips_by_site = r.summary().skips_by_site;
   s.rng = {{"seed", opt_.seed},
            {"data_position", step * opt_.grad_accum},
            {"stochastic_rounding_counter", s.optimizer.steps * store.flat_numel()}};
@@ -273,6 +275,7 @@ int64_t CheckpointHook::restore(TrainingRun& r) {
   sum.overflows = s.counters.overflows;
   sum.hit_min_scale = s.counters.hit_min_scale;
   sum.final_train_loss = s.counters.last_loss;
+  sum.skips_by_site = s.counters.skips_by_site;
   r.bad_in_a_row() = s.counters.bad_in_a_row;
   if (!opt_.quiet) {
     std::printf("resumed from %s at step %lld\n", found->path.c_str(), static_cast<long long>(s.step));
@@ -313,9 +316,12 @@ void TrainCheckpointing::start_fresh() {
   if (!opt_.quiet) std::printf("initial weights from %s\n", from.c_str());
 }
 
-void trim_step_log(const std::string& path, int64_t step) {
-  // Only a regular file is cut back (at a symlink's target, the link kept); a device or FIFO is
-  // written through as it is.
+namespace {
+// Keeps the whole lines of the JSONL file `path` from its first while keep(line as JSON) says so
+// (a line that is not a JSON object with a "step" is not kept, nor a torn last line from a
+// killed run), and drops the rest. Only a regular file is cut back (at a symlink's target, the
+// link kept); a device or FIFO is written through as it is.
+void trim_jsonl(const std::string& path, const std::function<bool(const nlohmann::json&)>& keep) {
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec)) return;
   const std::string target = std::filesystem::canonical(path, ec).string();
@@ -323,15 +329,29 @@ void trim_step_log(const std::string& path, int64_t step) {
   std::ifstream in(target, std::ios::binary);
   if (!in) return;  // no log yet
   std::string kept, line;
-  int64_t expected = 1;
-  while (expected <= step && std::getline(in, line)) {
+  while (std::getline(in, line)) {
     if (in.eof()) break;  // no newline: a line torn by a kill
     nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-    if (j.is_discarded() || !j.is_object() || !j.contains("step") || j["step"] != expected) break;
+    if (j.is_discarded() || !j.is_object() || !j.contains("step") || !keep(j)) break;
     kept += line + "\n";
-    ++expected;
   }
   write_file_durable(target, kept);
+}
+}  // namespace
+
+void trim_step_log(const std::string& path, int64_t step) {
+  int64_t expected = 1;  // one line per step, 1 .. step
+  trim_jsonl(path, [&](const nlohmann::json& j) { return expected <= step && j["step"] == expected++; });
+}
+
+void trim_numerics_log(const std::string& path, int64_t step) {
+  int64_t last = 1;  // the sampled steps' records, steps never decreasing, up to `step`
+  trim_jsonl(path, [&](const nlohmann::json& j) {
+    const nlohmann::json& s = j["step"];
+    if (!s.is_number_integer() || s.get<int64_t>() < last || s.get<int64_t>() > step) return false;
+    last = s.get<int64_t>();
+    return true;
+  });
 }
 
 }  // namespace mixtrain

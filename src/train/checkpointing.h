@@ -99,5 +99,7 @@ std::string first_difference(const nlohmann::json& saved, const nlohmann::json& 
 // Resuming with a step log: keeps the lines of `path` up to `step` (a torn last line from a
 // killed run is dropped), so the resumed run appends to an exact prefix.
 void trim_step_log(const std::string& path, int64_t step);
+// The same for a numerics log (train/numerics_hook.h): keeps its records of steps <= `step`.
+void trim_numerics_log(const std::string& path, int64_t step);
 
 }  // namespace mixtrain

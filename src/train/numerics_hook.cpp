@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "train/checkpointing.h"
 #include "train/numerics_sites.h"
 #include "train/output_paths.h"
 
@@ -25,9 +26,12 @@ NumericsHook::~NumericsHook() {
 }
 
 void NumericsHook::on_run_start(TrainingRun& run) {
-  // A resumed run appends after the checkpoint's step (the lines of later steps are the old run's).
-  if (!options_.path.empty())
-    out_ = std::make_unique<OutputStream>(options_.path, "numerics log", /*append=*/run.start_step() > 0);
+  // A resumed run cuts the log back to the checkpoint's step (the records of later steps are the
+  // old run's, which this one writes again) and appends, as the step log does.
+  if (options_.path.empty()) return;
+  const int64_t start = run.start_step();
+  if (start > 0 && options_.path != "-") trim_numerics_log(options_.path, start);
+  out_ = std::make_unique<OutputStream>(options_.path, "numerics log", /*append=*/start > 0);
 }
 
 void NumericsHook::on_step_begin(TrainingRun& run, int64_t step) {

@@ -121,11 +121,11 @@ void check_run_paths(const RunPaths& p) {
       if (regular && ((sa && sb && same_file(*sa, *sb)) || resolved(a.path) == resolved(b.path)))
         throw ArgumentError({a.what, b.what}, a.what + " and " + b.what + " name the same file " + a.path);
     }
-  for (const auto& path : p.new_files) {
-    const auto st = stat_of(path);
+  for (const auto& f : p.new_files) {
+    const auto st = stat_of(f.path);
     if (st && S_ISREG(st->st_mode))
-      throw ArgumentError({"log_jsonl", "overwrite", "checkpoint.resume"},
-                          "log_jsonl: " + path + " already exists (overwrite replaces it; checkpoint.resume continues its run)");
+      throw ArgumentError({f.what, "overwrite", "checkpoint.resume"},
+                          f.what + ": " + f.path + " already exists (overwrite replaces it; checkpoint.resume continues its run)");
   }
 }
 
@@ -141,11 +141,14 @@ RunPaths train_run_paths(const TrainOptions& o) {
     p.input_dirs.push_back({"checkpoint.resume", c.resume});
   }
   if (!c.dir.empty()) p.output_dirs.push_back({"checkpoint.dir", c.dir});
-  if (!o.numerics.path.empty()) p.outputs.push_back({"numerics.path", o.numerics.path});
-  if (!o.log_jsonl.empty()) {
-    p.outputs.push_back({"log_jsonl", o.log_jsonl});
-    if (!o.overwrite && c.resume.empty() && o.log_jsonl != "-") p.new_files.push_back(o.log_jsonl);
-  }
+  // The logs: an existing one is continued by a resumed run, replaced only with overwrite.
+  auto log = [&](const std::string& what, const std::string& path) {
+    if (path.empty()) return;
+    p.outputs.push_back({what, path});
+    if (!o.overwrite && c.resume.empty() && path != "-") p.new_files.push_back({what, path});
+  };
+  log("numerics.path", o.numerics.path);
+  log("log_jsonl", o.log_jsonl);
   return p;
 }
 

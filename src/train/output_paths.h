@@ -29,14 +29,15 @@ struct RunPaths {
   std::vector<Entry> input_dirs;       // directories whose files the run reads (a resumed checkpoint)
   std::vector<Entry> outputs;          // files the run writes
   std::vector<Entry> output_dirs;      // directories the run writes into (--checkpoint-dir)
-  std::vector<std::string> new_files;  // outputs that must not exist yet (a fresh step log)
+  std::vector<Entry> new_files;        // outputs that must not exist yet (a fresh step or numerics log)
 };
 
 // ArgumentError / IoError naming the flag and the path for the first problem.
 void check_run_paths(const RunPaths& p);
 
 // What train(o) reads and writes: the data, the model config, --init-from and --resume as inputs;
-// the step log and the checkpoint directory as outputs.
+// the step log, the numerics log and the checkpoint directory as outputs (the logs must be new
+// unless overwrite or checkpoint.resume).
 RunPaths train_run_paths(const TrainOptions& o);
 
 // A file opened for streaming output (the step log): "-" is stdout; otherwise opened for writing

@@ -180,6 +180,7 @@ TrainSummary train(const TrainOptions& opt_in) {
   Communicator* world = opt.world != nullptr && opt.world->size() > 1 ? opt.world : nullptr;
   if (world != nullptr && world->rank() != 0) {  // rank 0 alone writes what a run writes
     opt.log_jsonl.clear();
+    opt.numerics.path.clear();
     opt.tensorboard_dir.clear();
     opt.checkpoint.dir.clear();
     opt.checkpoint.save_every = opt.checkpoint.keep = 0;

@@ -30,7 +30,7 @@ TrainingState sample_state(DType t = DType::f32, bool compensation = false) {
   s.optimizer.exp_avg_sq = Tensor::randn({100}, t, 3);
   if (compensation) s.optimizer.compensation = Tensor::randn({100}, t, 4);
   s.scaler = {32768.0, 5, 2, 2, 2};
-  s.counters = {2, 2, 0, false, 3.25};
+  s.counters = {2, 2, 0, false, 3.25, {{"transformer.h.0.mlp.c_fc:linear (backward)", 1}, {"(unknown)", 1}}};
   s.rng = {{"seed", 7}, {"data_position", 12}};
   return s;
 }
@@ -62,6 +62,7 @@ TEST(TrainingState, RoundTrip) {
     EXPECT_EQ(r.scaler.hysteresis_left, 2);
     EXPECT_EQ(r.counters.skipped_steps, 2);
     EXPECT_EQ(r.counters.last_loss, 3.25);
+    EXPECT_EQ(r.counters.skips_by_site, s.counters.skips_by_site);
   }
   TrainingState sgd = sample_state();
   sgd.optimizer = {};
@@ -91,6 +92,15 @@ std::vector<uint8_t> rewrite(
   for (const auto& [k, v] : f.metadata()) w.set_metadata(k, v);
   w.set_metadata("mixtrain", j.dump());
   return w.serialize();
+}
+
+TEST(TrainingState, StateWithoutSkipsBySiteLoadsAsNone) {
+  // Written before the skips by site were kept: the field is absent.
+  const std::vector<uint8_t> old = rewrite(encode_training_state(sample_state()),
+                                           [](nlohmann::json& j) { j["counters"].erase("skips_by_site"); });
+  const TrainingState r = decode_training_state(old, "ts");
+  EXPECT_EQ(r.counters.skipped_steps, 2);
+  EXPECT_TRUE(r.counters.skips_by_site.empty());
 }
 
 TEST(TrainingState, RefusesCorruptState) {
@@ -123,6 +133,14 @@ TEST(TrainingState, RefusesCorruptState) {
        "'counters.overflows'"},
       {"flag a number", [](nlohmann::json& j) { j["counters"]["hit_min_scale"] = 1; }, "true or false"},
       {"counters past step", [](nlohmann::json& j) { j["counters"]["skipped_steps"] = 99; }, "more steps"},
+      {"skips by site an array", [](nlohmann::json& j) { j["counters"]["skips_by_site"] = nlohmann::json::array(); },
+       "'counters.skips_by_site' must be an object"},
+      {"skips by site negative", [](nlohmann::json& j) { j["counters"]["skips_by_site"]["(loss)"] = -1; },
+       "'counters.skips_by_site.(loss)' must be a non-negative integer"},
+      {"skips by site a string", [](nlohmann::json& j) { j["counters"]["skips_by_site"]["(loss)"] = "1"; },
+       "'counters.skips_by_site.(loss)' must be a non-negative integer"},
+      {"skips by site past skipped_steps", [](nlohmann::json& j) { j["counters"]["skips_by_site"]["(loss)"] = 1; },
+       "adds up to more skips than 'counters.skipped_steps'"},
       {"run not an object", [](nlohmann::json& j) { j["run"] = nlohmann::json::array(); },
        "'run' must be an object"},
       {"state an array", [](nlohmann::json& j) { j = nlohmann::json::array(); }, "must be an object"},

@@ -133,16 +133,21 @@ else
 fi
 
 # Only rank 0 writes: one JSON summary on stdout, a 4-line step log, checkpoints 2 and 4, one
-# TensorBoard event file.
+# TensorBoard event file, one numerics log (each step's record of a site once).
 d="$TMP/outputs"
 mkdir -p "$d"
 if timeout 60 "${MPIRUN[@]}" "$MIXTRAIN" train "${COMMON[@]}" --steps 4 --json --log-jsonl "$d/log.jsonl" \
-    --tensorboard "$d/tb" --checkpoint-dir "$d/ck" --save-every 2 >"$d/out" 2>"$d/err"; then
+    --tensorboard "$d/tb" --checkpoint-dir "$d/ck" --save-every 2 --numerics "$d/num.jsonl" >"$d/out" 2>"$d/err"; then
   python3 -c "import json,sys; s=json.load(open('$d/out')); sys.exit(0 if s['steps']==4 else 1)" && pass ||
     fail "stdout is not one JSON summary of 4 steps: $(head -c 300 "$d/out")"
   [ "$(wc -l <"$d/log.jsonl")" = 4 ] && pass || fail "step log has $(wc -l <"$d/log.jsonl") lines, expected 4"
   [ "$(ls "$d/ck" | grep -c '^step-')" = 2 ] && pass || fail "checkpoints: $(ls "$d/ck")"
   [ "$(ls "$d/tb" | wc -l)" = 1 ] && pass || fail "TensorBoard files: $(ls "$d/tb")"
+  python3 - "$d/num.jsonl" <<'PY' && pass || fail "numerics log not rank 0's alone: $(head -c 300 "$d/num.jsonl")"
+import json, sys
+keys = [(r["step"], r["site"], r["op"], r["kind"]) for r in map(json.loads, open(sys.argv[1]))]
+assert len(keys) == len(set(keys)) and sorted({k[0] for k in keys}) == [1, 2, 3, 4], len(keys)
+PY
 else
   fail "outputs run failed: $(tail -c 400 "$d/err")"
 fi

@@ -7,6 +7,7 @@
 
 #include <bit>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -162,6 +163,7 @@ TEST(NumericsHook, ForcedUnderflowIsCountedExactly) {
   o.steps = 1;
   const std::string path = ::testing::TempDir() + "numerics_underflow.jsonl";
   o.numerics.path = path;
+  std::remove(path.c_str());  // an existing numerics log is refused (without overwrite)
   o.add_hooks = [](TrainingRun& run) {
     run.add_hook(std::make_unique<ScaleWeightHook>("transformer.wpe.weight", 0x1p-30f));
   };
@@ -189,6 +191,7 @@ TEST(NumericsHook, ProbesDoNotChangeTheTrajectory) {
     b.inject_nonfinite = {2};
     b.numerics.path = ::testing::TempDir() + "numerics_same.jsonl";
     b.numerics.every = 1;
+    std::remove(b.numerics.path.c_str());
     train(a);
     train(b);
     ASSERT_EQ(plain.steps.size(), probed.steps.size());

@@ -51,7 +51,7 @@ struct TrainOptions {
   int64_t eval_every = 0;          // 0: only at the end
   int64_t eval_batches = 8;
   std::string log_jsonl;           // per-step JSON lines; empty: none; "-": stdout
-  bool overwrite = false;          // replace an existing log_jsonl (without it: refused unless resuming)
+  bool overwrite = false;          // replace an existing log_jsonl or numerics.path (without it: refused unless resuming)
   std::string tensorboard_dir;     // TensorBoard event files in this directory (train/tensorboard_hook.h); empty: none
   int64_t log_every = 10;          // plain progress lines when stdout is not a terminal
   bool quiet = false;              // no progress output at all
