@@ -22,8 +22,10 @@ half the bytes. Efficiency = compute / step.
 """
 import argparse
 import json
+import os
 import subprocess
 import sys
+import tempfile
 
 PRESETS = {  # n_layer, n_embd, block_size, vocab_size (src/models/gpt.cpp)
     "gpt-nano": (4, 128, 128, 256),
@@ -66,14 +68,17 @@ def step_s(params, ranks, compute, alpha, bandwidth, elem_bytes, bucket_bytes, o
 
 
 def measure_compute(mixtrain, model, precision, batch, seq):
-    cmd = [mixtrain, "bench", "train", "--model", model, "--precision", precision, "--batch-size", str(batch),
-           "--steps", "4", "--json"]
-    if seq:
-        cmd += ["--seq-len", str(seq)]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-    s = json.loads(out[out.index("{"):])
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "bench.json")
+        cmd = [mixtrain, "bench", "train", "--model", model, "--precision", precision, "--batch-size", str(batch),
+               "--steps", "4", "--profile-warmup", "1", "--json", path]
+        if seq:
+            cmd += ["--seq-len", str(seq)]
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+        s = json.load(open(path))
+    run = s["runs"][0] if "runs" in s else s
     tokens = batch * (seq or PRESETS[model][2])
-    return tokens / s["tokens_per_s"]
+    return tokens / run["tokens_per_s"]
 
 
 def table(args, params, compute):
