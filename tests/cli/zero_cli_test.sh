@@ -4,8 +4,8 @@
 #   (loss, grad_norm, loss_scale, skipped) bit for bit, the same final weights and the same
 #   optimizer state in the checkpoint (gathered from the ranks' parts), tensor for tensor, byte for
 #   byte; --verify-replicas checks after every step that both ranks hold the same weights and
-#   scale; against one process with --grad-accum 2, the tolerances of mpi_cli_test.sh (two ranks
-#   and one process add the two micro-batches' gradients differently, see there)
+#   scale (also with bf16 gradient sums); against one process with --grad-accum 2, the tolerances of mpi_cli_test.sh (two ranks
+#   and one process add the two micro-batches' gradients differently, see there; not 16-true)
 # - a non-finite gradient in rank 1's part only (then rank 0's): both ranks skip, the scale halves
 # - optimizer state per rank, from each rank's tracker (--json: rank_peak_bytes_by_category): each
 #   rank's figure is its part's (the arena cut into 4096-element blocks: rank 0 holds
@@ -14,8 +14,8 @@
 # - a checkpoint saved with --zero 1 on 2 ranks resumes on 2 ranks with --zero 1 and without it on
 #   the uninterrupted trajectory bit for bit, and in one process with --grad-accum 2 within the
 #   one-process tolerance
-# - mpirun -np 2 mixtrain memory --ranks 2 --zero 1: predicted = measured for the weights,
-#   masters, gradients and optimizer state; the prediction without mpirun is the same
+# - mpirun -np 2 mixtrain memory --ranks 2 --zero 1: the prediction equals rank 0's measurement,
+#   peak and every category to the byte; the prediction without mpirun is the same
 # - --zero 1 in one process is one part: the plain run bit for bit; bad input: one-line errors
 MIXTRAIN="$1"
 . "$(dirname "$0")/cli_common.sh"
@@ -72,7 +72,7 @@ check_mode() {  # MODE LOSS_RTOL
     fail "$mode: 2-rank all-reduce run failed: $(tail -c 400 "$d/err")"
     return
   fi
-  if ! "$MIXTRAIN" train "${COMMON[@]}" --steps 6 --precision "$mode" --grad-accum 2 \
+  [ "$rtol" = - ] || if ! "$MIXTRAIN" train "${COMMON[@]}" --steps 6 --precision "$mode" --grad-accum 2 \
       --log-jsonl "$d/one.jsonl" >"$d/out" 2>"$d/err"; then
     fail "$mode: 1-process run failed: $(tail -c 400 "$d/err")"
     return
@@ -88,6 +88,7 @@ check_mode() {  # MODE LOSS_RTOL
   if msg=$(same_tensors "$d/zero/$ck/train_state.safetensors" "$d/ddp/$ck/train_state.safetensors" 2>&1); then pass; else
     fail "$mode: the gathered optimizer state differs from the all-reduce run's: $msg"
   fi
+  [ "$rtol" = - ] && return
   if python3 "$COMPARE" "$d/zero.jsonl" "$d/one.jsonl" --loss-rtol "$rtol" >"$d/cmp"; then pass; else
     fail "$mode: --zero 1 on 2 ranks differs from one process with --grad-accum 2: $(cat "$d/cmp")"
   fi
@@ -96,8 +97,27 @@ check_mode() {  # MODE LOSS_RTOL
 check_mode 32-true 1e-6
 check_mode 16-mixed 1e-4
 check_mode bf16-mixed 1e-5
-check_mode 16-true 1e-3
+# 16-true: not against one process. fp16 weights and gradients without loss scaling are brittle
+# on this model: at lr 1e-3 both the 2-rank and the one-process run blow up after step 3 (loss
+# 5.5 -> 8-13) and part by 40%; even at lr 1e-4 they part by 2e-3 (measured with the all-reduce,
+# which --zero 1 reproduces bit for bit).
+check_mode 16-true -
 check_mode bf16-true 1e-3
+
+# bf16 gradient sums (--grad-reduce-dtype bf16): reduce-scattered in bf16 as the all-reduce sums
+# them, so again the same step log bit for bit (32-true: fp32 gradients staged as bf16 words).
+d="$TMP/bf16sum"
+mkdir -p "$d"
+if timeout 60 "${MPIRUN[@]}" "$MIXTRAIN" train "${COMMON[@]}" --steps 4 --grad-reduce-dtype bf16 --zero 1 \
+    --verify-replicas --log-jsonl "$d/zero.jsonl" >/dev/null 2>"$d/err" &&
+   timeout 60 "${MPIRUN[@]}" "$MIXTRAIN" train "${COMMON[@]}" --steps 4 --grad-reduce-dtype bf16 \
+    --log-jsonl "$d/ddp.jsonl" >/dev/null 2>"$d/err"; then
+  if [ "$(strip "$d/zero.jsonl")" = "$(strip "$d/ddp.jsonl")" ]; then pass; else
+    fail "bf16 sums: --zero 1 differs from the all-reduce: $(diff <(strip "$d/zero.jsonl") <(strip "$d/ddp.jsonl") | head -4)"
+  fi
+else
+  fail "bf16 sums with --zero 1: $(tail -c 400 "$d/err")"
+fi
 
 # 2. A non-finite gradient in one rank's part only, at step 3 (16-mixed, initial scale 1024):
 # both ranks skip it and continue at 512 with the same weights and scale (--verify-replicas).
@@ -202,8 +222,9 @@ m, p = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
 assert m["config"]["ranks"] == 2 and m["config"]["zero"] == 1, m["config"]
 pred, meas = m["predicted"]["by_category"], m["measured"]["by_category"]
 for c in ("parameters", "master_weights", "gradients", "optimizer_state"):
-    assert pred[c] == meas[c] and pred[c] > 0, (c, pred[c], meas[c])
-assert abs(m["relative_error"]["peak_bytes"]) < 0.1, m["relative_error"]
+    assert pred[c] > 0, (c, pred[c])
+assert pred == meas, (pred, meas)  # every category, to the byte
+assert m["predicted"]["peak_bytes"] == m["measured"]["peak_bytes"], m["relative_error"]
 assert p["predicted"]["by_category"] == pred, "the prediction without mpirun differs"
 print(f"memory --ranks 2 --zero 1: optimizer state predicted {pred['optimizer_state']} B, measured "
       f"{meas['optimizer_state']} B; peak predicted {m['predicted']['peak_bytes']} B, measured "

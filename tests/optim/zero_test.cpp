@@ -32,7 +32,9 @@ TEST(ZeroPartition, EqualBlockAlignedPartsCoverTheArena) {
       int64_t blocks = 0;
       for (int r = 0; r < ranks; ++r) {
         const FlatRange& s = p.shards[size_t(r)];
-        if (r > 0) EXPECT_EQ(s.begin, p.shards[size_t(r - 1)].end);
+        if (r > 0) {
+          EXPECT_EQ(s.begin, p.shards[size_t(r - 1)].end);
+        }
         EXPECT_EQ(s.begin % kGradNormBlock == 0 || s.begin == n, true) << "n " << n << " rank " << r;
         EXPECT_EQ(s.size(), std::max<int64_t>(0, std::min(S, n - std::min(n, S * r)))) << "n " << n << " rank " << r;
         EXPECT_EQ(p.first_block(r), blocks);
@@ -87,7 +89,9 @@ TEST_P(ShardedOptimizer, PartsUpdateAsTheWhole) {
     o1->step(parts, 1e-2f, c.working ? &w_parts : nullptr);
   }
   EXPECT_EQ(raw_bytes(whole.flat_params()), raw_bytes(parts.flat_params()));
-  if (c.working) EXPECT_EQ(raw_bytes(w_whole), raw_bytes(w_parts));
+  if (c.working) {
+    EXPECT_EQ(raw_bytes(w_whole), raw_bytes(w_parts));
+  }
   // The state, concatenated over the parts, is the whole optimizer's.
   const OptimizerState s = opt->state(), s0 = o0->state(), s1 = o1->state();
   for (auto [w, a, b] : {std::tuple{&s.exp_avg, &s0.exp_avg, &s1.exp_avg}, std::tuple{&s.exp_avg_sq, &s0.exp_avg_sq, &s1.exp_avg_sq},
@@ -106,7 +110,9 @@ TEST_P(ShardedOptimizer, PartsUpdateAsTheWhole) {
   const OptimizerState r = again->state();
   const Tensor& want = s1.exp_avg.defined() ? s1.exp_avg : s1.momentum_buffer;
   const Tensor& got = r.exp_avg.defined() ? r.exp_avg : r.momentum_buffer;
-  if (want.defined()) EXPECT_EQ(raw_bytes(got), raw_bytes(want));
+  if (want.defined()) {
+    EXPECT_EQ(raw_bytes(got), raw_bytes(want));
+  }
 }
 
 OptimizerConfig adamw(UpdateRounding rounding = UpdateRounding::nearest) {
