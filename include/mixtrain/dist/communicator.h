@@ -40,7 +40,7 @@ class Communicator {
   // the 16-bit formats are summed in fp32 and rounded back, pairwise in rank order). The data
   // must not be touched until wait_all().
   virtual void start_sum(void* data, int64_t n, DType dtype) = 0;
-  // Starts an in-place reduce-scatter (ZeRO's gradient sum, train/zero.h) of the counts[0] + ...
+  // Starts an in-place reduce-scatter (ZeRO's gradient sum, optim/zero.h) of the counts[0] + ...
   // + counts[N-1] elements at data, stored as dtype (as start_sum): afterwards rank r's piece,
   // the counts[r] elements at offset counts[0] + ... + counts[r-1], holds the sum over ranks of
   // that piece, added in the same order and rounded as start_sum's; the other pieces are left

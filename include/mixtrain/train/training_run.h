@@ -26,10 +26,10 @@
 // see exactly the batches of one process with grad_accum N*K and the summed gradients are its
 // mean. Gradients are summed by a hook (train/data_parallel.h); evaluation batches are split over
 // the ranks and their sums added.
+//   final evaluation and the summary; hooks.on_run_end
 // ZeRO stage 1 (an optim/zero.h ZeroOptimizer): the hook reduce-scatters instead, each rank
 // unscales, checks and clips its part of the gradients (the norm assembled over the ranks,
 // MixedPrecision::prepare_step_sharded), updates its part, and the weights are all-gathered.
-//   final evaluation and the summary; hooks.on_run_end
 //
 //   Gpt model(cfg, seed, mp.param_dtype(), mp.grad_dtype());
 //   auto opt = make_optimizer(model.params(), {.lr = 1e-3f});
