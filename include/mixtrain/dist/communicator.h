@@ -43,8 +43,9 @@ class Communicator {
   // Starts an in-place reduce-scatter (ZeRO's gradient sum, optim/zero.h) of the counts[0] + ...
   // + counts[N-1] elements at data, stored as dtype (as start_sum): afterwards rank r's piece,
   // the counts[r] elements at offset counts[0] + ... + counts[r-1], holds the sum over ranks of
-  // that piece, added in the same order and rounded as start_sum's; the other pieces are left
-  // undefined. counts has one entry per rank. Completed by wait_all().
+  // that piece, with start_sum's operation (rank order, the same rounding; MPI may group the
+  // additions of more than 2 ranks differently than in its all-reduce); the other pieces are
+  // left undefined. counts has one entry per rank. Completed by wait_all().
   virtual void start_reduce_scatter(void* data, std::span<const int64_t> counts, DType dtype) = 0;
   // Lets started sums advance (MPI moves non-blocking collectives only inside MPI calls).
   virtual void progress() = 0;
