@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <ostream>
 #include <vector>
 
 #include "kernels/gradient_kernels.h"
@@ -57,6 +58,8 @@ struct Case {
   OptimizerConfig config;
   bool working;  // an fp32 arena with a bf16 working copy (the *-mixed modes)
 };
+
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }  // names the case in ctest's list
 
 class ShardedOptimizer : public ::testing::TestWithParam<Case> {};
 
