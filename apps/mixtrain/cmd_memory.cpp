@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "mixtrain/dist/communicator.h"
 #include "train/output_paths.h"
 #include "train/summary_json.h"
 #include "mixtrain/train/memory_report.h"
@@ -20,6 +21,7 @@ struct MemoryFlags {
   std::string json;
   bool predict_only = false;
   int terms = 16;
+  int ranks = 1;
 };
 
 double mib(int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
@@ -31,7 +33,7 @@ nlohmann::ordered_json by_category(const std::array<int64_t, kNumMemCategories>&
   return j;
 }
 
-nlohmann::ordered_json to_json(const MemoryReport& r, const TrainOptions& o) {
+nlohmann::ordered_json to_json(const MemoryReport& r, const TrainOptions& o, int ranks) {
   const MemoryPrediction& p = r.predicted;
   nlohmann::ordered_json j;
   j["model"] = gpt_config_to_json(r.model);
@@ -43,6 +45,8 @@ nlohmann::ordered_json to_json(const MemoryReport& r, const TrainOptions& o) {
   c["optimizer"] = std::string(optimizer_kind_name(o.optimizer));
   c["update_rounding"] = update_rounding_name(o.update_rounding);
   c["grad_accum"] = o.grad_accum;
+  c["ranks"] = ranks;
+  c["zero"] = o.data_parallel.zero_stage;
   c["steps"] = o.steps;
   j["config"] = c;
   j["parameters"] = p.parameters;
@@ -88,7 +92,7 @@ void print_error_cell(double e) {
     std::printf(" %9s", "-");
 }
 
-void print_table(const MemoryReport& r, const TrainOptions& o, int max_terms) {
+void print_table(const MemoryReport& r, const TrainOptions& o, int max_terms, int ranks) {
   const MemoryPrediction& p = r.predicted;
   const MeasuredMemory* m = r.measured ? &*r.measured : nullptr;
   std::printf("%s: %lld parameters, %s, batch %lld, seq %lld, %s%s%s\n", r.model.name.c_str(),
@@ -99,6 +103,9 @@ void print_table(const MemoryReport& r, const TrainOptions& o, int max_terms) {
               precision_spec(o.precision).param_dtype != DType::f32
                   ? (", " + std::string(update_rounding_name(o.update_rounding)) + " rounding").c_str()
                   : "");
+  if (ranks > 1)
+    std::printf("per rank (rank 0) of %d data-parallel ranks%s\n", ranks,
+                o.data_parallel.zero_stage == 1 ? ", ZeRO stage 1 (optimizer state sharded)" : "");
   std::printf("predicted peak %.1f MiB, at %s\n\n", mib(p.peak_bytes), p.peak_moment.c_str());
   std::printf("%-16s %14s", "category (peak)", "predicted MiB");
   if (m) std::printf(" %13s %9s", "measured MiB", "error");
@@ -151,6 +158,12 @@ void register_memory(CLI::App& app, GlobalOptions& g, std::vector<Command>& comm
   auto m = std::make_shared<MemoryFlags>();
   add_train_flags(sub, *f, /*with_precision=*/true);
   sub->add_flag("--predict-only", m->predict_only, "Only the prediction: no tensor allocated, no training");
+  sub->add_option("--ranks", m->ranks,
+                  "Predict one rank's memory in a data-parallel run of N ranks (measured too when started by "
+                  "mpirun -np N; otherwise only predicted)")
+      ->capture_default_str();
+  sub->add_option("--zero", f->opt.data_parallel.zero_stage, "With --ranks: 1 shards the optimizer state (ZeRO stage 1)")
+      ->capture_default_str();
   sub->add_option("--json", m->json, "Also write predicted and measured bytes as JSON to FILE");
   sub->add_option("--terms", m->terms, "Tensors listed from the predicted peak (largest first)")
       ->capture_default_str()
@@ -167,9 +180,22 @@ void register_memory(CLI::App& app, GlobalOptions& g, std::vector<Command>& comm
            paths.outputs.push_back({"--json", m->json});
            check_run_paths(paths);
          }
-         const MemoryReport r = memory_report(f->opt, m->predict_only);
-         print_table(r, f->opt, m->terms);
-         if (!m->json.empty()) write_output_file(m->json, to_json(r, f->opt).dump(2) + "\n", "--json");
+         if (m->ranks < 1 || m->ranks > (1 << 20))
+           throw ArgumentError("--ranks must be in [1, 1048576], got " + std::to_string(m->ranks));
+         // Under mpirun -np N the measured run is data parallel too, and rank 0 reports; without
+         // it a prediction for N > 1 ranks cannot be measured here.
+         f->opt.world = &world();
+         const bool rank0 = f->opt.world->rank() == 0;
+         if (f->opt.world->size() > 1 && f->opt.world->size() != m->ranks)
+           throw ArgumentError("--ranks " + std::to_string(m->ranks) + " differs from mpirun's " +
+                               std::to_string(f->opt.world->size()) + " ranks");
+         const bool measurable = m->ranks == f->opt.world->size();
+         if (!measurable && !m->predict_only && rank0)
+           std::printf("(measured only under mpirun -np %d: predicted only)\n", m->ranks);
+         const MemoryReport r = memory_report(f->opt, m->predict_only || !measurable, m->ranks);
+         if (!rank0) return 0;
+         print_table(r, f->opt, m->terms, m->ranks);
+         if (!m->json.empty()) write_output_file(m->json, to_json(r, f->opt, m->ranks).dump(2) + "\n", "--json");
          return 0;
        }});
 }

@@ -100,6 +100,21 @@ bool GradScaler::unscale(const Tensor& flat_grads) {
   return r.found_inf;
 }
 
+bool GradScaler::unscale_blocks(const Tensor& part, double* block_sums) {
+  if (!part.defined() || part.dtype() != DType::f32 || !part.is_contiguous())
+    throw DTypeError("GradScaler::unscale_blocks: the part must be contiguous f32 gradients");
+  const std::pair<const Storage*, int64_t> id{part.storage().get(), part.offset()};
+  if (std::find(unscaled_.begin(), unscaled_.end(), id) != unscaled_.end())
+    throw ArgumentError(
+        "GradScaler::unscale_blocks: unscale() has already been called on these gradients since the last update()");
+  const float inv_scale = config_.enabled ? float(1.0 / state_.scale) : 1.f;
+  bool found = false;
+  if (!part.is_meta()) found = unscale_and_check_blocks(const_cast<float*>(part.data<float>()), part.numel(), inv_scale, block_sums);
+  unscaled_.push_back(id);
+  found_inf_ = found_inf_ || found;
+  return found;
+}
+
 bool GradScaler::step_should_skip() const {
   if (unscaled_.empty())
     throw ArgumentError(

@@ -8,6 +8,9 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -77,13 +80,7 @@ class MpiWorld final : public Communicator {
 
   void start_sum(void* data, int64_t n, DType dtype) override {
     MPI_Datatype type = MPI_FLOAT;
-    MPI_Op op = sum_f32_;
-    if (dtype == DType::bf16 || dtype == DType::f16) {
-      type = MPI_UINT16_T;
-      op = dtype == DType::bf16 ? sum_bf16_ : sum_f16_;
-    } else if (dtype != DType::f32) {
-      throw ArgumentError("MPI start_sum: cannot reduce " + std::string(dtype_name(dtype)));
-    }
+    const MPI_Op op = op_for(dtype, type, "start_sum");
     const size_t elem = dtype_size(dtype);
     constexpr int64_t kChunk = int64_t{1} << 30;  // MPI counts are int
     for (int64_t done = 0; done < n; done += kChunk) {
@@ -93,6 +90,42 @@ class MpiWorld final : public Communicator {
                      MPI_COMM_WORLD, &req);
       requests_.push_back(req);
     }
+  }
+
+  void start_reduce_scatter(void* data, std::span<const int64_t> counts, DType dtype) override {
+    if (counts.size() != static_cast<size_t>(size_))
+      throw ArgumentError("MPI start_reduce_scatter: " + std::to_string(counts.size()) + " counts for " +
+                          std::to_string(size_) + " ranks");
+    MPI_Datatype type = MPI_FLOAT;
+    const MPI_Op op = op_for(dtype, type, "start_reduce_scatter");
+    // MPI_IN_PLACE: the input is the whole buffer and this rank's sum lands at its start; it is
+    // moved to the piece's own offset once complete (wait_all).
+    std::vector<int>& c = counts_.emplace_back(counts.size());
+    int64_t offset = 0;
+    for (size_t r = 0; r < counts.size(); ++r) {
+      c[r] = as_int(counts[r], "start_reduce_scatter");
+      if (static_cast<int>(r) < rank_) offset += counts[r];
+    }
+    MPI_Request req;
+    MPI_Ireduce_scatter(MPI_IN_PLACE, data, c.data(), type, op, MPI_COMM_WORLD, &req);
+    requests_.push_back(req);
+    const size_t elem = dtype_size(dtype);
+    if (offset > 0 && counts[static_cast<size_t>(rank_)] > 0)
+      moves_.push_back({static_cast<char*>(data) + static_cast<size_t>(offset) * elem, static_cast<char*>(data),
+                        static_cast<size_t>(counts[static_cast<size_t>(rank_)]) * elem});
+  }
+
+  void all_gather(void* data, std::span<const int64_t> bytes) override {
+    std::vector<int> counts, displs;
+    layout(bytes, counts, displs, "all_gather");
+    MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_BYTE, data, counts.data(), displs.data(), MPI_BYTE, MPI_COMM_WORLD);
+  }
+
+  void gather(const void* piece, void* all, std::span<const int64_t> bytes, int root) override {
+    std::vector<int> counts, displs;
+    layout(bytes, counts, displs, "gather");
+    MPI_Gatherv(piece, counts[static_cast<size_t>(rank_)], MPI_BYTE, all, counts.data(), displs.data(), MPI_BYTE,
+                root, MPI_COMM_WORLD);
   }
 
   void progress() override {
@@ -105,13 +138,55 @@ class MpiWorld final : public Communicator {
     if (requests_.empty()) return;
     MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE);
     requests_.clear();
+    counts_.clear();
+    for (const Move& m : moves_) std::memmove(m.to, m.from, m.bytes);
+    moves_.clear();
   }
 
  private:
+  // The element type and the rank-order sum for data of `dtype` (f32, bf16, f16).
+  MPI_Op op_for(DType dtype, MPI_Datatype& type, const char* what) const {
+    if (dtype == DType::f32) {
+      type = MPI_FLOAT;
+      return sum_f32_;
+    }
+    if (dtype == DType::bf16 || dtype == DType::f16) {
+      type = MPI_UINT16_T;
+      return dtype == DType::bf16 ? sum_bf16_ : sum_f16_;
+    }
+    throw ArgumentError("MPI " + std::string(what) + ": cannot reduce " + std::string(dtype_name(dtype)));
+  }
+  // MPI counts are int: a piece past 2^31 - 1 elements or bytes is refused, not truncated.
+  static int as_int(int64_t n, const char* what) {
+    if (n < 0 || n > std::numeric_limits<int>::max())
+      throw ArgumentError("MPI " + std::string(what) + ": a piece of " + std::to_string(n) +
+                          " exceeds MPI's int count (2^31 - 1)");
+    return static_cast<int>(n);
+  }
+  void layout(std::span<const int64_t> bytes, std::vector<int>& counts, std::vector<int>& displs,
+              const char* what) const {
+    if (bytes.size() != static_cast<size_t>(size_))
+      throw ArgumentError("MPI " + std::string(what) + ": " + std::to_string(bytes.size()) + " pieces for " +
+                          std::to_string(size_) + " ranks");
+    int64_t at = 0;
+    for (int64_t b : bytes) {
+      counts.push_back(as_int(b, what));
+      displs.push_back(as_int(at, what));
+      at += b;
+    }
+  }
+
+  struct Move {  // a finished reduce-scatter's result, from the bucket's start to its piece
+    char* to;
+    const char* from;
+    size_t bytes;
+  };
   int rank_ = 0;
   int size_ = 1;
   MPI_Op sum_f32_{}, sum_bf16_{}, sum_f16_{}, sum_f64_{};
   std::vector<MPI_Request> requests_;
+  std::deque<std::vector<int>> counts_;  // recvcounts of started reduce-scatters, alive until done
+  std::vector<Move> moves_;
 };
 
 }  // namespace

@@ -21,6 +21,8 @@
 #pragma once
 #include <cstdint>
 
+#include "mixtrain/tensor/dtype.h"
+
 namespace mixtrain {
 
 struct UnscaleResult {
@@ -41,5 +43,22 @@ UnscaleResult unscale_and_check(float* g, int64_t n, float inv_scale);  // g: (n
 // tree), the block sums added in double in block order, the square root in double. OpenMP over
 // the blocks; the result does not depend on the thread count.
 double global_norm_f32(const float* x, int64_t n);
+
+// 3. Sharded gradients (ZeRO, optim/zero.h): each rank holds the summed gradient of one part of
+// the arena, so the norm is assembled from per-block partial sums, and only the same blocks added
+// in the same order give the same bits as the whole-buffer kernels above. A part must start on a
+// block boundary (kGradNormBlock elements) of the whole buffer.
+constexpr int64_t kGradNormBlock = 4096;
+// The fused unscale of 1. over a part of n elements, writing each block's sum of squares to
+// block_sums (ceil(n / kGradNormBlock) doubles); returns found_inf. sum_block_sums over the
+// blocks of every part, in order, is unscale_and_check's sum_squares over the whole buffer.
+bool unscale_and_check_blocks(float* g, int64_t n, float inv_scale, double* block_sums);
+double sum_block_sums(const double* block_sums, int64_t blocks);  // added in block order
+// 16-bit gradients (the *-true modes): the per-block fp32 sums of squares that the CPU backend's
+// reduce(g, sum_squares) forms (kSumBlock = kGradNormBlock elements per block) for a part of n
+// elements of dtype bf16 or f16, and their pairwise combination, which over all blocks of the
+// buffer is that reduction's result (its fast path) bit for bit.
+void sum_squares_blocks_16(const void* g, DType dtype, int64_t n, float* block_sums);
+double combine_sum_squares_blocks_16(const float* block_sums, int64_t blocks);
 
 }  // namespace mixtrain

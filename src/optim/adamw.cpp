@@ -46,17 +46,18 @@ AdamWScalars adamw_scalars(const AdamWConfig& c, float lr, int64_t step) {
   return s;
 }
 
-AdamW::AdamW(const ParameterStore& store, AdamWConfig config) : config_(config) {
+AdamW::AdamW(const ParameterStore& store, AdamWConfig config, FlatRange shard) : config_(config) {
   validate(config_);
   if (!store.finalized()) throw ArgumentError("AdamW: the parameter store is not finalized");
   dtype_ = optim_detail::optimizer_param_dtype(store, "AdamW");
   flat_numel_ = store.flat_numel();
-  spans_ = flat_spans(store);
+  shard_ = shard.resolved(flat_numel_);
+  spans_ = shard_spans(flat_spans(store), shard_.begin, shard_.end);
   const ScopedOp site("AdamW moments");  // names the state in memory reports
-  m_ = Tensor::zeros({flat_numel_}, dtype_, MemCategory::optimizer_state);
-  v_ = Tensor::zeros({flat_numel_}, dtype_, MemCategory::optimizer_state);
+  m_ = Tensor::zeros({shard_.size()}, dtype_, MemCategory::optimizer_state);
+  v_ = Tensor::zeros({shard_.size()}, dtype_, MemCategory::optimizer_state);
   if (dtype_ != DType::f32 && config_.rounding == UpdateRounding::kahan)
-    c_ = Tensor::zeros({flat_numel_}, dtype_, MemCategory::optimizer_state);
+    c_ = Tensor::zeros({shard_.size()}, dtype_, MemCategory::optimizer_state);
 }
 
 void AdamW::step(ParameterStore& store, float lr, Tensor* working) {
@@ -67,9 +68,11 @@ void AdamW::step(ParameterStore& store, float lr, Tensor* working) {
   if (w && dtype_ != DType::f32) throw ArgumentError("AdamW::step: a working copy is for fp32 master weights");
   const int64_t t = steps_ + 1;
   const AdamWScalars s = adamw_scalars(config_, lr, t);
-  const LowpWrite lw{config_.rounding, config_.seed, uint64_t(steps_) * uint64_t(flat_numel_)};
-  Tensor p = store.flat_params();
-  backend_for(p.device()).adamw_update(p, store.flat_grads(), m_, v_, c_, spans_, s, lw, w);
+  // A shard's element i is the arena's shard.begin + i: the same stochastic-rounding draw.
+  const LowpWrite lw{config_.rounding, config_.seed, uint64_t(steps_) * uint64_t(flat_numel_) + uint64_t(shard_.begin)};
+  Tensor p = optim_detail::shard_view(store.flat_params(), shard_);
+  const Tensor g = optim_detail::shard_view(store.flat_grads(), shard_);
+  backend_for(p.device()).adamw_update(p, g, m_, v_, c_, spans_, s, lw, optim_detail::shard_working(w, shard_));
   store.flat_params().storage()->bump_version();  // cached casts of the old weights are stale now
   steps_ = t;
 }
@@ -81,14 +84,19 @@ int64_t AdamW::state_bytes() const {
   return bytes;
 }
 
-void AdamW::set_state(int64_t steps, const Tensor& exp_avg, const Tensor& exp_avg_sq, const Tensor& compensation) {
+void AdamW::set_state(int64_t steps, const Tensor& exp_avg_in, const Tensor& exp_avg_sq_in,
+                      const Tensor& compensation_in) {
   if (steps < 0) throw ArgumentError("AdamW::set_state: steps must be >= 0, got " + std::to_string(steps));
+  const Tensor exp_avg = optim_detail::shard_of(exp_avg_in, shard_, flat_numel_);
+  const Tensor exp_avg_sq = optim_detail::shard_of(exp_avg_sq_in, shard_, flat_numel_);
+  const Tensor compensation = optim_detail::shard_of(compensation_in, shard_, flat_numel_);
+  const int64_t n = shard_.size();
   for (const Tensor* t : {&exp_avg, &exp_avg_sq})
-    if (!t->defined() || t->shape() != Shape{flat_numel_})
-      throw ShapeError("AdamW::set_state: moments must have shape (" + std::to_string(flat_numel_) + "), got " +
+    if (!t->defined() || t->shape() != Shape{n})
+      throw ShapeError("AdamW::set_state: moments must have shape (" + std::to_string(n) + "), got " +
                        (t->defined() ? t->to_string() : std::string("an undefined tensor")));
-  if (c_.defined() && compensation.defined() && compensation.shape() != Shape{flat_numel_})
-    throw ShapeError("AdamW::set_state: compensation must have shape (" + std::to_string(flat_numel_) + "), got " +
+  if (c_.defined() && compensation.defined() && compensation.shape() != Shape{n})
+    throw ShapeError("AdamW::set_state: compensation must have shape (" + std::to_string(n) + "), got " +
                      compensation.to_string());
   m_.copy_from(exp_avg);
   v_.copy_from(exp_avg_sq);

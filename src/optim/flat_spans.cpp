@@ -13,4 +13,13 @@ std::vector<FlatSpan> flat_spans(const ParameterStore& store) {
   return spans;
 }
 
+std::vector<FlatSpan> shard_spans(const std::vector<FlatSpan>& spans, int64_t begin, int64_t end) {
+  std::vector<FlatSpan> out;
+  for (const FlatSpan& s : spans) {
+    const int64_t lo = std::max(s.offset, begin), hi = std::min(s.offset + s.numel, end);
+    if (lo < hi) out.push_back({lo - begin, hi - lo, s.decay});
+  }
+  return out;
+}
+
 }  // namespace mixtrain

@@ -12,5 +12,8 @@ namespace mixtrain {
 
 // One span per parameter, in declaration (= offset) order; empty parameters are left out.
 std::vector<FlatSpan> flat_spans(const ParameterStore& store);
+// The spans' parts inside `shard`, with offsets counted from shard.begin (the optimizer's state
+// and the arena views it updates start there).
+std::vector<FlatSpan> shard_spans(const std::vector<FlatSpan>& spans, int64_t begin, int64_t end);
 
 }  // namespace mixtrain

@@ -1,8 +1,14 @@
 // MixedPrecision: the precision mode's step discipline (see the header).
 #include "mixtrain/optim/mixed_precision.h"
 
+#include <cmath>
+#include <vector>
+
 #include "mixtrain/core/profiler.h"
 #include "mixtrain/optim/clip.h"
+#include "mixtrain/kernels/ops.h"
+#include "kernels/gradient_kernels.h"
+#include "optim/optim_util.h"
 #include "tensor/alloc_site.h"
 
 namespace mixtrain {
@@ -54,6 +60,47 @@ StepResult MixedPrecision::prepare_step(ParameterStore& store, double max_norm) 
   if (!r.found_inf) {
     r.grad_norm = max_norm > 0 ? clip_grad_norm_any_dtype(store, max_norm) : grad_norm_any_dtype(store);
     r.found_inf = !std::isfinite(r.grad_norm);
+  }
+  return r;
+}
+
+StepResult MixedPrecision::prepare_step_sharded(ParameterStore& store, double max_norm, const ZeroPartition& part,
+                                                Communicator& world) {
+  ProfileScope prof(WorkKind::scaler);
+  StepResult r;
+  r.loss_scale = scaler_.scale();
+  const Tensor& all = store.flat_grads();
+  Tensor g = optim_detail::shard_view(all, part.mine());
+  const bool meta = all.is_meta();
+  const int64_t first = part.first_block(part.rank), total = part.total_blocks();
+  // Every rank's block sums, gathered: the whole buffer's, in block order.
+  auto gather = [&](void* sums, size_t elem) {
+    std::vector<int64_t> bytes;
+    for (int k = 0; k < part.ranks(); ++k) bytes.push_back(part.blocks(k) * static_cast<int64_t>(elem));
+    world.all_gather(sums, bytes);
+  };
+  double norm = 0;
+  if (all.dtype() == DType::f32) {
+    std::vector<double> sums(static_cast<size_t>(total), 0.0);
+    // Without a scaler the unscale pass only reads (inv_scale 1): the non-finite check and the norm.
+    r.found_inf = scaler_.unscale_blocks(g, sums.data() + first);
+    if (!meta) gather(sums.data(), sizeof(double));
+    norm = std::sqrt(sum_block_sums(sums.data(), total));
+  } else {  // 16-bit gradients (the *-true modes): no scaler, the norm is the non-finite check
+    std::vector<float> sums(static_cast<size_t>(total), 0.f);
+    if (!meta) {
+      sum_squares_blocks_16(g.raw_data(), g.dtype(), g.numel(), sums.data() + first);
+      gather(sums.data(), sizeof(float));
+    }
+    norm = std::sqrt(combine_sum_squares_blocks_16(sums.data(), total));
+  }
+  r.found_inf = r.found_inf || !std::isfinite(norm);
+  if (r.found_inf) return r;  // grad_norm stays NaN, as prepare_step's
+  r.grad_norm = norm;
+  // clip_grad_norm's rule (optim/clip.h), applied to this rank's part.
+  if (max_norm > 0) {
+    const double coef = max_norm / (norm + 1e-6);
+    if (coef < 1.0 && !meta) scale(g, static_cast<float>(coef), g);
   }
   return r;
 }

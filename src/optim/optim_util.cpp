@@ -45,4 +45,19 @@ void check_nonneg(const char* op, const char* what, double value) {
     throw ArgumentError(std::string(op) + ": " + what + " must be >= 0 and finite, got " + fmt(value));
 }
 
+Tensor shard_view(const Tensor& flat, const FlatRange& shard) {
+  if (shard.begin == 0 && shard.end == flat.numel()) return flat;
+  return flat.slice(0, shard.begin, shard.end);
+}
+
+Tensor shard_of(const Tensor& t, const FlatRange& shard, int64_t flat_numel) {
+  if (!t.defined() || shard.size() == flat_numel || t.shape() != Shape{flat_numel}) return t;
+  return t.slice(0, shard.begin, shard.end);
+}
+
+WorkingCopyOut shard_working(WorkingCopyOut w, const FlatRange& shard) {
+  if (w) w.data = static_cast<char*>(w.data) + static_cast<size_t>(shard.begin) * dtype_size(w.dtype);
+  return w;
+}
+
 }  // namespace mixtrain::optim_detail

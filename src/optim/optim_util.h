@@ -6,6 +6,7 @@
 
 #include "mixtrain/kernels/optimizer_kernels.h"
 #include "mixtrain/nn/parameters.h"
+#include "mixtrain/optim/optimizer.h"
 #include "optim/flat_spans.h"
 
 namespace mixtrain::optim_detail {
@@ -26,5 +27,14 @@ void check_nonneg(const char* op, const char* what, double value);
 void check_rounding(const char* op, UpdateRounding r);
 
 std::string fmt(double v);  // shortest round-trip form, for messages
+
+// The elements [shard.begin, shard.end) of a flat (flat_numel) buffer, as a view.
+Tensor shard_view(const Tensor& flat, const FlatRange& shard);
+// A checkpoint buffer for a shard's state: `t` itself when it has the shard's length, its shard
+// elements when it covers the whole arena (flat_numel); otherwise t (the caller's shape check
+// names it).
+Tensor shard_of(const Tensor& t, const FlatRange& shard, int64_t flat_numel);
+// The working copy descriptor moved to the shard's first element.
+WorkingCopyOut shard_working(WorkingCopyOut w, const FlatRange& shard);
 
 }  // namespace mixtrain::optim_detail

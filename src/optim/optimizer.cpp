@@ -17,7 +17,15 @@ OptimizerKind parse_optimizer_kind(std::string_view s) {
 
 std::string_view optimizer_kind_name(OptimizerKind k) { return k == OptimizerKind::adamw ? "adamw" : "sgd"; }
 
-std::unique_ptr<Optimizer> make_optimizer(const ParameterStore& store, const OptimizerConfig& c) {
+FlatRange FlatRange::resolved(int64_t flat_numel) const {
+  if (end < 0) return {0, flat_numel};
+  if (begin < 0 || begin > end || end > flat_numel)
+    throw ArgumentError("optimizer shard [" + std::to_string(begin) + ", " + std::to_string(end) +
+                        ") is not inside the arena of " + std::to_string(flat_numel) + " elements");
+  return *this;
+}
+
+std::unique_ptr<Optimizer> make_optimizer(const ParameterStore& store, const OptimizerConfig& c, FlatRange shard) {
   if (c.kind == OptimizerKind::adamw) {
     AdamWConfig a;
     a.lr = c.lr;
@@ -27,7 +35,7 @@ std::unique_ptr<Optimizer> make_optimizer(const ParameterStore& store, const Opt
     a.weight_decay = c.weight_decay;
     a.rounding = c.rounding;
     a.seed = c.seed;
-    return std::make_unique<AdamW>(store, a);
+    return std::make_unique<AdamW>(store, a, shard);
   }
   SgdConfig s;
   s.lr = c.lr;
@@ -37,7 +45,7 @@ std::unique_ptr<Optimizer> make_optimizer(const ParameterStore& store, const Opt
   s.weight_decay = c.weight_decay;
   s.rounding = c.rounding;
   s.seed = c.seed;
-  return std::make_unique<SGD>(store, s);
+  return std::make_unique<SGD>(store, s, shard);
 }
 
 namespace {

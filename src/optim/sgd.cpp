@@ -26,16 +26,17 @@ void validate(const SgdConfig& c) {
   optim_detail::check_rounding("SGD", c.rounding);
 }
 
-SGD::SGD(const ParameterStore& store, SgdConfig config) : config_(config) {
+SGD::SGD(const ParameterStore& store, SgdConfig config, FlatRange shard) : config_(config) {
   validate(config_);
   if (!store.finalized()) throw ArgumentError("SGD: the parameter store is not finalized");
   dtype_ = optim_detail::optimizer_param_dtype(store, "SGD");
   flat_numel_ = store.flat_numel();
-  spans_ = flat_spans(store);
+  shard_ = shard.resolved(flat_numel_);
+  spans_ = shard_spans(flat_spans(store), shard_.begin, shard_.end);
   const ScopedOp site("SGD state");  // names the state in memory reports
-  if (config_.momentum != 0.f) buf_ = Tensor::zeros({flat_numel_}, dtype_, MemCategory::optimizer_state);
+  if (config_.momentum != 0.f) buf_ = Tensor::zeros({shard_.size()}, dtype_, MemCategory::optimizer_state);
   if (dtype_ != DType::f32 && config_.rounding == UpdateRounding::kahan)
-    c_ = Tensor::zeros({flat_numel_}, dtype_, MemCategory::optimizer_state);
+    c_ = Tensor::zeros({shard_.size()}, dtype_, MemCategory::optimizer_state);
 }
 
 void SGD::step(ParameterStore& store, float lr, Tensor* working) {
@@ -51,9 +52,10 @@ void SGD::step(ParameterStore& store, float lr, Tensor* working) {
   s.one_minus_damp = float(1.0 - double(config_.dampening));
   s.first_step = steps_ == 0;
   s.nesterov = config_.nesterov;
-  const LowpWrite lw{config_.rounding, config_.seed, uint64_t(steps_) * uint64_t(flat_numel_)};
-  Tensor p = store.flat_params();
-  backend_for(p.device()).sgd_update(p, store.flat_grads(), buf_, c_, spans_, s, lw, w);
+  const LowpWrite lw{config_.rounding, config_.seed, uint64_t(steps_) * uint64_t(flat_numel_) + uint64_t(shard_.begin)};
+  Tensor p = optim_detail::shard_view(store.flat_params(), shard_);
+  const Tensor g = optim_detail::shard_view(store.flat_grads(), shard_);
+  backend_for(p.device()).sgd_update(p, g, buf_, c_, spans_, s, lw, optim_detail::shard_working(w, shard_));
   store.flat_params().storage()->bump_version();  // cached casts of the old weights are stale now
   ++steps_;
 }
@@ -65,13 +67,16 @@ int64_t SGD::state_bytes() const {
   return bytes;
 }
 
-void SGD::set_state(int64_t steps, const Tensor& momentum_buffer, const Tensor& compensation) {
+void SGD::set_state(int64_t steps, const Tensor& momentum_buffer_in, const Tensor& compensation_in) {
   if (steps < 0) throw ArgumentError("SGD::set_state: steps must be >= 0, got " + std::to_string(steps));
-  if (buf_.defined() && (!momentum_buffer.defined() || momentum_buffer.shape() != Shape{flat_numel_}))
-    throw ShapeError("SGD::set_state: momentum_buffer must have shape (" + std::to_string(flat_numel_) + "), got " +
+  const Tensor momentum_buffer = optim_detail::shard_of(momentum_buffer_in, shard_, flat_numel_);
+  const Tensor compensation = optim_detail::shard_of(compensation_in, shard_, flat_numel_);
+  const int64_t n = shard_.size();
+  if (buf_.defined() && (!momentum_buffer.defined() || momentum_buffer.shape() != Shape{n}))
+    throw ShapeError("SGD::set_state: momentum_buffer must have shape (" + std::to_string(n) + "), got " +
                      (momentum_buffer.defined() ? momentum_buffer.to_string() : std::string("an undefined tensor")));
-  if (c_.defined() && compensation.defined() && compensation.shape() != Shape{flat_numel_})
-    throw ShapeError("SGD::set_state: compensation must have shape (" + std::to_string(flat_numel_) + "), got " +
+  if (c_.defined() && compensation.defined() && compensation.shape() != Shape{n})
+    throw ShapeError("SGD::set_state: compensation must have shape (" + std::to_string(n) + "), got " +
                      compensation.to_string());
   if (buf_.defined()) buf_.copy_from(momentum_buffer);
   if (c_.defined()) {

@@ -138,15 +138,23 @@ TrainingState CheckpointHook::capture(int64_t step, TrainingRun& r) const {
   return s;
 }
 
+bool checkpoint_due(const CheckpointOptions& c, int64_t step, int64_t last, bool interrupted) {
+  const bool stop = c.stop_after > 0 && step == c.stop_after && step < last;
+  return !c.dir.empty() && (step == last || stop || interrupted || (c.save_every > 0 && step % c.save_every == 0));
+}
+
+bool ZeroCheckpointGatherHook::should_stop(TrainingRun& r, const StepRecord& rec) {
+  if (checkpoint_due(c_, rec.step, r.config().steps, r.summary().interrupted)) (void)r.optimizer().state();
+  return false;  // stop_after is this rank's CheckpointHook's
+}
+
 bool CheckpointHook::should_stop(TrainingRun& r, const StepRecord& rec) {
   const int64_t step = rec.step;
   const CheckpointOptions& c = opt_.checkpoint;
   const int64_t last = r.config().steps;
   const bool stop = c.stop_after > 0 && step == c.stop_after && step < last;
   // An interrupted run (InterruptHook latched the signal in on_step_end) saves where it stops.
-  const bool interrupted = r.summary().interrupted;
-  const bool due = step == last || stop || interrupted || (c.save_every > 0 && step % c.save_every == 0);
-  if (!c.dir.empty() && due) {
+  if (checkpoint_due(c, step, last, r.summary().interrupted)) {
     std::vector<CheckpointFile> files(2);
     files[0].name = kModelFile;
     files[0].bytes = weights_file(r);

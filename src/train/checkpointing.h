@@ -21,6 +21,23 @@ namespace mixtrain {
 
 class TextCorpus;
 
+// Whether a checkpoint is written after `step` of a run whose last step is `last`: checkpoint.dir
+// is set and the step is the last, stop_after's, one that ends an interrupted run, or a multiple
+// of save_every.
+bool checkpoint_due(const CheckpointOptions& c, int64_t step, int64_t last, bool interrupted);
+
+// The part a rank other than 0 takes in rank 0's checkpoints under ZeRO (optim/zero.h): at every
+// step a checkpoint is due (by the options rank 0 saves with), it joins the gather of the
+// optimizer state that rank 0's capture starts (Optimizer::state(), a collective there).
+class ZeroCheckpointGatherHook final : public TrainingHook {
+ public:
+  explicit ZeroCheckpointGatherHook(CheckpointOptions c) : c_(std::move(c)) {}
+  bool should_stop(TrainingRun& run, const StepRecord& r) override;
+
+ private:
+  CheckpointOptions c_;
+};
+
 
 // The checkpoint hook of any TrainingRun (train() and finetune() derive from it): restores when the
 // run starts, saves (or stops the run) after each step. The subclasses say only what differs

@@ -1,11 +1,14 @@
 // Data parallelism as a TrainingHook (train/data_parallel.h).
 #include "mixtrain/train/data_parallel.h"
 
+#include <algorithm>
 #include <chrono>
 #include <string>
 
 #include "core/crc.h"
 #include "mixtrain/numeric/convert.h"
+#include "mixtrain/optim/zero.h"
+#include "mixtrain/tensor/memory.h"
 
 namespace mixtrain {
 namespace {
@@ -23,6 +26,9 @@ void DataParallelConfig::validate(DType grad_dtype) const {
                                                    std::string(dtype_name(grad_dtype)) + " (use fp32)");
   if (bucket_bytes <= 0)
     throw ArgumentError({"bucket_bytes"}, "bucket_bytes must be positive, got " + std::to_string(bucket_bytes));
+  if (zero_stage != 0 && zero_stage != 1)
+    throw ArgumentError({"zero"}, "zero must be 0 or 1 (ZeRO stage 1: optimizer state sharded), got " +
+                                      std::to_string(zero_stage));
 }
 
 DataParallelHook::DataParallelHook(Communicator& world, DataParallelConfig config)
@@ -61,6 +67,13 @@ void DataParallelHook::on_run_start(TrainingRun& run) {
   config_.validate(store.flat_grads().dtype());
   grads_ = store.flat_grads();
   build_buckets(store);
+  shards_.clear();
+  if (config_.zero_stage == 1) {
+    const auto* zero = dynamic_cast<const ZeroOptimizer*>(&run.optimizer());
+    if (zero == nullptr || zero->partition().ranks() != world_.size())
+      throw ArgumentError({"zero"}, "zero 1 needs the run's optimizer to be a ZeroOptimizer over this world");
+    shards_ = zero->partition().shards;
+  }
   stats_ = DataParallelStats();
   stats_.buckets_per_step = static_cast<int64_t>(buckets_.size());
   // Every rank starts from rank 0's weights (a restored checkpoint included: each rank read it).
@@ -75,6 +88,18 @@ void DataParallelHook::on_run_start(TrainingRun& run) {
 void DataParallelHook::on_run_end(TrainingRun&, TrainSummary& s) {
   scope_.reset();
   s.ranks = world_.size();
+  s.zero_stage = shards_.empty() ? 0 : 1;
+  // Every rank's tracker peaks by category, to rank 0's summary: one sum over the ranks of rows
+  // that are zero but for the rank's own (bytes are exact in a double up to 2^53).
+  const MemorySnapshot mem = MemoryTracker::current().snapshot();
+  std::vector<double> rows(static_cast<size_t>(world_.size()) * kNumMemCategories, 0.0);
+  for (size_t c = 0; c < kNumMemCategories; ++c)
+    rows[static_cast<size_t>(world_.rank()) * kNumMemCategories + c] = static_cast<double>(mem.peak[c]);
+  world_.sum(rows);
+  s.rank_peaks.assign(static_cast<size_t>(world_.size()), {});
+  for (size_t r = 0; r < s.rank_peaks.size(); ++r)
+    for (size_t c = 0; c < kNumMemCategories; ++c)
+      s.rank_peaks[r][c] = static_cast<int64_t>(rows[r * kNumMemCategories + c]);
   s.buckets_per_step = stats_.buckets_per_step;
   if (stats_.steps > 0) {
     const double n = static_cast<double>(stats_.steps);
@@ -110,25 +135,42 @@ void DataParallelHook::start_ready_buckets() {
   while (next_ < buckets_.size() && pending_[next_] == 0) start(next_++);
 }
 
+std::vector<int64_t> DataParallelHook::piece_counts(int64_t begin, int64_t end) const {
+  std::vector<int64_t> counts;
+  for (const FlatRange& s : shards_) counts.push_back(std::max<int64_t>(0, std::min(end, s.end) - std::max(begin, s.begin)));
+  return counts;
+}
+
 void DataParallelHook::start(size_t b) {
   if (first_start_ < 0) first_start_ = now_s();
   const Bucket& k = buckets_[b];
   const int64_t n = k.end - k.begin;
+  void* data = static_cast<char*>(grads_.raw_data()) + static_cast<size_t>(k.begin) * dtype_size(grads_.dtype());
+  DType dtype = grads_.dtype();
   if (!staging_.empty()) {  // fp32 gradients summed in bf16
     bf16* s = reinterpret_cast<bf16*>(staging_.data() + k.begin);
     convert_f32_to_bf16(grads_.data<float>() + k.begin, s, static_cast<size_t>(n));
-    world_.start_sum(s, n, DType::bf16);
-    return;
+    data = s;
+    dtype = DType::bf16;
   }
-  const size_t elem = dtype_size(grads_.dtype());
-  world_.start_sum(static_cast<char*>(grads_.raw_data()) + static_cast<size_t>(k.begin) * elem, n, grads_.dtype());
+  if (shards_.empty())
+    world_.start_sum(data, n, dtype);
+  else  // ZeRO: each rank's part of the bucket, summed, lands on that rank only
+    world_.start_reduce_scatter(data, piece_counts(k.begin, k.end), dtype);
 }
 
 void DataParallelHook::finish(size_t b) {
   if (staging_.empty()) return;
   const Bucket& k = buckets_[b];
-  convert_bf16_to_f32(reinterpret_cast<const bf16*>(staging_.data() + k.begin), grads_.data<float>() + k.begin,
-                      static_cast<size_t>(k.end - k.begin));
+  int64_t begin = k.begin, end = k.end;
+  if (!shards_.empty()) {  // only this rank's part holds a sum
+    const FlatRange& mine = shards_[static_cast<size_t>(world_.rank())];
+    begin = std::max(begin, mine.begin);
+    end = std::min(end, mine.end);
+    if (begin >= end) return;
+  }
+  convert_bf16_to_f32(reinterpret_cast<const bf16*>(staging_.data() + begin), grads_.data<float>() + begin,
+                      static_cast<size_t>(end - begin));
 }
 
 void DataParallelHook::reduce_gradients(TrainingRun&, int64_t) {

@@ -2,6 +2,7 @@
 #include "mixtrain/train/memory_report.h"
 
 #include <cmath>
+#include <string>
 
 namespace mixtrain {
 
@@ -10,11 +11,20 @@ double relative_error(int64_t predicted, int64_t measured) {
   return static_cast<double>(predicted - measured) / static_cast<double>(measured);
 }
 
-MemoryReport memory_report(const TrainOptions& opt, bool predict_only) {
+MemoryReport memory_report(const TrainOptions& opt, bool predict_only, int ranks) {
+  if (ranks < 1) throw ArgumentError({"ranks"}, "ranks must be >= 1, got " + std::to_string(ranks));
+  const int world_size = opt.world != nullptr ? opt.world->size() : 1;
+  if (!predict_only && world_size > 1 && world_size != ranks)
+    throw ArgumentError({"ranks"}, "ranks " + std::to_string(ranks) + " differs from the " +
+                                       std::to_string(world_size) + " ranks this run was started with");
   MemoryReport r;
   r.model = GptConfig::from_preset_or_file(opt.model);
   r.seq_len = opt.seq_len > 0 ? opt.seq_len : r.model.block_size;
-  r.predicted = predict_train_memory(opt);
+  // Rank 0's memory in a run of `ranks`: collectives that move nothing (nothing holds data on meta).
+  MetaWorld meta_world(0, ranks);
+  TrainOptions predicted = opt;
+  predicted.world = ranks > 1 ? &meta_world : nullptr;
+  r.predicted = predict_train_memory(predicted);
   if (predict_only) return r;
 
   // The measurement: a real run of train() with the same options (quiet, no MFU measurement).

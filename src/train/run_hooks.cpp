@@ -115,8 +115,10 @@ void FaultInjectionHook::after_backward(TrainingRun& run, int64_t step) {
   if (it == steps_.end() || (rank_ >= 0 && run.rank() != rank_)) return;
   const double bad = (it - steps_.begin()) % 2 == 0 ? INFINITY : NAN;
   Tensor grads = run.model().params().flat_grads();
-  if (grads.is_meta()) return;  // nothing to poison
-  store_from_f64(grads.raw_data(), grads.dtype(), 0, bad);
+  if (grads.is_meta() || run.optimizer().shard().size() == 0) return;  // nothing to poison
+  // The first element this rank's optimizer updates (under ZeRO its part's first: the rest of
+  // its buffer holds no summed gradient and is never read).
+  store_from_f64(grads.raw_data(), grads.dtype(), run.optimizer().shard().begin, bad);
 }
 
 void ProfileHook::on_step_begin(TrainingRun& run, int64_t step) {

@@ -59,6 +59,11 @@ nlohmann::ordered_json summary_to_json(const TrainSummary& r) {
     j["buckets_overlapped"] = r.buckets_overlapped;
     j["reduce_overlap_s_per_step"] = r.reduce_overlap_s;
     j["reduce_wait_s_per_step"] = r.reduce_wait_s;
+    j["zero"] = r.zero_stage;
+    // Every rank's own peaks (the tracker of each process; peak_bytes_by_category above is rank 0's).
+    nlohmann::ordered_json ranks = nlohmann::ordered_json::array();
+    for (const auto& peaks : r.rank_peaks) ranks.push_back(nonzero_peaks_json(peaks));
+    j["rank_peak_bytes_by_category"] = ranks;
   }
   if (r.profiled_steps > 0) {
     j["profiled_steps"] = r.profiled_steps;

@@ -12,6 +12,7 @@
 #include "kernels/gemm_info.h"
 #include "mixtrain/kernels/ops.h"
 #include "mixtrain/optim/schedule.h"
+#include "mixtrain/optim/zero.h"
 #include "mixtrain/tensor/allocator.h"
 #include "mixtrain/tensor/device.h"
 #include "train/checkpointing.h"
@@ -83,6 +84,9 @@ void TrainOptions::validate() const {
   for (int64_t s : inject_nonfinite)
     if (s < 1) bad("inject_nonfinite", " steps count from 1, got " + std::to_string(s));
   if (max_bad_steps == 0 || max_bad_steps < -1) bad("max_bad_steps", " must be positive");
+  if (data_parallel.zero_stage != 0 && data_parallel.zero_stage != 1)
+    bad("zero", " must be 0 or 1 (ZeRO stage 1: optimizer state sharded over the ranks), got " +
+                    std::to_string(data_parallel.zero_stage));
   if (max_data_bytes < 0) bad("max_data_bytes", " must be >= 0 (0: the default), got " + std::to_string(max_data_bytes));
   if (!(min_lr_ratio >= 0.f && min_lr_ratio <= 1.f)) bad("min_lr_ratio", " must be in [0, 1]");
   if (!(beta1 >= 0.f && beta1 < 1.f)) bad("beta1", " must be in [0, 1)");
@@ -178,6 +182,7 @@ TrainSummary train(const TrainOptions& opt_in) {
   TrainOptions opt = opt_in;
   if (opt.log_jsonl == "-") opt.quiet = true;  // stdout carries the log
   Communicator* world = opt.world != nullptr && opt.world->size() > 1 ? opt.world : nullptr;
+  const CheckpointOptions rank0_checkpoint = opt.checkpoint;  // what rank 0 saves by (ZeRO's gathers)
   if (world != nullptr && world->rank() != 0) {  // rank 0 alone writes what a run writes
     opt.log_jsonl.clear();
     opt.numerics.path.clear();
@@ -216,7 +221,10 @@ TrainSummary train(const TrainOptions& opt_in) {
       probe.inject_nonfinite.clear();
       probe.checkpoint.stop_after = 0;
       probe.checkpoint.save_every = 0;
-      probe.world = nullptr;  // this rank's memory alone, without collectives
+      // This rank's memory alone, without collectives (a ZeRO run's part: the meta world).
+      std::unique_ptr<MetaWorld> meta_world;
+      if (world != nullptr) meta_world = std::make_unique<MetaWorld>(world->rank(), world->size());
+      probe.world = meta_world.get();
       const int64_t predicted = predict_train_memory(probe).peak_bytes;
       if (predicted > available)
         throw ArgumentError({"force"}, "the run needs about " + gib(predicted) + " (predicted peak) but only " +
@@ -238,7 +246,16 @@ TrainSummary train(const TrainOptions& opt_in) {
   Gpt model(cfg, opt.seed, spec.param_dtype, spec.grad_dtype,
             masters ? MemCategory::master_weights : MemCategory::parameters);
   model.set_activation_checkpointing(opt.checkpoint_activations);
-  const std::unique_ptr<Optimizer> optimizer = make_optimizer(model.params(), opt.optimizer_config());
+  // ZeRO stage 1 (optim/zero.h): this rank's part of the optimizer; one process keeps it all.
+  const bool zero = opt.data_parallel.zero_stage == 1 && world != nullptr;
+  if (zero && !opt.numerics.path.empty())
+    throw ArgumentError({"zero", "numerics"}, "numerics probes read every parameter's gradient, and under zero 1 a "
+                                              "rank holds the summed gradients of its own part only (probe with zero 0)");
+  std::unique_ptr<Optimizer> optimizer;
+  if (zero)
+    optimizer = std::make_unique<ZeroOptimizer>(model.params(), opt.optimizer_config(), *world);
+  else
+    optimizer = make_optimizer(model.params(), opt.optimizer_config());
 
   RunConfig rc;
   rc.steps = opt.steps;
@@ -263,6 +280,9 @@ TrainSummary train(const TrainOptions& opt_in) {
   // after the sum on one rank tests the ranks' agreement).
   if (opt.stop_signal) run.add_hook(std::make_unique<InterruptHook>(opt.stop_signal));
   run.add_hook(std::make_unique<TrainCheckpointing>(as_one_process, model, T, corpus));
+  // Under ZeRO the other ranks join rank 0's gathers of the optimizer state (at the same point
+  // of the same steps: the hooks' should_stop).
+  if (zero && world->rank() != 0) run.add_hook(std::make_unique<ZeroCheckpointGatherHook>(rank0_checkpoint));
   if (world != nullptr) run.add_hook(std::make_unique<DataParallelHook>(*world, opt.data_parallel));
   add_observer_hooks(run, opt);
   if (opt.add_hooks) opt.add_hooks(run);

@@ -7,6 +7,7 @@
 #include <span>
 
 #include "mixtrain/autograd/functions.h"
+#include "mixtrain/optim/zero.h"
 #include "mixtrain/tensor/allocator.h"
 #include "mixtrain/tensor/memory.h"
 #include "tensor/alloc_site.h"
@@ -72,6 +73,10 @@ TrainingRun::TrainingRun(Model& model, Optimizer& optimizer, MixedPrecision& mp,
                          RunConfig config)
     : model_(model), optimizer_(optimizer), mp_(mp), data_(data), config_(std::move(config)) {
   config_.validate();
+  zero_ = dynamic_cast<const ZeroOptimizer*>(&optimizer);
+  if (zero_ != nullptr && zero_->partition().ranks() != world_size())
+    throw ArgumentError("a ZeroOptimizer over " + std::to_string(zero_->partition().ranks()) +
+                        " ranks in a run of " + std::to_string(world_size()));
   summary_.precision = std::string(mp.spec().name);
   summary_.parameters = model.num_parameters();
 }
@@ -206,7 +211,10 @@ StepRecord TrainingRun::step() {
   if (r.loss_finite) {
     for (auto& h : hooks_) h->after_backward(*this, r.step);
     const ScopedPhase phase(r.step, "optimizer update");
-    const StepResult s = mp_.prepare_step(params, config_.grad_clip);
+    // ZeRO: this rank holds its part of the summed gradients only (train/data_parallel.h).
+    const StepResult s = zero_ != nullptr && world_size() > 1
+                             ? mp_.prepare_step_sharded(params, config_.grad_clip, zero_->partition(), *config_.world)
+                             : mp_.prepare_step(params, config_.grad_clip);
     // The gradients are the same everywhere after the sum, but a rank may still differ (a fault
     // injected on one rank): every rank skips when any found a non-finite value.
     r.found_inf = world_size() > 1 ? config_.world->any(s.found_inf) : s.found_inf;

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,7 @@
 #include "mixtrain/autograd/functions.h"
 #include "mixtrain/dist/communicator.h"
 #include "mixtrain/numeric/bf16.h"
+#include "mixtrain/optim/zero.h"
 #include "mixtrain/train/data_parallel.h"
 #include "train/tiny_run.h"
 
@@ -37,6 +39,15 @@ class TwinRanks final : public Communicator {
     events += 'S';
     started.push_back({static_cast<char*>(data), n, dtype});
   }
+  // ZeRO: rank 0's piece is the first; its sum (x + x) stays where it is.
+  void start_reduce_scatter(void* data, std::span<const int64_t> counts, DType dtype) override {
+    events += 'R';
+    EXPECT_EQ(counts.size(), 2u);
+    int64_t n = 0;
+    for (int64_t c : counts) n += c;
+    started.push_back({static_cast<char*>(data), counts[0], dtype});
+    scattered.push_back({static_cast<char*>(data), n, dtype});
+  }
   void progress() override { events += 'P'; }
   void wait_all() override {
     events += 'W';
@@ -44,13 +55,24 @@ class TwinRanks final : public Communicator {
     all.insert(all.end(), started.begin(), started.end());
     started.clear();
   }
+  // The twin's part would come from rank 1: here it stays as it is.
+  void all_gather(void*, std::span<const int64_t> bytes) override {
+    events += 'G';
+    gathered.emplace_back(bytes.begin(), bytes.end());
+  }
+  void gather(const void* piece, void* all_out, std::span<const int64_t> bytes, int) override {
+    std::memcpy(all_out, piece, static_cast<size_t>(bytes[0]));
+  }
   struct Started {
     char* data;
     int64_t n;
     DType dtype;
   };
-  std::vector<Started> started, all;
-  std::string events;  // S: a sum started, P: progress (from the backward callback), W: wait
+  std::vector<Started> started, all, scattered;
+  std::vector<std::vector<int64_t>> gathered;  // the pieces' bytes of each all-gather
+  // S: a sum started, R: a reduce-scatter started, P: progress (from the backward callback),
+  // W: wait, G: an all-gather
+  std::string events;
   size_t broadcast_bytes = 0;
 };
 
@@ -135,6 +157,63 @@ TEST(DataParallel, SumsTheGradientBufferAndRoundsThroughBf16WhenAsked) {
     if (reduce == DType::bf16) EXPECT_EQ(bf16_values, nonzero);
     else EXPECT_LT(bf16_values, nonzero / 2);
   }
+}
+
+// ZeRO stage 1: every bucket is reduce-scattered (rank 0's piece: the bucket's part inside rank
+// 0's part of the arena), the buckets cover the buffer, the optimizer keeps state for rank 0's
+// part only, and each step all-gathers the norm's block sums, then every rank's part of the weights.
+TEST(DataParallel, ZeroReduceScattersEachBucketIntoTheRanksParts) {
+  TwinRanks twins;
+  TrainOptions o = train_test::tiny_run();
+  o.steps = 2;
+  o.world = &twins;
+  o.data_parallel.zero_stage = 1;
+  o.data_parallel.bucket_bytes = 16 << 10;
+  const char* grads = nullptr;
+  int64_t flat = 0, state_bytes = 0;
+  struct Watch final : TrainingHook {
+    int64_t* state_bytes = nullptr;
+    void on_run_end(TrainingRun& run, TrainSummary&) override { *state_bytes = run.optimizer().state_bytes(); }
+  };
+  o.add_hooks = [&](TrainingRun& run) {
+    grads = static_cast<const char*>(run.model().params().flat_grads().raw_data());
+    flat = run.model().params().flat_numel();
+    auto w = std::make_unique<Watch>();
+    w->state_bytes = &state_bytes;
+    run.add_hook(std::move(w));
+  };
+  const TrainSummary s = train(o);
+  EXPECT_EQ(s.steps, 2);
+  EXPECT_EQ(s.zero_stage, 1);
+  ASSERT_EQ(s.rank_peaks.size(), 2u);
+  const ZeroPartition part = zero_partition(flat, 2, 0);
+  ASSERT_GT(part.shards[1].size(), 0) << "the tiny model should span two parts";
+  EXPECT_EQ(twins.events.find('S'), std::string::npos) << "an all-reduce under zero 1: " << twins.events;
+  ASSERT_EQ(twins.scattered.size(), twins.all.size());
+  ASSERT_EQ(twins.scattered.size() % 2, 0u);
+  const size_t per_step = twins.scattered.size() / 2;
+  ASSERT_GT(per_step, 2u) << "expected several buckets";
+  for (size_t step = 0; step < 2; ++step) {
+    int64_t end = flat;
+    for (size_t b = 0; b < per_step; ++b) {
+      const auto& k = twins.scattered[step * per_step + b];
+      const int64_t begin = (k.data - grads) / 4;
+      EXPECT_EQ(begin + k.n, end) << "bucket " << b << " of step " << step + 1;
+      const int64_t mine = std::max<int64_t>(0, std::min(end, part.mine().end) - std::max(begin, part.mine().begin));
+      EXPECT_EQ(twins.all[step * per_step + b].n, mine) << "rank 0's piece of bucket " << b;
+      end = begin;
+    }
+    EXPECT_EQ(end, 0);
+  }
+  EXPECT_EQ(state_bytes, 8 * part.mine().size());  // AdamW's fp32 m and v, rank 0's part only
+  // Per step two all-gathers: the gradient norm's block sums (doubles), then the updated weights.
+  ASSERT_EQ(twins.gathered.size(), 4u);
+  for (size_t step = 0; step < 2; ++step) {
+    EXPECT_EQ(twins.gathered[2 * step], (std::vector<int64_t>{8 * part.blocks(0), 8 * part.blocks(1)}));
+    EXPECT_EQ(twins.gathered[2 * step + 1],
+              (std::vector<int64_t>{4 * part.shards[0].size(), 4 * part.shards[1].size()}));
+  }
+  EXPECT_EQ(twins.events.find('G'), twins.events.find('W') + 1) << "the norm's gather after the reduce-scatters";
 }
 
 TEST(DataParallel, RefusesBf16SumsOfFp16GradientsNamingTheFlag) {

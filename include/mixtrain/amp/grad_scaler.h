@@ -86,6 +86,10 @@ class GradScaler {
   // last update()"); buffers are told apart by storage and offset. DTypeError for non-f32
   // gradients (as torch, which refuses to unscale fp16 gradients); ArgumentError if undefined.
   bool unscale(const Tensor& flat_grads);
+  // The same for one part of a flat buffer that starts on a gradient-norm block boundary (ZeRO,
+  // optim/zero.h), also writing each block's sum of unscaled squares to block_sums
+  // (kernels/gradient_kernels.h: unscale_and_check_blocks); grad_sum_squares() does not cover it.
+  bool unscale_blocks(const Tensor& part, double* block_sums);
   // The same for anything that keeps its gradients in one flat buffer, flat_grads() (nn's
   // ParameterStore: call it once per store). A template, so the scaler needs nothing above it.
   template <typename Store>

@@ -40,10 +40,23 @@ class Communicator {
   // the 16-bit formats are summed in fp32 and rounded back, pairwise in rank order). The data
   // must not be touched until wait_all().
   virtual void start_sum(void* data, int64_t n, DType dtype) = 0;
+  // Starts an in-place reduce-scatter (ZeRO's gradient sum, optim/zero.h) of the counts[0] + ...
+  // + counts[N-1] elements at data, stored as dtype (as start_sum): afterwards rank r's piece,
+  // the counts[r] elements at offset counts[0] + ... + counts[r-1], holds the sum over ranks of
+  // that piece, with start_sum's operation (rank order, the same rounding; MPI may group the
+  // additions of more than 2 ranks differently than in its all-reduce); the other pieces are
+  // left undefined. counts has one entry per rank. Completed by wait_all().
+  virtual void start_reduce_scatter(void* data, std::span<const int64_t> counts, DType dtype) = 0;
   // Lets started sums advance (MPI moves non-blocking collectives only inside MPI calls).
   virtual void progress() = 0;
-  // Completes every started sum.
+  // Completes every started sum and reduce-scatter.
   virtual void wait_all() = 0;
+  // In place: rank r's bytes[r] bytes at offset bytes[0] + ... + bytes[r-1] of data go to every
+  // rank (MPI_Allgatherv). bytes has one entry per rank.
+  virtual void all_gather(void* data, std::span<const int64_t> bytes) = 0;
+  // Rank r's bytes[r] bytes at `piece` go to rank `root`, which receives every rank's, in rank
+  // order, at `all` (read on root only; may be null elsewhere) (MPI_Gatherv).
+  virtual void gather(const void* piece, void* all, std::span<const int64_t> bytes, int root) = 0;
 };
 
 // The world of a process started without mpirun: one rank; every collective is the identity.
@@ -56,8 +69,34 @@ class SingleProcess final : public Communicator {
   void sum(std::span<double>) override {}
   int64_t max(int64_t value) override { return value; }
   void start_sum(void*, int64_t, DType) override {}
+  void start_reduce_scatter(void*, std::span<const int64_t>, DType) override {}
   void progress() override {}
   void wait_all() override {}
+  void all_gather(void*, std::span<const int64_t>) override {}
+  void gather(const void* piece, void* all, std::span<const int64_t> bytes, int) override;
+};
+
+// The world of a memory prediction (train/memory_prediction.h): `size` ranks seen from rank
+// `rank`, for a run on the meta device, where tensors hold no data. Every collective moves
+// nothing: sums and maxima return this rank's values, so what the run allocates is this rank's.
+class MetaWorld final : public Communicator {
+ public:
+  MetaWorld(int rank, int size) : rank_(rank), size_(size) {}
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  const char* name() const override { return "meta"; }
+  void broadcast(void*, size_t, int) override {}
+  void sum(std::span<double>) override {}
+  int64_t max(int64_t value) override { return value; }
+  void start_sum(void*, int64_t, DType) override {}
+  void start_reduce_scatter(void*, std::span<const int64_t>, DType) override {}
+  void progress() override {}
+  void wait_all() override {}
+  void all_gather(void*, std::span<const int64_t>) override {}
+  void gather(const void*, void*, std::span<const int64_t>, int) override {}
+
+ private:
+  int rank_, size_;
 };
 
 // This process's world, made on first use: MPI's when the process was started by mpirun (its

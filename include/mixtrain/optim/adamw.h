@@ -53,7 +53,9 @@ class AdamW final : public Optimizer {
   // Allocates zeroed m and v for the store's layout (the store must be finalized) in the dtype of
   // its parameters: f32, or bf16 / f16 for the *-true modes (DTypeError for other dtypes); plus
   // a zeroed compensation buffer when the parameters are 16-bit and config.rounding is kahan.
-  AdamW(const ParameterStore& store, AdamWConfig config = {});
+  // With a shard (optim/zero.h), m, v and the compensation cover only its elements, and step()
+  // updates only those: the same values, bit for bit, as the unsharded update gives them.
+  AdamW(const ParameterStore& store, AdamWConfig config = {}, FlatRange shard = {});
 
   // One update with learning rate lr (>= 0, finite), then bumps the parameters' storage version
   // (autocast's weight-cast cache keys on it). Parameters and gradients must both have the
@@ -70,9 +72,10 @@ class AdamW final : public Optimizer {
   const AdamWConfig& config() const { return config_; }
   int64_t steps() const override { return steps_; }  // updates done so far (t of the last update)
   DType param_dtype() const override { return dtype_; }  // f32, bf16 or f16: also the state's dtype
-  const Tensor& exp_avg() const { return m_; }    // (flat_numel) param_dtype(), m
-  const Tensor& exp_avg_sq() const { return v_; } // (flat_numel) param_dtype(), v
-  // (flat_numel) param_dtype() Kahan compensation; undefined unless 16-bit with kahan rounding.
+  FlatRange shard() const override { return shard_; }
+  const Tensor& exp_avg() const { return m_; }    // (shard size) param_dtype(), m
+  const Tensor& exp_avg_sq() const { return v_; } // (shard size) param_dtype(), v
+  // (shard size) param_dtype() Kahan compensation; undefined unless 16-bit with kahan rounding.
   const Tensor& compensation() const { return c_; }
   // Bytes of optimizer state: m and v (8 per element in f32, 4 in 16 bits) plus the compensation
   // (2 per element, kahan only).
@@ -82,7 +85,8 @@ class AdamW final : public Optimizer {
   OptimizerState state() const override;
   void restore(const OptimizerState& s) override;
   // Checkpoint restore: copies the moments in and sets the step count. exp_avg and exp_avg_sq
-  // must have shape (flat_numel) (ShapeError) and any float dtype (values are cast to
+  // must have shape (shard size) or (flat_numel) (ShapeError; of a whole arena's buffer the
+  // shard's elements are taken) and any float dtype (values are cast to
   // param_dtype(), rounding to nearest). The Kahan compensation is copied from `compensation`
   // when given (same rules), and reset to zero otherwise.
   void set_state(int64_t steps, const Tensor& exp_avg, const Tensor& exp_avg_sq, const Tensor& compensation = {});
@@ -90,12 +94,13 @@ class AdamW final : public Optimizer {
  private:
   AdamWConfig config_;
   int64_t flat_numel_ = 0;
-  std::vector<FlatSpan> spans_;  // one per parameter
+  FlatRange shard_;              // the elements updated: [0, flat_numel) unless sharded
+  std::vector<FlatSpan> spans_;  // one per parameter, inside the shard, offsets from its start
   int64_t steps_ = 0;
   DType dtype_ = DType::f32;
-  Tensor m_;  // (flat_numel) dtype_ first moment
-  Tensor v_;  // (flat_numel) dtype_ second moment
-  Tensor c_;  // (flat_numel) dtype_ Kahan compensation, 16-bit kahan only
+  Tensor m_;  // (shard size) dtype_ first moment
+  Tensor v_;  // (shard size) dtype_ second moment
+  Tensor c_;  // (shard size) dtype_ Kahan compensation, 16-bit kahan only
 };
 
 }  // namespace mixtrain

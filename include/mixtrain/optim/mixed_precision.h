@@ -25,7 +25,9 @@
 #include "mixtrain/amp/precision.h"
 #include "mixtrain/autograd/variable.h"
 #include "mixtrain/nn/parameters.h"
+#include "mixtrain/dist/communicator.h"
 #include "mixtrain/optim/clip.h"  // grad_norm_any_dtype, clip_grad_norm_any_dtype
+#include "mixtrain/optim/zero.h"  // ZeroPartition
 
 namespace mixtrain {
 
@@ -75,6 +77,14 @@ class MixedPrecision {
   // The first half of step(): unscale, non-finite check, clipping. For callers that drive the
   // optimizer themselves; they must then call scaler().update(result.found_inf).
   StepResult prepare_step(ParameterStore& store, double max_norm);
+  // prepare_step under ZeRO (optim/zero.h), where this rank holds the summed gradients of its
+  // part (part.mine()) only: unscales and checks that part, forms the global norm from every
+  // rank's per-block sums of squares (gathered and added in block order, so it is
+  // prepare_step's norm of the whole summed buffer bit for bit, on every rank) and clips the
+  // part. A collective: every rank calls it, whatever its gradients hold. found_inf is set when
+  // the norm is not finite (on every rank alike) or this rank's part held inf/NaN.
+  StepResult prepare_step_sharded(ParameterStore& store, double max_norm, const ZeroPartition& part,
+                                  Communicator& world);
 
   // The optimizer step itself (for callers of prepare_step): writes the working copy in the
   // mixed modes.

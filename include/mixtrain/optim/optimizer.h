@@ -38,6 +38,18 @@ struct OptimizerConfig {
   uint64_t seed = 0;
 };
 
+// A contiguous range [begin, end) of the flat arena's elements: the part of it an optimizer
+// updates and keeps state for. ZeRO (optim/zero.h) gives each rank one; the default (end < 0)
+// stands for the whole arena.
+struct FlatRange {
+  int64_t begin = 0;
+  int64_t end = -1;
+  int64_t size() const { return end - begin; }
+  // This range for an arena of flat_numel elements: the whole arena for the default;
+  // ArgumentError unless 0 <= begin <= end <= flat_numel.
+  FlatRange resolved(int64_t flat_numel) const;
+};
+
 // What a checkpoint keeps of an optimizer (checkpoint/training_state.h stores it).
 struct OptimizerState {
   OptimizerKind kind = OptimizerKind::adamw;
@@ -61,11 +73,17 @@ class Optimizer {
   // Checkpoints: the state as it is now (tensors shared, not copied), and its restore. restore()
   // throws ArgumentError naming what does not fit (another optimizer's state, a missing or
   // unexpected buffer) and ShapeError for a wrong length; values are cast to param_dtype().
+  // The state's buffers have the length of shard() (the whole arena unless sharded); restore()
+  // also takes whole-arena buffers and keeps the shard's elements.
   virtual OptimizerState state() const = 0;
   virtual void restore(const OptimizerState& s) = 0;
+  // The elements of the flat arena this optimizer updates and keeps state for.
+  virtual FlatRange shard() const = 0;
 };
 
-// AdamW or SGD for this store's layout and dtype (ArgumentError for invalid hyper-parameters).
-std::unique_ptr<Optimizer> make_optimizer(const ParameterStore& store, const OptimizerConfig& config);
+// AdamW or SGD for this store's layout and dtype (ArgumentError for invalid hyper-parameters),
+// updating and keeping state for `shard` of the arena only (default: all of it).
+std::unique_ptr<Optimizer> make_optimizer(const ParameterStore& store, const OptimizerConfig& config,
+                                          FlatRange shard = {});
 
 }  // namespace mixtrain

@@ -45,7 +45,9 @@ class SGD final : public Optimizer {
   // The momentum buffer (momentum != 0 only) and, for 16-bit parameters with kahan rounding, the
   // compensation buffer are allocated zeroed in the store's parameter dtype (f32, bf16 or f16;
   // DTypeError otherwise).
-  SGD(const ParameterStore& store, SgdConfig config = {});
+  // With a shard (optim/zero.h), the buffers cover only its elements and step() updates only
+  // those, bit for bit as the unsharded update does.
+  SGD(const ParameterStore& store, SgdConfig config = {}, FlatRange shard = {});
 
   // One update with learning rate lr (>= 0, finite), then bumps the parameters' storage version.
   // Parameters and gradients must both have the dtype the optimizer was built for (DTypeError).
@@ -59,9 +61,10 @@ class SGD final : public Optimizer {
   const SgdConfig& config() const { return config_; }
   int64_t steps() const override { return steps_; }
   DType param_dtype() const override { return dtype_; }  // f32, bf16 or f16: also the state's dtype
-  // (flat_numel) param_dtype(); undefined when momentum == 0 (torch keeps no buffer either).
+  FlatRange shard() const override { return shard_; }
+  // (shard size) param_dtype(); undefined when momentum == 0 (torch keeps no buffer either).
   const Tensor& momentum_buffer() const { return buf_; }
-  // (flat_numel) param_dtype() Kahan compensation; undefined unless 16-bit with kahan rounding.
+  // (shard size) param_dtype() Kahan compensation; undefined unless 16-bit with kahan rounding.
   const Tensor& compensation() const { return c_; }
   // Bytes of optimizer state: the momentum buffer (4 or 2 per element, momentum != 0 only) plus
   // the compensation (2 per element, kahan only).
@@ -70,18 +73,20 @@ class SGD final : public Optimizer {
   // buffer and the Kahan compensation are present exactly when this optimizer keeps them.
   OptimizerState state() const override;
   void restore(const OptimizerState& s) override;
-  // Checkpoint restore; momentum_buffer must be (flat_numel) when momentum != 0 (ShapeError),
+  // Checkpoint restore; momentum_buffer must be (shard size) or (flat_numel) (the shard's
+  // elements taken) when momentum != 0 (ShapeError),
   // and is ignored otherwise. The compensation is copied when given, and reset to zero otherwise.
   void set_state(int64_t steps, const Tensor& momentum_buffer, const Tensor& compensation = {});
 
  private:
   SgdConfig config_;
   int64_t flat_numel_ = 0;
-  std::vector<FlatSpan> spans_;
+  FlatRange shard_;              // the elements updated: [0, flat_numel) unless sharded
+  std::vector<FlatSpan> spans_;  // inside the shard, offsets from its start
   int64_t steps_ = 0;
   DType dtype_ = DType::f32;
-  Tensor buf_;  // (flat_numel) dtype_ momentum buffer
-  Tensor c_;    // (flat_numel) dtype_ Kahan compensation, 16-bit kahan only
+  Tensor buf_;  // (shard size) dtype_ momentum buffer
+  Tensor c_;    // (shard size) dtype_ Kahan compensation, 16-bit kahan only
 };
 
 }  // namespace mixtrain

@@ -5,6 +5,10 @@
 // final, so communication overlaps the rest of backward. Buckets cover the parameters in reverse
 // order (the order backward finishes them) and start strictly in bucket order, so every rank
 // issues the same collectives in the same order even when its backward was cut short.
+// With ZeRO stage 1 (zero_stage = 1; the run's optimizer must then be a ZeroOptimizer,
+// optim/zero.h) each bucket is reduce-scattered instead: every rank receives the summed
+// gradient of its own part of the bucket only (the same sums, in the same order, as the
+// all-reduce's), and the rest of its gradient buffer is left stale.
 //
 //   DataParallelHook& dp = run.add_hook(std::make_unique<DataParallelHook>(world(), DataParallelConfig{}));
 //   // TrainingRun's RunConfig::world must be the same communicator (data split, loss sums).
@@ -16,6 +20,7 @@
 
 #include "mixtrain/autograd/variable.h"
 #include "mixtrain/dist/communicator.h"
+#include "mixtrain/optim/optimizer.h"
 #include "mixtrain/train/training_run.h"
 
 namespace mixtrain {
@@ -30,7 +35,10 @@ struct DataParallelConfig {
   // them compared over ranks; an Error naming the step and the rank otherwise): a test and
   // debugging aid, one pass over the weights per step.
   bool verify_replicas = false;
-  void validate(DType grad_dtype) const;     // ArgumentError naming grad_reduce_dtype / bucket_bytes
+  // 0: every rank receives the whole summed gradient (all-reduce); 1: ZeRO stage 1 (reduce-scatter
+  // to the ranks' parts of the arena, optim/zero.h).
+  int zero_stage = 0;
+  void validate(DType grad_dtype) const;     // ArgumentError naming grad_reduce_dtype / bucket_bytes / zero
 };
 
 // How the sums overlapped backward, over the steps so far.
@@ -67,6 +75,8 @@ class DataParallelHook final : public TrainingHook {
   void start_ready_buckets();  // the next buckets in order whose parameters are all ready
   void start(size_t b);
   void finish(size_t b);       // bf16: the sum back into the fp32 gradients
+  // ZeRO: how many elements of [begin, end) each rank's part holds (the reduce-scatter's counts).
+  std::vector<int64_t> piece_counts(int64_t begin, int64_t end) const;
 
   Communicator& world_;
   DataParallelConfig config_;
@@ -80,6 +90,7 @@ class DataParallelHook final : public TrainingHook {
   size_t next_ = 0;                               // the next bucket to start
   double first_start_ = -1;                       // steady-clock seconds of this step's first start
   std::vector<uint16_t> staging_;                 // (flat_numel) bf16 words for fp32 gradients
+  std::vector<FlatRange> shards_;                 // ZeRO: every rank's part of the arena; empty otherwise
   std::unique_ptr<autograd::GradReadyScope> scope_;
   DataParallelStats stats_;
 };

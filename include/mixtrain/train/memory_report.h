@@ -39,6 +39,10 @@ struct MemoryReport {
 // without the final GEMM-rate measurement (whose 1024^3 operands would enter the peaks); a run that
 // diverges is still measured. Throws ArgumentError for a bad model or bad options (with
 // predict_only, only what the prediction needs is checked), IoError for an unreadable config.
-MemoryReport memory_report(const TrainOptions& o, bool predict_only);
+// ranks > 1: the prediction is one rank's of a data-parallel run of that many ranks (rank 0, whose
+// ZeRO part is the largest; o.data_parallel.zero_stage applies), made through a MetaWorld
+// (dist/communicator.h); the measurement is this process's own, in the world o.world (under
+// mpirun, o.world's size must then be `ranks`).
+MemoryReport memory_report(const TrainOptions& o, bool predict_only, int ranks = 1);
 
 }  // namespace mixtrain

@@ -27,6 +27,9 @@
 // mean. Gradients are summed by a hook (train/data_parallel.h); evaluation batches are split over
 // the ranks and their sums added.
 //   final evaluation and the summary; hooks.on_run_end
+// ZeRO stage 1 (an optim/zero.h ZeroOptimizer): the hook reduce-scatters instead, each rank
+// unscales, checks and clips its part of the gradients (the norm assembled over the ranks,
+// MixedPrecision::prepare_step_sharded), updates its part, and the weights are all-gathered.
 //
 //   Gpt model(cfg, seed, mp.param_dtype(), mp.grad_dtype());
 //   auto opt = make_optimizer(model.params(), {.lr = 1e-3f});
@@ -51,6 +54,7 @@
 #include "mixtrain/models/model.h"
 #include "mixtrain/optim/optimizer.h"
 #include "mixtrain/optim/schedule.h"
+#include "mixtrain/tensor/memory.h"
 
 namespace mixtrain {
 
@@ -110,6 +114,10 @@ struct TrainSummary {
   double buckets_overlapped = 0;
   double reduce_overlap_s = 0;
   double reduce_wait_s = 0;
+  // ZeRO (optim/zero.h): the stage (0: none), and with N > 1 ranks every rank's tracker peaks
+  // by category (MemoryTracker::current(), MemCategory order), rank r at [r]; empty otherwise.
+  int zero_stage = 0;
+  std::vector<std::array<int64_t, kNumMemCategories>> rank_peaks;
   // With profiling (ProfileHook): the profiled (steady-state) steps only.
   int64_t profiled_steps = 0;
   double profiled_seconds = 0;                 // their total step time
@@ -160,6 +168,7 @@ struct StepRecord {
 };
 
 class TrainingRun;
+class ZeroOptimizer;
 
 // Everything around the loop. Hooks run in the order they were added.
 class TrainingHook {
@@ -239,6 +248,7 @@ class TrainingRun {
 
   Model& model_;
   Optimizer& optimizer_;
+  const ZeroOptimizer* zero_ = nullptr;  // the optimizer, when it is ZeRO's (optim/zero.h)
   MixedPrecision& mp_;
   const DataSource& data_;
   RunConfig config_;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/cpu_rows.h"
 #include "core/cpu_features.h"
 
 // GCC 12's masked AVX-512 intrinsics trip a false -Wmaybe-uninitialized (GCC PR 105593).
@@ -103,24 +104,55 @@ UnscaleResult unscale_and_check_ref(float* g, int64_t n, float inv_scale) {
   return r;
 }
 
+bool unscale_and_check_blocks(float* g, int64_t n, float inv_scale, double* partial) {
+  if (n <= 0) return false;
+  const BlockFn block = pick_block(!force_reference() && cpu_features().avx512f, inv_scale != 1.f);
+  const int64_t blocks = (n + kBlock - 1) / kBlock;
+  bool found_inf = false;
+#pragma omp parallel for schedule(static) reduction(|| : found_inf) if (blocks > 4 && !force_reference())
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t start = b * kBlock;
+    bool bad = false;
+    partial[b] = double(block(g + start, std::min(kBlock, n - start), inv_scale, bad));
+    found_inf = found_inf || bad;
+  }
+  return found_inf;
+}
+
+double sum_block_sums(const double* partial, int64_t blocks) {
+  double s = 0;
+  for (int64_t b = 0; b < blocks; ++b) s += partial[b];  // block order: independent of the thread count
+  return s;
+}
+
 UnscaleResult unscale_and_check(float* g, int64_t n, float inv_scale) {
   if (force_reference()) return unscale_and_check_ref(g, n, inv_scale);
   UnscaleResult r;
   if (n <= 0) return r;
-  const BlockFn block = pick_block(cpu_features().avx512f, inv_scale != 1.f);
-  const int64_t blocks = (n + kBlock - 1) / kBlock;
-  std::vector<double> partial(size_t(blocks), 0.0);
-  bool found_inf = false;
-#pragma omp parallel for schedule(static) reduction(|| : found_inf) if (blocks > 4)
-  for (int64_t b = 0; b < blocks; ++b) {
-    const int64_t start = b * kBlock;
-    bool bad = false;
-    partial[size_t(b)] = double(block(g + start, std::min(kBlock, n - start), inv_scale, bad));
-    found_inf = found_inf || bad;
-  }
-  for (double v : partial) r.sum_squares += v;  // block order: independent of the thread count
-  r.found_inf = found_inf;
+  std::vector<double> partial(size_t((n + kBlock - 1) / kBlock), 0.0);
+  r.found_inf = unscale_and_check_blocks(g, n, inv_scale, partial.data());
+  r.sum_squares = sum_block_sums(partial.data(), int64_t(partial.size()));
   return r;
+}
+
+void sum_squares_blocks_16(const void* g, DType dtype, int64_t n, float* partial) {
+  // CpuBackend::reduce's blocks (reduce_cpu.cpp), one partial each.
+  static_assert(cpu::kSumBlock == kGradNormBlock);
+  const char* base = static_cast<const char*>(g);
+  const size_t es = dtype_size(dtype);
+  const int64_t blocks = (n + cpu::kSumBlock - 1) / cpu::kSumBlock;
+  const int nt = cpu::threads_for(n);
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t i0 = b * cpu::kSumBlock, len = std::min(cpu::kSumBlock, n - i0);
+    float buf[cpu::kSumBlock];
+    const float* p = cpu::load_row(base + i0 * static_cast<int64_t>(es), dtype, len, buf);
+    partial[b] = cpu::sum_sq_dev_f32(p, len, 0.f);
+  }
+}
+
+double combine_sum_squares_blocks_16(const float* partial, int64_t blocks) {
+  return cpu::pairwise_sum(partial, blocks);
 }
 
 // The norm is the fused kernel's sum of squares with nothing to unscale: with inv_scale == 1 it
