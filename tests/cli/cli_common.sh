@@ -10,6 +10,28 @@ fail() { echo "FAIL: $*"; FAILS=$((FAILS + 1)); }
 # The tests' inputs: a small text (~40 KB) and a tiny GPT config (2 heads) so a run takes seconds.
 write_text() { for i in $(seq 1 400); do echo "line $i: the quick brown fox jumps over the lazy dog; pack my box."; done >"$1"; }
 # write_tiny_model FILE LAYERS EMBD BLOCK
+# write_tiny_encoder_task SRC DIR: a fine-tune task for the encoder fixture's bert_tiny (vocab 99,
+# 24 positions, 3 labels): DIR/model (its config and weights, a generated vocab.txt of 99 tokens)
+# and DIR/train.tsv (96 rows), DIR/test.tsv (40): "the food was <sentiment> and it tasted wN ..."
+# labelled negative / neutral / positive by the sentiment word.
+write_tiny_encoder_task() {
+  local src="$1" dir="$2" m="$2/model"
+  mkdir -p "$m"
+  cp "$src/tests/fixtures/encoder/bert_tiny/config.json" "$src/tests/fixtures/encoder/bert_tiny/model.safetensors" "$m/"
+  {
+    printf '%s\n' "[PAD]" "[UNK]" "[CLS]" "[SEP]" "[MASK]" good bad meh the food was and it tasted
+    for i in $(seq 1 85); do echo "w$i"; done
+  } >"$m/vocab.txt"
+  local f name rows offset i words=(bad meh good good) labels=(negative neutral positive positive)
+  for f in train:96:0 test:40:1; do
+    IFS=: read -r name rows offset <<<"$f"
+    echo -e "text\tlabel" >"$dir/$name.tsv"
+    for i in $(seq 1 "$rows"); do
+      local k=$(((i + offset) % 4))
+      echo -e "the food was ${words[$k]} and it tasted w$(((i * 7) % 85 + 1)) w$(((i * 3) % 85 + 1))\t${labels[$k]}"
+    done >>"$dir/$name.tsv"
+  done
+}
 write_tiny_model() { echo "{\"n_layer\": $2, \"n_head\": 2, \"n_embd\": $3, \"block_size\": $4}" >"$1"; }
 pass() { PASSES=$((PASSES + 1)); }
 

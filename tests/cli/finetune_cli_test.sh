@@ -9,25 +9,8 @@ MIXTRAIN="$1"
 SRC="${MIXTRAIN_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}"
 
 # The model: bert_tiny (vocab 99, 24 positions, 3 labels) and a vocab.txt of 99 tokens.
+write_tiny_encoder_task "$SRC" "$TMP"  # $TMP/model, $TMP/train.tsv, $TMP/test.tsv
 M="$TMP/model"
-mkdir -p "$M"
-cp "$SRC/tests/fixtures/encoder/bert_tiny/config.json" "$SRC/tests/fixtures/encoder/bert_tiny/model.safetensors" "$M/"
-{
-  printf '%s\n' "[PAD]" "[UNK]" "[CLS]" "[SEP]" "[MASK]" good bad meh the food was and it tasted
-  for i in $(seq 1 85); do echo "w$i"; done
-} >"$M/vocab.txt"
-
-# The data: "the food was <sentiment> and it tasted wN ..." with label negative / neutral / positive.
-write_set() {  # FILE ROWS OFFSET
-  echo -e "text\tlabel" >"$1"
-  local words=(bad meh good good) labels=(negative neutral positive positive)
-  for i in $(seq 1 "$2"); do
-    local k=$(((i + $3) % 4))
-    echo -e "the food was ${words[$k]} and it tasted w$(((i * 7) % 85 + 1)) w$(((i * 3) % 85 + 1))\t${labels[$k]}"
-  done >>"$1"
-}
-write_set "$TMP/train.tsv" 96 0
-write_set "$TMP/test.tsv" 40 1
 FT=("$MIXTRAIN" --threads 1 finetune --model "$M" --train "$TMP/train.tsv" --test "$TMP/test.tsv" --max-len 16
   --batch-size 8 --lr 1e-2 --epochs 4 --pooling mean)
 

@@ -81,23 +81,8 @@ expect_exit 0 "numerics to stdout" -- "${BASE[@]}" --steps 1 --numerics -
 
 # The same for finetune: the encoder fixture (as finetune_cli_test.sh), faults at steps 3 and 9 of
 # 12, probes at 1, 5 and 9.
+write_tiny_encoder_task "$SRC" "$TMP"
 M="$TMP/model"
-mkdir -p "$M"
-cp "$SRC/tests/fixtures/encoder/bert_tiny/config.json" "$SRC/tests/fixtures/encoder/bert_tiny/model.safetensors" "$M/"
-{
-  printf '%s\n' "[PAD]" "[UNK]" "[CLS]" "[SEP]" "[MASK]" good bad meh the food was and it tasted
-  for i in $(seq 1 85); do echo "w$i"; done
-} >"$M/vocab.txt"
-write_set() {  # FILE ROWS OFFSET
-  echo -e "text\tlabel" >"$1"
-  local words=(bad meh good good) labels=(negative neutral positive positive)
-  for i in $(seq 1 "$2"); do
-    local k=$(((i + $3) % 4))
-    echo -e "the food was ${words[$k]} and it tasted w$(((i * 7) % 85 + 1)) w$(((i * 3) % 85 + 1))\t${labels[$k]}"
-  done >>"$1"
-}
-write_set "$TMP/train.tsv" 96 0
-write_set "$TMP/test.tsv" 40 1
 FT=("$MIXTRAIN" --threads 1 finetune --model "$M" --train "$TMP/train.tsv" --test "$TMP/test.tsv" --max-len 16
   --batch-size 8 --lr 1e-2 --epochs 1 --pooling mean --inject-nonfinite 3,9 --numerics-every 4)
 expect_exit 0 "finetune straight" -- "${FT[@]}" --json "$TMP/ft.json" --numerics "$TMP/ft.num.jsonl"
