@@ -12,28 +12,6 @@ write_tiny_model "$TMP/tiny.json" 1 16 16
 COMMON=(--data "$TMP/text.txt" --batch-size 4 --seq-len 16 --eval-batches 2 --json)
 TRAIN=("$MIXTRAIN" --threads 1 train --model "$TMP/tiny.json" "${COMMON[@]}")
 
-# same_log A B: the two step logs agree in every field but the timings, floats compared exactly.
-same_log() {
-  python3 - "$1" "$2" <<'PY'
-import json, sys
-def load(p):
-    out = []
-    for line in open(p):
-        j = json.loads(line)
-        for k in ("tokens_per_s", "elapsed_s"):
-            j.pop(k, None)
-        out.append(j)
-    return out
-a, b = load(sys.argv[1]), load(sys.argv[2])
-if a != b:
-    for x, y in zip(a, b):
-        if x != y:
-            print("first difference:", x, y)
-            break
-    print("lengths", len(a), len(b))
-    sys.exit(1)
-PY
-}
 
 # Resume exactness, every precision mode; options that exercise the scaler (growth, hysteresis,
 # skipped steps), Kahan and stochastic rounding, SGD momentum and gradient accumulation.

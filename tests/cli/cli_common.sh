@@ -32,6 +32,29 @@ write_tiny_encoder_task() {
     done >>"$dir/$name.tsv"
   done
 }
+# same_log A B: two JSONL logs (step logs, numerics records) agree line for line in every field but
+# the timings (tokens_per_s, elapsed_s), floats compared exactly; prints the first difference.
+same_log() {
+  python3 - "$1" "$2" <<'PY'
+import json, sys
+def load(p):
+    out = []
+    for line in open(p):
+        j = json.loads(line)
+        for k in ("tokens_per_s", "elapsed_s"):
+            j.pop(k, None)
+        out.append(j)
+    return out
+a, b = load(sys.argv[1]), load(sys.argv[2])
+if a != b:
+    for x, y in zip(a, b):
+        if x != y:
+            print("first difference:", x, y)
+            break
+    print("lengths", len(a), len(b))
+    sys.exit(1)
+PY
+}
 write_tiny_model() { echo "{\"n_layer\": $2, \"n_head\": 2, \"n_embd\": $3, \"block_size\": $4}" >"$1"; }
 pass() { PASSES=$((PASSES + 1)); }
 
