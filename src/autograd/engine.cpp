@@ -19,6 +19,7 @@ NoGradGuard::NoGradGuard() : prev_(g_grad_enabled) { g_grad_enabled = false; }
 NoGradGuard::~NoGradGuard() { g_grad_enabled = prev_; }
 GradReadyScope::GradReadyScope(GradReadyFn fn) : prev_(std::move(g_grad_ready)) { g_grad_ready = std::move(fn); }
 GradReadyScope::~GradReadyScope() { g_grad_ready = std::move(prev_); }
+GradReadyFn GradReadyScope::current() { return g_grad_ready; }
 
 Var::Var(Tensor value, bool requires_grad) : h_(std::make_shared<Handle>()) {
   h_->impl = std::make_shared<VarImpl>();

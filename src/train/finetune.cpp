@@ -212,6 +212,7 @@ FinetuneSummary finetune(const FinetuneOptions& o_in) {
   rc.schedule.total_steps = total;
   rc.grad_clip = t.grad_clip;
   rc.grad_accum = t.grad_accum;
+  rc.exact_accumulation = t.exact_grad_accum;
   rc.seed = t.seed;
   rc.eval_every = t.eval_every > 0 ? t.eval_every : out.steps_per_epoch;
   rc.eval_batches = t.eval_batches;

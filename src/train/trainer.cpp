@@ -265,6 +265,7 @@ TrainSummary train(const TrainOptions& opt_in) {
   rc.schedule.min_lr = opt.lr * opt.min_lr_ratio;
   rc.grad_clip = opt.grad_clip;
   rc.grad_accum = opt.grad_accum;
+  rc.exact_accumulation = opt.exact_grad_accum;
   rc.seed = opt.seed;
   rc.eval_every = opt.eval_every;
   rc.eval_batches = opt.eval_batches;

@@ -55,6 +55,21 @@ if a != b:
     sys.exit(1)
 PY
 }
+# same_tensors A B: every tensor of two safetensors files: same names, dtypes, shapes and bytes.
+same_tensors() { python3 - "$1" "$2" <<'PY'
+import json, struct, sys
+def load(p):
+    d = open(p, "rb").read()
+    (n,) = struct.unpack("<Q", d[:8])
+    h = json.loads(d[8:8 + n]); body = d[8 + n:]
+    return {k: (v["dtype"], v["shape"], body[v["data_offsets"][0]:v["data_offsets"][1]])
+            for k, v in h.items() if k != "__metadata__"}
+a, b = load(sys.argv[1]), load(sys.argv[2])
+if set(a) != set(b): sys.exit(f"tensor names differ: {sorted(set(a) ^ set(b))}")
+bad = [k for k in a if a[k] != b[k]]
+if bad: sys.exit(f"{len(bad)} of {len(a)} tensors differ, e.g. {bad[:3]}")
+PY
+}
 write_tiny_model() { echo "{\"n_layer\": $2, \"n_head\": 2, \"n_embd\": $3, \"block_size\": $4}" >"$1"; }
 pass() { PASSES=$((PASSES + 1)); }
 

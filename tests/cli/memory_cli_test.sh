@@ -56,6 +56,20 @@ expect_exit 0 "predict-only tiny" -- "$MIXTRAIN" --threads 2 memory --model "$TM
 python3 -c "import json,sys; a=json.load(open(sys.argv[1])); b=json.load(open(sys.argv[2])); assert a['predicted']['by_category']==b['predicted']['by_category']" \
   "$TMP/m.json" "$TMP/p2.json" && pass || fail "--predict-only predicts differently"
 
+# --exact-grad-accum keeps the earlier micro-batches' gradient sum in a second gradient buffer:
+# predicted and measured, the gradients category is exactly twice the fused run's.
+expect_exit 0 "memory, exact accumulation" -- "$MIXTRAIN" --threads 2 memory --model "$TMP/tiny.json" --precision bf16-mixed \
+  --batch-size 4 --seq-len 32 --steps 2 --grad-accum 2 --exact-grad-accum --json "$TMP/exact.json"
+grep -qF "gradient accumulation stash" "$TMP/out" && pass || fail "the stash is not named at the peak: $(head -c 600 "$TMP/out")"
+python3 - "$TMP/m.json" "$TMP/exact.json" <<'PY' && pass || fail "exact accumulation's gradient memory"
+import json, sys
+fused, exact = (json.load(open(p)) for p in sys.argv[1:])
+for side in ("predicted", "measured"):
+    g, e = fused[side]["by_category"]["gradients"], exact[side]["by_category"]["gradients"]
+    assert e == 2 * g, (side, g, e)
+assert exact["predicted"]["by_category"] == exact["measured"]["by_category"], exact
+PY
+
 # Bad input: one line, exit 2, no JSON file.
 expect_exit 2 "unknown preset" -- "$MIXTRAIN" memory --model gpt-huge --predict-only --json "$TMP/bad.json"
 expect_stderr_has "unknown model preset 'gpt-huge'" "unknown preset"

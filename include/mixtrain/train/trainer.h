@@ -68,6 +68,7 @@ struct TrainOptions {
   PrecisionMode precision = PrecisionMode::true32;
   UpdateRounding update_rounding = UpdateRounding::nearest;  // *-true modes
   int64_t grad_accum = 1;          // micro-batches per optimizer step (one loss scale per step)
+  bool exact_grad_accum = false;   // RunConfig::exact_accumulation: micro-batch gradients made apart, then added
   // Loss scaling: on by default in 16-mixed; `force_loss_scaling` turns it on in other modes.
   GradScalerConfig scaler;
   bool force_loss_scaling = false;
