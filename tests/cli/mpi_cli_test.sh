@@ -84,6 +84,25 @@ else
   fail "fused accumulation run: $(tail -c 400 "$d/err")"
 fi
 
+# 2 ranks x --grad-accum 2 --exact-grad-accum: each rank's earlier micro-batch goes back into a
+# parameter's gradient before its bucket's sum starts, so the run is one process's with
+# --grad-accum 4 --exact-grad-accum up to the order of the adds ((g0+g1)+(g2+g3) against
+# ((g0+g1)+g2)+g3: losses measured 1e-8 relative apart; a bucket summed without its rank's earlier
+# micro-batch would be a quarter of the gradient off).
+d="$TMP/exact4"
+mkdir -p "$d"
+if timeout 60 "${MPIRUN[@]}" "$MIXTRAIN" train "${COMMON[@]}" --steps 6 --grad-accum 2 --exact-grad-accum --bucket-mb 0.01 \
+    --verify-replicas --log-jsonl "$d/two.jsonl" >/dev/null 2>"$d/err" &&
+   "$MIXTRAIN" train "${COMMON[@]}" --steps 6 --grad-accum 4 --exact-grad-accum --log-jsonl "$d/one.jsonl" \
+    >/dev/null 2>>"$d/err"; then
+  if python3 "$COMPARE" "$d/two.jsonl" "$d/one.jsonl" --loss-rtol 1e-6 >"$d/cmp"; then pass; else
+    fail "2 ranks x 2 exact micro-batches against one process x 4: $(cat "$d/cmp")"
+  fi
+  sed "s/^/2 ranks x --grad-accum 2 vs one process x 4 (exact): /" "$d/cmp"
+else
+  fail "2 ranks x --grad-accum 2 --exact-grad-accum: $(tail -c 400 "$d/err")"
+fi
+
 # Deterministic: the 32-true 2-rank run again, over loopback TCP instead of shared memory, gives
 # the same step log bit for bit (the sums run in rank order whatever the transport).
 d="$TMP/tcp"
