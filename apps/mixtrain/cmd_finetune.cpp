@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "mixtrain/dist/communicator.h"
 #include "finetune_options.h"
 #include "mixtrain/train/classify.h"
 #include "mixtrain/train/numerics_advice.h"
@@ -49,15 +50,19 @@ int run_finetune(FinetuneFlags& f, const std::string& json_path, const CLI::App&
   if (json_path == "-") f.opt.train.quiet = true;
   install_stop_handlers();
   f.opt.train.stop_signal = &g_stop_signal;
+  f.opt.train.world = &world();  // MPI's ranks under mpirun, else this process
+  const bool rank0 = f.opt.train.world->rank() == 0;  // the only one that reports
   FinetuneSummary s;
   int code = 0;
   try {
     s = finetune(f.opt);
   } catch (const DivergedError& e) {
+    if (!rank0) return kExitDiverged;
     s.run = e.summary;
     std::fprintf(stderr, "mixtrain: error: %s\n", error_message(e, sub).c_str());
     code = kExitDiverged;
   }
+  if (!rank0) return s.run.interrupted ? 128 + s.run.stop_signal : 0;
   if (s.run.interrupted) {
     std::fprintf(stderr, "mixtrain: interrupted at step %lld by %s%s%s\n", static_cast<long long>(s.run.steps),
                  s.run.stop_signal == SIGINT ? "SIGINT" : "SIGTERM", s.run.checkpoint_path.empty() ? "" : "; checkpoint ",
@@ -101,6 +106,7 @@ void register_finetune(CLI::App& app, GlobalOptions& g, std::vector<Command>& co
   auto json = std::make_shared<std::string>();
   add_finetune_train_flags(sub, *f, /*with_precision=*/true, /*with_checkpoints=*/true);  // first: drops train's --model
   add_finetune_data_flags(sub, *f);
+  add_data_parallel_flags(sub, f->train);
   sub->add_option("--save", f->opt.save_dir, "Write the fine-tuned model to DIR (Hugging Face's layout)");
   sub->add_option("--json", *json, "Write the run summary as JSON to FILE (-: stdout)");
   sub->add_option("--profile", f->opt.train.profile_warmup,

@@ -64,7 +64,7 @@ class CheckpointHook : public TrainingHook {
   // last_step_words: how the error of a checkpoint past the last step names that step
   // ("steps" where it is the --steps option).
   CheckpointHook(const TrainOptions& opt, nlohmann::json run_options, std::string last_step_words);
-  const TrainOptions& opt_;
+  const TrainOptions opt_;  // a copy (callers pass as_one_process(...) temporaries)
 
  private:
   // What differs between the models. model.safetensors' bytes:

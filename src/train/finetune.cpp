@@ -25,6 +25,7 @@
 #include "train/finetune_checkpointing.h"
 #include "train/observer_hooks.h"
 #include "train/output_paths.h"
+#include "train/rank_setup.h"
 
 namespace mixtrain {
 namespace fs = std::filesystem;
@@ -166,6 +167,10 @@ FinetuneSummary finetune(const FinetuneOptions& o_in) {
   FinetuneOptions o = o_in;
   TrainOptions& t = o.train;
   if (t.log_jsonl == "-") t.quiet = true;  // stdout carries the log
+  // Under mpirun (t.world of N > 1): data parallel as train() is (train/rank_setup.h); rank 0
+  // alone writes the logs, checkpoints and the saved model.
+  const RankSetup ranks = setup_ranks(t);
+  if (ranks.world != nullptr && ranks.world->rank() != 0) o.save_dir.clear();
   const bool meta = default_device().is_meta();
   if (!meta) check_run_paths(finetune_paths(o));
   DirectoryLock lock;
@@ -180,8 +185,10 @@ FinetuneSummary finetune(const FinetuneOptions& o_in) {
   out.majority_baseline = data.majority_baseline();
   out.train_examples = int64_t(task.train.examples.size());
   out.test_examples = int64_t(task.test.examples.size());
-  // One optimizer step takes grad_accum batches; an epoch ends with the step that reads its last.
-  out.steps_per_epoch = (data.batches_per_epoch() + t.grad_accum - 1) / t.grad_accum;
+  // One optimizer step takes grad_accum batches on each of N ranks; an epoch ends with the step
+  // that reads its last.
+  const int64_t per_step = t.grad_accum * ranks.ranks();
+  out.steps_per_epoch = (data.batches_per_epoch() + per_step - 1) / per_step;
   const int64_t total = out.steps_per_epoch * o.epochs;
 
   const PrecisionSpec& spec = precision_spec(t.precision);
@@ -202,7 +209,7 @@ FinetuneSummary finetune(const FinetuneOptions& o_in) {
     throw ArgumentError({"max_len"}, "max_len " + std::to_string(o.max_len) + " exceeds the model's " +
                                          std::to_string(positions) + " positions (" + dir + "/config.json)");
   model->set_activation_checkpointing(t.checkpoint_activations);
-  const std::unique_ptr<Optimizer> optimizer = make_optimizer(model->params(), t.optimizer_config());
+  const std::unique_ptr<Optimizer> optimizer = make_run_optimizer(ranks, model->params(), t);
 
   RunConfig rc;
   rc.steps = t.steps > 0 ? std::min(t.steps, total) : total;
@@ -217,6 +224,7 @@ FinetuneSummary finetune(const FinetuneOptions& o_in) {
   rc.eval_every = t.eval_every > 0 ? t.eval_every : out.steps_per_epoch;
   rc.eval_batches = t.eval_batches;
   rc.max_bad_steps = t.max_bad_steps_or_default();
+  rc.world = ranks.world;
   TrainingRun run(*model, *optimizer, mp, data, rc);
 
   nlohmann::json run_options;
@@ -228,7 +236,8 @@ FinetuneSummary finetune(const FinetuneOptions& o_in) {
   run_options["pooling"] = o.pooling == Pooling::cls ? "cls" : "mean";
   run_options["dropout"] = o.dropout;
   if (t.stop_signal) run.add_hook(std::make_unique<InterruptHook>(t.stop_signal));
-  run.add_hook(std::make_unique<FinetuneCheckpointing>(t, std::move(run_options)));
+  run.add_hook(std::make_unique<FinetuneCheckpointing>(as_one_process(t, ranks), std::move(run_options)));
+  add_data_parallel_hooks(run, ranks, t);
   add_observer_hooks(run, t);
   run.add_hook(std::make_unique<EpochHook>(out, out.steps_per_epoch, o.epochs, t.quiet));
   if (t.add_hooks) t.add_hooks(run);

@@ -21,6 +21,7 @@
 #include "train/numerics_sites.h"
 #include "train/observer_hooks.h"
 #include "train/output_paths.h"
+#include "train/rank_setup.h"
 #include "mixtrain/train/memory_prediction.h"
 #include "mixtrain/train/run_hooks.h"
 #include "mixtrain/train/tensorboard_hook.h"
@@ -181,16 +182,8 @@ TrainSummary train(const TrainOptions& opt_in) {
   opt_in.validate();
   TrainOptions opt = opt_in;
   if (opt.log_jsonl == "-") opt.quiet = true;  // stdout carries the log
-  Communicator* world = opt.world != nullptr && opt.world->size() > 1 ? opt.world : nullptr;
-  const CheckpointOptions rank0_checkpoint = opt.checkpoint;  // what rank 0 saves by (ZeRO's gathers)
-  if (world != nullptr && world->rank() != 0) {  // rank 0 alone writes what a run writes
-    opt.log_jsonl.clear();
-    opt.numerics.path.clear();
-    opt.tensorboard_dir.clear();
-    opt.checkpoint.dir.clear();
-    opt.checkpoint.save_every = opt.checkpoint.keep = 0;
-    opt.quiet = true;
-  }
+  const RankSetup ranks = setup_ranks(opt);  // rank 0 alone writes what a run writes
+  Communicator* world = ranks.world;
   // Every path checked, and the checkpoint directory locked, before anything is loaded or trained.
   check_run_paths(train_run_paths(opt));
   DirectoryLock lock;
@@ -246,16 +239,7 @@ TrainSummary train(const TrainOptions& opt_in) {
   Gpt model(cfg, opt.seed, spec.param_dtype, spec.grad_dtype,
             masters ? MemCategory::master_weights : MemCategory::parameters);
   model.set_activation_checkpointing(opt.checkpoint_activations);
-  // ZeRO stage 1 (optim/zero.h): this rank's part of the optimizer; one process keeps it all.
-  const bool zero = opt.data_parallel.zero_stage == 1 && world != nullptr;
-  if (zero && !opt.numerics.path.empty())
-    throw ArgumentError({"zero", "numerics"}, "numerics probes read every parameter's gradient, and under zero 1 a "
-                                              "rank holds the summed gradients of its own part only (probe with zero 0)");
-  std::unique_ptr<Optimizer> optimizer;
-  if (zero)
-    optimizer = std::make_unique<ZeroOptimizer>(model.params(), opt.optimizer_config(), *world);
-  else
-    optimizer = make_optimizer(model.params(), opt.optimizer_config());
+  const std::unique_ptr<Optimizer> optimizer = make_run_optimizer(ranks, model.params(), opt);
 
   RunConfig rc;
   rc.steps = opt.steps;
@@ -272,19 +256,10 @@ TrainSummary train(const TrainOptions& opt_in) {
   rc.max_bad_steps = opt.max_bad_steps_or_default();
   rc.world = world;
   TrainingRun run(model, *optimizer, mp, data, rc);
-  // A checkpoint records the run as one process would make it: grad_accum over all ranks, so a
-  // run saved with N ranks resumes with any N' (grad_accum * N' equal) or in one process.
-  TrainOptions as_one_process = opt;
-  if (world != nullptr) as_one_process.grad_accum = opt.grad_accum * world->size();
-  // Hook order: the checkpoint restores first (the log trims to its step), then data parallelism
-  // sends rank 0's weights and sums gradients before any other hook sees them (a fault injected
-  // after the sum on one rank tests the ranks' agreement).
+  // Hook order: the checkpoint restores first (the log trims to its step), then data parallelism.
   if (opt.stop_signal) run.add_hook(std::make_unique<InterruptHook>(opt.stop_signal));
-  run.add_hook(std::make_unique<TrainCheckpointing>(as_one_process, model, T, corpus));
-  // Under ZeRO the other ranks join rank 0's gathers of the optimizer state (at the same point
-  // of the same steps: the hooks' should_stop).
-  if (zero && world->rank() != 0) run.add_hook(std::make_unique<ZeroCheckpointGatherHook>(rank0_checkpoint));
-  if (world != nullptr) run.add_hook(std::make_unique<DataParallelHook>(*world, opt.data_parallel));
+  run.add_hook(std::make_unique<TrainCheckpointing>(as_one_process(opt, ranks), model, T, corpus));
+  add_data_parallel_hooks(run, ranks, opt);
   add_observer_hooks(run, opt);
   if (opt.add_hooks) opt.add_hooks(run);
   const KeepFp32Scope keep(opt.keep_fp32);

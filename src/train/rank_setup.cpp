@@ -1,0 +1,46 @@
+// The data-parallel half of a run's wiring (train/rank_setup.h).
+#include "train/rank_setup.h"
+
+#include "mixtrain/optim/zero.h"
+#include "mixtrain/train/data_parallel.h"
+#include "train/checkpointing.h"
+
+namespace mixtrain {
+
+RankSetup setup_ranks(TrainOptions& opt) {
+  RankSetup r;
+  r.world = opt.world != nullptr && opt.world->size() > 1 ? opt.world : nullptr;
+  r.rank0_checkpoint = opt.checkpoint;
+  r.zero = opt.data_parallel.zero_stage == 1 && r.world != nullptr;
+  if (r.world != nullptr && r.world->rank() != 0) {
+    opt.log_jsonl.clear();
+    opt.numerics.path.clear();
+    opt.tensorboard_dir.clear();
+    opt.checkpoint.dir.clear();
+    opt.checkpoint.save_every = opt.checkpoint.keep = 0;
+    opt.quiet = true;
+  }
+  return r;
+}
+
+std::unique_ptr<Optimizer> make_run_optimizer(const RankSetup& ranks, const ParameterStore& store, const TrainOptions& opt) {
+  if (!ranks.zero) return make_optimizer(store, opt.optimizer_config());
+  if (!opt.numerics.path.empty())
+    throw ArgumentError({"zero", "numerics"}, "numerics probes read every parameter's gradient, and under zero 1 a "
+                                              "rank holds the summed gradients of its own part only (probe with zero 0)");
+  return std::make_unique<ZeroOptimizer>(store, opt.optimizer_config(), *ranks.world);
+}
+
+TrainOptions as_one_process(const TrainOptions& opt, const RankSetup& ranks) {
+  TrainOptions o = opt;
+  o.grad_accum = opt.grad_accum * ranks.ranks();
+  return o;
+}
+
+void add_data_parallel_hooks(TrainingRun& run, const RankSetup& ranks, const TrainOptions& opt) {
+  if (ranks.world == nullptr) return;
+  if (ranks.zero && ranks.world->rank() != 0) run.add_hook(std::make_unique<ZeroCheckpointGatherHook>(ranks.rank0_checkpoint));
+  run.add_hook(std::make_unique<DataParallelHook>(*ranks.world, opt.data_parallel));
+}
+
+}  // namespace mixtrain

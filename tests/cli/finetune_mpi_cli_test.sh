@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# `mpirun -np 2 mixtrain finetune`: data-parallel fine-tuning, 2 ranks x 1 thread, on the tiny
+# random BERT of finetune_cli_test.sh (OpenMPI, set up as mpi_cli_test.sh; fails without mpirun):
+# - in all five modes, 2 ranks with --batch-size B give the step log of one process with
+#   --batch-size B --grad-accum 2 --exact-grad-accum bit for bit (every field but the timings), and
+#   the same test accuracy and loss per epoch; with --zero 1 too; --verify-replicas checks after
+#   every step that both ranks hold the same weights and scale. 16-true diverges here: on both
+#   sides at the same step, with the same error.
+# - the epochs are counted over both ranks' batches (steps_per_epoch as one process's)
+# - only rank 0 writes: one summary, one step log, one set of checkpoints, one saved model (the
+#   one-process run's, byte for byte)
+# - a checkpoint of the 2 ranks resumes in one process with --grad-accum 2 --exact-grad-accum on the
+#   uninterrupted trajectory bit for bit
+MIXTRAIN="$1"
+. "$(dirname "$0")/cli_common.sh"
+SRC="$(cd "$(dirname "$0")/../.." && pwd)"
+if ! command -v mpirun >/dev/null; then
+  echo "FAIL: mpirun not found: install openmpi-bin and libopenmpi-dev (scripts/setup.sh)"
+  exit 1
+fi
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+# The sanitizer build: as mpi_cli_test.sh (OpenMPI's own allocations past MPI_Finalize).
+export OMPI_MCA_mca_base_component_disable_dlclose=1 PMIX_MCA_mca_base_component_disable_dlclose=1
+export LSAN_OPTIONS="suppressions=$SRC/tests/cli/lsan_openmpi.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
+[ -n "${ASAN_OPTIONS:-}" ] && export ASAN_OPTIONS="$ASAN_OPTIONS:fast_unwind_on_malloc=0"
+MPIRUN=(mpirun -np 2 --oversubscribe --bind-to none)
+
+write_tiny_encoder_task "$SRC" "$TMP"  # $TMP/model, $TMP/train.tsv (96 rows), $TMP/test.tsv (40)
+# 96 rows in batches of 4: 24 batches an epoch, 12 steps of 2 ranks (or of 2 micro-batches).
+FT=(--threads 1 finetune --model "$TMP/model" --train "$TMP/train.tsv" --test "$TMP/test.tsv" --max-len 16
+  --batch-size 4 --epochs 4 --lr 1e-2 --pooling mean)
+
+# The fields of two summaries that must agree: test accuracy and loss, per epoch too.
+same_results() {
+  python3 - "$1" "$2" <<'PY'
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:])
+keys = ["test_accuracy", "test_loss", "steps", "skipped_steps", "steps_per_epoch", "majority_baseline"]
+bad = [k for k in keys if a.get(k) != b.get(k)]
+strip = lambda e: [{k: v for k, v in x.items() if k != "elapsed_s"} for x in e]
+if strip(a["epochs"]) != strip(b["epochs"]): bad.append("epochs")
+if bad: sys.exit(f"differ in {bad}: " + "; ".join(f"{k} {a.get(k)} / {b.get(k)}" for k in bad if k != "epochs"))
+PY
+}
+
+check_mode() {  # MODE
+  local mode="$1" d="$TMP/$1" how msg
+  mkdir -p "$d"
+  for how in two zero one; do
+    case $how in
+      two) run=(timeout 120 "${MPIRUN[@]}" "$MIXTRAIN" "${FT[@]}" --verify-replicas) ;;
+      zero) run=(timeout 120 "${MPIRUN[@]}" "$MIXTRAIN" "${FT[@]}" --verify-replicas --zero 1) ;;
+      one) run=("$MIXTRAIN" "${FT[@]}" --grad-accum 2 --exact-grad-accum) ;;
+    esac
+    "${run[@]}" --precision "$mode" --log-jsonl "$d/$how.jsonl" --json "$d/$how.json" >"$d/$how.out" 2>"$d/$how.err"
+    echo $? >"$d/$how.code"
+  done
+  if [ "$mode" = 16-true ]; then
+    # fp16 weights and gradients without loss scaling at lr 1e-2: NaN, then 20 skipped steps.
+    for how in two zero one; do
+      [ "$(cat "$d/$how.code")" = 3 ] && pass || fail "16-true ($how): exit $(cat "$d/$how.code"), expected 3 (diverged)"
+    done
+    local line
+    line=$(grep -h '^mixtrain: error: training diverged' "$d/one.err")
+    [ -n "$line" ] && pass || fail "16-true: one process did not say it diverged: $(tail -c 300 "$d/one.err")"
+    for how in two zero; do
+      grep -qxF -- "$line" "$d/$how.err" && pass || fail "16-true ($how): not the one-process error '$line': $(tail -c 300 "$d/$how.err")"
+    done
+  else
+    for how in two zero one; do
+      [ "$(cat "$d/$how.code")" = 0 ] && pass || fail "$mode ($how): exit $(cat "$d/$how.code"): $(tail -c 400 "$d/$how.err")"
+    done
+  fi
+  for how in two zero; do
+    if msg=$(same_log "$d/$how.jsonl" "$d/one.jsonl"); then pass; else
+      fail "$mode: 2 ranks ($how) differ from one process with --grad-accum 2 --exact-grad-accum: $msg"
+    fi
+    [ "$mode" = 16-true ] && continue
+    if msg=$(same_results "$d/$how.json" "$d/one.json" 2>&1); then pass; else fail "$mode: summaries ($how / one): $msg"; fi
+  done
+}
+for mode in 32-true 16-mixed bf16-mixed 16-true bf16-true; do check_mode "$mode"; done
+
+# The 2-rank summary: 12 steps an epoch (both ranks' batches counted), 2 ranks, above the majority.
+python3 - "$TMP/32-true/two.json" <<'PY' && pass || fail "2-rank summary: $(head -c 400 "$TMP/32-true/two.json")"
+import json, sys
+s = json.load(open(sys.argv[1]))
+assert s["steps_per_epoch"] == 12 and s["steps"] == 48 and s["ranks"] == 2, s
+assert s["test_accuracy"] > s["majority_baseline"], s
+PY
+
+# Only rank 0 writes: one step log (48 lines), checkpoints at 24 and 48, one saved model, which is
+# the one-process run's byte for byte; its checkpoint of step 24 resumes in one process on the
+# uninterrupted trajectory.
+d="$TMP/outputs"
+mkdir -p "$d"
+if timeout 120 "${MPIRUN[@]}" "$MIXTRAIN" "${FT[@]}" --log-jsonl "$d/two.jsonl" --checkpoint-dir "$d/ck" --save-every 24 \
+    --save "$d/saved-two" >"$d/out" 2>"$d/err" &&
+   "$MIXTRAIN" "${FT[@]}" --grad-accum 2 --exact-grad-accum --log-jsonl "$d/one.jsonl" --save "$d/saved-one" \
+    >"$d/out1" 2>"$d/err1"; then
+  [ "$(wc -l <"$d/two.jsonl")" = 48 ] && pass || fail "step log has $(wc -l <"$d/two.jsonl") lines, expected 48"
+  [ "$(ls "$d/ck" | grep '^step-' | tr '\n' ' ')" = "step-000024 step-000048 " ] && pass || fail "checkpoints: $(ls "$d/ck")"
+  [ "$(grep -c '^done (32-true)' "$d/out")" = 1 ] && pass || fail "not one summary line: $(tail -c 300 "$d/out")"
+  if msg=$(same_tensors "$d/saved-two/model.safetensors" "$d/saved-one/model.safetensors" 2>&1); then pass; else
+    fail "the model saved by 2 ranks differs from one process's: $msg"
+  fi
+  cp "$d/two.jsonl" "$d/resumed.jsonl"
+  if "$MIXTRAIN" "${FT[@]}" --grad-accum 2 --exact-grad-accum --resume "$d/ck/step-000024" --log-jsonl "$d/resumed.jsonl" \
+      >/dev/null 2>"$d/err2"; then
+    if msg=$(same_log "$d/resumed.jsonl" "$d/one.jsonl"); then pass; else fail "2-rank checkpoint resumed in one process: $msg"; fi
+  else
+    fail "resume of the 2-rank checkpoint in one process: $(tail -c 400 "$d/err2")"
+  fi
+else
+  fail "outputs run: $(tail -c 400 "$d/err" "$d/err1" 2>/dev/null)"
+fi
+
+finish
