@@ -13,6 +13,7 @@
 #include "train/summary_json.h"
 #include "train_options.h"
 #include "finetune_options.h"
+#include "mixtrain/dist/communicator.h"
 
 namespace mixtrain::cli {
 namespace {
@@ -192,16 +193,20 @@ int run_classify_compare(FinetuneFlags& ff, const std::vector<CompareEntry>& ent
   if (!json_path.empty()) check_output_path(json_path, "--json");
   install_stop_handlers();
   ff.opt.train.stop_signal = &g_stop_signal;
+  ff.opt.train.world = &world();  // under mpirun every mode's fine-tune is data parallel
+  const bool rank0 = ff.opt.train.world->rank() == 0;  // the only one that reports
   bool header = false;
   double majority = 0;  // known once the first run loaded the data, before its row is printed
   const CompareResult result = compare_finetune(
       ff.opt, entries,
       [&](const CompareRun& run) {
+        if (!rank0) return;
         if (!header) print_classify_header(majority);
         header = true;
         print_classify_row(run);
       },
       &majority);
+  if (!rank0) return result.interrupted ? 128 + result.stop_signal : 0;
   if (result.interrupted)
     std::fprintf(stderr, "mixtrain: interrupted during %s by %s; %zu finished mode(s) reported\n",
                  result.interrupted_label.c_str(), result.stop_signal == SIGINT ? "SIGINT" : "SIGTERM",
@@ -227,6 +232,7 @@ void register_compare(CLI::App& app, GlobalOptions& g, std::vector<Command>& com
       ->capture_default_str()
       ->check(CLI::IsMember({"lm", "classify", "finefoods", "fortunes"}));
   add_finetune_data_flags(sub, *ff, /*with_model_and_task=*/false);
+  add_data_parallel_flags(sub, *f);
   sub->add_option("--precisions", *precisions, "Comma-separated precision modes")->capture_default_str();
   sub->add_option("--json", *json_path, "Also write the comparison as JSON to FILE");
   sub->add_option("--report", *report_path, "Also write the comparison as a self-contained HTML report to FILE");
@@ -269,13 +275,17 @@ void register_compare(CLI::App& app, GlobalOptions& g, std::vector<Command>& com
     };
     install_stop_handlers();
     f->opt.stop_signal = &g_stop_signal;
+    f->opt.world = &world();  // under mpirun every mode's run is data parallel
+    const bool rank0 = f->opt.world->rank() == 0;  // the only one that reports
     // The header waits for the first row: compare_precisions checks every path first.
     bool header = false;
     const CompareResult result = compare_precisions(f->opt, entries, [&](const CompareRun& run) {
+      if (!rank0) return;
       if (!header) print_header(run.entry.label);
       header = true;
       print_row(run);
     });
+    if (!rank0) return result.interrupted ? 128 + result.stop_signal : 0;
     if (result.interrupted)
       std::fprintf(stderr, "mixtrain: interrupted during %s by %s; %zu finished mode(s) reported\n",
                    result.interrupted_label.c_str(), result.stop_signal == SIGINT ? "SIGINT" : "SIGTERM",

@@ -11,6 +11,7 @@
 #   one-process run's, byte for byte)
 # - a checkpoint of the 2 ranks resumes in one process with --grad-accum 2 --exact-grad-accum on the
 #   uninterrupted trajectory bit for bit
+# - compare --task classify under mpirun: one table, each mode's result as one process's
 MIXTRAIN="$1"
 . "$(dirname "$0")/cli_common.sh"
 SRC="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -113,6 +114,26 @@ if timeout 120 "${MPIRUN[@]}" "$MIXTRAIN" "${FT[@]}" --log-jsonl "$d/two.jsonl" 
   fi
 else
   fail "outputs run: $(tail -c 400 "$d/err" "$d/err1" 2>/dev/null)"
+fi
+
+# compare --task classify under mpirun: every mode's fine-tune data parallel, one table (rank 0's);
+# the test accuracy and loss of one process with --grad-accum 2 --exact-grad-accum, mode for mode.
+d="$TMP/compare"
+mkdir -p "$d"
+CMP=(--threads 1 compare --task classify --model "$TMP/model" --train "$TMP/train.tsv" --test "$TMP/test.tsv" --max-len 16
+  --batch-size 4 --epochs 2 --lr 1e-2 --pooling mean --precisions 32-true,bf16-mixed,bf16-true)
+if timeout 120 "${MPIRUN[@]}" "$MIXTRAIN" "${CMP[@]}" --json "$d/two.json" >"$d/out" 2>"$d/err" &&
+   "$MIXTRAIN" "${CMP[@]}" --grad-accum 2 --exact-grad-accum --json "$d/one.json" >/dev/null 2>"$d/err1"; then
+  [ "$(grep -c '^precision ' "$d/out")" = 1 ] && pass || fail "compare under mpirun: not one table: $(head -c 400 "$d/out")"
+  python3 - "$d/two.json" "$d/one.json" <<'PY' && pass || fail "compare under mpirun differs from one process"
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:])
+got = [(r["precision"], r["test_accuracy"], r["test_loss"]) for r in a["runs"]]
+want = [(r["precision"], r["test_accuracy"], r["test_loss"]) for r in b["runs"]]
+assert len(got) == 3 and got == want, (got, want)
+PY
+else
+  fail "compare under mpirun: $(tail -c 400 "$d/err" "$d/err1" 2>/dev/null)"
 fi
 
 finish

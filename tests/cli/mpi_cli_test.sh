@@ -12,6 +12,7 @@
 # - kill -9 of one rank ends the job within 10 s; its last checkpoint resumes in one process with
 #   --grad-accum 2 --exact-grad-accum on the same trajectory bit for bit; a one-process checkpoint
 #   resumes on 2 ranks, bit for bit too
+# - compare under mpirun: one table, each mode's losses as one process's
 # - bad data-parallel flags: one-line errors naming the flag
 # Root: OpenMPI refuses to run as root without OMPI_ALLOW_RUN_AS_ROOT(_CONFIRM), set here.
 MIXTRAIN="$1"
@@ -101,6 +102,25 @@ if timeout 60 "${MPIRUN[@]}" "$MIXTRAIN" train "${COMMON[@]}" --steps 6 --grad-a
   sed "s/^/2 ranks x --grad-accum 2 vs one process x 4 (exact): /" "$d/cmp"
 else
   fail "2 ranks x --grad-accum 2 --exact-grad-accum: $(tail -c 400 "$d/err")"
+fi
+
+# compare under mpirun: each mode's run data parallel, one table (rank 0's), and each mode's losses
+# those of one process with --grad-accum 2 --exact-grad-accum.
+d="$TMP/compare"
+mkdir -p "$d"
+CMP=(compare --data "$TMP/text.txt" --model "$TMP/tiny.json" --batch-size 2 --threads 1 --steps 4 --precisions 32-true,bf16-mixed)
+if timeout 60 "${MPIRUN[@]}" "$MIXTRAIN" "${CMP[@]}" --json "$d/two.json" >"$d/out" 2>"$d/err" &&
+   "$MIXTRAIN" "${CMP[@]}" --grad-accum 2 --exact-grad-accum --json "$d/one.json" >/dev/null 2>"$d/err1"; then
+  [ "$(grep -c '^precision ' "$d/out")" = 1 ] && pass || fail "compare under mpirun: not one table: $(head -c 400 "$d/out")"
+  python3 - "$d/two.json" "$d/one.json" <<'PY' && pass || fail "compare under mpirun differs from one process"
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:])
+got = [(r["precision"], r["final_train_loss"], r["val_loss"]) for r in a["runs"]]
+want = [(r["precision"], r["final_train_loss"], r["val_loss"]) for r in b["runs"]]
+assert len(got) == 2 and got == want, (got, want)
+PY
+else
+  fail "compare under mpirun: $(tail -c 400 "$d/err" "$d/err1" 2>/dev/null)"
 fi
 
 # Deterministic: the 32-true 2-rank run again, over loopback TCP instead of shared memory, gives
