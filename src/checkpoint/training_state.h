@@ -9,7 +9,8 @@
 //            optim.momentum_buffer (flat_numel) SGD, momentum != 0 only
 //            optim.compensation    (flat_numel) Kahan compensation, kahan rounding only
 //   metadata format "mixtrain-train-state", version "1", mixtrain: {step, precision, model (the
-//            GptConfig), run (the options that shape the trajectory, compared on resume),
+//            model's configuration, Model::config_json(): a GptConfig, an encoder's config.json;
+//            any JSON object), run (the options that shape the trajectory, compared on resume),
 //            optimizer {kind, steps}, scaler {scale, growth_tracker, hysteresis_left, overflows,
 //            skipped_steps}, counters {skipped_steps, overflows, bad_in_a_row, hit_min_scale,
 //            last_loss, skips_by_site {site: count} (absent in older states: none)}, rng {seed,
@@ -25,7 +26,6 @@
 #include <vector>
 
 #include "mixtrain/amp/grad_scaler.h"
-#include "mixtrain/models/gpt.h"
 #include "mixtrain/optim/optimizer.h"
 #include "mixtrain/tensor/tensor.h"
 
@@ -43,7 +43,7 @@ struct TrainCounters {
 struct TrainingState {
   int64_t step = 0;       // optimizer steps completed (the next one is step + 1)
   std::string precision;  // "bf16-mixed"
-  GptConfig model;
+  nlohmann::json model = nlohmann::json::object();  // the model's configuration (Model::config_json())
   nlohmann::json run = nlohmann::json::object();  // trajectory-shaping options
   Tensor params;                                  // (flat_numel)
   OptimizerState optimizer;                       // optim/optimizer.h

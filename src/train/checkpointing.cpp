@@ -93,6 +93,19 @@ std::string first_difference(const nlohmann::json& saved, const nlohmann::json& 
   return key + ": checkpoint has " + json_excerpt(saved) + ", this run has " + json_excerpt(now);
 }
 
+namespace {
+// The first difference between the model a checkpoint was made with and this run's, both as
+// Model::config_json() (a GptConfig, an encoder's config.json): a name ("name": a preset's or the
+// config file's path; "_name_or_path": Hugging Face's) is not the model itself.
+std::string model_difference(nlohmann::json saved, nlohmann::json now) {
+  for (const char* k : {"name", "_name_or_path"}) {
+    saved.erase(k);
+    now.erase(k);
+  }
+  return first_difference(saved, now, "model.");
+}
+}  // namespace
+
 void CheckpointOptions::validate() const {
   // Named as TrainOptions spells them (opt.checkpoint.keep); the CLI says its flags instead.
   auto bad = [](std::vector<std::string> fields, const std::string& what) {
@@ -120,7 +133,7 @@ TrainingState CheckpointHook::capture(int64_t step, TrainingRun& r) const {
   TrainingState s;
   s.step = step;
   s.precision = std::string(precision_spec(opt_.precision).name);
-  store_model(s);
+  s.model = nlohmann::json::parse(r.model().config_json());
   s.run = run_;
   const ParameterStore& store = r.model().params();
   s.params = store.flat_params();
@@ -252,7 +265,7 @@ int64_t CheckpointHook::restore(TrainingRun& r) {
   }
   const TrainingState& s = *state;
   const std::string where = "cannot resume from " + found->path + ": ";
-  std::string diff = model_difference(s);
+  std::string diff = model_difference(s.model, nlohmann::json::parse(r.model().config_json()));
   if (diff.empty()) diff = first_difference(s.run, run_);
   if (!diff.empty()) throw ArgumentError(where + "options differ, " + diff);
   const int64_t last = r.config().steps;
@@ -308,15 +321,6 @@ std::vector<CheckpointFile> TrainCheckpointing::extra_files() const {
 }
 
 nlohmann::json TrainCheckpointing::manifest_model(TrainingRun&) const { return gpt_config_to_json(cfg_); }
-
-void TrainCheckpointing::store_model(TrainingState& s) const { s.model = cfg_; }
-
-std::string TrainCheckpointing::model_difference(const TrainingState& s) const {
-  nlohmann::json saved_model = gpt_config_to_json(s.model), this_model = gpt_config_to_json(cfg_);
-  saved_model.erase("name");  // a preset's name or the config file's path: not the model itself
-  this_model.erase("name");
-  return first_difference(saved_model, this_model, "model.");
-}
 
 void TrainCheckpointing::start_fresh() {
   if (opt_.checkpoint.init_from.empty()) return;

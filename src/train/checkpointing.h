@@ -40,9 +40,10 @@ class ZeroCheckpointGatherHook final : public TrainingHook {
 
 
 // The checkpoint hook of any TrainingRun (train() and finetune() derive from it): restores when the
-// run starts, saves (or stops the run) after each step. The subclasses say only what differs
-// between the models: the model files and the manifest's model entry, the GPT config kept in the
-// training state, and what a run without resume starts from.
+// run starts, saves (or stops the run) after each step. The state keeps the model's configuration
+// (Model::config_json()), compared on resume for any model. The subclasses say only what differs
+// between the models: the model files and the manifest's model entry, and what a run without
+// resume starts from.
 class CheckpointHook : public TrainingHook {
  public:
   // With resume: loads the checkpoint into the run (weights, optimizer, scaler, counters) and
@@ -73,10 +74,6 @@ class CheckpointHook : public TrainingHook {
   virtual std::vector<CheckpointFile> extra_files() const { return {}; }
   // The manifest's "model" entry.
   virtual nlohmann::json manifest_model(TrainingRun& run) const = 0;
-  // Stores the model's configuration in the state (TrainingState::model, a GptConfig), and the
-  // first difference between a checkpoint's and this run's ("" when equal, as by default).
-  virtual void store_model(TrainingState&) const {}
-  virtual std::string model_difference(const TrainingState&) const { return ""; }
   // A run without resume, before the directory is prepared (GPT: the weights of init_from).
   virtual void start_fresh() {}
 
@@ -88,7 +85,7 @@ class CheckpointHook : public TrainingHook {
 };
 
 // train()'s checkpoints: model.safetensors in GPT-2's Hugging Face layout (the config in its
-// metadata) and Hugging Face's config.json; the GptConfig is compared on resume.
+// metadata) and Hugging Face's config.json.
 class TrainCheckpointing final : public CheckpointHook {
  public:
   // model: the run's model; T: the sequence length in use; corpus: the training data (its
@@ -99,8 +96,6 @@ class TrainCheckpointing final : public CheckpointHook {
   std::vector<uint8_t> weights_file(TrainingRun& run) const override;
   std::vector<CheckpointFile> extra_files() const override;
   nlohmann::json manifest_model(TrainingRun& run) const override;
-  void store_model(TrainingState& s) const override;
-  std::string model_difference(const TrainingState& s) const override;
   void start_fresh() override;
   Gpt& model_;
   GptConfig cfg_;

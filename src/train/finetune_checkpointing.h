@@ -1,9 +1,10 @@
 // The fine-tune's checkpoints (TrainOptions::checkpoint: dir, save_every, keep, resume,
 // stop_after) as a hook on its TrainingRun: train()'s CheckpointHook (train/checkpointing.h, the
 // same directory layout, manifest and train_state.safetensors) with the encoder's weights under
-// their Hugging Face names in model.safetensors. The state's GPT config field is unused (left at
-// its default); the encoder's configuration and the data's checksum are part of the recorded run
-// options, so resuming with another model, data set or trajectory-shaping option is refused.
+// their Hugging Face names in model.safetensors. The state records the encoder's configuration
+// (TrainingState::model, as for every model: Model::config_json()) and the recorded run options
+// the data's checksum, so resuming with another model, data set or trajectory-shaping option is
+// refused.
 // A resumed run with the same options and thread count continues bit for bit.
 #pragma once
 #include <cstdint>

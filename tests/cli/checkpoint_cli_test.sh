@@ -159,7 +159,7 @@ m["checksum"] = "%08x" % zlib.crc32(json.dumps(m, separators=(",", ":")).encode(
 json.dump(m, open(ck + "/manifest.json", "w"), indent=2)
 PY
 }
-for edit in 'state["step"] = "4"' 'state["scaler"]["scale"] = -1' 'state["model"]["n_layer"] = 2.5' \
+for edit in 'state["step"] = "4"' 'state["scaler"]["scale"] = -1' 'state["model"] = 3' \
   'state["optimizer"]["kind"] = "lion"' 'del state["counters"]' 'state["precision"] = "fp8-mixed"'; do
   F="$TMP/forged"
   rm -rf "$F"
