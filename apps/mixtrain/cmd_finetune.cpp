@@ -56,9 +56,9 @@ int run_finetune(FinetuneFlags& f, const std::string& json_path, const CLI::App&
   int code = 0;
   try {
     s = finetune(f.opt);
-  } catch (const DivergedError& e) {
+  } catch (const FinetuneDivergedError& e) {
     if (!rank0) return kExitDiverged;
-    s.run = e.summary;
+    s = e.finetune;  // what was known: data sizes, labels, baseline, the epochs before
     std::fprintf(stderr, "mixtrain: error: %s\n", error_message(e, sub).c_str());
     code = kExitDiverged;
   }

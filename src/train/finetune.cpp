@@ -249,7 +249,12 @@ FinetuneSummary finetune(const FinetuneOptions& o_in) {
                 static_cast<long long>(out.steps_per_epoch), std::string(spec.name).c_str());
     std::fflush(stdout);
   }
-  out.run = run.run();
+  try {
+    out.run = run.run();
+  } catch (const DivergedError& e) {
+    out.run = e.summary;
+    throw FinetuneDivergedError(e, out);
+  }
   if (!o.save_dir.empty() && !meta && !out.run.interrupted) {
     save_encoder_classifier(*model, o.save_dir, dir);
     if (!t.quiet) std::printf("model saved: %s\n", o.save_dir.c_str());

@@ -69,8 +69,17 @@ struct FinetuneSummary {
   double test_accuracy() const { return run.val_accuracy; }
 };
 
+// The fine-tune diverged (train()'s DivergedError), with what the fine-tune knew by then: the data
+// set's sizes, labels and majority baseline, the epochs completed, the run's summary.
+class FinetuneDivergedError : public DivergedError {
+ public:
+  FinetuneDivergedError(const DivergedError& e, FinetuneSummary s) : DivergedError(e), finetune(std::move(s)) {}
+  FinetuneSummary finetune;  // finetune.run == summary
+};
+
 // Loads, trains, evaluates after every epoch, saves. Throws ArgumentError / IoError for bad
-// options or input (naming the file and line, or the field), DivergedError as train() does.
+// options or input (naming the file and line, or the field), FinetuneDivergedError where train()
+// throws DivergedError.
 FinetuneSummary finetune(const FinetuneOptions& o);
 
 // compare_precisions (train/compare.h) for the fine-tune: `base` once per entry, its precision and
