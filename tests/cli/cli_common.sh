@@ -3,6 +3,7 @@ set -u
 FAILS=0
 PASSES=0
 TMP="$(mktemp -d)"
+CLI_TESTS="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"  # this folder
 trap 'rm -rf "$TMP"' EXIT
 
 fail() { echo "FAIL: $*"; FAILS=$((FAILS + 1)); }
@@ -69,6 +70,46 @@ if set(a) != set(b): sys.exit(f"tensor names differ: {sorted(set(a) ^ set(b))}")
 bad = [k for k in a if a[k] != b[k]]
 if bad: sys.exit(f"{len(bad)} of {len(a)} tensors differ, e.g. {bad[:3]}")
 PY
+}
+# use_mpirun: the set-up of the tests that run ranks under OpenMPI's mpirun (scripts/setup.sh
+# installs it; without mpirun the test fails, it does not skip). Root: OpenMPI refuses to run as
+# root without OMPI_ALLOW_RUN_AS_ROOT(_CONFIRM), set here; one thread per rank. The sanitizer build
+# (scripts/test.sh sets ASAN_OPTIONS with detect_leaks=1): OpenMPI keeps some of its own
+# allocations past MPI_Finalize. Its components stay loaded (no dlclose) so their frames can be
+# named, the slow unwinder walks through its frame-pointer-less code, and only leaks inside
+# OpenMPI's libraries are suppressed (lsan_openmpi.supp). Sets MPIRUN: 2 ranks on this machine.
+use_mpirun() {
+  if ! command -v mpirun >/dev/null; then
+    echo "FAIL: mpirun not found: install openmpi-bin and libopenmpi-dev (scripts/setup.sh)"
+    exit 1
+  fi
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+  export OMPI_MCA_mca_base_component_disable_dlclose=1 PMIX_MCA_mca_base_component_disable_dlclose=1
+  export LSAN_OPTIONS="suppressions=$CLI_TESTS/lsan_openmpi.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
+  [ -n "${ASAN_OPTIONS:-}" ] && export ASAN_OPTIONS="$ASAN_OPTIONS:fast_unwind_on_malloc=0"
+  MPIRUN=(mpirun -np 2 --oversubscribe --bind-to none)
+}
+# compare_under_mpirun DIR FIELDS N -- ARGS...: `mixtrain ARGS` (a compare) on 2 ranks prints one
+# table, and its JSON rows hold, mode for mode, the FIELDS (comma-separated) of one process's run
+# with --grad-accum 2 --exact-grad-accum; N rows.
+compare_under_mpirun() {
+  local d="$1" fields="$2" rows="$3"
+  shift 4
+  mkdir -p "$d"
+  if timeout 120 "${MPIRUN[@]}" "$MIXTRAIN" "$@" --json "$d/two.json" >"$d/out" 2>"$d/err" &&
+     "$MIXTRAIN" "$@" --grad-accum 2 --exact-grad-accum --json "$d/one.json" >/dev/null 2>"$d/err1"; then
+    [ "$(grep -c '^precision ' "$d/out")" = 1 ] && pass || fail "compare under mpirun: not one table: $(head -c 400 "$d/out")"
+    python3 - "$d/two.json" "$d/one.json" "$fields" "$rows" <<'PY' && pass || fail "compare under mpirun differs from one process"
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+keys = ["precision"] + sys.argv[3].split(",")
+got = [tuple(r[k] for k in keys) for r in a["runs"]]
+want = [tuple(r[k] for k in keys) for r in b["runs"]]
+assert len(got) == int(sys.argv[4]) and got == want, (got, want)
+PY
+  else
+    fail "compare under mpirun: $(tail -c 400 "$d/err" "$d/err1" 2>/dev/null)"
+  fi
 }
 write_tiny_model() { echo "{\"n_layer\": $2, \"n_head\": 2, \"n_embd\": $3, \"block_size\": $4}" >"$1"; }
 pass() { PASSES=$((PASSES + 1)); }

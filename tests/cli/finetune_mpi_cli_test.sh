@@ -15,16 +15,7 @@
 MIXTRAIN="$1"
 . "$(dirname "$0")/cli_common.sh"
 SRC="$(cd "$(dirname "$0")/../.." && pwd)"
-if ! command -v mpirun >/dev/null; then
-  echo "FAIL: mpirun not found: install openmpi-bin and libopenmpi-dev (scripts/setup.sh)"
-  exit 1
-fi
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-# The sanitizer build: as mpi_cli_test.sh (OpenMPI's own allocations past MPI_Finalize).
-export OMPI_MCA_mca_base_component_disable_dlclose=1 PMIX_MCA_mca_base_component_disable_dlclose=1
-export LSAN_OPTIONS="suppressions=$SRC/tests/cli/lsan_openmpi.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
-[ -n "${ASAN_OPTIONS:-}" ] && export ASAN_OPTIONS="$ASAN_OPTIONS:fast_unwind_on_malloc=0"
-MPIRUN=(mpirun -np 2 --oversubscribe --bind-to none)
+use_mpirun
 
 write_tiny_encoder_task "$SRC" "$TMP"  # $TMP/model, $TMP/train.tsv (96 rows), $TMP/test.tsv (40)
 # 96 rows in batches of 4: 24 batches an epoch, 12 steps of 2 ranks (or of 2 micro-batches).
@@ -125,22 +116,8 @@ fi
 
 # compare --task classify under mpirun: every mode's fine-tune data parallel, one table (rank 0's);
 # the test accuracy and loss of one process with --grad-accum 2 --exact-grad-accum, mode for mode.
-d="$TMP/compare"
-mkdir -p "$d"
-CMP=(--threads 1 compare --task classify --model "$TMP/model" --train "$TMP/train.tsv" --test "$TMP/test.tsv" --max-len 16
-  --batch-size 4 --epochs 2 --lr 1e-2 --pooling mean --precisions 32-true,bf16-mixed,bf16-true)
-if timeout 120 "${MPIRUN[@]}" "$MIXTRAIN" "${CMP[@]}" --json "$d/two.json" >"$d/out" 2>"$d/err" &&
-   "$MIXTRAIN" "${CMP[@]}" --grad-accum 2 --exact-grad-accum --json "$d/one.json" >/dev/null 2>"$d/err1"; then
-  [ "$(grep -c '^precision ' "$d/out")" = 1 ] && pass || fail "compare under mpirun: not one table: $(head -c 400 "$d/out")"
-  python3 - "$d/two.json" "$d/one.json" <<'PY' && pass || fail "compare under mpirun differs from one process"
-import json, sys
-a, b = (json.load(open(p)) for p in sys.argv[1:])
-got = [(r["precision"], r["test_accuracy"], r["test_loss"]) for r in a["runs"]]
-want = [(r["precision"], r["test_accuracy"], r["test_loss"]) for r in b["runs"]]
-assert len(got) == 3 and got == want, (got, want)
-PY
-else
-  fail "compare under mpirun: $(tail -c 400 "$d/err" "$d/err1" 2>/dev/null)"
-fi
+compare_under_mpirun "$TMP/compare" test_accuracy,test_loss 3 -- --threads 1 compare --task classify --model "$TMP/model" \
+  --train "$TMP/train.tsv" --test "$TMP/test.tsv" --max-len 16 --batch-size 4 --epochs 2 --lr 1e-2 --pooling mean \
+  --precisions 32-true,bf16-mixed,bf16-true
 
 finish

@@ -16,23 +16,11 @@
 #   (OpenMPI pairs the 4 ranks' adds as a tree)
 # - compare under mpirun: one table, each mode's losses as one process's
 # - bad data-parallel flags: one-line errors naming the flag
-# Root: OpenMPI refuses to run as root without OMPI_ALLOW_RUN_AS_ROOT(_CONFIRM), set here.
+# Root: OpenMPI refuses to run as root without OMPI_ALLOW_RUN_AS_ROOT(_CONFIRM) (use_mpirun sets it).
 MIXTRAIN="$1"
 . "$(dirname "$0")/cli_common.sh"
 COMPARE="$(dirname "$0")/compare_runs.py"
-if ! command -v mpirun >/dev/null; then
-  echo "FAIL: mpirun not found: install openmpi-bin and libopenmpi-dev (scripts/setup.sh)"
-  exit 1
-fi
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-# The sanitizer build (scripts/test.sh sets ASAN_OPTIONS with detect_leaks=1): OpenMPI keeps some
-# of its own allocations past MPI_Finalize. Its components stay loaded (no dlclose) so their frames
-# can be named, the slow unwinder walks through its frame-pointer-less code, and only leaks inside
-# OpenMPI's libraries are suppressed (lsan_openmpi.supp).
-export OMPI_MCA_mca_base_component_disable_dlclose=1 PMIX_MCA_mca_base_component_disable_dlclose=1
-export LSAN_OPTIONS="suppressions=$(cd "$(dirname "$0")" && pwd)/lsan_openmpi.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
-[ -n "${ASAN_OPTIONS:-}" ] && export ASAN_OPTIONS="$ASAN_OPTIONS:fast_unwind_on_malloc=0"
-MPIRUN=(mpirun -np 2 --oversubscribe --bind-to none)
+use_mpirun
 write_text "$TMP/text.txt"
 write_tiny_model "$TMP/tiny.json" 2 32 32
 COMMON=(--data "$TMP/text.txt" --model "$TMP/tiny.json" --batch-size 2 --threads 1)
@@ -137,22 +125,8 @@ done
 
 # compare under mpirun: each mode's run data parallel, one table (rank 0's), and each mode's losses
 # those of one process with --grad-accum 2 --exact-grad-accum.
-d="$TMP/compare"
-mkdir -p "$d"
-CMP=(compare --data "$TMP/text.txt" --model "$TMP/tiny.json" --batch-size 2 --threads 1 --steps 4 --precisions 32-true,bf16-mixed)
-if timeout 60 "${MPIRUN[@]}" "$MIXTRAIN" "${CMP[@]}" --json "$d/two.json" >"$d/out" 2>"$d/err" &&
-   "$MIXTRAIN" "${CMP[@]}" --grad-accum 2 --exact-grad-accum --json "$d/one.json" >/dev/null 2>"$d/err1"; then
-  [ "$(grep -c '^precision ' "$d/out")" = 1 ] && pass || fail "compare under mpirun: not one table: $(head -c 400 "$d/out")"
-  python3 - "$d/two.json" "$d/one.json" <<'PY' && pass || fail "compare under mpirun differs from one process"
-import json, sys
-a, b = (json.load(open(p)) for p in sys.argv[1:])
-got = [(r["precision"], r["final_train_loss"], r["val_loss"]) for r in a["runs"]]
-want = [(r["precision"], r["final_train_loss"], r["val_loss"]) for r in b["runs"]]
-assert len(got) == 2 and got == want, (got, want)
-PY
-else
-  fail "compare under mpirun: $(tail -c 400 "$d/err" "$d/err1" 2>/dev/null)"
-fi
+compare_under_mpirun "$TMP/compare" final_train_loss,val_loss 2 -- compare --data "$TMP/text.txt" --model "$TMP/tiny.json" \
+  --batch-size 2 --threads 1 --steps 4 --precisions 32-true,bf16-mixed
 
 # Deterministic: the 32-true 2-rank run again, over loopback TCP instead of shared memory, gives
 # the same step log bit for bit (the sums run in rank order whatever the transport).

@@ -19,17 +19,7 @@
 # - --zero 1 in one process is one part: the plain run bit for bit; bad input: one-line errors
 MIXTRAIN="$1"
 . "$(dirname "$0")/cli_common.sh"
-TESTS="$(cd "$(dirname "$0")" && pwd)"
-if ! command -v mpirun >/dev/null; then
-  echo "FAIL: mpirun not found: install openmpi-bin and libopenmpi-dev (scripts/setup.sh)"
-  exit 1
-fi
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-# The sanitizer build: as mpi_cli_test.sh (OpenMPI's own allocations past MPI_Finalize).
-export OMPI_MCA_mca_base_component_disable_dlclose=1 PMIX_MCA_mca_base_component_disable_dlclose=1
-export LSAN_OPTIONS="suppressions=$TESTS/lsan_openmpi.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
-[ -n "${ASAN_OPTIONS:-}" ] && export ASAN_OPTIONS="$ASAN_OPTIONS:fast_unwind_on_malloc=0"
-MPIRUN=(mpirun -np 2 --oversubscribe --bind-to none)
+use_mpirun
 write_text "$TMP/text.txt"
 write_tiny_model "$TMP/tiny.json" 2 32 32
 # Small buckets (10 KiB): several per step, some across the boundary of the two ranks' parts.
