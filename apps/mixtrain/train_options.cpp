@@ -73,8 +73,9 @@ void add_train_flags(CLI::App* sub, TrainFlags& f, bool with_precision) {
       ->capture_default_str();
   sub->add_option("--grad-accum", o.grad_accum, "Micro-batches per optimizer step")->capture_default_str();
   sub->add_flag("--exact-grad-accum", o.exact_grad_accum,
-                "Make each micro-batch's gradients apart and add them (as PyTorch; one more gradient-sized "
-                "buffer): N ranks then match one process with --grad-accum N bit for bit");
+                "Make each micro-batch's gradient of a parameter apart and add it when final (as PyTorch; "
+                "the memory of the gradients in progress): N ranks then match one process with --grad-accum N "
+                "bit for bit");
   sub->add_flag("--checkpoint-activations", o.checkpoint_activations,
                 "Keep only each block's input for backward and recompute the block there");
   sub->add_option("--loss-scale", f.loss_scale,

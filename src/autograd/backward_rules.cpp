@@ -37,7 +37,7 @@ void grad_gemm(VarImpl& in_or_cast, const Tensor& a, const Tensor& b, bool ta, b
   o.trans_b = tb;
   if (in.grad_is_buffer) {
     o.beta = 1.f;
-    gemm(a, b, in.grad, o);
+    gemm(a, b, param_grad(in), o);
     return;
   }
   accumulate_grad(in, mixtrain::matmul(a, b, ta, tb, in.dtype, MemCategory::activations));
@@ -48,7 +48,7 @@ void grad_row_sum(VarImpl& in_or_cast, const Tensor& g) {
   VarImpl& in = grad_target(in_or_cast);
   if (!in.requires_grad) return;
   if (in.grad_is_buffer) {
-    sum_to_row_accumulate(g, in.grad);
+    sum_to_row_accumulate(g, param_grad(in));
     return;
   }
   Tensor s = Tensor::zeros(in.shape, in.dtype);
@@ -158,8 +158,8 @@ void layer_norm_backward_rule(Node& n, const Tensor& g) {
   Tensor dx = Tensor::empty(X.shape, X.dtype);
   Tensor dx2 = dx.reshape({-1, C});
   // dweight / dbias accumulate: into the parameter buffers when there are, else into zeros.
-  Tensor dw = W.grad_is_buffer ? W.grad : Tensor::zeros({C}, W.dtype);
-  Tensor db = Bi.grad_is_buffer ? Bi.grad : Tensor::zeros({C}, Bi.dtype);
+  Tensor dw = W.grad_is_buffer ? param_grad(W) : Tensor::zeros({C}, W.dtype);
+  Tensor db = Bi.grad_is_buffer ? param_grad(Bi) : Tensor::zeros({C}, Bi.dtype);
   layer_norm_backward(x2, n.in_values[1], n.b0 ? Tensor() : n.saved[0], n.saved[1], g2, dx2, dw, db);
   accumulate_grad(X, dx);
   if (!W.grad_is_buffer) accumulate_grad(W, dw);
@@ -175,8 +175,9 @@ void embedding_backward_rule(Node& n, const Tensor& g) {
   // so clearing the row after the scatter-add is exact even in an accumulated buffer.
   const int64_t pad = n.i0 >= 0 && n.i0 < W.shape[0] ? n.i0 : -1;
   if (W.grad_is_buffer) {
-    embedding_backward(ids, g2, W.grad);
-    if (pad >= 0) W.grad.select(0, pad).zero();
+    Tensor& dw = param_grad(W);
+    embedding_backward(ids, g2, dw);
+    if (pad >= 0) dw.select(0, pad).zero();
     return;
   }
   Tensor dw = Tensor::zeros(W.shape, W.dtype);

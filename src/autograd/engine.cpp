@@ -1,4 +1,5 @@
 // The autograd engine: Var, the grad-mode switch, gradient accumulation and the backward walk.
+#include <unordered_map>
 #include <unordered_set>
 
 #include "mixtrain/autograd/node.h"
@@ -12,6 +13,27 @@ namespace mixtrain::autograd {
 namespace {
 thread_local bool g_grad_enabled = true;
 thread_local GradReadyFn g_grad_ready;
+// FreshGradScope: each parameter's gradient of this backward pass, until it is final.
+thread_local std::unordered_map<VarImpl*, Tensor>* g_fresh = nullptr;
+}
+
+FreshGradScope::FreshGradScope() {
+  if (g_fresh) throw ArgumentError("FreshGradScope: already inside one");
+  g_fresh = new std::unordered_map<VarImpl*, Tensor>();
+}
+FreshGradScope::~FreshGradScope() {
+  delete g_fresh;
+  g_fresh = nullptr;
+}
+
+Tensor& param_grad(VarImpl& in) {
+  if (!g_fresh || !in.grad_is_buffer) return in.grad;
+  auto [it, first] = g_fresh->try_emplace(&in);
+  if (first) {
+    const ScopedOp site("micro-batch gradient");  // named in memory reports
+    it->second = Tensor::zeros(in.shape, in.grad.dtype(), MemCategory::gradients);
+  }
+  return it->second;
 }
 
 bool grad_enabled() { return g_grad_enabled; }
@@ -62,7 +84,7 @@ void accumulate_grad(VarImpl& in, const Tensor& g) {
     throw ShapeError("autograd: gradient " + g.to_string() + " does not match its input's shape " +
                      in.shape.to_string());
   if (in.grad_is_buffer) {
-    add_inplace(in.grad, g);
+    add_inplace(param_grad(in), g);
     return;
   }
   if (!in.grad.defined()) {
@@ -83,6 +105,7 @@ void accumulate_grad(VarImpl& in, const Tensor& g) {
 }
 
 Tensor& grad_accumulator(VarImpl& in) {
+  if (in.grad_is_buffer) return param_grad(in);
   if (!in.grad.defined())
     in.grad = Tensor::zeros(in.shape, in.dtype, MemCategory::activations);
   else if (!in.grad_is_buffer && !owns_grad(in))
@@ -143,8 +166,16 @@ void Var::backward_from(const Tensor& grad) const {
         if (probe) probe->backward_done(*node);
       }
       v->grad = Tensor();  // intermediate gradients are not kept (leaves keep theirs)
-    } else if (v->grad_is_buffer && g_grad_ready) {
-      g_grad_ready(v->grad);  // a parameter: every op that used it came before (reverse order)
+    } else if (v->grad_is_buffer) {
+      // A parameter: every op that used it came before (reverse order).
+      if (g_fresh) {
+        const auto fresh = g_fresh->find(v);
+        if (fresh != g_fresh->end()) {
+          add_inplace(v->grad, fresh->second);  // the buffer's sum so far + this pass's gradient
+          g_fresh->erase(fresh);
+        }
+      }
+      if (g_grad_ready) g_grad_ready(v->grad);
     }
     it->reset();
   }

@@ -4,14 +4,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
+#include <optional>
 #include <span>
 
 #include "mixtrain/autograd/functions.h"
 #include "mixtrain/optim/zero.h"
 #include "mixtrain/tensor/allocator.h"
 #include "mixtrain/tensor/memory.h"
-#include "kernels/ops_backward.h"
 #include "tensor/alloc_site.h"
 
 namespace mixtrain {
@@ -139,7 +138,6 @@ double TrainingRun::forward_backward(int64_t step, bool& loss_finite, int64_t& t
   for (int64_t micro = 0; micro < K; ++micro) {
     micro_ = micro;
     const int64_t position = (step - 1) * NK + rank() * K + micro + 1;  // data and dropout stream position
-    if (micro > 0 && config_.exact_accumulation) stash_gradients();
     const ScopedPhase phase(step, "forward");
     data_.train_batch(position, batch_);
     // Padding is not work done: a classification batch says how many tokens are real.
@@ -152,56 +150,13 @@ double TrainingRun::forward_backward(int64_t step, bool& loss_finite, int64_t& t
       loss_finite = false;
       break;  // nothing to learn from this step: it is skipped
     }
-    if (micro > 0 && config_.exact_accumulation) {
-      // Each parameter's earlier sum goes back in as backward finishes it, before the callback
-      // in effect (data parallelism's bucket reduction) sees the gradient.
-      const autograd::GradReadyFn outer = autograd::GradReadyScope::current();
-      const autograd::GradReadyScope add_back([&](const Tensor& g) {
-        add_stashed(g);
-        if (outer) outer(g);
-      });
-      mp_.backward(out.loss, NK);
-      add_unreached();
-    } else {
-      mp_.backward(out.loss, NK);
-    }
+    // Exact accumulation: this micro-batch's gradients from zeros, each added to the sum of the
+    // earlier ones once final (before a data-parallel hook's grad-ready callback sees it).
+    std::optional<autograd::FreshGradScope> fresh;
+    if (micro > 0 && config_.exact_accumulation) fresh.emplace();
+    mp_.backward(out.loss, NK);
   }
   return loss;
-}
-
-void TrainingRun::stash_gradients() {
-  ParameterStore& params = model_.params();
-  const Tensor& grads = params.flat_grads();
-  if (!stash_.defined()) {
-    const ScopedOp site("gradient accumulation stash");  // named in memory reports
-    stash_ = Tensor::empty(grads.shape(), grads.dtype(), MemCategory::gradients);
-    for (size_t k = 0; k < params.size(); ++k) param_at_[params.infos()[k].offset] = k;
-  }
-  if (!grads.is_meta()) std::memcpy(stash_.raw_data(), grads.raw_data(), grads.nbytes());
-  params.zero_grads();
-  restored_.assign(params.size(), 0);
-}
-
-void TrainingRun::add_stashed(const Tensor& grad) {
-  const Tensor& grads = model_.params().flat_grads();
-  if (grad.storage() != grads.storage()) return;  // another store's parameter
-  const auto it = param_at_.find(grad.offset() - grads.offset());
-  if (it == param_at_.end() || restored_[it->second]) return;
-  restored_[it->second] = 1;
-  const ParamInfo& p = model_.params().infos()[it->second];
-  Tensor g = grad;
-  add_inplace(g, stash_.slice(0, p.offset, p.offset + p.numel).reshape(p.shape));
-}
-
-void TrainingRun::add_unreached() {
-  ParameterStore& params = model_.params();
-  for (size_t k = 0; k < params.size(); ++k) {
-    if (restored_[k]) continue;
-    restored_[k] = 1;
-    Tensor g = params.grad(k);
-    const ParamInfo& p = params.infos()[k];
-    add_inplace(g, stash_.slice(0, p.offset, p.offset + p.numel).reshape(p.shape));
-  }
 }
 
 double TrainingRun::replay_step() {

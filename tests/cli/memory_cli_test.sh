@@ -56,17 +56,18 @@ expect_exit 0 "predict-only tiny" -- "$MIXTRAIN" --threads 2 memory --model "$TM
 python3 -c "import json,sys; a=json.load(open(sys.argv[1])); b=json.load(open(sys.argv[2])); assert a['predicted']['by_category']==b['predicted']['by_category']" \
   "$TMP/m.json" "$TMP/p2.json" && pass || fail "--predict-only predicts differently"
 
-# --exact-grad-accum keeps the earlier micro-batches' gradient sum in a second gradient buffer:
-# predicted and measured, the gradients category is exactly twice the fused run's.
+# --exact-grad-accum makes the second micro-batch's gradient of each parameter apart and adds it
+# when final: predicted and measured alike, the gradients category grows by what is in progress at
+# a time (here GPT's tied embedding, written first and final last), less than a second buffer.
 expect_exit 0 "memory, exact accumulation" -- "$MIXTRAIN" --threads 2 memory --model "$TMP/tiny.json" --precision bf16-mixed \
   --batch-size 4 --seq-len 32 --steps 2 --grad-accum 2 --exact-grad-accum --json "$TMP/exact.json"
-grep -qF "gradient accumulation stash" "$TMP/out" && pass || fail "the stash is not named at the peak: $(head -c 600 "$TMP/out")"
+grep -qF "micro-batch gradient" "$TMP/out" && pass || fail "the micro-batch gradients are not named: $(head -c 600 "$TMP/out")"
 python3 - "$TMP/m.json" "$TMP/exact.json" <<'PY' && pass || fail "exact accumulation's gradient memory"
 import json, sys
 fused, exact = (json.load(open(p)) for p in sys.argv[1:])
 for side in ("predicted", "measured"):
     g, e = fused[side]["by_category"]["gradients"], exact[side]["by_category"]["gradients"]
-    assert e == 2 * g, (side, g, e)
+    assert g < e < 2 * g, (side, g, e)
 assert exact["predicted"]["by_category"] == exact["measured"]["by_category"], exact
 PY
 

@@ -68,5 +68,9 @@ void accumulate_grad(VarImpl& in, const Tensor& g);
 // to a part of its input, e.g. one head of qkv): zeros when there is none yet, a private copy when
 // the current one is shared with anything else, else the gradient itself. `in` must require grad.
 Tensor& grad_accumulator(VarImpl& in);
+// Where a backward rule writes (GEMM with beta = 1, column sums, scatter-add) the gradient of a
+// parameter (grad_is_buffer): its buffer, or inside a FreshGradScope a zeroed tensor of its own,
+// made at the first write.
+Tensor& param_grad(VarImpl& in);
 
 }  // namespace mixtrain::autograd

@@ -86,6 +86,20 @@ class NoGradGuard {
 // its contribution. Data parallelism starts reducing a bucket of gradients from here while the
 // rest of backward runs (as PyTorch DDP's autograd hooks). Thread-local; the scope restores the
 // previous callback.
+// Inside a FreshGradScope (on this thread) a backward pass makes each parameter's gradient from
+// zeros, in a tensor of the parameter's size taken at the first write, and adds it to the
+// parameter's buffer when the gradient is final, just before the GradReadyFn sees the buffer (and
+// frees it): PyTorch's AccumulateGrad. Gradient accumulation over micro-batches then adds finished
+// gradients, as a sum over data-parallel ranks does, instead of adding inside the kernels; the
+// extra memory is the parameters whose gradients are in progress at a time.
+class FreshGradScope {
+ public:
+  FreshGradScope();
+  ~FreshGradScope();  // a pass cut short: its unfinished gradients are dropped
+  FreshGradScope(const FreshGradScope&) = delete;
+  FreshGradScope& operator=(const FreshGradScope&) = delete;
+};
+
 using GradReadyFn = std::function<void(const Tensor& grad)>;
 class GradReadyScope {
  public:

@@ -67,9 +67,10 @@ struct RunConfig {
   // into the gradient buffers (GEMM with beta = 1, in-kernel sums), as Megatron-LM's gradient-
   // accumulation fusion does: no extra memory. true: each micro-batch's gradients are made from
   // zeros and then added to the sum of the earlier ones, parameter by parameter as backward
-  // finishes them (PyTorch's AccumulateGrad does this), at the cost of one more gradient-sized
-  // buffer; then N ranks with grad_accum 1 and one process with grad_accum N add the same
-  // gradients in the same order, and their runs agree bit for bit.
+  // finishes them (autograd::FreshGradScope; PyTorch's AccumulateGrad does this), at the cost of
+  // the gradients in progress at a time (a parameter used at both ends of the model, as GPT's tied
+  // embedding, for the whole backward); then N ranks with grad_accum 1 and one process with
+  // grad_accum N add the same gradients in the same order, and their runs agree bit for bit.
   bool exact_accumulation = false;
   uint64_t seed = 1337;         // the dropout stream (the data source has its own)
   int64_t eval_every = 0;       // evaluate every N steps (and always after the last); 0: only then
@@ -253,13 +254,6 @@ class TrainingRun {
   // counted); loss_finite false stops at the first non-finite loss.
   double forward_backward(int64_t step, bool& loss_finite, int64_t& tokens);
   void sum_over_ranks(EvalSums& s);  // evaluation sums of every rank's share
-  // exact_accumulation: before a micro-batch after the first, moves the gradient sum so far into
-  // stash_ and zeroes the buffers; add_stashed(grad) adds it back into one parameter's gradient
-  // (at the parameter's grad-ready point, before a data-parallel hook sees it), add_unreached()
-  // into those the backward did not reach.
-  void stash_gradients();
-  void add_stashed(const Tensor& grad);
-  void add_unreached();
 
   Model& model_;
   Optimizer& optimizer_;
@@ -279,9 +273,6 @@ class TrainingRun {
   int64_t train_tokens_ = 0;  // tokens read by step() since the start
   double run_start_ = 0;      // steady-clock seconds at run()
   Batch batch_;               // the training batch, reused
-  Tensor stash_;              // exact_accumulation: the earlier micro-batches' gradient sum
-  std::map<int64_t, size_t> param_at_;  // a gradient view's offset in the arena -> parameter
-  std::vector<char> restored_;          // per parameter: the stash has been added back
 };
 
 }  // namespace mixtrain
