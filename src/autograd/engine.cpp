@@ -1,4 +1,5 @@
 // The autograd engine: Var, the grad-mode switch, gradient accumulation and the backward walk.
+#include <memory>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -14,17 +15,14 @@ namespace {
 thread_local bool g_grad_enabled = true;
 thread_local GradReadyFn g_grad_ready;
 // FreshGradScope: each parameter's gradient of this backward pass, until it is final.
-thread_local std::unordered_map<VarImpl*, Tensor>* g_fresh = nullptr;
+thread_local std::unique_ptr<std::unordered_map<VarImpl*, Tensor>> g_fresh;
 }
 
 FreshGradScope::FreshGradScope() {
   if (g_fresh) throw ArgumentError("FreshGradScope: already inside one");
-  g_fresh = new std::unordered_map<VarImpl*, Tensor>();
+  g_fresh = std::make_unique<std::unordered_map<VarImpl*, Tensor>>();
 }
-FreshGradScope::~FreshGradScope() {
-  delete g_fresh;
-  g_fresh = nullptr;
-}
+FreshGradScope::~FreshGradScope() { g_fresh.reset(); }
 
 Tensor& param_grad(VarImpl& in) {
   if (!g_fresh || !in.grad_is_buffer) return in.grad;
@@ -41,7 +39,6 @@ NoGradGuard::NoGradGuard() : prev_(g_grad_enabled) { g_grad_enabled = false; }
 NoGradGuard::~NoGradGuard() { g_grad_enabled = prev_; }
 GradReadyScope::GradReadyScope(GradReadyFn fn) : prev_(std::move(g_grad_ready)) { g_grad_ready = std::move(fn); }
 GradReadyScope::~GradReadyScope() { g_grad_ready = std::move(prev_); }
-GradReadyFn GradReadyScope::current() { return g_grad_ready; }
 
 Var::Var(Tensor value, bool requires_grad) : h_(std::make_shared<Handle>()) {
   h_->impl = std::make_shared<VarImpl>();
@@ -108,7 +105,7 @@ Tensor& grad_accumulator(VarImpl& in) {
   if (in.grad_is_buffer) return param_grad(in);
   if (!in.grad.defined())
     in.grad = Tensor::zeros(in.shape, in.dtype, MemCategory::activations);
-  else if (!in.grad_is_buffer && !owns_grad(in))
+  else if (!owns_grad(in))
     in.grad = in.grad.clone(MemCategory::activations);
   return in.grad;
 }

@@ -104,8 +104,6 @@ using GradReadyFn = std::function<void(const Tensor& grad)>;
 class GradReadyScope {
  public:
   explicit GradReadyScope(GradReadyFn fn);
-  // The callback now in effect (empty when none): a scope may wrap it, calling it after its own work.
-  static GradReadyFn current();
   ~GradReadyScope();
   GradReadyScope(const GradReadyScope&) = delete;
   GradReadyScope& operator=(const GradReadyScope&) = delete;
