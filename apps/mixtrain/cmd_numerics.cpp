@@ -48,10 +48,7 @@ void print_numerics_advice(const NumericsAdvice& a, const std::string& json_path
     for (const std::string& l : m.lines) lines.push_back(in_flags(l));
     j["modes"][m.mode] = {{"safe", m.safe}, {"advice", lines}};
   }
-  if (json_path == "-")
-    std::printf("%s\n", j.dump(2).c_str());
-  else
-    write_file_atomic(json_path, j.dump(2) + "\n");
+  write_file_atomic(json_path, j.dump(2) + "\n");  // "-": stdout
 }
 
 void register_numerics(CLI::App& app, GlobalOptions& g, std::vector<Command>& commands) {

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <optional>
@@ -155,6 +156,7 @@ RunPaths train_run_paths(const TrainOptions& o) {
 OutputStream::OutputStream(std::string path, std::string what, bool append)
     : path_(std::move(path)), what_(std::move(what)) {
   if (path_ == "-") {
+    std::fflush(stdout);  // what the program printed before comes first
     fd_ = STDOUT_FILENO;
     return;
   }
