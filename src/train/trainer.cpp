@@ -12,7 +12,6 @@
 #include "kernels/gemm_info.h"
 #include "mixtrain/kernels/ops.h"
 #include "mixtrain/optim/schedule.h"
-#include "mixtrain/optim/zero.h"
 #include "mixtrain/tensor/allocator.h"
 #include "mixtrain/tensor/device.h"
 #include "train/checkpointing.h"
