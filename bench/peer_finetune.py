@@ -118,6 +118,17 @@ def fortunes_split(d, seed=0, test_fraction=0.2):
     return train, test
 
 
+def mixtrain_epoch_order(seed, epoch, n):
+    """ClassificationBatches::epoch_order: a Fisher-Yates shuffle from the epoch's stream."""
+    s = (seed ^ splitmix64_mix((epoch + 0x5EED5EED) & MASK64)) & MASK64
+    order = list(range(n))
+    for i in range(n, 1, -1):
+        r = (counter_rng(s, 2 * i) << 32) | counter_rng(s, 2 * i + 1)
+        j = r % i
+        order[i - 1], order[j] = order[j], order[i - 1]
+    return order
+
+
 def fixture_sections():
     path = os.path.join(REPO, "tests/fixtures/wordpiece_ids.txt.xz")
     sections, cur = {}, None
@@ -174,6 +185,14 @@ def main():
     ap.add_argument("--check-batches", type=int, default=4, help="test batches whose ids are checked")
     ap.add_argument("--check-only", action="store_true", help="check the ids and stop")
     ap.add_argument("--json", help="also write the result to FILE")
+    ap.add_argument("--dropout", type=float, default=None,
+                    help="every dropout of the encoder and the head (default: the config's), as mixtrain's flag")
+    ap.add_argument("--order", choices=["torch", "mixtrain"], default="torch",
+                    help="batch order: torch.randperm, or mixtrain's counter-based epoch order for the same --seed")
+    ap.add_argument("--save-init", metavar="DIR",
+                    help="save the model as initialised (the new head included) to DIR with the tokenizer files, "
+                         "for `mixtrain finetune --model DIR` to start from the same head")
+    ap.add_argument("--log-steps", metavar="FILE", help="write one JSON line per step: loss, grad norm, lr")
     a = ap.parse_args()
 
     import transformers
@@ -195,7 +214,8 @@ def main():
         train = train[:a.train_examples]
     if a.test_examples > 0:
         test = test[:a.test_examples]
-    labels = sorted({l for _, l, _ in train})
+    # mixtrain's label ids: the fortunes topics in their fixed order, or the sorted label names.
+    labels = list(TOPICS) if a.task == "fortunes" else sorted({l for _, l, _ in train})
     label_id = {l: k for k, l in enumerate(labels)}
     checked = check_ids(tok, test, test_rows, a.max_len, a.batch_size, a.check_batches)
     print(f"peer_finetune: ids of {checked} test rows equal mixtrain's fixture", file=sys.stderr)
@@ -221,8 +241,18 @@ def main():
     runs = []
     for precision in a.precisions.split(","):
         torch.manual_seed(a.seed)
+        extra = {} if a.dropout is None else {"hidden_dropout_prob": a.dropout,
+                                               "attention_probs_dropout_prob": a.dropout,
+                                               "classifier_dropout": a.dropout}
         model = AutoModelForSequenceClassification.from_pretrained(
-            a.model, num_labels=len(labels), id2label=dict(enumerate(labels)), label2id=label_id)
+            a.model, num_labels=len(labels), id2label=dict(enumerate(labels)), label2id=label_id, **extra)
+        if a.save_init:
+            import shutil
+            model.save_pretrained(a.save_init)
+            for name in ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+                if os.path.exists(os.path.join(a.model, name)):
+                    shutil.copy(os.path.join(a.model, name), a.save_init)
+        step_log = open(a.log_steps, "w") if a.log_steps else None
         decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
         no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
         opt = torch.optim.AdamW([{"params": decay, "weight_decay": a.weight_decay},
@@ -234,20 +264,25 @@ def main():
         train_s, tokens, epochs = 0.0, 0, []
         for epoch in range(a.epochs):
             model.train()
-            order = torch.randperm(len(train), generator=gen).tolist()
+            order = (mixtrain_epoch_order(a.seed, epoch, len(train)) if a.order == "mixtrain"
+                     else torch.randperm(len(train), generator=gen).tolist())
             losses = []
             for batch in batches(train, order):
                 t0 = time.perf_counter()
                 with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
                     out = model(**batch)
                 out.loss.backward()
-                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                lr = sched.get_last_lr()[0]
                 opt.step()
                 sched.step()
                 opt.zero_grad(set_to_none=True)
                 train_s += time.perf_counter() - t0
                 tokens += int(batch["attention_mask"].sum())
                 losses.append(float(out.loss))
+                if step_log:
+                    step_log.write(json.dumps({"step": len(losses) + epoch * steps_per_epoch, "loss": float(out.loss),
+                                               "grad_norm": float(norm), "lr": lr}) + "\n")
             model.eval()
             correct, loss_sum = 0, 0.0
             with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
@@ -259,6 +294,8 @@ def main():
                            "test_loss": loss_sum / len(test), "test_accuracy": correct / len(test)})
             print(f"{precision} epoch {epoch + 1}: test accuracy {100 * correct / len(test):.2f}% "
                   f"(majority {100 * majority:.2f}%), {tokens / train_s:.0f} non-pad tokens/s", file=sys.stderr)
+        if step_log:
+            step_log.close()
         runs.append({"precision": precision, "test_accuracy": epochs[-1]["test_accuracy"],
                      "test_loss": epochs[-1]["test_loss"], "epochs": epochs, "train_seconds": train_s,
                      "tokens_per_s": tokens / train_s})

@@ -69,7 +69,7 @@ void add_train_flags(CLI::App* sub, TrainFlags& f, bool with_precision) {
     sub->add_option("--precision", f.precision, "32-true, 16-mixed, bf16-mixed, 16-true or bf16-true")
         ->capture_default_str();
   sub->add_option("--update-rounding", f.update_rounding,
-                  "Rounding of 16-bit weight updates in *-true modes: nearest, stochastic or kahan")
+                  "Rounding of 16-bit weight updates in *-true modes: nearest, stochastic, kahan, or master (fp32 master weights and state in the optimizer)")
       ->capture_default_str();
   sub->add_option("--grad-accum", o.grad_accum, "Micro-batches per optimizer step")->capture_default_str();
   sub->add_flag("--exact-grad-accum", o.exact_grad_accum,

@@ -101,6 +101,7 @@ std::vector<uint8_t> encode_training_state(const TrainingState& s) {
     w.add("optim.momentum_buffer", s.optimizer.momentum_buffer);
   }
   if (s.optimizer.compensation.defined()) w.add("optim.compensation", s.optimizer.compensation);
+  if (s.optimizer.master.defined()) w.add("optim.master", s.optimizer.master);
   w.set_metadata("format", kFormat);
   w.set_metadata("version", kVersion);
   w.set_metadata("mixtrain", j.dump());
@@ -183,44 +184,55 @@ TrainingState decode_training_state(std::vector<uint8_t> bytes, const std::strin
   // Tensors: exactly the expected set, 1-D, one length, the precision's parameter dtype.
   const DType want = precision_spec(mode).param_dtype;
   int64_t length = -1;
-  auto take = [&](const std::string& tensor_name, bool required) -> Tensor {
+  // Master rounding (16-bit parameters, optim/master_weights.h): fp32 masters and fp32 moments.
+  const bool master = f.find("optim.master") != nullptr;
+  if (master && !is_low_precision(want)) fail("fp32 master weights only exist with 16-bit parameters");
+  auto take = [&](const std::string& tensor_name, bool required, DType wanted) -> Tensor {
     const SafetensorsEntry* e = f.find(tensor_name);
     if (!e) {
       if (required) fail("tensor '" + tensor_name + "' is missing");
       return Tensor();
     }
     DType t{};
-    if (!dtype_from_safetensors(e->dtype, t) || t != want)
+    if (!dtype_from_safetensors(e->dtype, t) || t != wanted)
       fail("tensor '" + tensor_name + "' has dtype " + e->dtype + ", expected " +
-           safetensors_dtype_name(want) + " for " + s.precision);
+           safetensors_dtype_name(wanted) + " for " + s.precision + (master ? " with master weights" : ""));
     if (e->shape.size() != 1) fail("tensor '" + tensor_name + "' must be 1-D");
     if (length >= 0 && e->shape[0] != length)
       fail("tensor '" + tensor_name + "' has " + std::to_string(e->shape[0]) + " elements, 'params' has " +
            std::to_string(length));
     length = e->shape[0];
-    return f.tensor(*e, tensor_name == "params" ? MemCategory::parameters : MemCategory::optimizer_state);
+    const MemCategory category = tensor_name == "params"         ? MemCategory::parameters
+                                 : tensor_name == "optim.master" ? MemCategory::master_weights
+                                                                 : MemCategory::optimizer_state;
+    return f.tensor(*e, category);
   };
-  s.params = take("params", true);
+  const DType state = master ? DType::f32 : want;
+  s.params = take("params", true, want);
   size_t expected = 1;
   if (s.optimizer.kind == OptimizerKind::adamw) {
-    s.optimizer.exp_avg = take("optim.exp_avg", true);
-    s.optimizer.exp_avg_sq = take("optim.exp_avg_sq", true);
+    s.optimizer.exp_avg = take("optim.exp_avg", true, state);
+    s.optimizer.exp_avg_sq = take("optim.exp_avg_sq", true, state);
     expected += 2;
   } else {
-    s.optimizer.momentum_buffer = take("optim.momentum_buffer", false);
+    s.optimizer.momentum_buffer = take("optim.momentum_buffer", false, state);
     expected += s.optimizer.momentum_buffer.defined();
   }
-  s.optimizer.compensation = take("optim.compensation", false);
+  s.optimizer.compensation = take("optim.compensation", false, want);
   expected += s.optimizer.compensation.defined();
+  s.optimizer.master = take("optim.master", false, DType::f32);
+  expected += s.optimizer.master.defined();
   if (f.entries().size() != expected) {
     for (const auto& e : f.entries())
       if (e.name != "params" && e.name != "optim.exp_avg" && e.name != "optim.exp_avg_sq" &&
-          e.name != "optim.momentum_buffer" && e.name != "optim.compensation")
+          e.name != "optim.momentum_buffer" && e.name != "optim.compensation" && e.name != "optim.master")
         fail("unexpected tensor '" + printable(e.name) + "'");
     fail("tensors do not match optimizer '" + std::string(optimizer_kind_name(s.optimizer.kind)) + "'");
   }
   if (s.optimizer.compensation.defined() && !is_low_precision(want))
     fail("a compensation buffer only exists with 16-bit parameters");
+  if (s.optimizer.compensation.defined() && master)
+    fail("a compensation buffer and master weights exclude each other");
   return s;
 }
 

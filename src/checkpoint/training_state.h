@@ -4,10 +4,11 @@
 //
 //   tensors  params                (flat_numel) the parameters in their training dtype: the fp32
 //                                  master weights in 32-true / *-mixed, f16 / bf16 in *-true
-//            optim.exp_avg         (flat_numel) AdamW m   } in the optimizer's state dtype
-//            optim.exp_avg_sq      (flat_numel) AdamW v   } (= the parameter dtype)
+//            optim.exp_avg         (flat_numel) AdamW m   } in the optimizer's state dtype (the
+//            optim.exp_avg_sq      (flat_numel) AdamW v   } parameter dtype; f32 with master)
 //            optim.momentum_buffer (flat_numel) SGD, momentum != 0 only
 //            optim.compensation    (flat_numel) Kahan compensation, kahan rounding only
+//            optim.master          (flat_numel) f32 master weights, master rounding only
 //   metadata format "mixtrain-train-state", version "1", mixtrain: {step, precision, model (the
 //            model's configuration, Model::config_json(): a GptConfig, an encoder's config.json;
 //            any JSON object), run (the options that shape the trajectory, compared on resume),

@@ -15,7 +15,8 @@ UpdateRounding parse_update_rounding(std::string_view s) {
   if (s == "nearest") return UpdateRounding::nearest;
   if (s == "stochastic") return UpdateRounding::stochastic;
   if (s == "kahan") return UpdateRounding::kahan;
-  throw ArgumentError("unknown update rounding '" + std::string(s) + "' (valid: nearest, stochastic, kahan)");
+  if (s == "master") return UpdateRounding::master;
+  throw ArgumentError("unknown update rounding '" + std::string(s) + "' (valid: nearest, stochastic, kahan, master)");
 }
 
 std::string_view update_rounding_name(UpdateRounding r) {
@@ -23,6 +24,7 @@ std::string_view update_rounding_name(UpdateRounding r) {
     case UpdateRounding::nearest: return "nearest";
     case UpdateRounding::stochastic: return "stochastic";
     case UpdateRounding::kahan: return "kahan";
+    case UpdateRounding::master: return "master";
   }
   return "?";
 }
@@ -49,6 +51,18 @@ namespace optim_detail {
 void check_lowp_write(const void* c, const LowpWrite& w, const char* op) {
   if (w.rounding == UpdateRounding::kahan && c == nullptr)
     throw ArgumentError(std::string(op) + ": kahan rounding needs a compensation buffer");
+  if (w.rounding == UpdateRounding::master)
+    throw ArgumentError(std::string(op) + ": master rounding updates fp32 master weights (the fp32 kernel with 16-bit "
+                        "gradients), not the 16-bit parameters in place");
+}
+
+void check_master_out(const WorkingCopyOut& working, DType grad_dtype, const char* op) {
+  if (!working)
+    throw ArgumentError(std::string(op) + ": fp32 master weights with 16-bit gradients need the 16-bit parameters "
+                        "to write (the working copy)");
+  if (working.dtype != grad_dtype)
+    throw DTypeError(std::string(op) + ": the 16-bit parameters are " + std::string(dtype_name(working.dtype)) +
+                     ", the gradients " + std::string(dtype_name(grad_dtype)));
 }
 
 }  // namespace optim_detail

@@ -53,12 +53,15 @@ AdamW::AdamW(const ParameterStore& store, AdamWConfig config, FlatRange shard) :
   flat_numel_ = store.flat_numel();
   shard_ = shard.resolved(flat_numel_);
   spans_ = shard_spans(flat_spans(store), shard_.begin, shard_.end);
+  if (MasterCopy::wanted(dtype_, config_.rounding)) master_ = MasterCopy(shard_.size());
   const ScopedOp site("AdamW moments");  // names the state in memory reports
-  m_ = Tensor::zeros({shard_.size()}, dtype_, MemCategory::optimizer_state);
-  v_ = Tensor::zeros({shard_.size()}, dtype_, MemCategory::optimizer_state);
+  m_ = Tensor::zeros({shard_.size()}, state_dtype(), MemCategory::optimizer_state);
+  v_ = Tensor::zeros({shard_.size()}, state_dtype(), MemCategory::optimizer_state);
   if (dtype_ != DType::f32 && config_.rounding == UpdateRounding::kahan)
     c_ = Tensor::zeros({shard_.size()}, dtype_, MemCategory::optimizer_state);
 }
+
+DType AdamW::state_dtype() const { return master_.defined() ? DType::f32 : dtype_; }
 
 void AdamW::step(ParameterStore& store, float lr, Tensor* working) {
   ProfileScope prof(WorkKind::optimizer);
@@ -72,25 +75,30 @@ void AdamW::step(ParameterStore& store, float lr, Tensor* working) {
   const LowpWrite lw{config_.rounding, config_.seed, uint64_t(steps_) * uint64_t(flat_numel_) + uint64_t(shard_.begin)};
   Tensor p = optim_detail::shard_view(store.flat_params(), shard_);
   const Tensor g = optim_detail::shard_view(store.flat_grads(), shard_);
-  backend_for(p.device()).adamw_update(p, g, m_, v_, c_, spans_, s, lw, optim_detail::shard_working(w, shard_));
+  if (master_.defined())  // the fp32 update of the master, the 16-bit parameters rounded from it
+    backend_for(p.device()).adamw_update(master_.for_step(p), g, m_, v_, c_, spans_, s, lw, {p.raw_data(), dtype_});
+  else
+    backend_for(p.device()).adamw_update(p, g, m_, v_, c_, spans_, s, lw, optim_detail::shard_working(w, shard_));
   store.flat_params().storage()->bump_version();  // cached casts of the old weights are stale now
   steps_ = t;
 }
 
 int64_t AdamW::state_bytes() const {
   int64_t bytes = 0;
-  for (const Tensor* t : {&m_, &v_, &c_})
+  for (const Tensor* t : {&m_, &v_, &c_, &master_.tensor()})
     if (t->defined()) bytes += int64_t(t->nbytes());
   return bytes;
 }
 
 void AdamW::set_state(int64_t steps, const Tensor& exp_avg_in, const Tensor& exp_avg_sq_in,
-                      const Tensor& compensation_in) {
+                      const Tensor& compensation_in, const Tensor& master_in) {
   if (steps < 0) throw ArgumentError("AdamW::set_state: steps must be >= 0, got " + std::to_string(steps));
   const Tensor exp_avg = optim_detail::shard_of(exp_avg_in, shard_, flat_numel_);
   const Tensor exp_avg_sq = optim_detail::shard_of(exp_avg_sq_in, shard_, flat_numel_);
   const Tensor compensation = optim_detail::shard_of(compensation_in, shard_, flat_numel_);
+  const Tensor master = optim_detail::shard_of(master_in, shard_, flat_numel_);
   const int64_t n = shard_.size();
+  check_master_shape(master_, master, n, "AdamW::set_state");
   for (const Tensor* t : {&exp_avg, &exp_avg_sq})
     if (!t->defined() || t->shape() != Shape{n})
       throw ShapeError("AdamW::set_state: moments must have shape (" + std::to_string(n) + "), got " +
@@ -106,6 +114,7 @@ void AdamW::set_state(int64_t steps, const Tensor& exp_avg_in, const Tensor& exp
     else
       c_.zero();
   }
+  if (master_.defined()) master_.set(master);
   steps_ = steps;
 }
 

@@ -35,8 +35,9 @@ DType optimizer_param_dtype(const ParameterStore& store, const char* op) {
 }
 
 void check_rounding(const char* op, UpdateRounding r) {
-  if (r != UpdateRounding::nearest && r != UpdateRounding::stochastic && r != UpdateRounding::kahan)
-    throw ArgumentError(std::string(op) + ": rounding must be nearest, stochastic or kahan, got " +
+  if (r != UpdateRounding::nearest && r != UpdateRounding::stochastic && r != UpdateRounding::kahan &&
+      r != UpdateRounding::master)
+    throw ArgumentError(std::string(op) + ": rounding must be nearest, stochastic, kahan or master, got " +
                         std::to_string(int(r)));
 }
 

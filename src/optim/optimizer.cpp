@@ -59,6 +59,12 @@ void check_compensation(const Tensor& mine, const OptimizerState& s) {
     throw ArgumentError(mine.defined() ? "no Kahan compensation buffer for kahan rounding"
                                        : "unexpected compensation buffer (the update rounding is not kahan)");
 }
+void check_master(bool mine, const OptimizerState& s) {
+  if (s.master.defined() != mine)
+    throw ArgumentError(mine ? "no fp32 master weights for master rounding (the state was saved with another update "
+                               "rounding)"
+                             : "unexpected fp32 master weights (the update rounding is not master)");
+}
 }  // namespace
 
 OptimizerState AdamW::state() const {
@@ -68,13 +74,15 @@ OptimizerState AdamW::state() const {
   s.exp_avg = m_;
   s.exp_avg_sq = v_;
   s.compensation = c_;
+  s.master = master_.tensor();
   return s;
 }
 
 void AdamW::restore(const OptimizerState& s) {
   check_restore_kind(*this, s);
   check_compensation(c_, s);
-  set_state(s.steps, s.exp_avg, s.exp_avg_sq, s.compensation);
+  check_master(master_.defined(), s);
+  set_state(s.steps, s.exp_avg, s.exp_avg_sq, s.compensation, s.master);
 }
 
 OptimizerState SGD::state() const {
@@ -83,6 +91,7 @@ OptimizerState SGD::state() const {
   s.steps = steps_;
   s.momentum_buffer = buf_;
   s.compensation = c_;
+  s.master = master_.tensor();
   return s;
 }
 
@@ -92,7 +101,8 @@ void SGD::restore(const OptimizerState& s) {
     throw ArgumentError(buf_.defined() ? "no momentum buffer for momentum " + std::to_string(config_.momentum)
                                        : std::string("a momentum buffer, but momentum is 0"));
   check_compensation(c_, s);
-  set_state(s.steps, s.momentum_buffer, s.compensation);
+  check_master(master_.defined(), s);
+  set_state(s.steps, s.momentum_buffer, s.compensation, s.master);
 }
 
 }  // namespace mixtrain

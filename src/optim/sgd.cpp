@@ -33,11 +33,14 @@ SGD::SGD(const ParameterStore& store, SgdConfig config, FlatRange shard) : confi
   flat_numel_ = store.flat_numel();
   shard_ = shard.resolved(flat_numel_);
   spans_ = shard_spans(flat_spans(store), shard_.begin, shard_.end);
+  if (MasterCopy::wanted(dtype_, config_.rounding)) master_ = MasterCopy(shard_.size());
   const ScopedOp site("SGD state");  // names the state in memory reports
-  if (config_.momentum != 0.f) buf_ = Tensor::zeros({shard_.size()}, dtype_, MemCategory::optimizer_state);
+  if (config_.momentum != 0.f) buf_ = Tensor::zeros({shard_.size()}, state_dtype(), MemCategory::optimizer_state);
   if (dtype_ != DType::f32 && config_.rounding == UpdateRounding::kahan)
     c_ = Tensor::zeros({shard_.size()}, dtype_, MemCategory::optimizer_state);
 }
+
+DType SGD::state_dtype() const { return master_.defined() ? DType::f32 : dtype_; }
 
 void SGD::step(ParameterStore& store, float lr, Tensor* working) {
   ProfileScope prof(WorkKind::optimizer);
@@ -55,23 +58,29 @@ void SGD::step(ParameterStore& store, float lr, Tensor* working) {
   const LowpWrite lw{config_.rounding, config_.seed, uint64_t(steps_) * uint64_t(flat_numel_) + uint64_t(shard_.begin)};
   Tensor p = optim_detail::shard_view(store.flat_params(), shard_);
   const Tensor g = optim_detail::shard_view(store.flat_grads(), shard_);
-  backend_for(p.device()).sgd_update(p, g, buf_, c_, spans_, s, lw, optim_detail::shard_working(w, shard_));
+  if (master_.defined())  // the fp32 update of the master, the 16-bit parameters rounded from it
+    backend_for(p.device()).sgd_update(master_.for_step(p), g, buf_, c_, spans_, s, lw, {p.raw_data(), dtype_});
+  else
+    backend_for(p.device()).sgd_update(p, g, buf_, c_, spans_, s, lw, optim_detail::shard_working(w, shard_));
   store.flat_params().storage()->bump_version();  // cached casts of the old weights are stale now
   ++steps_;
 }
 
 int64_t SGD::state_bytes() const {
   int64_t bytes = 0;
-  for (const Tensor* t : {&buf_, &c_})
+  for (const Tensor* t : {&buf_, &c_, &master_.tensor()})
     if (t->defined()) bytes += int64_t(t->nbytes());
   return bytes;
 }
 
-void SGD::set_state(int64_t steps, const Tensor& momentum_buffer_in, const Tensor& compensation_in) {
+void SGD::set_state(int64_t steps, const Tensor& momentum_buffer_in, const Tensor& compensation_in,
+                    const Tensor& master_in) {
   if (steps < 0) throw ArgumentError("SGD::set_state: steps must be >= 0, got " + std::to_string(steps));
   const Tensor momentum_buffer = optim_detail::shard_of(momentum_buffer_in, shard_, flat_numel_);
   const Tensor compensation = optim_detail::shard_of(compensation_in, shard_, flat_numel_);
+  const Tensor master = optim_detail::shard_of(master_in, shard_, flat_numel_);
   const int64_t n = shard_.size();
+  check_master_shape(master_, master, n, "SGD::set_state");
   if (buf_.defined() && (!momentum_buffer.defined() || momentum_buffer.shape() != Shape{n}))
     throw ShapeError("SGD::set_state: momentum_buffer must have shape (" + std::to_string(n) + "), got " +
                      (momentum_buffer.defined() ? momentum_buffer.to_string() : std::string("an undefined tensor")));
@@ -85,6 +94,7 @@ void SGD::set_state(int64_t steps, const Tensor& momentum_buffer_in, const Tenso
     else
       c_.zero();
   }
+  if (master_.defined()) master_.set(master);
   steps_ = steps;
 }
 

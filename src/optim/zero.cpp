@@ -79,7 +79,7 @@ OptimizerState ZeroOptimizer::state() const {
   const ScopedOp site("ZeRO gathered optimizer state");  // names the checkpoint's copy in memory reports
   for (auto [from, to] : {std::pair{&mine.exp_avg, &all.exp_avg}, std::pair{&mine.exp_avg_sq, &all.exp_avg_sq},
                           std::pair{&mine.momentum_buffer, &all.momentum_buffer},
-                          std::pair{&mine.compensation, &all.compensation}}) {
+                          std::pair{&mine.compensation, &all.compensation}, std::pair{&mine.master, &all.master}}) {
     if (!from->defined()) continue;  // the same buffers are defined on every rank
     const int64_t elem = static_cast<int64_t>(dtype_size(from->dtype()));
     std::vector<int64_t> bytes;

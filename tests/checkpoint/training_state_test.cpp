@@ -63,6 +63,18 @@ TEST(TrainingState, RoundTrip) {
     EXPECT_EQ(r.counters.last_loss, 3.25);
     EXPECT_EQ(r.counters.skips_by_site, s.counters.skips_by_site);
   }
+  // Master rounding: 16-bit weights, fp32 moments and masters.
+  TrainingState m = sample_state(DType::bf16);
+  m.optimizer.exp_avg = Tensor::randn({100}, DType::f32, 2);
+  m.optimizer.exp_avg_sq = Tensor::randn({100}, DType::f32, 3);
+  m.optimizer.master = Tensor::randn({100}, DType::f32, 5);
+  const TrainingState rm = decode_training_state(encode_training_state(m), "ts");
+  EXPECT_TRUE(same(rm.params, m.params));
+  EXPECT_TRUE(same(rm.optimizer.exp_avg, m.optimizer.exp_avg));
+  EXPECT_TRUE(same(rm.optimizer.master, m.optimizer.master));
+  m.optimizer.exp_avg = Tensor::randn({100}, DType::bf16, 2);  // 16-bit moments beside masters
+  expect_error<IoError>([&] { decode_training_state(encode_training_state(m), "ts"); },
+                        {"'optim.exp_avg' has dtype BF16, expected F32 for bf16-true with master weights"});
   TrainingState sgd = sample_state();
   sgd.optimizer = {};
   sgd.optimizer.kind = OptimizerKind::sgd;
@@ -165,6 +177,7 @@ TEST(TrainingState, RefusesCorruptState) {
        "'optim.exp_avg' has 99 elements"},
       {"not 1-D", "params", [](const Tensor& t) { return t.reshape({10, 10}); }, "", "'params' must be 1-D"},
       {"compensation in fp32", "", nullptr, "optim.compensation", "compensation buffer only exists with 16-bit"},
+      {"master in fp32", "", nullptr, "optim.master", "fp32 master weights only exist with 16-bit"},
   };
   auto keep = [](nlohmann::json&) {};
   for (const auto& c : tensor_cases) {

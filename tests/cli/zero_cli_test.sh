@@ -10,7 +10,9 @@
 # - optimizer state per rank, from each rank's tracker (--json: rank_peak_bytes_by_category): each
 #   rank's figure is its part's (the arena cut into 4096-element blocks: rank 0 holds
 #   ceil(n / 8192) * 4096 elements, rank 1 the rest) and the two add up to the one-process figure
-#   to the byte; masters and weights stay whole (bf16-mixed)
+#   to the byte; masters and weights stay whole (bf16-mixed); with bf16-true --update-rounding
+#   master (fp32 masters in the optimizer) the masters are the ranks' parts too, to the byte
+# - all of the first point for bf16-true --update-rounding master as well
 # - a checkpoint saved with --zero 1 on 2 ranks resumes on 2 ranks with --zero 1 and without it on
 #   the uninterrupted trajectory bit for bit, and in one process with --grad-accum 2
 #   --exact-grad-accum too
@@ -29,20 +31,22 @@ COMMON=(--data "$TMP/text.txt" --model "$TMP/tiny.json" --batch-size 2 --threads
 # 1. Every mode: --zero 1 against the all-reduce on 2 ranks, and against one process with
 # --grad-accum 2 --exact-grad-accum (which adds the micro-batches' gradients as the ranks' sums do):
 # the step log bit for bit, the final weights and the (gathered) optimizer state byte for byte.
-check_mode() {  # MODE
-  local mode="$1" d="$TMP/$1"
+check_mode() {  # MODE [EXTRA FLAGS...]
+  local mode="$1" d="$TMP/$1${3:-}"
+  shift
+  local extra=("$@")
   mkdir -p "$d"
-  if ! timeout 60 "${MPIRUN[@]}" "$MIXTRAIN" train "${COMMON[@]}" --steps 6 --precision "$mode" --zero 1 \
+  if ! timeout 60 "${MPIRUN[@]}" "$MIXTRAIN" train "${COMMON[@]}" "${extra[@]}" --steps 6 --precision "$mode" --zero 1 \
       --verify-replicas --log-jsonl "$d/zero.jsonl" --checkpoint-dir "$d/zero" >"$d/out" 2>"$d/err"; then
     fail "$mode: 2-rank --zero 1 run failed: $(tail -c 400 "$d/err")"
     return
   fi
-  if ! timeout 60 "${MPIRUN[@]}" "$MIXTRAIN" train "${COMMON[@]}" --steps 6 --precision "$mode" \
+  if ! timeout 60 "${MPIRUN[@]}" "$MIXTRAIN" train "${COMMON[@]}" "${extra[@]}" --steps 6 --precision "$mode" \
       --log-jsonl "$d/ddp.jsonl" --checkpoint-dir "$d/ddp" >"$d/out" 2>"$d/err"; then
     fail "$mode: 2-rank all-reduce run failed: $(tail -c 400 "$d/err")"
     return
   fi
-  if ! "$MIXTRAIN" train "${COMMON[@]}" --steps 6 --precision "$mode" --grad-accum 2 --exact-grad-accum \
+  if ! "$MIXTRAIN" train "${COMMON[@]}" "${extra[@]}" --steps 6 --precision "$mode" --grad-accum 2 --exact-grad-accum \
       --log-jsonl "$d/one.jsonl" --checkpoint-dir "$d/one" >"$d/out" 2>"$d/err"; then
     fail "$mode: 1-process run failed: $(tail -c 400 "$d/err")"
     return
@@ -62,6 +66,8 @@ check_mode() {  # MODE
   done
 }
 for mode in 32-true 16-mixed bf16-mixed 16-true bf16-true; do check_mode "$mode"; done
+# DeepSpeed's layout: a bf16 model whose optimizer keeps fp32 masters and moments, sharded.
+check_mode bf16-true --update-rounding master
 
 # bf16 gradient sums (--grad-reduce-dtype bf16): reduce-scattered in bf16 as the all-reduce sums
 # them, so again the same step log bit for bit (32-true: fp32 gradients staged as bf16 words).
@@ -99,19 +105,23 @@ for l in open('$d/log.jsonl'):
 done
 
 # 3. Memory per rank, from each rank's tracker: AdamW's m and v (8 bytes an element in fp32, 4
-# in bf16) for the rank's part only.
-check_memory() {  # MODE BYTES_PER_ELEMENT
-  local mode="$1" per="$2" d="$TMP/mem-$1"
+# in bf16) for the rank's part only; with master rounding the fp32 masters (4 bytes an element)
+# too, while in bf16-mixed the fp32 arena (the weights autocast's fp32 ops read) stays whole.
+check_memory() {  # MODE BYTES_PER_ELEMENT MASTER_BYTES_PER_ELEMENT (0: masters whole) [EXTRA FLAGS...]
+  local mode="$1" per="$2" master="$3" d="$TMP/mem-$1${5:-}"
+  shift 3
+  local extra=("$@")
   mkdir -p "$d"
-  if ! timeout 60 "${MPIRUN[@]}" "$MIXTRAIN" train "${COMMON[@]}" --steps 2 --precision "$mode" --zero 1 --json \
+  if ! timeout 60 "${MPIRUN[@]}" "$MIXTRAIN" train "${COMMON[@]}" "${extra[@]}" --steps 2 --precision "$mode" --zero 1 --json \
       >"$d/two.json" 2>"$d/err" ||
-     ! "$MIXTRAIN" train "${COMMON[@]}" --steps 2 --precision "$mode" --json >"$d/one.json" 2>"$d/err"; then
-    fail "$mode memory runs failed: $(tail -c 400 "$d/err")"
+     ! "$MIXTRAIN" train "${COMMON[@]}" "${extra[@]}" --steps 2 --precision "$mode" --json >"$d/one.json" 2>"$d/err"; then
+    fail "$mode ${extra[*]} memory runs failed: $(tail -c 400 "$d/err")"
     return
   fi
-  if python3 - "$d/two.json" "$d/one.json" "$per" "$mode" <<'PY'
+  if python3 - "$d/two.json" "$d/one.json" "$per" "$mode" "$master" <<'PY'
 import json, sys
 two, one, per, mode = json.load(open(sys.argv[1])), json.load(open(sys.argv[2])), int(sys.argv[3]), sys.argv[4]
+master = int(sys.argv[5])
 ranks = two["rank_peak_bytes_by_category"]
 assert two["ranks"] == 2 and two["zero"] == 1 and len(ranks) == 2, two
 whole = one["peak_bytes_by_category"]["optimizer_state"]
@@ -124,15 +134,22 @@ print(f"{mode}: optimizer state one process {whole} B, per rank {got} B (parts o
 assert got == [per * p for p in parts], (got, parts)
 assert sum(got) == whole
 assert two["peak_bytes_by_category"]["optimizer_state"] == got[0]   # rank 0's own summary
-for c in ("parameters", "master_weights", "gradients"):  # whole on every rank
+whole_everywhere = ("parameters", "gradients") + (() if master else ("master_weights",))
+for c in whole_everywhere:
     for r in ranks:
         assert r.get(c, 0) == one["peak_bytes_by_category"].get(c, 0), (c, r, one["peak_bytes_by_category"])
+if master:  # the fp32 masters are sharded like the moments
+    masters = [r.get("master_weights", 0) for r in ranks]
+    print(f"{mode}: fp32 masters one process {one['peak_bytes_by_category']['master_weights']} B, per rank {masters} B")
+    assert masters == [master * p for p in parts], (masters, parts)
+    assert sum(masters) == one["peak_bytes_by_category"]["master_weights"]
 PY
-  then pass; else fail "$mode: per-rank optimizer state is not the ranks' parts"; fi
+  then pass; else fail "$mode ${extra[*]}: per-rank optimizer state (and masters) are not the ranks' parts"; fi
 }
-check_memory 32-true 8
-check_memory bf16-mixed 8
-check_memory bf16-true 4
+check_memory 32-true 8 0
+check_memory bf16-mixed 8 0
+check_memory bf16-true 4 0
+check_memory bf16-true 8 4 --update-rounding master
 
 # 4. A checkpoint of 2 ranks with --zero 1 (16-mixed: scaler state and working copy too).
 d="$TMP/resume"
@@ -160,10 +177,11 @@ else
 fi
 
 # 5. mixtrain memory --ranks 2 --zero 1: the prediction against each rank's measurement.
-d="$TMP/memcmd"
+check_memory_command() {  # DIR PRECISION [EXTRA FLAGS...]
+d="$TMP/$1"
 mkdir -p "$d"
-MEM=(memory --model "$TMP/tiny.json" --precision bf16-mixed --batch-size 2 --seq-len 32 --steps 2 --threads 1
-     --ranks 2 --zero 1)
+MEM=(memory --model "$TMP/tiny.json" --precision "$2" --batch-size 2 --seq-len 32 --steps 2 --threads 1
+     --ranks 2 --zero 1 "${@:3}")
 if timeout 60 "${MPIRUN[@]}" "$MIXTRAIN" "${MEM[@]}" --json "$d/m.json" >"$d/out" 2>"$d/err" &&
    "$MIXTRAIN" "${MEM[@]}" --predict-only --json "$d/p.json" >"$d/out1" 2>"$d/err1"; then
   grep -q "per rank (rank 0) of 2 data-parallel ranks, ZeRO stage 1" "$d/out" && pass ||
@@ -184,8 +202,11 @@ print(f"memory --ranks 2 --zero 1: optimizer state predicted {pred['optimizer_st
 PY
   then pass; else fail "memory --ranks 2 --zero 1: prediction and measurement differ"; fi
 else
-  fail "memory --ranks 2 --zero 1 failed: $(tail -c 400 "$d/err" "$d/err1")"
+  fail "memory --ranks 2 --zero 1 ($2 ${*:3}) failed: $(tail -c 400 "$d/err" "$d/err1")"
 fi
+}
+check_memory_command memcmd bf16-mixed
+check_memory_command memcmd-master bf16-true --update-rounding master
 
 # 6. One process with --zero 1 is one part: the plain run, bit for bit.
 d="$TMP/single"

@@ -99,7 +99,8 @@ TEST_P(ShardedOptimizer, PartsUpdateAsTheWhole) {
   const OptimizerState s = opt->state(), s0 = o0->state(), s1 = o1->state();
   for (auto [w, a, b] : {std::tuple{&s.exp_avg, &s0.exp_avg, &s1.exp_avg}, std::tuple{&s.exp_avg_sq, &s0.exp_avg_sq, &s1.exp_avg_sq},
                          std::tuple{&s.momentum_buffer, &s0.momentum_buffer, &s1.momentum_buffer},
-                         std::tuple{&s.compensation, &s0.compensation, &s1.compensation}}) {
+                         std::tuple{&s.compensation, &s0.compensation, &s1.compensation},
+                         std::tuple{&s.master, &s0.master, &s1.master}}) {
     ASSERT_EQ(w->defined(), a->defined());
     if (!w->defined()) continue;
     std::vector<unsigned char> joined = raw_bytes(*a), tail = raw_bytes(*b);
@@ -142,7 +143,9 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"adamw_bf16_stochastic", DType::bf16, adamw(UpdateRounding::stochastic), false},
                       Case{"adamw_f16_kahan", DType::f16, adamw(UpdateRounding::kahan), false},
                       Case{"sgd_f32_working", DType::f32, sgd(), true},
-                      Case{"sgd_bf16_stochastic", DType::bf16, sgd(UpdateRounding::stochastic), false}),
+                      Case{"sgd_bf16_stochastic", DType::bf16, sgd(UpdateRounding::stochastic), false},
+                      Case{"adamw_bf16_master", DType::bf16, adamw(UpdateRounding::master), false},
+                      Case{"sgd_f16_master", DType::f16, sgd(UpdateRounding::master), false}),
     [](const ::testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });
 
 // The norm from the parts' block sums, added in block order, is the whole buffer's, bit for bit:

@@ -18,9 +18,10 @@
 namespace mixtrain {
 
 // How a 16-bit weight update is rounded back to 16 bits in the *-true modes (optim/lowp.h
-// describes each).
-enum class UpdateRounding : uint8_t { nearest, stochastic, kahan };
-UpdateRounding parse_update_rounding(std::string_view s);  // nearest | stochastic | kahan
+// describes each). `master` keeps fp32 master weights and fp32 state in the optimizer (DeepSpeed's
+// bf16 / fp16 optimizer) and writes the 16-bit parameters rounded to nearest from them.
+enum class UpdateRounding : uint8_t { nearest, stochastic, kahan, master };
+UpdateRounding parse_update_rounding(std::string_view s);  // nearest | stochastic | kahan | master
 std::string_view update_rounding_name(UpdateRounding r);
 
 // A parameter's range of the flat buffers (optim/flat_spans.h makes them from a store).
@@ -68,6 +69,19 @@ void adamw_update_ref(float* p, const float* g, float* m, float* v, const std::v
                       const AdamWScalars& s, const WorkingCopyOut& working = {});
 void adamw_update(float* p, const float* g, float* m, float* v, const std::vector<FlatSpan>& spans,
                   const AdamWScalars& s, const WorkingCopyOut& working = {});
+// The fp32 master kernels (UpdateRounding::master): p (the fp32 master weights), m, v f32 as
+// above; g the 16-bit gradients, each element loaded to fp32; `working` the 16-bit parameters (of
+// g's type; DTypeError otherwise, ArgumentError if absent), written rounded to nearest from the
+// updated master in the same pass. The master, m and v come out bit for bit as the fp32 kernel's
+// on the gradients loaded to fp32. _ref: the scalar oracle; the other: OpenMP, bit-identical.
+void adamw_update_ref(float* p, const bf16* g, float* m, float* v, const std::vector<FlatSpan>& spans,
+                      const AdamWScalars& s, const WorkingCopyOut& working);
+void adamw_update(float* p, const bf16* g, float* m, float* v, const std::vector<FlatSpan>& spans,
+                  const AdamWScalars& s, const WorkingCopyOut& working);
+void adamw_update_ref(float* p, const fp16* g, float* m, float* v, const std::vector<FlatSpan>& spans,
+                      const AdamWScalars& s, const WorkingCopyOut& working);
+void adamw_update(float* p, const fp16* g, float* m, float* v, const std::vector<FlatSpan>& spans,
+                  const AdamWScalars& s, const WorkingCopyOut& working);
 
 // The 16-bit kernels (*-true). p, g, m, v, c: (flat_numel) of one 16-bit type; c is the Kahan
 // compensation, read and written only when w.rounding is kahan (ArgumentError if null then),
@@ -101,6 +115,16 @@ void sgd_update_ref(float* p, const float* g, float* buf, const std::vector<Flat
                     const WorkingCopyOut& working = {});
 void sgd_update(float* p, const float* g, float* buf, const std::vector<FlatSpan>& spans, const SgdScalars& s,
                 const WorkingCopyOut& working = {});
+// The fp32 master kernels (UpdateRounding::master), as AdamW's: p and buf f32, g 16-bit, the
+// 16-bit parameters written to `working` (g's type) rounded to nearest from the updated master.
+void sgd_update_ref(float* p, const bf16* g, float* buf, const std::vector<FlatSpan>& spans, const SgdScalars& s,
+                    const WorkingCopyOut& working);
+void sgd_update(float* p, const bf16* g, float* buf, const std::vector<FlatSpan>& spans, const SgdScalars& s,
+                const WorkingCopyOut& working);
+void sgd_update_ref(float* p, const fp16* g, float* buf, const std::vector<FlatSpan>& spans, const SgdScalars& s,
+                    const WorkingCopyOut& working);
+void sgd_update(float* p, const fp16* g, float* buf, const std::vector<FlatSpan>& spans, const SgdScalars& s,
+                const WorkingCopyOut& working);
 
 // The 16-bit kernels (*-true). p, g, buf, c: (flat_numel) of one 16-bit type; buf may be null
 // when momentum == 0; c is the Kahan compensation, used only when w.rounding is kahan

@@ -57,6 +57,7 @@ struct OptimizerState {
   Tensor exp_avg, exp_avg_sq;  // adamw
   Tensor momentum_buffer;      // sgd; undefined when momentum == 0
   Tensor compensation;         // undefined unless 16-bit kahan rounding
+  Tensor master;               // fp32 master weights; undefined unless 16-bit master rounding
 };
 
 class Optimizer {
@@ -68,11 +69,15 @@ class Optimizer {
   // (optim/working_copy.h).
   virtual void step(ParameterStore& store, float lr, Tensor* working = nullptr) = 0;
   virtual int64_t steps() const = 0;         // updates done so far
-  virtual DType param_dtype() const = 0;     // f32, bf16 or f16: also the state's dtype
-  virtual int64_t state_bytes() const = 0;   // bytes of optimizer state
+  virtual DType param_dtype() const = 0;     // f32, bf16 or f16
+  // The moments' dtype: param_dtype(), except f32 under master rounding of 16-bit parameters.
+  virtual DType state_dtype() const = 0;
+  // Bytes of optimizer state, the fp32 master weights of master rounding included (ZeRO's
+  // "optimizer states": what stage 1 shards).
+  virtual int64_t state_bytes() const = 0;
   // Checkpoints: the state as it is now (tensors shared, not copied), and its restore. restore()
   // throws ArgumentError naming what does not fit (another optimizer's state, a missing or
-  // unexpected buffer) and ShapeError for a wrong length; values are cast to param_dtype().
+  // unexpected buffer) and ShapeError for a wrong length; values are cast to state_dtype().
   // The state's buffers have the length of shard() (the whole arena unless sharded); restore()
   // also takes whole-arena buffers and keeps the shard's elements.
   virtual OptimizerState state() const = 0;

@@ -20,6 +20,7 @@
 
 #include "mixtrain/kernels/optimizer_kernels.h"
 #include "mixtrain/nn/parameters.h"
+#include "mixtrain/optim/master_weights.h"
 #include "mixtrain/optim/optimizer.h"
 #include "mixtrain/tensor/tensor.h"
 
@@ -60,9 +61,12 @@ class SGD final : public Optimizer {
   OptimizerKind kind() const override { return OptimizerKind::sgd; }
   const SgdConfig& config() const { return config_; }
   int64_t steps() const override { return steps_; }
-  DType param_dtype() const override { return dtype_; }  // f32, bf16 or f16: also the state's dtype
+  DType param_dtype() const override { return dtype_; }  // f32, bf16 or f16
+  DType state_dtype() const override;  // param_dtype(), or f32 under master rounding
+  // (shard size) f32 master weights; undefined unless 16-bit with master rounding.
+  const Tensor& master() const { return master_.tensor(); }
   FlatRange shard() const override { return shard_; }
-  // (shard size) param_dtype(); undefined when momentum == 0 (torch keeps no buffer either).
+  // (shard size) state_dtype(); undefined when momentum == 0 (torch keeps no buffer either).
   const Tensor& momentum_buffer() const { return buf_; }
   // (shard size) param_dtype() Kahan compensation; undefined unless 16-bit with kahan rounding.
   const Tensor& compensation() const { return c_; }
@@ -76,7 +80,10 @@ class SGD final : public Optimizer {
   // Checkpoint restore; momentum_buffer must be (shard size) or (flat_numel) (the shard's
   // elements taken) when momentum != 0 (ShapeError),
   // and is ignored otherwise. The compensation is copied when given, and reset to zero otherwise.
-  void set_state(int64_t steps, const Tensor& momentum_buffer, const Tensor& compensation = {});
+  // Under master rounding the fp32 master weights are copied from `master` when given, and
+  // filled from the parameters at the next step otherwise.
+  void set_state(int64_t steps, const Tensor& momentum_buffer, const Tensor& compensation = {},
+                 const Tensor& master = {});
 
  private:
   SgdConfig config_;
@@ -87,6 +94,7 @@ class SGD final : public Optimizer {
   DType dtype_ = DType::f32;
   Tensor buf_;  // (shard size) dtype_ momentum buffer
   Tensor c_;    // (shard size) dtype_ Kahan compensation, 16-bit kahan only
+  MasterCopy master_;  // (shard size) f32 master weights, 16-bit master rounding only
 };
 
 }  // namespace mixtrain

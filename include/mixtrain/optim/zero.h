@@ -17,7 +17,8 @@
 // per-block sums is the whole-buffer norm bit for bit (kernels/gradient_kernels.h).
 //
 // What is sharded: the optimizer state (AdamW m, v; SGD's momentum; the Kahan compensation of
-// the *-true modes) and the update. Not sharded: the weights every forward pass reads. In the
+// the *-true modes; the fp32 master weights of their master rounding, DeepSpeed's layout: a
+// 16-bit model, each rank holding the fp32 masters of its part only) and the update. Not sharded: the weights every forward pass reads. In the
 // *-mixed modes those are the fp32 arena itself (autocast's fp32 ops, layer norm, biases and
 // embeddings, read it directly, and its 16-bit working copy feeds the GEMMs), so the fp32
 // masters stay whole on every rank, gathered in fp32 after each update, and the working copy
@@ -60,6 +61,7 @@ class ZeroOptimizer final : public Optimizer {
   void step(ParameterStore& store, float lr, Tensor* working = nullptr) override;
   int64_t steps() const override { return inner_->steps(); }
   DType param_dtype() const override { return inner_->param_dtype(); }
+  DType state_dtype() const override { return inner_->state_dtype(); }
   int64_t state_bytes() const override { return inner_->state_bytes(); }  // this rank's part's
   // A collective (every rank calls it at the same point): rank 0 receives the whole arena's state
   // (gathered from every rank into new buffers, MemCategory::workspace while the caller holds

@@ -40,6 +40,57 @@ namespace {
 
 using optim_detail::Lowp;
 
+// UpdateRounding::master: the fp32 update of the master p from 16-bit gradients, the 16-bit
+// parameters (`working`) rounded from it. The oracle loads one gradient at a time.
+template <class T>
+void adamw_master_ref(float* p, const T* g, float* m, float* v, const std::vector<FlatSpan>& spans,
+                      const AdamWScalars& s, const WorkingCopyOut& working) {
+  optim_detail::check_master_out(working, dtype_of<T>::value, "adamw_update_ref");
+  const bool small_w = optim_detail::lerp_weight_small(s.beta1_weight);
+  for (const FlatSpan& sp : spans) {
+    optim_detail::adamw_dispatch(sp.decay, small_w, [&]<bool Decay, bool SmallW>() {
+      for (int64_t i = sp.offset; i < sp.offset + sp.numel; ++i)
+        optim_detail::adamw_element<Decay, SmallW>(p[i], Lowp<T>::load(g[i]), m[i], v[i], s);
+    });
+    write_working_copy(p, working, sp.offset, sp.numel);
+  }
+}
+
+// OpenMP over fixed pieces; each piece's gradients loaded to fp32 in chunks for the SSE2 span.
+template <class T>
+void adamw_master_fast(float* p, const T* g, float* m, float* v, const std::vector<FlatSpan>& spans,
+                       const AdamWScalars& s, const WorkingCopyOut& working) {
+  optim_detail::check_master_out(working, dtype_of<T>::value, "adamw_update");
+  const bool small_w = optim_detail::lerp_weight_small(s.beta1_weight);
+  optim_detail::for_each_piece(spans, [&](const FlatSpan& sp) {
+    optim_detail::master_span_fast(g, sp, [&](const float* gf, int64_t i0, int64_t n) {
+      optim_detail::adamw_span_fast_f32(p + i0, gf, m + i0, v + i0, n, sp.decay, small_w, s);
+    });
+    write_working_copy(p, working, sp.offset, sp.numel);  // the piece is still in cache
+  });
+}
+
+}  // namespace
+
+void adamw_update_ref(float* p, const bf16* g, float* m, float* v, const std::vector<FlatSpan>& spans,
+                      const AdamWScalars& s, const WorkingCopyOut& working) {
+  adamw_master_ref(p, g, m, v, spans, s, working);
+}
+void adamw_update(float* p, const bf16* g, float* m, float* v, const std::vector<FlatSpan>& spans,
+                  const AdamWScalars& s, const WorkingCopyOut& working) {
+  adamw_master_fast(p, g, m, v, spans, s, working);
+}
+void adamw_update_ref(float* p, const fp16* g, float* m, float* v, const std::vector<FlatSpan>& spans,
+                      const AdamWScalars& s, const WorkingCopyOut& working) {
+  adamw_master_ref(p, g, m, v, spans, s, working);
+}
+void adamw_update(float* p, const fp16* g, float* m, float* v, const std::vector<FlatSpan>& spans,
+                  const AdamWScalars& s, const WorkingCopyOut& working) {
+  adamw_master_fast(p, g, m, v, spans, s, working);
+}
+
+namespace {
+
 // The oracle: one element at a time, in flat order.
 template <class T>
 void adamw_lowp_ref(T* p, const T* g, T* m, T* v, T* c, const std::vector<FlatSpan>& spans, const AdamWScalars& s,
@@ -94,6 +145,15 @@ void adamw_update(fp16* p, const fp16* g, fp16* m, fp16* v, fp16* c, const std::
 
 namespace {
 template <class T>
+void adamw_master(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const std::vector<FlatSpan>& spans,
+                  const AdamWScalars& s, const WorkingCopyOut& working) {
+  if (force_reference())
+    adamw_update_ref(p.data<float>(), g.data<T>(), m.data<float>(), v.data<float>(), spans, s, working);
+  else
+    adamw_update(p.data<float>(), g.data<T>(), m.data<float>(), v.data<float>(), spans, s, working);
+}
+
+template <class T>
 void adamw_lowp(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, Tensor& c, const std::vector<FlatSpan>& spans,
                 const AdamWScalars& s, const LowpWrite& w) {
   T* cc = c.defined() ? c.data<T>() : nullptr;
@@ -109,6 +169,8 @@ void CpuBackend::adamw_update(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, 
                               const WorkingCopyOut& working) {
   switch (p.dtype()) {
     case DType::f32:
+      if (g.dtype() == DType::bf16) return adamw_master<bf16>(p, g, m, v, spans, s, working);
+      if (g.dtype() == DType::f16) return adamw_master<fp16>(p, g, m, v, spans, s, working);
       if (force_reference())
         adamw_update_ref(p.data<float>(), g.data<float>(), m.data<float>(), v.data<float>(), spans, s, working);
       else

@@ -67,6 +67,7 @@ inline T write_param_ref(float old, float x, T* c, const LowpWrite& w, int64_t i
     case UpdateRounding::kahan:
       return kahan_write(old, x, c[i]);
     case UpdateRounding::nearest:
+    case UpdateRounding::master:  // not a 16-bit in-place write: check_lowp_write refuses it
       break;
   }
   return Lowp<T>::nearest(x);
@@ -95,6 +96,7 @@ void lowp_span_fast(T* p, const T* g, T* s0, T* s1, T* c, const FlatSpan& sp, co
     if (s1) Lowp<T>::nearest_n(f1, s1 + i0, n);
     switch (w.rounding) {
       case UpdateRounding::nearest:
+      case UpdateRounding::master:  // not a 16-bit in-place write: check_lowp_write refuses it
         Lowp<T>::nearest_n(pf, p + i0, n);
         break;
       case UpdateRounding::stochastic:
@@ -107,6 +109,18 @@ void lowp_span_fast(T* p, const T* g, T* s0, T* s1, T* c, const FlatSpan& sp, co
   }
 }
 
+// Runs kernel(gf, i0, n) over the span `sp` of 16-bit gradients g in chunks: gf holds the
+// chunk's n gradients [i0, i0 + n) loaded to fp32 (the fp32 master kernels, UpdateRounding::master).
+template <class T, class Kernel>
+void master_span_fast(const T* g, const FlatSpan& sp, Kernel&& kernel) {
+  alignas(64) float gf[kLowpChunk];
+  for (int64_t off = 0; off < sp.numel; off += kLowpChunk) {
+    const int64_t i0 = sp.offset + off, n = std::min(kLowpChunk, sp.numel - off);
+    Lowp<T>::load_n(g + i0, gf, n);
+    kernel(static_cast<const float*>(gf), i0, n);
+  }
+}
+
 // f(piece) for every piece of at most kPieceNumel elements, OpenMP static schedule.
 template <class F>
 void for_each_piece(const std::vector<FlatSpan>& spans, F&& f) {
@@ -116,7 +130,9 @@ void for_each_piece(const std::vector<FlatSpan>& spans, F&& f) {
   for (int64_t i = 0; i < n; ++i) f(pieces[size_t(i)]);
 }
 
-// ArgumentError unless c is given for kahan.
+// ArgumentError unless c is given for kahan; ArgumentError for master (not a 16-bit in-place write).
 void check_lowp_write(const void* c, const LowpWrite& w, const char* op);
+// The fp32 master kernels' output: ArgumentError without one, DTypeError unless of grad_dtype.
+void check_master_out(const WorkingCopyOut& working, DType grad_dtype, const char* op);
 
 }  // namespace mixtrain::optim_detail

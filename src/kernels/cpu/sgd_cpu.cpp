@@ -37,6 +37,53 @@ namespace {
 
 using optim_detail::Lowp;
 
+// UpdateRounding::master (see adamw_cpu.cpp): the oracle loads one gradient at a time.
+template <class T>
+void sgd_master_ref(float* p, const T* g, float* buf, const std::vector<FlatSpan>& spans, const SgdScalars& s,
+                    const WorkingCopyOut& working) {
+  optim_detail::check_master_out(working, dtype_of<T>::value, "sgd_update_ref");
+  for (const FlatSpan& sp : spans) {
+    for (int64_t i = sp.offset; i < sp.offset + sp.numel; ++i) {
+      const float gf = Lowp<T>::load(g[i]);
+      optim_detail::sgd_span_f32(p + i, &gf, buf ? buf + i : nullptr, 1, sp.decay, s);
+    }
+    write_working_copy(p, working, sp.offset, sp.numel);
+  }
+}
+
+template <class T>
+void sgd_master_fast(float* p, const T* g, float* buf, const std::vector<FlatSpan>& spans, const SgdScalars& s,
+                     const WorkingCopyOut& working) {
+  optim_detail::check_master_out(working, dtype_of<T>::value, "sgd_update");
+  optim_detail::for_each_piece(spans, [&](const FlatSpan& sp) {
+    optim_detail::master_span_fast(g, sp, [&](const float* gf, int64_t i0, int64_t n) {
+      optim_detail::sgd_span_f32(p + i0, gf, buf ? buf + i0 : nullptr, n, sp.decay, s);
+    });
+    write_working_copy(p, working, sp.offset, sp.numel);
+  });
+}
+
+}  // namespace
+
+void sgd_update_ref(float* p, const bf16* g, float* buf, const std::vector<FlatSpan>& spans, const SgdScalars& s,
+                    const WorkingCopyOut& working) {
+  sgd_master_ref(p, g, buf, spans, s, working);
+}
+void sgd_update(float* p, const bf16* g, float* buf, const std::vector<FlatSpan>& spans, const SgdScalars& s,
+                const WorkingCopyOut& working) {
+  sgd_master_fast(p, g, buf, spans, s, working);
+}
+void sgd_update_ref(float* p, const fp16* g, float* buf, const std::vector<FlatSpan>& spans, const SgdScalars& s,
+                    const WorkingCopyOut& working) {
+  sgd_master_ref(p, g, buf, spans, s, working);
+}
+void sgd_update(float* p, const fp16* g, float* buf, const std::vector<FlatSpan>& spans, const SgdScalars& s,
+                const WorkingCopyOut& working) {
+  sgd_master_fast(p, g, buf, spans, s, working);
+}
+
+namespace {
+
 // The oracle: one element at a time, in flat order (the fp32 span loop on a single element).
 template <class T>
 void sgd_lowp_ref(T* p, const T* g, T* buf, T* c, const std::vector<FlatSpan>& spans, const SgdScalars& s,
@@ -103,6 +150,16 @@ void CpuBackend::sgd_update(Tensor& p, const Tensor& g, Tensor& buf, Tensor& c, 
   switch (p.dtype()) {
     case DType::f32: {
       float* b = buf.defined() ? buf.data<float>() : nullptr;
+      if (g.dtype() == DType::bf16) {
+        force_reference() ? sgd_update_ref(p.data<float>(), g.data<bf16>(), b, spans, s, working)
+                          : mixtrain::sgd_update(p.data<float>(), g.data<bf16>(), b, spans, s, working);
+        return;
+      }
+      if (g.dtype() == DType::f16) {
+        force_reference() ? sgd_update_ref(p.data<float>(), g.data<fp16>(), b, spans, s, working)
+                          : mixtrain::sgd_update(p.data<float>(), g.data<fp16>(), b, spans, s, working);
+        return;
+      }
       if (force_reference())
         sgd_update_ref(p.data<float>(), g.data<float>(), b, spans, s, working);
       else
