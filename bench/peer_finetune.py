@@ -118,6 +118,76 @@ def fortunes_split(d, seed=0, test_fraction=0.2):
     return train, test
 
 
+class MixtrainDropoutStream:
+    """mixtrain's dropout masks (nn::DropoutState, CpuBackend::dropout_mask): element i of a
+    forward's k-th dropout is kept iff counter_rng(seed, offset + i) >= uint64(double(p) * 2^32),
+    where offset counts the elements of the forward's earlier dropouts and seed = run seed ^
+    (batch position << 20); kept elements are scaled by float(1) / (float(1) - float(p)).
+    The forward's dropouts come in mixtrain's order, which is Hugging Face BERT's: embeddings,
+    then per layer attention probabilities, attention output, FFN output; then the pooled output."""
+
+    def __init__(self):
+        import numpy as np
+        self.np = np
+        self.seed, self.offset = 0, 0
+
+    def start(self, run_seed, position):
+        self.seed = (run_seed ^ (position << 20)) & MASK64
+        self.offset = 0
+
+    def apply(self, x, p):
+        import torch
+        np = self.np
+        n = x.numel()
+        key = np.uint64(splitmix64_mix((self.seed + GOLDEN) & MASK64))
+        c = np.arange(self.offset + 1, self.offset + 1 + n, dtype=np.uint64)  # counter + 1
+        z = key + c * np.uint64(GOLDEN)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z = (z ^ (z >> np.uint64(31))) >> np.uint64(32)
+        threshold = np.uint64(int(float(np.float32(p)) * 4294967296.0))
+        keep = torch.from_numpy(z >= threshold).view(x.shape)
+        self.offset += n
+        scale = float(np.float32(1.0) / (np.float32(1.0) - np.float32(p)))
+        return torch.where(keep, x * scale, torch.zeros((), dtype=x.dtype))
+
+
+def use_mixtrain_dropout(model, stream):
+    """Every dropout of a BertForSequenceClassification draws mixtrain's masks from `stream`."""
+    import torch
+    import transformers.models.bert.modeling_bert as modeling_bert
+
+    class Drop(torch.nn.Module):
+        def __init__(self, p):
+            super().__init__()
+            self.p = p
+
+        def forward(self, x):
+            return stream.apply(x, self.p) if self.training and self.p > 0 else x
+
+    def attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+        # transformers' eager_attention_forward with the probabilities' dropout replaced.
+        if scaling is None:
+            scaling = query.size(-1) ** -0.5
+        w = torch.matmul(query, key.transpose(2, 3)) * scaling
+        if attention_mask is not None:
+            w = w + attention_mask
+        w = torch.nn.functional.softmax(w, dim=-1)
+        if module.training and dropout > 0:
+            w = stream.apply(w, dropout)
+        out = torch.matmul(w, value).transpose(1, 2).contiguous()
+        return out, w
+
+    # The eager path with this function in its place: a newly registered attention implementation
+    # would be handed no padding mask (transformers builds the additive mask for "eager" only).
+    modeling_bert.eager_attention_forward = attention
+    model.config._attn_implementation = "eager"
+    for name, m in list(model.named_modules()):
+        for child_name, child in list(m.named_children()):
+            if isinstance(child, torch.nn.Dropout) and not name.endswith("attention.self"):
+                setattr(m, child_name, Drop(child.p))
+
+
 def mixtrain_epoch_order(seed, epoch, n):
     """ClassificationBatches::epoch_order: a Fisher-Yates shuffle from the epoch's stream."""
     s = (seed ^ splitmix64_mix((epoch + 0x5EED5EED) & MASK64)) & MASK64
@@ -193,6 +263,8 @@ def main():
                     help="save the model as initialised (the new head included) to DIR with the tokenizer files, "
                          "for `mixtrain finetune --model DIR` to start from the same head")
     ap.add_argument("--log-steps", metavar="FILE", help="write one JSON line per step: loss, grad norm, lr")
+    ap.add_argument("--dropout-rng", choices=["torch", "mixtrain"], default="torch",
+                    help="dropout masks from torch's generator, or mixtrain's counter-based stream for the same --seed")
     a = ap.parse_args()
 
     import transformers
@@ -253,6 +325,10 @@ def main():
                 if os.path.exists(os.path.join(a.model, name)):
                     shutil.copy(os.path.join(a.model, name), a.save_init)
         step_log = open(a.log_steps, "w") if a.log_steps else None
+        stream = None
+        if a.dropout_rng == "mixtrain":
+            stream = MixtrainDropoutStream()
+            use_mixtrain_dropout(model, stream)
         decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
         no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
         opt = torch.optim.AdamW([{"params": decay, "weight_decay": a.weight_decay},
@@ -269,6 +345,8 @@ def main():
             losses = []
             for batch in batches(train, order):
                 t0 = time.perf_counter()
+                if stream:
+                    stream.start(a.seed, epoch * steps_per_epoch + len(losses) + 1)
                 with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
                     out = model(**batch)
                 out.loss.backward()

@@ -19,6 +19,10 @@
 //                 (p' - p is exact in fp32). With c = 0 it reduces to nearest. In f16, a
 //                 compensation below 2^-14 is subnormal and keeps fewer bits (parameters
 //                 below ~2^-3 in magnitude); a non-finite update leaves c NaN, like p.
+//     master      no 16-bit update at all: the optimizer keeps fp32 master weights and fp32 state
+//                 (optim/master_weights.h) and runs the fp32 kernels on them from the 16-bit
+//                 gradients; each weight is the master rounded to nearest (DeepSpeed's bf16 / fp16
+//                 optimizer). Costs 4 bytes per element for the masters, and the moments in fp32.
 // Why the state stays nearest under stochastic: m and v feed the update's direction and scale,
 // not an accumulation the user reads; rounding them stochastically would add noise to the
 // denominator and cost two more random draws per element, and it is what torchao's bf16

@@ -185,7 +185,7 @@ NumericsAdvice advise_run(const TrainOptions& opt_in, const std::function<int64_
   if (a.fp16_updates_lost >= kLostUpdatesWorthFixing) {
     t16.safe = false;
     t16.lines.push_back(pct(a.fp16_updates_lost) +
-                        " of updates are below half an ulp of their fp16 weight: use update_rounding kahan or stochastic");
+                        " of updates are below half an ulp of their fp16 weight: use update_rounding kahan, stochastic or master");
   }
   if (t16.safe) t16.lines.push_back("safe in range and updates (" + pct(a.fp16_updates_lost) + " of updates lost to rounding)");
   ModeAdvice tb16;
@@ -194,7 +194,7 @@ NumericsAdvice advise_run(const TrainOptions& opt_in, const std::function<int64_
   if (a.bf16_updates_lost >= kLostUpdatesWorthFixing) {
     tb16.safe = false;
     tb16.lines.push_back(pct(a.bf16_updates_lost) +
-                         " of updates are below half an ulp of their bf16 weight: use update_rounding kahan or stochastic");
+                         " of updates are below half an ulp of their bf16 weight: use update_rounding kahan, stochastic or master");
   } else {
     tb16.lines.push_back("nearest rounding loses " + pct(a.bf16_updates_lost) + " of updates (below half a bf16 ulp)");
   }

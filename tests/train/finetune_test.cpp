@@ -142,14 +142,21 @@ TEST(Finetune, EvaluationCoversTheTestSetAndTheSavedModelAgrees) {
 }
 
 TEST(Finetune, MemoryPredictionIsExactInEveryMode) {
-  for (PrecisionMode m : {PrecisionMode::true32, PrecisionMode::mixed16, PrecisionMode::mixed_bf16,
-                          PrecisionMode::true16, PrecisionMode::true_bf16}) {
-    FinetuneOptions o = tiny(m);
+  struct Run {
+    PrecisionMode mode;
+    UpdateRounding rounding;
+  };
+  for (const Run& r : {Run{PrecisionMode::true32, UpdateRounding::nearest}, Run{PrecisionMode::mixed16, UpdateRounding::nearest},
+                       Run{PrecisionMode::mixed_bf16, UpdateRounding::nearest}, Run{PrecisionMode::true16, UpdateRounding::nearest},
+                       Run{PrecisionMode::true_bf16, UpdateRounding::nearest},
+                       Run{PrecisionMode::true_bf16, UpdateRounding::master}}) {
+    FinetuneOptions o = tiny(r.mode);
     o.train.steps = 2;
+    o.train.update_rounding = r.rounding;
     const MemoryPrediction p = predict_finetune_memory(o);
     finetune(o);
     const MemorySnapshot measured = MemoryTracker::global().snapshot();
-    const std::string mode(precision_spec(m).name);
+    const std::string mode = std::string(precision_spec(r.mode).name) + " " + std::string(update_rounding_name(r.rounding));
     EXPECT_EQ(p.peak_bytes, measured.peak_total) << mode;
     for (size_t c = 0; c < kNumMemCategories; ++c)
       EXPECT_EQ(p.peak_by_category[c], measured.peak[c]) << mode << " " << mem_category_name(MemCategory(c));

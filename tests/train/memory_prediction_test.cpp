@@ -63,21 +63,24 @@ TEST(MemoryPrediction, FixedStateFollowsThePrecisionModeAndTheOptimizer) {
     const PrecisionSpec& s = precision_spec(m);
     const bool mixed = s.autocast;
     for (const char* optimizer : {"adamw", "sgd"}) {
-      for (UpdateRounding r : {UpdateRounding::nearest, UpdateRounding::kahan}) {
+      for (UpdateRounding r : {UpdateRounding::nearest, UpdateRounding::kahan, UpdateRounding::master}) {
         TrainOptions o = opts(m, 2, 16);
         o.optimizer = parse_optimizer_kind(optimizer);
         o.update_rounding = r;
         const MemoryPrediction p = predict_train_memory(o);
         const int64_t pb = static_cast<int64_t>(dtype_size(s.param_dtype));
         const std::string what = std::string(s.name) + " " + optimizer + " " + std::string(update_rounding_name(r));
-        // *-mixed: fp32 masters plus a 16-bit working copy; otherwise the weights themselves.
-        EXPECT_EQ(cat(p, MemCategory::master_weights), mixed ? 4 * n : 0) << what;
+        // *-mixed: fp32 masters plus a 16-bit working copy; otherwise the weights themselves, and
+        // with master rounding of 16-bit weights the optimizer's fp32 masters.
+        const bool opt_master = r == UpdateRounding::master && s.param_dtype != DType::f32;
+        EXPECT_EQ(cat(p, MemCategory::master_weights), mixed || opt_master ? 4 * n : 0) << what;
         EXPECT_EQ(cat(p, MemCategory::parameters), mixed ? 2 * n : pb * n) << what;
         EXPECT_EQ(cat(p, MemCategory::gradients), static_cast<int64_t>(dtype_size(s.grad_dtype)) * n) << what;
         // AdamW: two moments; SGD: a momentum buffer; Kahan (16-bit weights only): a compensation.
+        // Master rounding keeps the moments in fp32.
         const int64_t buffers = (std::string(optimizer) == "adamw" ? 2 : 1) +
                                 (r == UpdateRounding::kahan && s.param_dtype != DType::f32 ? 1 : 0);
-        EXPECT_EQ(cat(p, MemCategory::optimizer_state), buffers * pb * n) << what;
+        EXPECT_EQ(cat(p, MemCategory::optimizer_state), buffers * (opt_master ? 4 : pb) * n) << what;
         // The first step's casts of the weights (before the working copy exists): every matrix and
         // bias a GEMM reads, not the position embedding or the layer-norm parameters.
         const int64_t C = c.n_embd, L = c.n_layer;
