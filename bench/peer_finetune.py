@@ -16,6 +16,13 @@ batches are compared, row by row, with tests/fixtures/wordpiece_ids.txt.xz (Hugg
 tests/data/wordpiece_fixture_test.cpp checks mixtrain's tokenizer against, id for id), cut to
 max length the way both truncate. A mismatch stops the script.
 
+Step for step against mixtrain (bench/RESULTS.md, "Fortunes, step for step"): --order mixtrain
+takes mixtrain's counter-based epoch order, --dropout-rng mixtrain its dropout masks (the same
+stream, offsets and scale, the attention's through transformers' eager path), --dropout P sets
+every dropout, --save-init DIR writes the model as initialised (the new head included) for
+`mixtrain finetune --model DIR`, and --log-steps FILE writes each step's loss, gradient norm and lr
+as mixtrain's --log-jsonl does. Then the fp32 runs of both agree to rounding.
+
 A development tool: no build, test or CI step runs it (tools/setup_dev_venv.sh makes the venv).
 
     python bench/peer_finetune.py --task finefoods --epochs 1 --batch-size 16 --max-len 128 \\
