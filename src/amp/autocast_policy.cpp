@@ -41,6 +41,8 @@ constexpr std::array<PolicyEntry, autograd::kNumOpKinds> kPolicy = {{
     {OpKind::masked_softmax, CastPolicy::lower_precision},  // the encoder's attention softmax: as the
     // attention op (torch's scaled_dot_product_attention runs in lower precision), probabilities
     // stored once in 16 bits, for backward and for p v alike; the softmax math is fp32 inside
+    {OpKind::masked_attention, CastPolicy::lower_precision},  // the same attention fused: q, k, v
+    // and every intermediate in the compute dtype, as the unfused ops store them
 }};
 
 constexpr bool table_in_order() {

@@ -4,6 +4,7 @@
 // into the parameter arena (GEMM with beta = 1, scatter-add, column sums) without temporaries.
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cmath>
 
 #include "internal.h"
@@ -203,6 +204,22 @@ void masked_softmax_backward_rule(Node& n, const Tensor& g) {
   accumulate_grad(X, dx);
 }
 
+// The fused encoder attention (kernels/attention_ops.h): recomputes the probabilities per chunk.
+void masked_attention_backward_rule(Node& n, const Tensor& g) {
+  ProfileScope prof(WorkKind::attention);
+  VarImpl& Q = *n.inputs[0];
+  VarImpl& K = *n.inputs[1];
+  VarImpl& V = *n.inputs[2];
+  if (!Q.requires_grad && !K.requires_grad && !V.requires_grad) return;
+  Tensor dq = Tensor::empty(Q.shape, Q.dtype), dk = Tensor::empty(K.shape, K.dtype), dv = Tensor::empty(V.shape, V.dtype);
+  const float p = std::bit_cast<float>(static_cast<uint32_t>(n.shape[0]));
+  masked_attention_backward(n.in_values[0], n.in_values[1], n.in_values[2], n.ids, g.contiguous(), static_cast<float>(n.f),
+                            p, static_cast<uint64_t>(n.i0), static_cast<uint64_t>(n.i1), dq, dk, dv);
+  accumulate_grad(Q, dq);
+  accumulate_grad(K, dk);
+  accumulate_grad(V, dv);
+}
+
 void cross_entropy_backward_rule(Node& n, const Tensor& g) {
   VarImpl& L = *n.inputs[0];
   const Tensor& logits = n.in_values[0];
@@ -334,13 +351,14 @@ constexpr std::array<RuleRow, kNumOpKinds> kRules = {{
     {activation_backward_rule, 0b001},      // tanh: its input (tanh recomputed)
     {activation_backward_rule, 0b001},      // relu: its input
     {masked_softmax_backward_rule, 0b000},  // masked_softmax: its output (in saved)
+    {masked_attention_backward_rule, 0b111},  // masked_attention: q, k, v (the mask in ids; nothing T x T)
 }};
 static_assert(kRules.size() == kNumOpKinds);
 
 constexpr std::array<std::string_view, kNumOpKinds> kNames = {
     "matmul", "linear",  "add",         "mul",         "scale",   "gelu",  "layer_norm", "embedding",
     "causal_softmax", "cross_entropy", "reshape", "split_heads", "merge_heads", "dropout", "cast", "attention", "attention_qkv", "checkpoint",
-    "gelu_erf", "tanh", "relu", "masked_softmax"};
+    "gelu_erf", "tanh", "relu", "masked_softmax", "masked_attention"};
 
 }  // namespace
 

@@ -2,6 +2,7 @@
 #include "mixtrain/autograd/functions.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 
 #include "autograd/cast_hook.h"
@@ -307,6 +308,30 @@ Var masked_softmax(const Var& x_in, const Tensor& key_mask, float scale_) {
     n = make_node(OpKind::masked_softmax, {&x});
     n->saved = {out};
     n->f = scale_;
+  }
+  return make_output(out, n);
+}
+
+Var masked_attention(const Var& q_in, const Var& k_in, const Var& v_in, const Tensor& key_mask, float scale_, float p,
+                     uint64_t seed, uint64_t offset) {
+  ScopedOp site_op("masked_attention");  // names what this op allocates (tensor/alloc_site.h)
+  ProfileScope prof(WorkKind::attention);
+  Var q = q_in, k = k_in, v = v_in;
+  autocast(OpKind::masked_attention, {&q, &k, &v});
+  require(q, "masked_attention", "q");
+  require(k, "masked_attention", "k");
+  require(v, "masked_attention", "v");
+  const Tensor mask = key_mask.contiguous();
+  Tensor out = Tensor::empty(q.shape(), q.dtype());
+  masked_attention_forward(q.value(), k.value(), v.value(), mask, scale_, p, seed, offset, out);
+  std::shared_ptr<Node> n;
+  if (needs_grad({&q, &k, &v})) {
+    n = make_node(OpKind::masked_attention, {&q, &k, &v});
+    n->ids = mask;
+    n->f = scale_;
+    n->shape = {static_cast<int64_t>(std::bit_cast<uint32_t>(p))};  // the dropout p, bit for bit
+    n->i0 = static_cast<int64_t>(seed);
+    n->i1 = static_cast<int64_t>(offset);
   }
   return make_output(out, n);
 }

@@ -133,6 +133,88 @@ void attention_heads_backward(const Tensor& q, const Tensor& k, const Tensor& v,
   }
 }
 
+namespace {
+// Batch rows per chunk of the masked attention: about 4 MiB of f32 scores, at least one row.
+int64_t masked_attention_rows_per_chunk(int64_t H, int64_t T) { return std::max<int64_t>(1, (int64_t{4} << 20) / (H * T * T * 4)); }
+
+// One chunk's probabilities: S = q k^T, P = masked_softmax(scale * S), Pd = dropout(P) (P itself
+// when p = 0). Returns Pd and, in `probs`, P. The heads [h0, h1) of the whole (B*H, T, T).
+Tensor chunk_probabilities(const Tensor& qc, const Tensor& kc, const Tensor& mask_c, float scale, float p, uint64_t seed,
+                           uint64_t first, Tensor& probs) {
+  const DType t = qc.dtype();
+  {
+    const Tensor s = matmul(qc, kc, false, true, t, MemCategory::workspace);  // (n, T, T)
+    probs = Tensor::empty(s.shape(), t, MemCategory::workspace);
+    masked_softmax(s, mask_c, scale, probs);
+  }
+  if (p == 0.f) return probs;
+  Tensor pd = Tensor::empty(probs.shape(), t, MemCategory::workspace);
+  dropout_mask(probs, p, seed, first, pd);
+  return pd;
+}
+
+void check_masked_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask, float p) {
+  if (q.dim() != 3 || !(k.shape() == q.shape()) || !(v.shape() == q.shape()) || !q.is_contiguous() ||
+      !k.is_contiguous() || !v.is_contiguous())
+    throw ShapeError("masked_attention: q " + q.to_string() + ", k " + k.to_string() + ", v " + v.to_string() +
+                     " must be contiguous (B*H, T, D) of one shape");
+  if (k.dtype() != q.dtype() || v.dtype() != q.dtype()) throw DTypeError("masked_attention: q, k and v must share one dtype");
+  if (key_mask.dim() != 2 || key_mask.dtype() != DType::i32 || key_mask.size(1) != q.size(1) || key_mask.size(0) < 1 ||
+      q.size(0) % key_mask.size(0) != 0)
+    throw ShapeError("masked_attention: key_mask " + key_mask.to_string() + " must be i32 (B, T) with B dividing " +
+                     std::to_string(q.size(0)) + " heads and T = " + std::to_string(q.size(1)));
+  if (!(p >= 0.f && p < 1.f)) throw ArgumentError("masked_attention: dropout p must be in [0, 1), got " + std::to_string(p));
+}
+}  // namespace
+
+void masked_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask, float scale,
+                              float p, uint64_t seed, uint64_t offset, Tensor& y) {
+  check_masked_attention(q, k, v, key_mask, p);
+  const int64_t B = key_mask.size(0), H = q.size(0) / B, T = q.size(1);
+  const int64_t rows = masked_attention_rows_per_chunk(H, T);
+  for (int64_t b0 = 0; b0 < B; b0 += rows) {
+    const int64_t b1 = std::min(B, b0 + rows), h0 = b0 * H, h1 = b1 * H;
+    Tensor probs;
+    const Tensor pd = chunk_probabilities(q.slice(0, h0, h1), k.slice(0, h0, h1), key_mask.slice(0, b0, b1), scale, p,
+                                          seed, offset + uint64_t(h0 * T * T), probs);
+    Tensor yc = y.slice(0, h0, h1);
+    gemm(pd, v.slice(0, h0, h1), yc);  // y = Pd v
+  }
+}
+
+void masked_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
+                               const Tensor& g, float scale, float p, uint64_t seed, uint64_t offset, Tensor& dq,
+                               Tensor& dk, Tensor& dv) {
+  check_masked_attention(q, k, v, key_mask, p);
+  const int64_t B = key_mask.size(0), H = q.size(0) / B, T = q.size(1);
+  const int64_t rows = masked_attention_rows_per_chunk(H, T);
+  GemmOptions ta;
+  ta.trans_a = true;
+  for (int64_t b0 = 0; b0 < B; b0 += rows) {
+    const int64_t b1 = std::min(B, b0 + rows), h0 = b0 * H, h1 = b1 * H;
+    const uint64_t first = offset + uint64_t(h0 * T * T);
+    const Tensor qc = q.slice(0, h0, h1), kc = k.slice(0, h0, h1), vc = v.slice(0, h0, h1), gc = g.slice(0, h0, h1);
+    Tensor probs;
+    const Tensor pd = chunk_probabilities(qc, kc, key_mask.slice(0, b0, b1), scale, p, seed, first, probs);
+    Tensor dvc = dv.slice(0, h0, h1);
+    gemm(pd, gc, dvc, ta);  // dv = Pd^T dy
+    Tensor ds = Tensor::empty(probs.shape(), probs.dtype(), MemCategory::workspace);
+    {
+      Tensor dp = matmul(gc, vc, false, true, q.dtype(), MemCategory::workspace);  // dPd = dy v^T
+      if (p != 0.f) {                                                              // dP = dropout(dPd)
+        Tensor masked = Tensor::empty(dp.shape(), dp.dtype(), MemCategory::workspace);
+        dropout_mask(dp, p, seed, first, masked);
+        dp = masked;
+      }
+      softmax_last_backward(probs, dp, ds);
+    }
+    if (scale != 1.f) mixtrain::scale(ds, scale, ds);
+    Tensor dqc = dq.slice(0, h0, h1), dkc = dk.slice(0, h0, h1);
+    gemm(ds, kc, dqc);      // dq = dS k
+    gemm(ds, qc, dkc, ta);  // dk = dS^T q
+  }
+}
+
 void heads_copy(const Tensor& rows, const std::vector<Tensor>& heads, int64_t H, bool to_heads) {
   if (rows.dim() != 3 || !rows.is_contiguous() || heads.empty() || H < 1 || rows.size(2) % (int64_t(heads.size()) * H) != 0)
     throw ShapeError("heads_copy: rows " + rows.to_string() + " must be contiguous (B, T, n*C) with n*C divisible by " +

@@ -26,6 +26,22 @@ void attention_heads_forward(const Tensor& q, const Tensor& k, const Tensor& v, 
                              const std::vector<Tensor>& probs, Tensor& y);
 void attention_heads_backward(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<Tensor>& probs,
                               const Tensor& g, float scale, const Tensor& dq, const Tensor& dk, const Tensor& dv);
+// The encoder's attention (bidirectional, a key padding mask, dropout on the probabilities) with
+// nothing of size T x T kept for backward: a chunk of batch rows at a time (about 4 MiB of scores),
+//   forward   S = q k^T;  P = masked_softmax(scale * S, key_mask);  Pd = dropout(P);  y = Pd v
+//   backward  S, P, Pd recomputed per chunk (the dropout mask regenerated from seed and offset);
+//             dv = Pd^T dy;  dPd = dy v^T;  dP = dropout(dPd);  dS = scale * softmax'(P, dP);
+//             dq = dS k;  dk = dS^T q
+// q, k, v, y, dy (and dq, dk, dv): (B*H, T, D) contiguous, one float dtype, which S, P and Pd also
+// take (the 16-bit compute dtype under autocast, as the unfused ops store them); key_mask (B, T)
+// i32. p = 0: no dropout. Dropout element i of P (row-major over (B*H, T, T)) draws
+// counter_rng(seed, offset + i), as dropout_mask on the whole P would. The same GEMM, softmax and
+// dropout kernels as the unfused composition, on row chunks of the same operands.
+void masked_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask, float scale,
+                              float p, uint64_t seed, uint64_t offset, Tensor& y);
+void masked_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
+                               const Tensor& g, float scale, float p, uint64_t seed, uint64_t offset, Tensor& dq,
+                               Tensor& dk, Tensor& dv);
 // rows (B, T, n*C) contiguous <-> the n contiguous tensors heads (B*H, T, D) (q, k, v side by side
 // for n = 3, one tensor for n = 1), copied in the direction to_heads says.
 void heads_copy(const Tensor& rows, const std::vector<Tensor>& heads, int64_t H, bool to_heads);

@@ -169,10 +169,14 @@ Var EncoderClassifier::layer_forward(const EncoderLayer& l, const Var& x, const 
     Var q = split_heads(qkv, 0, l.heads);  // (B*H, T, D)
     Var k = split_heads(qkv, 1, l.heads);  // (B*H, T, D)
     Var v = split_heads(qkv, 2, l.heads);  // (B*H, T, D)
-    Var att = masked_softmax(matmul(q, k, false, true), key_mask,
-                             1.0f / std::sqrt(static_cast<float>(D)));  // (B*H, T, T)
-    att = drop(att);                       // on the probabilities, as Hugging Face's attention dropout
-    ctx = merge_heads(matmul(att, v), B);  // (B*H, T, D) -> (B, T, C)
+    // dropout(masked_softmax(q k^T / sqrt(D))) v in one op that keeps nothing (B*H, T, T) for
+    // backward; the dropout on the probabilities (Hugging Face's attention dropout) draws the
+    // stream positions a separate dropout op would.
+    const float p = drop.active() ? drop.p : 0.f;
+    Var att = masked_attention(q, k, v, key_mask, 1.0f / std::sqrt(static_cast<float>(D)), p, drop.seed,
+                               drop.offset);  // (B*H, T, D)
+    if (drop.active()) drop.offset += static_cast<uint64_t>(q.size(0) * q.size(1) * q.size(1));
+    ctx = merge_heads(att, B);  // (B*H, T, D) -> (B, T, C)
   }
   Var a = l.attn_out(ctx);  // (B, T, C)
   if (l.drop_attn_out) a = drop(a);

@@ -64,6 +64,10 @@ std::vector<OpCase> op_cases() {
       {OpKind::relu, {{2, 3, 4}}, [](const std::vector<Var>& v) { return relu(v[0]); }},
       {OpKind::masked_softmax, {{4, 3, 3}},
        [](const std::vector<Var>& v) { return masked_softmax(v[0], Tensor::from_ints({1, 1, 0, 1, 0, 0}, {2, 3}), 0.5f); }},
+      {OpKind::masked_attention, {{4, 3, 2}, {4, 3, 2}, {4, 3, 2}},
+       [](const std::vector<Var>& v) {
+         return masked_attention(v[0], v[1], v[2], Tensor::from_ints({1, 1, 0, 1, 0, 0}, {2, 3}), 0.5f, 0.25f, 7, 0);
+       }},
   };
 }
 
@@ -120,6 +124,7 @@ TEST(Autocast, PolicyTableCoversEveryOpAndFollowsTorchLists) {
   EXPECT_EQ(autocast_policy(OpKind::layer_norm), CastPolicy::fp32);
   EXPECT_EQ(autocast_policy(OpKind::causal_softmax), CastPolicy::fp32);
   EXPECT_EQ(autocast_policy(OpKind::masked_softmax), CastPolicy::lower_precision);
+  EXPECT_EQ(autocast_policy(OpKind::masked_attention), CastPolicy::lower_precision);
   EXPECT_EQ(autocast_policy(OpKind::cross_entropy), CastPolicy::fp32);
   EXPECT_EQ(autocast_policy(OpKind::add), CastPolicy::promote);
   EXPECT_EQ(autocast_policy(OpKind::mul), CastPolicy::promote);

@@ -5,8 +5,10 @@
 #include <cmath>
 #include <functional>
 
+#include "mixtrain/amp/autocast.h"
 #include "mixtrain/autograd/functions.h"
 #include "mixtrain/models/gpt.h"
+#include "mixtrain/tensor/memory.h"
 
 using namespace mixtrain;
 using namespace mixtrain::autograd;
@@ -124,6 +126,62 @@ TEST(Autograd, FusedAttentionEqualsTheComposedGraph) {
         ASSERT_NEAR(fused[t][i], composed[t][i], tol) << dtype_name(dt) << " " << names[t] << "[" << i << "]";
     }
   }
+}
+
+// The encoder's fused attention against the composition it replaces (matmul -> masked_softmax ->
+// dropout -> matmul): the same kernels on chunks of batch rows of the same operands, so the
+// values and every gradient agree bit for bit in f32 and bf16 (the latter also under autocast),
+// with dropout on and off, a padded batch row and a fully padded one. B = 11 rows of H = 12
+// heads at T = 128 make three chunks (five rows each, then one).
+TEST(Autograd, MaskedAttentionEqualsTheComposedGraph) {
+  const int64_t B = 11, H = 12, T = 128, D = 8;
+  std::vector<int32_t> m(static_cast<size_t>(B * T), 1);
+  for (int64_t t = 100; t < T; ++t) m[static_cast<size_t>(2 * T + t)] = 0;  // row 2: 28 padded keys
+  for (int64_t t = 0; t < T; ++t) m[static_cast<size_t>(5 * T + t)] = 0;    // row 5: all padding
+  const Tensor mask = Tensor::from_ints(m, {B, T});
+  const Shape s{B * H, T, D};
+  struct Case {
+    DType dt;
+    bool autocast;  // f32 inputs under bf16 autocast
+  };
+  for (const Case c : {Case{DType::f32, false}, Case{DType::bf16, false}, Case{DType::f32, true}})
+    for (float p : {0.f, 0.1f}) {
+      const DType dt = c.dt;
+      Var q(Tensor::randn(s, dt, 1), true), k(Tensor::randn(s, dt, 2), true), v(Tensor::randn(s, dt, 3), true);
+      const Tensor dy = Tensor::randn(s, dt, 4);
+      auto run = [&](bool fused) {
+        for (Var* x : {&q, &k, &v}) x->impl()->grad = Tensor();
+        AutocastScope scope(c.autocast, DType::bf16);
+        Var y;
+        if (fused) {
+          y = masked_attention(q, k, v, mask, 0.35f, p, 99, 1234);
+        } else {
+          Var att = masked_softmax(matmul(q, k, false, true), mask, 0.35f);
+          if (p != 0.f) att = dropout(att, p, 99, 1234);
+          y = matmul(att, v);
+        }
+        Var loss = cross_entropy(reshape(mul(y, Var(dy)), {B * H * T, D}),
+                                 Tensor::from_ints(std::vector<int32_t>(static_cast<size_t>(B * H * T), 3), {B * H * T}));
+        loss.backward();
+        return std::vector<std::vector<double>>{y.value().to_doubles(), q.grad().to_doubles(), k.grad().to_doubles(),
+                                                v.grad().to_doubles()};
+      };
+      const auto fused = run(true), composed = run(false);
+      const char* names[] = {"y", "dq", "dk", "dv"};
+      for (size_t t = 0; t < fused.size(); ++t)
+        for (size_t i = 0; i < fused[t].size(); ++i)
+          ASSERT_EQ(fused[t][i], composed[t][i])
+              << dtype_name(dt) << (c.autocast ? " autocast" : "") << " p " << p << " " << names[t] << "[" << i << "]";
+    }
+  // The fused op keeps q, k and v only: nothing of size T x T lives past it.
+  Var q(Tensor::randn(s, DType::f32, 1), true), k(Tensor::randn(s, DType::f32, 2), true), v(Tensor::randn(s, DType::f32, 3), true);
+  const int64_t before = MemoryTracker::current().snapshot().live[size_t(MemCategory::activations)];
+  Var y = masked_attention(q, k, v, mask, 0.35f, 0.1f, 99, 0);
+  const int64_t after = MemoryTracker::current().snapshot().live[size_t(MemCategory::activations)];
+  EXPECT_EQ(after - before, int64_t(y.value().nbytes())) << "only the output is new";
+  // Bad shapes: one line each.
+  EXPECT_THROW(masked_attention(q, k, v, Tensor::from_ints({1, 1}, {1, 2}), 0.35f, 0.f, 0, 0), ShapeError);
+  EXPECT_THROW(masked_attention(q, k, v, mask, 0.35f, 1.f, 0, 0), ArgumentError);
 }
 
 // attention_qkv reads q, k, v in place and writes the heads side by side: the same values and

@@ -43,6 +43,14 @@ Var reshape(const Var& x, const Shape& shape);  // x must be contiguous
 Var split_heads(const Var& qkv, int which, int64_t n_head);
 // y (B*H, T, D) -> (B, T, C), contiguous.
 Var merge_heads(const Var& y, int64_t batch);
+// The encoder's attention in one op: dropout(masked_softmax(q k^T, key_mask, scale), p) v for q,
+// k, v (B*H, T, D) and key_mask (B, T) i32, with the dropout mask of dropout(., p, seed, offset)
+// (p = 0: none). Equal to that composition of the ops above, but keeps only q, k and v for
+// backward, which recomputes the probabilities a chunk of batch rows at a time (and regenerates
+// the mask): no T x T tensor outlives the op (kernels/attention_ops.h). Under autocast it runs in
+// the 16-bit compute dtype, as masked_softmax and the matmuls do.
+Var masked_attention(const Var& q, const Var& k, const Var& v, const Tensor& key_mask, float scale, float p,
+                     uint64_t seed, uint64_t offset);
 // Inverted dropout with a counter-based mask: element i is kept iff rng(seed, offset + i) >= p.
 // p == 0 (or gradients disabled and `training` false) returns x itself.
 Var dropout(const Var& x, float p, uint64_t seed, uint64_t offset, bool training = true);

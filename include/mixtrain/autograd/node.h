@@ -34,6 +34,7 @@ enum class OpKind : uint8_t {
   tanh,            // tanh (BERT's pooler)
   relu,            // max(x, 0)
   masked_softmax,  // softmax(scale * x) over the last dim with a key padding mask (bidirectional)
+  masked_attention,  // dropout(masked_softmax(scale * q k^T)) v, nothing T x T kept (recomputed in backward)
   count_,
 };
 constexpr size_t kNumOpKinds = static_cast<size_t>(OpKind::count_);
