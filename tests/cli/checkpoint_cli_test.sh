@@ -14,7 +14,8 @@ TRAIN=("$MIXTRAIN" --threads 1 train --model "$TMP/tiny.json" "${COMMON[@]}")
 
 
 # Resume exactness, every precision mode; options that exercise the scaler (growth, hysteresis,
-# skipped steps), Kahan and stochastic rounding, SGD momentum and gradient accumulation.
+# skipped steps), Kahan, stochastic and master rounding (fp32 masters in the checkpoint), SGD
+# momentum and gradient accumulation.
 resume_case() {
   local name="$1"
   shift
@@ -33,6 +34,8 @@ resume_case 16-true --precision 16-true --update-rounding stochastic --lr 1e-4
 resume_case bf16-true --precision bf16-true --update-rounding kahan
 resume_case bf16-true-sgd --precision bf16-true --optimizer sgd --momentum 0.9 --update-rounding stochastic
 resume_case 32-true-sgd --precision 32-true --optimizer sgd --momentum 0
+resume_case bf16-true-master --precision bf16-true --update-rounding master
+resume_case 16-true-master-sgd --precision 16-true --optimizer sgd --momentum 0.9 --update-rounding master
 # The checkpoints of a finished run: one per --save-every and the last, each complete.
 if [ "$(cd "$TMP/ck_16-mixed" && ls | tr '\n' ' ')" = "step-000002 step-000004 step-000006 step-000008 " ] &&
   [ -f "$TMP/ck_16-mixed/step-000008/manifest.json" ] && [ -f "$TMP/ck_16-mixed/step-000008/model.safetensors" ] &&
