@@ -212,7 +212,7 @@ void masked_attention_backward_rule(Node& n, const Tensor& g) {
   VarImpl& V = *n.inputs[2];
   if (!Q.requires_grad && !K.requires_grad && !V.requires_grad) return;
   Tensor dq = Tensor::empty(Q.shape, Q.dtype), dk = Tensor::empty(K.shape, K.dtype), dv = Tensor::empty(V.shape, V.dtype);
-  const float p = std::bit_cast<float>(static_cast<uint32_t>(n.shape[0]));
+  const float p = std::bit_cast<float>(static_cast<uint32_t>(n.i2));
   masked_attention_backward(n.in_values[0], n.in_values[1], n.in_values[2], n.ids, g.contiguous(), static_cast<float>(n.f),
                             p, static_cast<uint64_t>(n.i0), static_cast<uint64_t>(n.i1), dq, dk, dv);
   accumulate_grad(Q, dq);

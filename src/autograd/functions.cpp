@@ -329,9 +329,9 @@ Var masked_attention(const Var& q_in, const Var& k_in, const Var& v_in, const Te
     n = make_node(OpKind::masked_attention, {&q, &k, &v});
     n->ids = mask;
     n->f = scale_;
-    n->shape = {static_cast<int64_t>(std::bit_cast<uint32_t>(p))};  // the dropout p, bit for bit
     n->i0 = static_cast<int64_t>(seed);
     n->i1 = static_cast<int64_t>(offset);
+    n->i2 = std::bit_cast<uint32_t>(p);  // the dropout p, bit for bit (f holds the scale)
   }
   return make_output(out, n);
 }

@@ -64,10 +64,16 @@ Var Embedding::operator()(const Tensor& ids) const {
 }
 
 Var DropoutState::operator()(const Var& x) {
-  if (p == 0.f || !training) return x;
-  Var y = autograd::dropout(x, p, seed, offset, training);
-  offset += static_cast<uint64_t>(x.value().numel());
-  return y;
+  if (!active()) return x;
+  const Draw d = take(x.value().numel());
+  return autograd::dropout(x, d.p, seed, d.offset, training);
+}
+
+DropoutState::Draw DropoutState::take(int64_t numel) {
+  if (!active()) return {0.f, offset};
+  const Draw d{p, offset};
+  offset += static_cast<uint64_t>(numel);
+  return d;
 }
 
 void CausalSelfAttention::declare(ParameterStore& s, const std::string& name, int64_t C, int64_t H) {

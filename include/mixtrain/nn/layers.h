@@ -58,6 +58,13 @@ struct DropoutState {
   uint64_t offset = 0;
   bool active() const { return p != 0.f && training; }
   Var operator()(const Var& x);
+  // For an op that applies this dropout to numel elements itself (autograd::masked_attention): the
+  // p to pass (0 when inactive) and the stream offset it starts at, advanced as operator() does.
+  struct Draw {
+    float p;
+    uint64_t offset;
+  };
+  Draw take(int64_t numel);
 };
 
 // Causal multi-head self-attention (GPT-2): qkv = c_attn(x); per head softmax(q k^T / sqrt(D)) v

@@ -134,6 +134,15 @@ void sgd_update(fp16* p, const fp16* g, fp16* buf, fp16* c, const std::vector<Fl
 
 namespace {
 template <class T>
+void sgd_master(Tensor& p, const Tensor& g, float* buf, const std::vector<FlatSpan>& spans, const SgdScalars& s,
+                const WorkingCopyOut& working) {
+  if (force_reference())
+    sgd_update_ref(p.data<float>(), g.data<T>(), buf, spans, s, working);
+  else
+    sgd_update(p.data<float>(), g.data<T>(), buf, spans, s, working);
+}
+
+template <class T>
 void sgd_lowp(Tensor& p, const Tensor& g, Tensor& buf, Tensor& c, const std::vector<FlatSpan>& spans,
               const SgdScalars& s, const LowpWrite& w) {
   T* b = buf.defined() ? buf.data<T>() : nullptr;
@@ -150,16 +159,8 @@ void CpuBackend::sgd_update(Tensor& p, const Tensor& g, Tensor& buf, Tensor& c, 
   switch (p.dtype()) {
     case DType::f32: {
       float* b = buf.defined() ? buf.data<float>() : nullptr;
-      if (g.dtype() == DType::bf16) {
-        force_reference() ? sgd_update_ref(p.data<float>(), g.data<bf16>(), b, spans, s, working)
-                          : mixtrain::sgd_update(p.data<float>(), g.data<bf16>(), b, spans, s, working);
-        return;
-      }
-      if (g.dtype() == DType::f16) {
-        force_reference() ? sgd_update_ref(p.data<float>(), g.data<fp16>(), b, spans, s, working)
-                          : mixtrain::sgd_update(p.data<float>(), g.data<fp16>(), b, spans, s, working);
-        return;
-      }
+      if (g.dtype() == DType::bf16) return sgd_master<bf16>(p, g, b, spans, s, working);
+      if (g.dtype() == DType::f16) return sgd_master<fp16>(p, g, b, spans, s, working);
       if (force_reference())
         sgd_update_ref(p.data<float>(), g.data<float>(), b, spans, s, working);
       else
