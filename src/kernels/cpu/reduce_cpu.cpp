@@ -110,7 +110,35 @@ float max_f32(const float* p, int64_t n) {
   return best;
 }
 
+namespace {
+// exp_sub and the sum of its results in one pass over a row of at most kSumBlock: the lanes,
+// sub-totals and tail of block_sum_sq_dev exactly, so the sum is sum_f32(out) bit for bit (the
+// softmax rows were read twice, and the two calls cost as much as the exponentials).
+MIXTRAIN_SIMD_CLONES float exp_sub_block_sum(const float* x, float m, float* out, int64_t n) {
+  float total[kLanes] = {}, sub[kLanes];
+  const int64_t n16 = n - n % kLanes;
+  for (int64_t s0 = 0; s0 < n16; s0 += kSub) {
+    const int64_t s1 = std::min(n16, s0 + kSub);
+    for (int j = 0; j < kLanes; ++j) sub[j] = 0.f;
+    for (int64_t i = s0; i < s1; i += kLanes)
+#pragma omp simd
+      for (int j = 0; j < kLanes; ++j) {
+        const float e = exp_f32(x[i + j] - m);
+        out[i + j] = e;
+        sub[j] += e;
+      }
+    for (int j = 0; j < kLanes; ++j) total[j] += sub[j];
+  }
+  for (int64_t i = n16; i < n; ++i) {
+    out[i] = exp_f32(x[i] - m);
+    total[i - n16] += out[i];
+  }
+  return combine_lanes(total);
+}
+}  // namespace
+
 float exp_sub_sum_f32(const float* x, float m, float* out, int64_t n) {
+  if (n <= kSumBlock) return exp_sub_block_sum(x, m, out, n);
   exp_sub(x, m, out, n);
   return sum_f32(out, n);
 }
