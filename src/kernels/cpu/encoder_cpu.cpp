@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstdint>
+#include <vector>
 #include <cmath>
 
 #include "kernels/cpu/cpu_backend.h"
@@ -130,26 +131,41 @@ void CpuBackend::masked_softmax(const Tensor& x, const Tensor& key_mask, float s
   Tensor o = cpu::rows_for_output(y, ov);
   const int64_t R = xv.rows, Tk = xv.cols, Tq = x.size(1), H = x.size(0) / key_mask.size(0);
   const int32_t* mask = key_mask.data<int32_t>();
+  // Keys past the last real one of a batch row are masked: their exponentials are 0 and add
+  // nothing, so each row is computed over its first n_eff keys and the rest written as 0. n_eff
+  // is that length rounded up to whole 16-lane groups (the blocked sum's lanes and sub-totals
+  // then see the same values in the same order: bit for bit the whole row's result), or Tk when
+  // the rounding would reach the sum's tail. Right padding makes this the padded fraction.
+  const int64_t Bm = key_mask.size(0), full16 = Tk - Tk % 16;
+  std::vector<int64_t> n_eff(static_cast<size_t>(Bm));
+  for (int64_t b = 0; b < Bm; ++b) {
+    const int32_t* m = mask + b * Tk;
+    int64_t last = Tk;
+    while (last > 0 && m[last - 1] == 0) --last;
+    const int64_t up = (last + 15) / 16 * 16;
+    n_eff[static_cast<size_t>(b)] = last == 0 ? 0 : (up <= full16 ? up : Tk);
+  }
   const int nt = cpu::threads_for(R * Tk);
 #pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
   for (int64_t r = 0; r < R; ++r) {
-    const int32_t* m = mask + ((r / Tq) / H) * Tk;
-    const bool any = std::any_of(m, m + Tk, [](int32_t v) { return v != 0; });
+    const int64_t b = (r / Tq) / H, n = n_eff[static_cast<size_t>(b)];
+    const int32_t* m = mask + b * Tk;
     float* q = cpu::out_row(ov.row(r), ov.dtype, cpu::scratch(2, Tk));
-    if (!any) {  // every score + finfo.min rounds to finfo.min: uniform
+    if (n == 0) {  // no real key: every score + finfo.min rounds to finfo.min, so uniform
       std::fill(q, q + Tk, 1.f / static_cast<float>(Tk));
       cpu::store_row(q, ov.row(r), ov.dtype, Tk);
       continue;
     }
-    const float* p = cpu::load_row(xv.row(r), xv.dtype, Tk, cpu::scratch(0, Tk));
+    const float* p = cpu::load_row(xv.row(r), xv.dtype, n, cpu::scratch(0, Tk));
     float* s = cpu::scratch(1, Tk);
-    const float sum = cpu::exp_sub_sum_f32(s, cpu::masked_scale_max(p, m, scale, s, Tk), q, Tk);
+    const float sum = cpu::exp_sub_sum_f32(s, cpu::masked_scale_max(p, m, scale, s, n), q, n);
     const float inv = 1.f / sum;
+    std::fill(q + n, q + Tk, 0.f);
     if (ov.dtype == DType::bf16) {  // q * inv rounded once, as the f32 product then store_row
       cpu::round_bf16_row_scaled(q, inv, static_cast<bf16*>(ov.row(r)), Tk);
       continue;
     }
-    cpu::scale_row(q, inv, Tk);
+    cpu::scale_row(q, inv, n);
     cpu::store_row(q, ov.row(r), ov.dtype, Tk);
   }
   cpu::finish_output(o, y);
