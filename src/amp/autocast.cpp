@@ -57,6 +57,14 @@ struct Cache {
   int64_t hits = 0, misses = 0;
 };
 thread_local Cache t_cache;
+// Per arena storage, the lowest offset of a parameter cast (autocast_lowest_cast_offset). The weak
+// reference tells a live storage from a freed one whose address a new storage took: that one
+// starts afresh (a run's working copy, and so its memory, must not depend on an earlier run's).
+struct LowestCast {
+  std::weak_ptr<Storage> storage;
+  int64_t offset = 0;
+};
+thread_local std::unordered_map<const Storage*, LowestCast> t_lowest_cast;
 
 thread_local const WorkingCopyScope* t_working = nullptr;
 
@@ -123,6 +131,12 @@ Var autocast_cast(const Var& x, DType target) {
   const bool cacheable = s.cache_enabled && is_low_precision(target) && x.dtype() == DType::f32 &&
                          x.requires_grad() && x.impl()->grad_fn == nullptr && x.value().storage() != nullptr;
   if (!cacheable) return autograd::cast(x, target);
+  {
+    const std::shared_ptr<Storage>& st = x.value().storage();
+    LowestCast& e = t_lowest_cast[st.get()];
+    if (e.storage.expired()) e = {st, x.value().offset()};
+    else if (x.value().offset() < e.offset) e.offset = x.value().offset();
+  }
   if (Tensor w = working_copy_view(x, target); w.defined()) {
     ++t_cache.hits;
     return cast_from_cache(x, w);
@@ -303,6 +317,11 @@ bool keep_fp32_matches(const std::vector<std::string>& patterns, const std::stri
       if (::fnmatch(p.c_str(), prefix.c_str(), 0) == 0) return true;
   }
   return false;
+}
+
+int64_t autocast_lowest_cast_offset(const Storage* storage) {
+  const auto it = t_lowest_cast.find(storage);
+  return it == t_lowest_cast.end() || it->second.storage.expired() ? -1 : it->second.offset;
 }
 
 AutocastCacheStats autocast_cache_stats() {

@@ -39,11 +39,13 @@ std::vector<FlatSpan> split_spans(const std::vector<FlatSpan>& spans, int64_t ma
 }
 
 void write_working_copy(const float* p, const WorkingCopyOut& w, int64_t offset, int64_t n) {
-  if (!w || n <= 0) return;
+  const int64_t lo = std::max(offset, w.begin), end = offset + n;
+  if (!w || lo >= end) return;
+  const size_t count = static_cast<size_t>(end - lo);
   if (w.dtype == DType::bf16)
-    convert_f32_to_bf16(p + offset, static_cast<bf16*>(w.data) + offset, static_cast<size_t>(n));
+    convert_f32_to_bf16(p + lo, static_cast<bf16*>(w.data) + (lo - w.begin), count);
   else
-    convert_f32_to_fp16(p + offset, static_cast<fp16*>(w.data) + offset, static_cast<size_t>(n));
+    convert_f32_to_fp16(p + lo, static_cast<fp16*>(w.data) + (lo - w.begin), count);
 }
 
 namespace optim_detail {
@@ -57,9 +59,9 @@ void check_lowp_write(const void* c, const LowpWrite& w, const char* op) {
 }
 
 void check_master_out(const WorkingCopyOut& working, DType grad_dtype, const char* op) {
-  if (!working)
+  if (!working || working.begin != 0)
     throw ArgumentError(std::string(op) + ": fp32 master weights with 16-bit gradients need the 16-bit parameters "
-                        "to write (the working copy)");
+                        "to write (the working copy), all of them");
   if (working.dtype != grad_dtype)
     throw DTypeError(std::string(op) + ": the 16-bit parameters are " + std::string(dtype_name(working.dtype)) +
                      ", the gradients " + std::string(dtype_name(grad_dtype)));

@@ -37,16 +37,26 @@ void MixedPrecision::backward(const autograd::Var& loss, int64_t accum_steps) {
 Tensor* MixedPrecision::working_copy_for(ParameterStore& store) {
   const Tensor& master = store.flat_params();
   if (!spec_.autocast || master.dtype() != DType::f32) return nullptr;
-  const bool same = working_.defined() && working_master_.storage() == master.storage() &&
-                    working_master_.offset() == master.offset() && working_.numel() == master.numel();
+  const bool same = working_.defined() && working_arena_.storage() == master.storage() &&
+                    working_arena_.offset() == master.offset() && working_arena_.numel() == master.numel();
   if (!same) {
+    // The copy starts at the first parameter autocast has cast (the forward passes before this
+    // first step cast every one the model uses): the parameters before it, such as an encoder's
+    // embedding tables, which autocast runs in fp32, would only be copied, never read (MiniLM:
+    // 11.9M of 22.7M). A parameter before it that some later forward casts is served by
+    // autocast's cache, as without a working copy.
+    const int64_t lowest = autocast_lowest_cast_offset(master.storage().get());
+    const int64_t first = lowest < master.offset() || lowest >= master.offset() + master.numel()
+                              ? 0
+                              : lowest - master.offset();
     const ScopedOp site("16-bit working copy");  // names it in memory reports
-    working_ = Tensor::empty({master.numel()}, spec_.compute_dtype, MemCategory::parameters);
-    working_master_ = master;
+    working_ = Tensor::empty({master.numel() - first}, spec_.compute_dtype, MemCategory::parameters);
+    working_master_ = master.slice(0, first, master.numel());
+    working_arena_ = master;
     working_version_ = ~uint64_t{0};
   }
   // Elements outside the optimizer's spans (frozen parameters) are only written here.
-  if (working_version_ != master.storage()->version()) working_.copy_from(master);
+  if (working_version_ != master.storage()->version()) working_.copy_from(working_master_);
   return &working_;
 }
 

@@ -57,7 +57,15 @@ Tensor shard_of(const Tensor& t, const FlatRange& shard, int64_t flat_numel) {
 }
 
 WorkingCopyOut shard_working(WorkingCopyOut w, const FlatRange& shard) {
-  if (w) w.data = static_cast<char*>(w.data) + static_cast<size_t>(shard.begin) * dtype_size(w.dtype);
+  if (!w) return w;
+  // The shard's element i is the arena's shard.begin + i: the copy starts at w.begin - shard.begin
+  // in the shard's terms, or, when it starts before the shard, its element for the shard's first.
+  if (w.begin >= shard.begin) {
+    w.begin -= shard.begin;
+  } else {
+    w.data = static_cast<char*>(w.data) + static_cast<size_t>(shard.begin - w.begin) * dtype_size(w.dtype);
+    w.begin = 0;
+  }
   return w;
 }
 

@@ -8,6 +8,7 @@
 #include "mixtrain/core/error.h"
 #include "mixtrain/numeric/convert.h"
 #include "optim/optim_util.h"
+#include "optim/working_copy.h"
 #include "tensor/alloc_site.h"
 
 namespace mixtrain {
@@ -56,16 +57,11 @@ void ZeroOptimizer::step(ParameterStore& store, float lr, Tensor* working) {
   world_.all_gather(p.raw_data(), bytes);
   // The working copy of the other parts: rounded to nearest from the gathered masters, as the
   // optimizer's pass rounds this rank's part (optim/working_copy.h).
-  if (working != nullptr && working->defined()) {
-    const float* m = p.data<float>();
+  // The copy may hold only the arena's end (its elements from w.begin on).
+  if (const WorkingCopyOut w = working_copy_out(working, p.numel(), "ZeroOptimizer::step")) {
     for (int r = 0; r < part_.ranks(); ++r) {
       const FlatRange& s = part_.shards[static_cast<size_t>(r)];
-      if (r == part_.rank || s.size() == 0) continue;
-      const size_t n = static_cast<size_t>(s.size());
-      if (working->dtype() == DType::bf16)
-        convert_f32_to_bf16(m + s.begin, working->data<bf16>() + s.begin, n);
-      else
-        convert_f32_to_fp16(m + s.begin, working->data<fp16>() + s.begin, n);
+      if (r != part_.rank) write_working_copy(p.data<float>(), w, s.begin, s.size());
     }
   }
   p.storage()->bump_version();  // cached casts of the old weights are stale now

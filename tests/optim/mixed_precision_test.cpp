@@ -1,7 +1,8 @@
 // MixedPrecision's working copy: from the first optimizer step on, the forward pass of a *-mixed
 // mode takes its 16-bit weights from the copy the optimizer wrote (no cast, no cache entry), the
 // results are bit-identical to casting the masters each time, and a copy is never used once the
-// masters have changed behind the optimizer's back.
+// masters have changed behind the optimizer's back; it covers the arena from the first parameter
+// autocast casts.
 #include "mixtrain/optim/mixed_precision.h"
 
 #include <gtest/gtest.h>
@@ -87,6 +88,76 @@ TEST(MixedPrecisionWorkingCopy, NeverUsedOnceTheMastersChanged) {
   const double after = mp.forward([&] { return m.loss(Var(kX), kY); }).value().item();
   EXPECT_EQ(autocast_cache_stats().misses, misses2);
   EXPECT_EQ(after, fresh.forward([&] { return m.loss(Var(kX), kY); }).value().item());
+}
+
+// An embedding table leads the arena, as in the encoder: autocast runs the lookup in fp32, so the
+// working copy starts at the first linear weight and holds only what the forward casts.
+struct EmbedMlp {
+  ParameterStore store;
+  nn::Embedding emb;
+  nn::Linear fc1, fc2;
+  EmbedMlp(DType pd, DType gd) {
+    emb.declare(store, "emb", 50, 16);
+    fc1.declare(store, "fc1", 16, 32);
+    fc2.declare(store, "fc2", 32, 4);
+    store.finalize(pd, gd);
+    emb.bind(store);
+    fc1.bind(store);
+    fc2.bind(store);
+    store.param("emb.weight").copy_from(Tensor::randn({50, 16}, DType::f32, 5, 0.f, 1.f));
+    store.param("fc1.weight").copy_from(Tensor::randn({32, 16}, DType::f32, 3, 0.f, 0.3f));
+    store.param("fc2.weight").copy_from(Tensor::randn({4, 32}, DType::f32, 4, 0.f, 0.3f));
+  }
+  Var loss(const Tensor& ids, const Tensor& y) const {
+    return autograd::cross_entropy(fc2(autograd::gelu(fc1(emb(ids)))), y);
+  }
+};
+
+TEST(MixedPrecisionWorkingCopy, StartsAtTheFirstParameterAutocastCasts) {
+  std::vector<int32_t> idv(64);
+  for (int i = 0; i < 64; ++i) idv[size_t(i)] = (i * 7) % 50;
+  const Tensor ids = Tensor::from_ints(idv, {64});
+  for (const char* mode : {"bf16-mixed", "16-mixed"}) {
+    MixedPrecision with(mode), without(mode);
+    EmbedMlp a(with.param_dtype(), with.grad_dtype()), b(without.param_dtype(), without.grad_dtype());
+    AdamW oa(a.store), ob(b.store);
+    const int64_t table = 50 * 16;
+    for (int step = 1; step <= 3; ++step) {
+      a.store.zero_grads();
+      b.store.zero_grads();
+      const int64_t misses = autocast_cache_stats().misses;
+      Var la = with.forward([&] { return a.loss(ids, kY); });
+      EXPECT_EQ(autocast_cache_stats().misses - misses, step == 1 ? 4 : 0) << mode << " step " << step;
+      Var lb = without.forward([&] { return b.loss(ids, kY); });
+      ASSERT_EQ(la.value().item(), lb.value().item()) << mode << " step " << step;
+      with.backward(la);
+      without.backward(lb);
+      with.step(oa, a.store, 0.01f);
+      ASSERT_FALSE(without.prepare_step(b.store, 0).found_inf);
+      ob.step(b.store, 0.01f);
+      without.scaler().update(false);
+      // The copy is the arena after the table, element for element the masters rounded.
+      const Tensor& copy = with.working_copy();
+      ASSERT_EQ(copy.numel(), a.store.flat_params().numel() - table) << mode;
+      EXPECT_EQ(copy.to_floats(), a.store.flat_params().slice(0, table, a.store.flat_params().numel())
+                                      .to(with.spec().compute_dtype)
+                                      .to_floats())
+          << mode << " step " << step;
+    }
+    EXPECT_EQ(a.store.flat_params().to_floats(), b.store.flat_params().to_floats()) << mode;
+    // A later forward that casts the table (outside the copy) gets it from autocast's cache.
+    const int64_t misses = autocast_cache_stats().misses;
+    const double tied = with.forward([&] {
+      return autograd::cross_entropy(autograd::matmul(a.emb(ids), a.emb.weight, false, true),  // (64, 50) tied logits
+                                     Tensor::from_ints(std::vector<int32_t>(64, 1), {64}));
+    }).value().item();
+    EXPECT_GT(autocast_cache_stats().misses, misses) << mode;
+    MixedPrecision fresh(mode);
+    EXPECT_EQ(tied, fresh.forward([&] {
+      return autograd::cross_entropy(autograd::matmul(a.emb(ids), a.emb.weight, false, true),  // (64, 50) tied logits
+                                     Tensor::from_ints(std::vector<int32_t>(64, 1), {64}));
+    }).value().item()) << mode;
+  }
 }
 
 TEST(MixedPrecisionWorkingCopy, NoCopyOutsideTheMixedModes) {

@@ -119,14 +119,51 @@ TEST_P(ShardedOptimizer, PartsUpdateAsTheWhole) {
   }
 }
 
-OptimizerConfig adamw(UpdateRounding rounding = UpdateRounding::nearest) {
+OptimizerConfig adamw(UpdateRounding rounding = UpdateRounding::nearest);
+OptimizerConfig sgd(UpdateRounding rounding = UpdateRounding::nearest);
+
+// A working copy of the arena's end only (from its first parameter autocast casts): each part
+// writes the elements of its shard the copy holds, the copy starting before, inside or after
+// rank 1's shard; the result is the whole optimizer's copy, bit for bit.
+TEST(ShardedOptimizerWorkingCopy, ACopyOfTheArenasEndIsWrittenByEachPartAsByTheWhole) {
+  for (const OptimizerConfig& config : {adamw(), sgd()}) {
+    ParameterStore probe = zero_store(DType::f32, DType::f32);
+    const int64_t n = probe.flat_numel();
+    const ZeroPartition p0 = zero_partition(n, 2, 0), p1 = zero_partition(n, 2, 1);
+    for (int64_t first : {int64_t{0}, p0.mine().begin + 3, p1.mine().begin, p1.mine().begin + 7, n - 1}) {
+      ParameterStore whole = zero_store(DType::f32, DType::f32), parts = zero_store(DType::f32, DType::f32);
+      fill_params(whole);
+      fill_params(parts);
+      auto opt = make_optimizer(whole, config);
+      auto o0 = make_optimizer(parts, config, p0.mine());
+      auto o1 = make_optimizer(parts, config, p1.mine());
+      Tensor w_whole = Tensor::zeros({n - first}, DType::bf16), w_parts = Tensor::zeros({n - first}, DType::bf16);
+      for (int64_t step = 1; step <= 2; ++step) {
+        fill_grads(whole, step);
+        fill_grads(parts, step);
+        opt->step(whole, 1e-2f, &w_whole);
+        o0->step(parts, 1e-2f, &w_parts);
+        o1->step(parts, 1e-2f, &w_parts);
+      }
+      EXPECT_EQ(raw_bytes(whole.flat_params()), raw_bytes(parts.flat_params())) << "first " << first;
+      EXPECT_EQ(raw_bytes(w_whole), raw_bytes(w_parts)) << "first " << first;
+      // and it is the end of the arena rounded, where the optimizer's spans are
+      const Tensor expected = whole.flat_params().slice(0, first, n).to(DType::bf16);
+      for (const ParamInfo& info : whole.infos())
+        for (int64_t i = std::max(info.offset, first); i < info.offset + info.numel; ++i)
+          ASSERT_EQ(get_flat(w_whole, i - first), get_flat(expected, i - first)) << "first " << first << " element " << i;
+    }
+  }
+}
+
+OptimizerConfig adamw(UpdateRounding rounding) {
   OptimizerConfig c;
   c.kind = OptimizerKind::adamw;
   c.rounding = rounding;
   c.seed = 7;
   return c;
 }
-OptimizerConfig sgd(UpdateRounding rounding = UpdateRounding::nearest) {
+OptimizerConfig sgd(UpdateRounding rounding) {
   OptimizerConfig c;
   c.kind = OptimizerKind::sgd;
   c.momentum = 0.9f;

@@ -137,4 +137,11 @@ struct AutocastCacheStats {
 };
 AutocastCacheStats autocast_cache_stats();
 
+// The lowest element offset within `storage` of a parameter (an fp32 leaf that requires grad) this
+// thread's autocast has cast to 16 bits, from its cache or a working copy, while that storage
+// lives; -1 when none. Where a working copy of that arena must start to serve every cast seen so far
+// (optim/mixed_precision.h: embedding tables, which autocast runs in fp32, lead the encoder's
+// arena and get no copy).
+int64_t autocast_lowest_cast_offset(const Storage* storage);
+
 }  // namespace mixtrain

@@ -41,13 +41,19 @@ struct LowpWrite {
   uint64_t counter_base = 0;  // stochastic: flat element i draws counter_rng(seed, counter_base + i)
 };
 
-// The 16-bit working copy of fp32 master weights (optim/working_copy.h).
+// The 16-bit working copy of fp32 master weights (optim/working_copy.h). It holds the elements
+// from `begin` to the end of the kernel's flat range (the parameters autocast casts; the ones
+// before, such as embedding tables autocast leaves in fp32, have no 16-bit copy): data is element
+// begin's. The fp32-master kernels of the *-true modes write the 16-bit parameters through it
+// whole (begin 0).
 struct WorkingCopyOut {
   void* data = nullptr;  // null: no working copy is written
   DType dtype = DType::bf16;
+  int64_t begin = 0;
   explicit operator bool() const { return data != nullptr; }
 };
-// w[offset + i] = round_to_nearest_even(p[offset + i]) for i < n (no-op when w is empty).
+// w[offset + i] = round_to_nearest_even(p[offset + i]) for i < n where offset + i >= w.begin
+// (no-op when w is empty).
 void write_working_copy(const float* p, const WorkingCopyOut& w, int64_t offset, int64_t n);
 
 // The fp32 scalars of one AdamW step, derived in double as torch derives them.

@@ -65,7 +65,7 @@ class AdamW final : public Optimizer {
   // stochastic rounding, element i of update k (k = steps() before the call) draws
   // counter_rng(seed, k * flat_numel + i).
   // `working` (fp32 stores only; may be null): the 16-bit working copy to write in the same pass
-  // (optim/working_copy.h).
+  // (of the arena's last working->numel() elements: optim/working_copy.h).
   void step(ParameterStore& store, float lr, Tensor* working = nullptr) override;
   void step(ParameterStore& store) { step(store, config_.lr); }
 

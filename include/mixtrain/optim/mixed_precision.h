@@ -95,8 +95,9 @@ class MixedPrecision {
     if (working) working_version_ = store.flat_params().storage()->version();
   }
 
-  // The 16-bit working copy of the masters (undefined before the first step and outside the
-  // *-mixed modes), charged to MemCategory::parameters.
+  // The 16-bit working copy of the masters from the first parameter autocast cast to the arena's
+  // end (undefined before the first step and outside the *-mixed modes), charged to
+  // MemCategory::parameters.
   const Tensor& working_copy() const { return working_; }
 
  private:
@@ -108,7 +109,8 @@ class MixedPrecision {
   const PrecisionSpec& spec_;
   GradScaler scaler_;
   Tensor working_;         // flat, spec_.compute_dtype
-  Tensor working_master_;  // the fp32 arena it mirrors
+  Tensor working_master_;  // the part of the fp32 arena it mirrors: from its first cast parameter to the end
+  Tensor working_arena_;   // the whole fp32 arena
   uint64_t working_version_ = 0;
 };
 

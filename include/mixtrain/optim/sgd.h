@@ -54,7 +54,8 @@ class SGD final : public Optimizer {
   // Parameters and gradients must both have the dtype the optimizer was built for (DTypeError).
   // Stochastic rounding: element i of update k (k = steps() before the call) draws
   // counter_rng(seed, k * flat_numel + i).
-  // `working` (fp32 stores only; may be null): the 16-bit working copy to write in the same pass.
+  // `working` (fp32 stores only; may be null): the 16-bit working copy to write in the same pass
+  // (of the arena's last working->numel() elements: optim/working_copy.h).
   void step(ParameterStore& store, float lr, Tensor* working = nullptr) override;
   void step(ParameterStore& store) { step(store, config_.lr); }
 
