@@ -132,6 +132,10 @@ void register_finetune(CLI::App& app, GlobalOptions& g, std::vector<Command>& co
                           j["peak_bytes"] = p.peak_bytes;
                           j["peak_bytes_by_category"] = nonzero_peaks_json(p.peak_by_category);
                           j["peak_moment"] = p.peak_moment;
+                          // each category's own peak (above) may fall at another moment (loading
+                          // the weights); what makes up peak_bytes:
+                          j["at_peak_by_category"] = nonzero_peaks_json(p.at_peak);
+                          j["terms"] = memory_terms_json(p.terms);
                           std::printf("%s\n", j.dump(2).c_str());
                           return 0;
                         }

@@ -55,12 +55,7 @@ nlohmann::ordered_json to_json(const MemoryReport& r, const TrainOptions& o, int
   pj["by_category"] = by_category(p.peak_by_category);
   pj["peak_moment"] = p.peak_moment;
   pj["at_peak_by_category"] = by_category(p.at_peak);
-  pj["terms"] = nlohmann::ordered_json::array();
-  for (const MemoryTerm& t : p.terms)
-    pj["terms"].push_back({{"name", t.name},
-                           {"category", std::string(mem_category_name(t.category))},
-                           {"count", t.count},
-                           {"bytes", t.bytes}});
+  pj["terms"] = memory_terms_json(p.terms);
   j["predicted"] = pj;
   if (r.measured) {
     const MeasuredMemory& m = *r.measured;

@@ -20,6 +20,16 @@ nlohmann::ordered_json nonzero_peaks_json(const std::array<int64_t, kNumMemCateg
   return by;
 }
 
+nlohmann::ordered_json memory_terms_json(const std::vector<MemoryTerm>& terms) {
+  nlohmann::ordered_json a = nlohmann::ordered_json::array();
+  for (const MemoryTerm& t : terms)
+    a.push_back({{"name", t.name},
+                 {"category", std::string(mem_category_name(t.category))},
+                 {"count", t.count},
+                 {"bytes", t.bytes}});
+  return a;
+}
+
 nlohmann::ordered_json breakdown_to_json(const StepBreakdown& s) {
   nlohmann::ordered_json b;
   for (size_t k = 0; k < kNumWorkKinds; ++k) b[std::string(work_kind_name(static_cast<WorkKind>(k)))] = s.work[k];

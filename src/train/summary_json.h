@@ -6,7 +6,10 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 
+#include <vector>
+
 #include "mixtrain/tensor/memory.h"
+#include "mixtrain/train/memory_prediction.h"
 #include "mixtrain/train/training_run.h"
 
 namespace mixtrain {
@@ -17,6 +20,9 @@ nlohmann::ordered_json summary_to_json(const TrainSummary& r);
 nlohmann::ordered_json breakdown_to_json(const StepBreakdown& b);
 // The categories with a non-zero peak: {"parameters": bytes, ...} (mem_category_name order).
 nlohmann::ordered_json nonzero_peaks_json(const std::array<int64_t, kNumMemCategories>& peak);
+// What is alive at a predicted peak (train/memory_prediction.h), largest first:
+// [{"name", "category", "count", "bytes"}, ...].
+nlohmann::ordered_json memory_terms_json(const std::vector<MemoryTerm>& terms);
 // JSON has no inf or NaN: a non-finite number becomes null.
 nlohmann::ordered_json finite_or_null(double v);
 

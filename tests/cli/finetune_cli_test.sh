@@ -71,6 +71,11 @@ import json, sys
 p, m = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
 assert p["peak_bytes"] == m["peak_bytes"] > 0, (p["peak_bytes"], m["peak_bytes"])
 assert p["peak_bytes_by_category"] == m["peak_bytes_by_category"], (p, m["peak_bytes_by_category"])
+# what makes up the peak: the categories at that moment, and the tensors alive then, add up to it
+assert sum(p["at_peak_by_category"].values()) == p["peak_bytes"], p["at_peak_by_category"]
+assert sum(t["bytes"] for t in p["terms"]) == p["peak_bytes"], p["terms"][:3]
+assert all(t["bytes"] > 0 and t["count"] > 0 and t["category"] and t["name"] for t in p["terms"])
+assert any("working copy" in t["name"] and t["category"] == "parameters" for t in p["terms"]), p["terms"]
 PY
 
 # compare --task classify: the reference table, one row per mode, and its JSON.
