@@ -195,6 +195,59 @@ TEST(EncoderOps, MaskedKeysAreZeroRealKeysAreASoftmaxAndAnEmptyRowIsUniform) {
     }
 }
 
+// The exponentials of a row as the unfused kernel took them: a loop compiled like the library's
+// row loops (the same clones, so the same contractions into FMAs as the fast kernel's).
+MIXTRAIN_SIMD_CLONES void exp_sub_row(const float* s, float m, float* e, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) e[i] = cpu::exp_f32(s[i] - m);
+}
+
+// The fast row is the unfused formula bit for bit: s = scale x where the key is real, -inf
+// elsewhere; e = exp_f32(s - max_f32(s)); y = e * (1 / sum_f32(e)) over the whole row (then
+// rounded to bf16). Guards the kernel's fusions (one pass for the exponentials and their blocked
+// sum, the 1/sum in the rounding) and its stop at a batch row's last real key, for row lengths
+// around the 16 lanes, past one and three 4096-element sum blocks (whose pairwise tree depends on
+// the block count), and masks with holes.
+TEST(EncoderOps, MaskedSoftmaxFastRowIsTheUnfusedFormulaBitForBit) {
+  for (int64_t Tk : {5, 16, 37, 128, 300, 4100, 16400}) {
+    std::vector<std::vector<int32_t>> masks;
+    for (int64_t L : {int64_t{1}, int64_t{15}, int64_t{16}, int64_t{17}, int64_t{12283}, Tk - 1, Tk}) {
+      if (L < 1 || L > Tk) continue;
+      std::vector<int32_t> m(static_cast<size_t>(Tk), 0);
+      for (int64_t j = 0; j < L; ++j) m[static_cast<size_t>(j)] = 1;
+      masks.push_back(m);
+      for (int64_t j = 1; j < L; j += 3) m[static_cast<size_t>(j)] = 0;  // holes before the last real key
+      masks.push_back(m);
+    }
+    std::vector<int32_t> flat;
+    for (const auto& m : masks) flat.insert(flat.end(), m.begin(), m.end());
+    const int64_t B = static_cast<int64_t>(masks.size()), H = 2, Tq = 2;
+    const Tensor mask = Tensor::from_ints(flat, {B, Tk});
+    const Tensor x = Tensor::rand_uniform({B * H, Tq, Tk}, DType::f32, 11, -6.f, 6.f);
+    const float scale = 0.35f;
+    for (DType dt : {DType::f32, DType::bf16}) {
+      Tensor y = Tensor::empty(x.shape(), dt);
+      masked_softmax(x, mask, scale, y);
+      const std::vector<float> xv = x.to_floats(), yv = y.to_floats();
+      std::vector<float> sc(static_cast<size_t>(Tk)), e(static_cast<size_t>(Tk));
+      for (int64_t r = 0; r < B * H * Tq; ++r) {
+        const std::vector<int32_t>& m = masks[static_cast<size_t>((r / Tq) / H)];
+        for (int64_t j = 0; j < Tk; ++j)
+          sc[size_t(j)] = m[size_t(j)] != 0 ? scale * xv[size_t(r * Tk + j)] : -INFINITY;
+        const float mx = cpu::max_f32(sc.data(), Tk);
+        exp_sub_row(sc.data(), mx, e.data(), Tk);
+        const float inv = 1.f / cpu::sum_f32(e.data(), Tk);
+        for (int64_t j = 0; j < Tk; ++j) {
+          float want = e[size_t(j)] * inv;
+          if (dt == DType::bf16) want = f32_from_bf16(bf16_from_f32(want));
+          ASSERT_EQ(std::bit_cast<uint32_t>(yv[size_t(r * Tk + j)]), std::bit_cast<uint32_t>(want))
+              << dtype_name(dt) << " Tk " << Tk << " row " << r << " key " << j;
+        }
+      }
+    }
+  }
+}
+
 TEST(EncoderOps, MaskedSoftmaxRejectsBadShapes) {
   const Tensor x = Tensor::zeros({4, 3, 5}, DType::f32);
   Tensor y = Tensor::empty({4, 3, 5}, DType::f32);

@@ -135,8 +135,9 @@ void CpuBackend::masked_softmax(const Tensor& x, const Tensor& key_mask, float s
   // nothing, so each row is computed over its first n_eff keys and the rest written as 0. n_eff
   // is that length rounded up to whole 16-lane groups (the blocked sum's lanes and sub-totals
   // then see the same values in the same order: bit for bit the whole row's result), or Tk when
-  // the rounding would reach the sum's tail. Right padding makes this the padded fraction.
-  const int64_t Bm = key_mask.size(0), full16 = Tk - Tk % 16;
+  // the rounding would reach the sum's tail, or when a row spans several of the sum's blocks
+  // (their pairwise tree depends on the block count). Right padding makes this the padded fraction.
+  const int64_t Bm = key_mask.size(0), full16 = Tk <= cpu::kSumBlock ? Tk - Tk % 16 : 0;
   std::vector<int64_t> n_eff(static_cast<size_t>(Bm));
   for (int64_t b = 0; b < Bm; ++b) {
     const int32_t* m = mask + b * Tk;
