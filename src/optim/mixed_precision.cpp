@@ -51,13 +51,18 @@ Tensor* MixedPrecision::working_copy_for(ParameterStore& store) {
                               : lowest - master.offset();
     const ScopedOp site("16-bit working copy");  // names it in memory reports
     working_ = Tensor::empty({master.numel() - first}, spec_.compute_dtype, MemCategory::parameters);
-    working_master_ = master.slice(0, first, master.numel());
     working_arena_ = master;
     working_version_ = ~uint64_t{0};
   }
   // Elements outside the optimizer's spans (frozen parameters) are only written here.
-  if (working_version_ != master.storage()->version()) working_.copy_from(working_master_);
+  if (working_version_ != master.storage()->version()) working_.copy_from(working_master());
   return &working_;
+}
+
+Tensor MixedPrecision::working_master() const {
+  if (!working_.defined()) return Tensor();
+  const int64_t n = working_arena_.numel();
+  return working_arena_.slice(0, n - working_.numel(), n);
 }
 
 StepResult MixedPrecision::prepare_step(ParameterStore& store, double max_norm) {

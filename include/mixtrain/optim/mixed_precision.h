@@ -54,7 +54,7 @@ class MixedPrecision {
   template <typename F>
   auto forward(F&& f) {
     AutocastScope scope(spec_.autocast, spec_.compute_dtype);
-    WorkingCopyScope working(working_master_, working_version_, working_);
+    WorkingCopyScope working(working_master(), working_version_, working_);
     return f();
   }
   // Backpropagates loss * scale / accum_steps (one call per micro-batch; the scale stays the same
@@ -105,12 +105,14 @@ class MixedPrecision {
   // does not exist yet or the masters changed since the optimizer last wrote it; null when the
   // mode keeps none.
   Tensor* working_copy_for(ParameterStore& store);
+  // The part of the fp32 arena the copy mirrors: its last working_.numel() elements, from the
+  // first parameter autocast casts (undefined without a copy).
+  Tensor working_master() const;
 
   const PrecisionSpec& spec_;
   GradScaler scaler_;
   Tensor working_;         // flat, spec_.compute_dtype
-  Tensor working_master_;  // the part of the fp32 arena it mirrors: from its first cast parameter to the end
-  Tensor working_arena_;   // the whole fp32 arena
+  Tensor working_arena_;   // the whole fp32 arena, whose end the copy mirrors
   uint64_t working_version_ = 0;
 };
 

@@ -126,6 +126,7 @@ inline float* scratch(int slot, int64_t n) {
 void widen_bf16_row(const bf16* src, float* dst, int64_t n);
 void round_bf16_row(const float* src, bf16* dst, int64_t n);  // round to nearest even, as bf16_from_f32
 void round_bf16_row_scaled(const float* src, float s, bf16* dst, int64_t n);  // dst = bf16(src * s)
+void scale_f32(const float* a, float s, float* o, int64_t n);                 // o = s * a (o may be a)
 
 inline const float* load_row(const void* src, DType t, int64_t n, float* buf) {
   if (t == DType::f32) return static_cast<const float*>(src);

@@ -18,10 +18,6 @@ MIXTRAIN_SIMD_CLONES void mul_f32(const float* a, const float* b, float* o, int6
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) o[i] = a[i] * b[i];
 }
-MIXTRAIN_SIMD_CLONES void scale_f32(const float* a, float s, float* o, int64_t n) {
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) o[i] = s * a[i];
-}
 // GELU, tanh form, via 0.5 (1 + tanh(u)) = 1 / (1 + exp(-2u)) (no cancellation for x < 0; the
 // reference uses the same identity).
 MIXTRAIN_SIMD_CLONES void gelu_f32(const float* x, float* o, int64_t n) {
@@ -63,6 +59,11 @@ MIXTRAIN_SIMD_CLONES void widen_bf16_row(const bf16* src, float* dst, int64_t n)
 MIXTRAIN_SIMD_CLONES void round_bf16_row(const float* src, bf16* dst, int64_t n) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) dst[i] = bf16_from_f32(src[i]);
+}
+
+MIXTRAIN_SIMD_CLONES void scale_f32(const float* a, float s, float* o, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) o[i] = s * a[i];
 }
 
 MIXTRAIN_SIMD_CLONES void round_bf16_row_scaled(const float* src, float s, bf16* dst, int64_t n) {

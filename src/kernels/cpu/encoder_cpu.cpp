@@ -91,11 +91,6 @@ MIXTRAIN_SIMD_CLONES float masked_scale_max(const float* p, const int32_t* m, fl
   return best;
 }
 
-MIXTRAIN_SIMD_CLONES void scale_row(float* q, float s, int64_t n) {
-#pragma omp simd
-  for (int64_t j = 0; j < n; ++j) q[j] *= s;
-}
-
 }  // namespace
 }  // namespace cpu
 
@@ -166,7 +161,7 @@ void CpuBackend::masked_softmax(const Tensor& x, const Tensor& key_mask, float s
       cpu::round_bf16_row_scaled(q, inv, static_cast<bf16*>(ov.row(r)), Tk);
       continue;
     }
-    cpu::scale_row(q, inv, n);
+    cpu::scale_f32(q, inv, q, n);
     cpu::store_row(q, ov.row(r), ov.dtype, Tk);
   }
   cpu::finish_output(o, y);
