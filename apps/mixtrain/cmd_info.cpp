@@ -26,6 +26,7 @@ void register_info(CLI::App& app, GlobalOptions& g, std::vector<Command>& comman
                                              {"amx_bf16", f.amx_bf16}};
                         j["threads"] = num_threads();
                         j["force_reference"] = force_reference();
+                        j["onednn"] = onednn_version();
                         j["gemm"] = {{"f32", gemm_impl_name(DType::f32)},
                                      {"bf16", gemm_impl_name(DType::bf16)},
                                      {"f16", gemm_impl_name(DType::f16)}};
@@ -41,6 +42,7 @@ void register_info(CLI::App& app, GlobalOptions& g, std::vector<Command>& comman
                           std::printf(" %s=%s", k.c_str(), v.get<bool>() ? "yes" : "no");
                         std::printf("\nthreads: %d%s\n", num_threads(),
                                     force_reference() ? " (reference kernels forced)" : "");
+                        std::printf("onednn: %s\n", onednn_version().c_str());
                         for (auto& [k, v] : j["gemm"].items())
                           std::printf("gemm %-4s: %s\n", k.c_str(), v.get<std::string>().c_str());
                         for (auto& [k, v] : j["convert"].items())

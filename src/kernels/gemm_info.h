@@ -22,6 +22,9 @@ std::string gemm_impl_for(DType in_dtype, DType out_dtype, int64_t m, int64_t n,
 // or oneDNN has no fp16 matmul for it).
 bool gemm_fp16_converts_to_f32();
 
+// The oneDNN library loaded at run time, "major.minor.patch" (dnnl_version()).
+std::string onednn_version();
+
 // The CPU GEMM's temporaries live in per-thread buffers (MemCategory::workspace), one set per
 // device, grown to the largest need and kept between calls (freed after a call only when over
 // 64 MiB); the meta device's GEMM takes the same buffers (kernels/cpu/cpu_backend.h).

@@ -16,8 +16,9 @@ expect_exit 2 "bench without kind" -- "$MIXTRAIN" bench
 
 expect_exit 0 "info --json" -- "$MIXTRAIN" info --json
 if python3 - "$TMP/out" <<'PY'
-import json, sys
+import json, re, sys
 j = json.load(open(sys.argv[1]))
+assert re.fullmatch(r"\d+\.\d+\.\d+", j["onednn"]), j.get("onednn")
 assert set(j["cpu_features"]) >= {"avx512f", "avx512_bf16", "amx_bf16", "f16c", "avx512_fp16"}, j
 assert j["threads"] >= 1 and j["gemm"]["bf16"] and j["gemm"]["f32"]
 assert "converted to fp32" in j["gemm"]["f16"] or j["cpu_features"]["avx512_fp16"], j["gemm"]["f16"]

@@ -1,4 +1,5 @@
-# The runs whose step logs are kept bit for bit in tests/golden/trajectories.jsonl (sourced by
+# The runs whose step logs are kept bit for bit in tests/golden/trajectories/*.jsonl, one file per
+# machine it was recorded on (its first line the machine's fingerprint: tests/golden/golden.py; sourced by
 # tests/cli/golden_trajectories_test.sh, which compares, and tools/make_golden_trajectories.sh,
 # which records). gpt-nano on the built-in corpus, 20 steps, 2 threads, in every precision mode
 # with and without activation checkpointing, with two injected non-finite gradients (steps 7 and
@@ -50,4 +51,15 @@ for l in open(sys.argv[2]):
 PY
   done
   rm -rf "$tmp"
+}
+
+# golden_fingerprint BINARY OUT: this machine's fingerprint (tests/golden/golden.py) as JSON in OUT.
+golden_fingerprint() {
+  local bin="$1" out="$2" info
+  info="$(mktemp)"
+  "$bin" --threads 2 info --json >"$info" || { echo "mixtrain info --json failed" >&2; rm -f "$info"; return 1; }
+  python3 "$(dirname "${BASH_SOURCE[0]}")/golden.py" fingerprint "$info" >"$out"
+  local rc=$?
+  rm -f "$info"
+  return $rc
 }

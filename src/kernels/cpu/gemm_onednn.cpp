@@ -580,6 +580,11 @@ bool gemm_fp16_converts_to_f32() {
   return choose(p).variant.convert_inputs;
 }
 
+std::string onednn_version() {
+  const dnnl_version_t* v = dnnl_version();
+  return std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch);
+}
+
 GemmCacheStats gemm_cache_stats() { return PrimitiveCache::instance().stats(); }
 void gemm_cache_clear() { PrimitiveCache::instance().clear(); }
 
