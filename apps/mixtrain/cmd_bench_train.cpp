@@ -8,6 +8,8 @@
 #include "commands.h"
 #include "mixtrain/train/bench_train.h"
 #include "train/summary_json.h"
+#include "finetune_options.h"
+#include "mixtrain/train/finetune.h"
 #include "train_options.h"
 
 namespace mixtrain::cli {
@@ -72,17 +74,29 @@ void register_bench_train(CLI::App* bench, GlobalOptions& g, std::vector<Command
   f->opt.warmup = 0;
   f->opt.eval_batches = 1;
   auto o = std::make_shared<BenchTrainOpts>();
+  auto task = std::make_shared<TaskFlags>();
   add_train_flags(sub, *f, /*with_precision=*/true);
+  add_task_flags(sub, *task);
   sub->add_option("--profile-warmup", f->opt.profile_warmup, "Steps left out of the measurement")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{0}, int64_t{1000}));
   sub->add_flag("--thread-scaling", o->thread_scaling, "Also run at one thread and report the speed-up");
   sub->add_option("--json", o->json, "Also write the results as JSON to FILE");
-  commands.push_back({[sub] { return sub->parsed(); }, [&g, f, o, sub] {
+  commands.push_back({[sub] { return sub->parsed(); }, [&g, f, o, task, sub] {
     apply_global_options(g);
     f->finish();
     if (sub->count("--json") > 0) check_output_path(o->json, "--json");
-    const BenchTrainResult r = bench_train(f->opt, o->thread_scaling, print_run);
+    BenchTrainResult r;
+    if (task->lm()) {
+      task->refuse_finetune_flags();
+      r = bench_train(f->opt, o->thread_scaling, print_run);
+    } else {
+      // The fine-tune's defaults, but a benchmark's length: --steps (8) steps, --eval-batches (1).
+      FinetuneOptions fo = task->finetune_options(*f);
+      fo.train.steps = f->opt.steps;
+      fo.train.eval_batches = f->opt.eval_batches;
+      r = bench_finetune(fo, o->thread_scaling, print_run);
+    }
     if (r.thread_scaling)
       std::printf("thread scaling 1 -> %d threads: %.2fx\n", r.run.threads, r.thread_scaling->speedup);
     if (!o->json.empty()) write_file_atomic(o->json, to_json(r).dump(2) + "\n");

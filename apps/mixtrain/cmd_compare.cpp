@@ -223,20 +223,14 @@ void register_compare(CLI::App& app, GlobalOptions& g, std::vector<Command>& com
   auto precisions = std::make_shared<std::string>("32-true,16-mixed,bf16-mixed,16-true,bf16-true");
   auto json_path = std::make_shared<std::string>();
   auto report_path = std::make_shared<std::string>();
-  auto ff = std::make_shared<FinetuneFlags>();
-  auto task = std::make_shared<std::string>("lm");
+  auto task = std::make_shared<TaskFlags>();
   add_train_flags(sub, *f, /*with_precision=*/false);
-  sub->add_option("--task", *task,
-                  "lm (train a GPT), or fine-tune an encoder classifier: classify (Fine Foods, or --train/--test), "
-                  "finefoods, fortunes")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"lm", "classify", "finefoods", "fortunes"}));
-  add_finetune_data_flags(sub, *ff, /*with_model_and_task=*/false);
+  add_task_flags(sub, *task);
   add_data_parallel_flags(sub, *f);
   sub->add_option("--precisions", *precisions, "Comma-separated precision modes")->capture_default_str();
   sub->add_option("--json", *json_path, "Also write the comparison as JSON to FILE");
   sub->add_option("--report", *report_path, "Also write the comparison as a self-contained HTML report to FILE");
-  commands.push_back({[sub] { return sub->parsed(); }, [&g, f, ff, task, precisions, json_path, report_path, sub] {
+  commands.push_back({[sub] { return sub->parsed(); }, [&g, f, task, precisions, json_path, report_path, sub] {
     apply_global_options(g);
     std::vector<CompareEntry> entries;
     try {
@@ -247,14 +241,12 @@ void register_compare(CLI::App& app, GlobalOptions& g, std::vector<Command>& com
     std::vector<PrecisionMode> modes;
     for (const CompareEntry& e : entries) modes.push_back(e.mode);
     f->finish(modes);
-    if (*task != "lm") {
+    if (!task->lm()) {
       if (!report_path->empty()) throw ArgumentError("--report is for --task lm (the fine-tune prints its table)");
-      finetune_from_compare_flags(*ff, *f, *task);
-      return run_classify_compare(*ff, entries, *json_path);
+      task->finetune_options(*f);
+      return run_classify_compare(task->finetune, entries, *json_path);
     }
-    for (const char* flag : {"--train", "--test", "--epochs", "--max-len", "--pooling", "--train-examples",
-                             "--test-examples", "--text-column", "--text-pair-column", "--label-column", "--dropout"})
-      if (sub->count(flag) > 0) throw ArgumentError(std::string(flag) + " applies to --task classify, not lm");
+    task->refuse_finetune_flags();
     // --json and --report checked with every run's step log before the first run trains (an
     // unwritable or clashing output would otherwise be found after all of them).
     if (sub->count("--json") > 0 || !report_path->empty())

@@ -72,9 +72,10 @@ int run_finetune(FinetuneFlags& f, const std::string& json_path, const CLI::App&
   if (!json_path.empty()) write_file_atomic(json_path, finetune_json(s, f.opt).dump(2) + "\n");
   if (code == 0 && !f.opt.train.quiet)
     std::printf("done (%s): %lld steps, test accuracy %.2f%% (majority baseline %.2f%%), test loss %.4f, %.1f s in "
-                "training steps, %.0f tokens/s (not counting padding)\n",
+                "training steps, %.0f tokens/s (not counting padding), %.1f GFLOP/s model, MFU %.1f%%\n",
                 s.run.precision.c_str(), static_cast<long long>(s.run.steps), 100 * s.test_accuracy(),
-                100 * s.majority_baseline, s.run.val_loss, s.train_seconds, s.run.tokens_per_s);
+                100 * s.majority_baseline, s.run.val_loss, s.train_seconds, s.run.tokens_per_s,
+                s.run.model_flops_per_s / 1e9, 100 * s.run.mfu);
   if (std::fflush(stdout) != 0 || std::ferror(stdout))
     throw IoError("cannot write to stdout: " + std::string(std::strerror(errno)));
   return code;

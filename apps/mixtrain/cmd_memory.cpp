@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
@@ -11,6 +12,8 @@
 #include "train/output_paths.h"
 #include "train/summary_json.h"
 #include "mixtrain/train/memory_report.h"
+#include "finetune_options.h"
+#include "mixtrain/train/finetune.h"
 #include "train_options.h"
 #include "models/gpt_config_json.h"
 
@@ -33,14 +36,33 @@ nlohmann::ordered_json by_category(const std::array<int64_t, kNumMemCategories>&
   return j;
 }
 
-nlohmann::ordered_json to_json(const MemoryReport& r, const TrainOptions& o, int ranks) {
+// What was measured: a GPT (--task lm) or a fine-tune (the encoder directory, the task, max_len).
+struct Subject {
+  std::string title;             // the table's first words: "gpt-nano", "MiniLM fine-tuned on finefoods"
+  nlohmann::ordered_json model;  // the JSON's "model"
+  const char* length_key;        // "seq_len" or "max_len"
+  int64_t length;
+};
+
+Subject lm_subject(const MemoryReport& r) { return {r.model.name, gpt_config_to_json(r.model), "seq_len", r.seq_len}; }
+
+Subject finetune_subject(const FinetuneOptions& o) {
+  const std::string dir = o.model_dir.empty() ? "the built-in MiniLM" : o.model_dir;
+  const std::string task = !o.task.empty() ? o.task : o.train_path.empty() ? "finefoods" : o.train_path;
+  nlohmann::ordered_json m;
+  m["dir"] = o.model_dir.empty() ? nullptr : nlohmann::ordered_json(o.model_dir);
+  m["task"] = task;
+  return {dir + " fine-tuned on " + task, m, "max_len", o.max_len};
+}
+
+nlohmann::ordered_json to_json(const MemoryReport& r, const Subject& subject, const TrainOptions& o, int ranks) {
   const MemoryPrediction& p = r.predicted;
   nlohmann::ordered_json j;
-  j["model"] = gpt_config_to_json(r.model);
+  j["model"] = subject.model;
   nlohmann::ordered_json c;
   c["precision"] = precision_spec(o.precision).name;
   c["batch_size"] = o.batch_size;
-  c["seq_len"] = r.seq_len;
+  c[subject.length_key] = subject.length;
   c["checkpoint_activations"] = o.checkpoint_activations;
   c["optimizer"] = std::string(optimizer_kind_name(o.optimizer));
   c["update_rounding"] = update_rounding_name(o.update_rounding);
@@ -87,12 +109,13 @@ void print_error_cell(double e) {
     std::printf(" %9s", "-");
 }
 
-void print_table(const MemoryReport& r, const TrainOptions& o, int max_terms, int ranks) {
+void print_table(const MemoryReport& r, const Subject& subject, const TrainOptions& o, int max_terms, int ranks) {
   const MemoryPrediction& p = r.predicted;
   const MeasuredMemory* m = r.measured ? &*r.measured : nullptr;
-  std::printf("%s: %lld parameters, %s, batch %lld, seq %lld, %s%s%s\n", r.model.name.c_str(),
+  std::printf("%s: %lld parameters, %s, batch %lld, %s %lld, %s%s%s\n", subject.title.c_str(),
               static_cast<long long>(p.parameters), std::string(precision_spec(o.precision).name).c_str(),
-              static_cast<long long>(o.batch_size), static_cast<long long>(r.seq_len),
+              static_cast<long long>(o.batch_size), subject.length_key[0] == 's' ? "seq" : "max_len",
+              static_cast<long long>(subject.length),
               std::string(optimizer_kind_name(o.optimizer)).c_str(),
               o.checkpoint_activations ? ", activation checkpointing" : "",
               precision_spec(o.precision).param_dtype != DType::f32
@@ -151,7 +174,9 @@ void register_memory(CLI::App& app, GlobalOptions& g, std::vector<Command>& comm
   f->opt.steps = 3;
   f->opt.eval_batches = 1;
   auto m = std::make_shared<MemoryFlags>();
+  auto task = std::make_shared<TaskFlags>();
   add_train_flags(sub, *f, /*with_precision=*/true);
+  add_task_flags(sub, *task);
   sub->add_flag("--predict-only", m->predict_only, "Only the prediction: no tensor allocated, no training");
   sub->add_option("--ranks", m->ranks,
                   "Predict one rank's memory in a data-parallel run of N ranks (measured too when started by "
@@ -165,13 +190,26 @@ void register_memory(CLI::App& app, GlobalOptions& g, std::vector<Command>& comm
       ->check(CLI::Range(0, 100000));
   commands.push_back(
       {[sub] { return sub->parsed(); },
-       [&g, f, m] {
+       [&g, f, m, task] {
          apply_global_options(g);
          f->finish();
+         std::optional<FinetuneOptions> fo;
+         if (task->lm()) {
+           task->refuse_finetune_flags();
+         } else {
+           // The fine-tune's defaults, but this command's length: --steps (3), --eval-batches (1).
+           fo = task->finetune_options(*f);
+           fo->train.steps = f->opt.steps;
+           fo->train.eval_batches = f->opt.eval_batches;
+         }
          // --json checked with the run's own outputs before the prediction and the measured run
          // (otherwise an unwritable path would be found after both).
          if (!m->json.empty()) {
-           RunPaths paths = train_run_paths(f->opt);
+           RunPaths paths = train_run_paths(fo ? fo->train : f->opt);
+           if (fo)
+             for (const auto& [what, path] : {std::pair{"--model", fo->model_dir}, std::pair{"--train", fo->train_path},
+                                              std::pair{"--test", fo->test_path}})
+               if (!path.empty()) paths.inputs.push_back({what, path});
            paths.outputs.push_back({"--json", m->json});
            check_run_paths(paths);
          }
@@ -187,10 +225,19 @@ void register_memory(CLI::App& app, GlobalOptions& g, std::vector<Command>& comm
          const bool measurable = m->ranks == f->opt.world->size();
          if (!measurable && !m->predict_only && rank0)
            std::printf("(measured only under mpirun -np %d: predicted only)\n", m->ranks);
-         const MemoryReport r = memory_report(f->opt, m->predict_only || !measurable, m->ranks);
+         const bool predict_only = m->predict_only || !measurable;
+         MemoryReport r;
+         if (fo) {
+           fo->train.world = f->opt.world;
+           r = finetune_memory_report(*fo, predict_only, m->ranks);
+         } else {
+           r = memory_report(f->opt, predict_only, m->ranks);
+         }
          if (!rank0) return 0;
-         print_table(r, f->opt, m->terms, m->ranks);
-         if (!m->json.empty()) write_output_file(m->json, to_json(r, f->opt, m->ranks).dump(2) + "\n", "--json");
+         const Subject subject = fo ? finetune_subject(*fo) : lm_subject(r);
+         const TrainOptions& o = fo ? fo->train : f->opt;
+         print_table(r, subject, o, m->terms, m->ranks);
+         if (!m->json.empty()) write_output_file(m->json, to_json(r, subject, o, m->ranks).dump(2) + "\n", "--json");
          return 0;
        }});
 }

@@ -1,11 +1,14 @@
 // `mixtrain numerics`: a few probe steps of any training configuration (the JSONL of
 // train/numerics_hook.h), or with --advise the precision advice of train/numerics_advice.h.
 #include <cstdio>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
 #include "mixtrain/train/numerics_advice.h"
+#include "finetune_options.h"
+#include "mixtrain/train/finetune.h"
 #include "train_options.h"
 
 namespace mixtrain::cli {
@@ -57,20 +60,31 @@ void register_numerics(CLI::App& app, GlobalOptions& g, std::vector<Command>& co
   auto f = std::make_shared<TrainFlags>();
   auto advise = std::make_shared<bool>(false);
   auto json = std::make_shared<bool>(false);
+  auto task = std::make_shared<TaskFlags>();
   add_train_flags(sub, *f, /*with_precision=*/true);
+  add_task_flags(sub, *task);
   sub->add_flag("--advise", *advise, "Run the steps in 32-true with probes and say which precision modes are safe");
   sub->add_flag("--json", *json, "Print the advice as JSON (with --advise)");
-  commands.push_back({[sub] { return sub->parsed(); }, [&g, f, advise, json, sub] {
+  commands.push_back({[sub] { return sub->parsed(); }, [&g, f, advise, json, task, sub] {
                         apply_global_options(g);
                         f->finish();
                         if (!f->given("--steps")) f->opt.steps = 3;
                         if (!f->given("--warmup")) f->opt.warmup = 0;
                         f->opt.quiet = true;
+                        std::optional<FinetuneOptions> fo;
+                        if (task->lm()) {
+                          task->refuse_finetune_flags();
+                        } else {
+                          // The fine-tune's defaults, but this command's length (--steps, 3).
+                          fo = task->finetune_options(*f);
+                          fo->train.steps = f->opt.steps;
+                          fo->train.quiet = true;
+                        }
                         if (!*advise) {
                           if (*json) throw ArgumentError("--json needs --advise");
                           if (f->opt.numerics.path.empty())
                             throw ArgumentError("--numerics FILE is needed (where the probes write), or --advise");
-                          const TrainSummary s = train(f->opt);
+                          const TrainSummary s = fo ? finetune(*fo).run : train(f->opt);
                           std::printf("probed %lld steps (%s) every %lld: %s\n", static_cast<long long>(s.steps),
                                       s.precision.c_str(), static_cast<long long>(f->opt.numerics.every),
                                       f->opt.numerics.path.c_str());
@@ -78,7 +92,8 @@ void register_numerics(CLI::App& app, GlobalOptions& g, std::vector<Command>& co
                         }
                         if (f->given("--precision"))
                           std::fprintf(stderr, "mixtrain: warning: --precision has no effect with --advise (it runs 32-true)\n");
-                        print_numerics_advice(advise_numerics(f->opt), *json ? "-" : "");
+                        print_numerics_advice(fo ? advise_finetune_numerics(*fo) : advise_numerics(f->opt),
+                                              *json ? "-" : "");
                         return 0;
                       }});
 }

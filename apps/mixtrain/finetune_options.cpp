@@ -66,6 +66,27 @@ void finetune_from_compare_flags(FinetuneFlags& f, const TrainFlags& given, cons
   f.opt.train = t;
 }
 
+void add_task_flags(CLI::App* sub, TaskFlags& t) {
+  t.app = sub;
+  sub->add_option("--task", t.task,
+                  "lm (train a GPT), or fine-tune an encoder classifier: classify (Fine Foods, or --train/--test), "
+                  "finefoods, fortunes")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"lm", "classify", "finefoods", "fortunes"}));
+  add_finetune_data_flags(sub, t.finetune, /*with_model_and_task=*/false);
+}
+
+void TaskFlags::refuse_finetune_flags() const {
+  for (const char* flag : {"--train", "--test", "--epochs", "--max-len", "--pooling", "--train-examples",
+                           "--test-examples", "--text-column", "--text-pair-column", "--label-column", "--dropout"})
+    if (app->count(flag) > 0) throw ArgumentError(std::string(flag) + " applies to --task classify, not lm");
+}
+
+FinetuneOptions TaskFlags::finetune_options(const TrainFlags& given) {
+  finetune_from_compare_flags(finetune, given, task);
+  return finetune.opt;
+}
+
 void FinetuneFlags::finish(const std::vector<PrecisionMode>& precisions) {
   for (const char* flag : {"--train", "--test", "--json", "--save"})
     if (train.given(flag) && train.app->get_option(flag)->as<std::string>().empty())

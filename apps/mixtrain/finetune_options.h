@@ -27,6 +27,23 @@ void add_finetune_data_flags(CLI::App* sub, FinetuneFlags& f, bool with_model_an
 // compare --task classify|finefoods|fortunes: the fine-tune's defaults for every training flag not
 // given (compare registers train's, with a GPT run's defaults), --model as the encoder directory.
 void finetune_from_compare_flags(FinetuneFlags& f, const TrainFlags& given, const std::string& task);
+// The task options every command that trains takes (compare, bench train, memory, numerics):
+// --task lm (a GPT on a text corpus, the default) or a fine-tune of an encoder classifier
+// (classify: Fine Foods or --train/--test; finefoods; fortunes) with the fine-tune's data flags.
+// The command registers train's flags (with a GPT run's defaults) itself.
+struct TaskFlags {
+  std::string task = "lm";
+  FinetuneFlags finetune;
+  CLI::App* app = nullptr;
+  bool lm() const { return task == "lm"; }
+  // For a fine-tune task: the options of the fine-tune, from the fine-tune's defaults for every
+  // training flag not given (finetune_from_compare_flags). For lm: ArgumentError naming a
+  // fine-tune flag that was given.
+  FinetuneOptions finetune_options(const TrainFlags& given);
+  void refuse_finetune_flags() const;
+};
+void add_task_flags(CLI::App* sub, TaskFlags& t);
+
 // Adds train's flags with the fine-tune's defaults (lr 5e-5, weight decay 0.01, beta2 0.999,
 // --steps 0: every epoch, --eval-batches 0: the whole test set), without those that only a GPT
 // run reads (--data, --seq-len, --min-lr-ratio, --max-data-bytes, --init-from).

@@ -62,6 +62,9 @@ void add_train_flags(CLI::App* sub, TrainFlags& f, bool with_precision) {
   sub->add_option("--max-data-bytes", o.max_data_bytes,
                   "Refuse --data larger than this (default 4 GiB); needed to read a stream: - (stdin) or a FIFO");
   sub->add_flag("--force", o.force, "Train even when the predicted memory exceeds the available memory");
+  sub->add_option_function<int64_t>(
+      "--memory-limit", [&o](const int64_t& v) { o.memory_limit = v; },
+      "Refuse a run whose predicted peak exceeds BYTES (default: the memory the system has available)");
   sub->add_option("--tensorboard", o.tensorboard_dir, "Write TensorBoard event files (the step log's scalars) to DIR");
   sub->add_option("--log-every", o.log_every, "Progress line every K steps when not on a terminal")
       ->capture_default_str();

@@ -23,6 +23,10 @@ constexpr std::array<PrecisionSpec, 5> kSpecs = {{
 
 const PrecisionSpec& precision_spec(PrecisionMode m) { return kSpecs[static_cast<size_t>(m)]; }
 
+MemCategory weights_category(const PrecisionSpec& spec) {
+  return spec.autocast && spec.param_dtype == DType::f32 ? MemCategory::master_weights : MemCategory::parameters;
+}
+
 std::vector<PrecisionMode> all_precision_modes() {
   std::vector<PrecisionMode> v;
   for (const auto& s : kSpecs) v.push_back(s.mode);

@@ -24,9 +24,8 @@ GradScalerConfig scaler_config(const PrecisionSpec& spec, GradScalerConfig c, bo
 
 }  // namespace
 
-MixedPrecision::MixedPrecision(std::string_view precision, GradScalerConfig scaler, bool force_loss_scaling)
-    : spec_(precision_spec(parse_precision(precision))),
-      scaler_(scaler_config(precision_spec(parse_precision(precision)), scaler, force_loss_scaling)) {}
+MixedPrecision::MixedPrecision(PrecisionMode precision, GradScalerConfig scaler, bool force_loss_scaling)
+    : spec_(precision_spec(precision)), scaler_(scaler_config(spec_, scaler, force_loss_scaling)) {}
 
 void MixedPrecision::backward(const autograd::Var& loss, int64_t accum_steps) {
   if (accum_steps < 1) throw ArgumentError("MixedPrecision::backward: accum_steps must be >= 1");

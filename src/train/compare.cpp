@@ -108,7 +108,7 @@ CompareResult compare_precisions(const TrainOptions& base, const std::vector<Com
       result.interrupted_label = e.label;
       break;
     }
-    run.memory = MemoryTracker::global().snapshot();  // train() reset the peaks: they are this run's
+    run.memory = run.summary.memory;  // this run's (its set-up reset the peaks)
     if (result.runs.empty()) base_tok_s = run.summary.tokens_per_s;
     run.speedup = base_tok_s > 0 ? run.summary.tokens_per_s / base_tok_s : 0.0;
     result.runs.push_back(run);

@@ -10,22 +10,12 @@
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/checksum.h"
-#include "kernels/backend.h"
-#include "kernels/gemm_info.h"
 #include "mixtrain/data/builtin_data.h"
 #include "mixtrain/data/classification_batches.h"
 #include "mixtrain/data/wordpiece.h"
-#include "mixtrain/optim/mixed_precision.h"
-#include "mixtrain/tensor/allocator.h"
-#include "mixtrain/tensor/device.h"
 #include "mixtrain/train/classify.h"
-#include "mixtrain/train/run_hooks.h"
-#include "mixtrain/train/tensorboard_hook.h"
-#include "train/dir_lock.h"
+#include "mixtrain/train/recipe.h"
 #include "train/finetune_checkpointing.h"
-#include "train/observer_hooks.h"
-#include "train/output_paths.h"
-#include "train/rank_setup.h"
 
 namespace mixtrain {
 namespace fs = std::filesystem;
@@ -151,115 +141,111 @@ class EpochHook final : public TrainingHook {
   int64_t steps_ = 0;
 };
 
-RunPaths finetune_paths(const FinetuneOptions& o) {
-  RunPaths p = train_run_paths(o.train);  // the step log, checkpoints, resume
-  p.inputs.push_back({"model_dir", model_dir_of(o)});
-  if (!o.train_path.empty()) p.inputs.push_back({"train_path", o.train_path});
-  if (!o.test_path.empty()) p.inputs.push_back({"test_path", o.test_path});
-  if (!o.save_dir.empty()) p.output_dirs.push_back({"save_dir", o.save_dir});
-  return p;
-}
+// Sequence classification: a pretrained encoder with a new head (models/encoder.h) on labelled
+// text, tokenized once and dynamically padded (data/classification_batches.h), whole epochs under
+// Hugging Face's linear schedule, evaluated on the whole test set after each epoch; the
+// fine-tuned model saved at the end (save_dir).
+class ClassificationRecipe final : public Recipe {
+ public:
+  explicit ClassificationRecipe(const FinetuneOptions& o) : o_(o), dir_(model_dir_of(o)) {}
+  FinetuneSummary& summary() { return out_; }
+
+  std::vector<RecipePath> inputs(const TrainOptions&) const override {
+    std::vector<RecipePath> p{{"model_dir", dir_}};
+    if (!o_.train_path.empty()) p.push_back({"train_path", o_.train_path});
+    if (!o_.test_path.empty()) p.push_back({"test_path", o_.test_path});
+    return p;
+  }
+  std::vector<RecipePath> output_dirs(const TrainOptions&) const override {
+    if (o_.save_dir.empty()) return {};
+    return {{"save_dir", o_.save_dir}};
+  }
+  void prepare(const TrainOptions& t, int ranks) override {
+    task_ = load_task(o_);
+    tokenizer_ = std::make_unique<WordPieceTokenizer>(tokenizer_from_model_dir(dir_));
+    data_ = std::make_unique<ClassificationBatches>(task_.train, task_.test, *tokenizer_, t.batch_size, o_.max_len, t.seed);
+    out_.labels = task_.train.labels;
+    out_.majority_baseline = data_->majority_baseline();
+    out_.train_examples = int64_t(task_.train.examples.size());
+    out_.test_examples = int64_t(task_.test.examples.size());
+    // One optimizer step takes grad_accum batches on each of N ranks; an epoch ends with the step
+    // that reads its last.
+    const int64_t per_step = t.grad_accum * ranks;
+    out_.steps_per_epoch = (data_->batches_per_epoch() + per_step - 1) / per_step;
+  }
+  const DataSource& data() const override { return *data_; }
+  std::unique_ptr<Model> make_model(const PrecisionSpec& spec, MemCategory weights, const TrainOptions& t) override {
+    ClassifierOptions co;
+    co.labels = task_.train.labels;
+    co.pooling = o_.pooling;
+    co.dropout = o_.dropout;
+    co.seed = t.seed;
+    std::unique_ptr<Model> model = load_encoder_classifier(dir_, co, spec.param_dtype, spec.grad_dtype, weights);
+    const int64_t positions = encoder_info(*model).max_positions;
+    if (o_.max_len > positions)
+      throw ArgumentError({"max_len"}, "max_len " + std::to_string(o_.max_len) + " exceeds the model's " +
+                                           std::to_string(positions) + " positions (" + dir_ + "/config.json)");
+    return model;
+  }
+  void configure(RunConfig& rc, const TrainOptions& t) const override {
+    const int64_t total = out_.steps_per_epoch * o_.epochs;
+    rc.steps = t.steps > 0 ? std::min(t.steps, total) : total;
+    rc.schedule.kind = ScheduleKind::linear;
+    rc.schedule.max_lr = t.lr;
+    rc.schedule.warmup_steps = std::min(t.warmup, total);
+    rc.schedule.total_steps = total;
+    rc.eval_every = t.eval_every > 0 ? t.eval_every : out_.steps_per_epoch;
+  }
+  std::unique_ptr<TrainingHook> checkpointing(const TrainOptions& one_process, Model& model) override {
+    nlohmann::json run_options;
+    run_options["model"] = nlohmann::json::parse(model.config_json());
+    run_options["data"] = {{"task", task_.name}, {"train", out_.train_examples}, {"test", out_.test_examples},
+                           {"tokens_crc32", data_checksum(*data_)}};
+    run_options["max_len"] = o_.max_len;
+    run_options["epochs"] = o_.epochs;
+    run_options["pooling"] = o_.pooling == Pooling::cls ? "cls" : "mean";
+    run_options["dropout"] = o_.dropout;
+    return std::make_unique<FinetuneCheckpointing>(one_process, std::move(run_options));
+  }
+  void add_hooks(TrainingRun& run, const TrainOptions& t) override {
+    out_.epochs.clear();  // this run's (a memory prediction runs first)
+    out_.train_seconds = 0;
+    run.add_hook(std::make_unique<EpochHook>(out_, out_.steps_per_epoch, o_.epochs, t.quiet));
+    if (t.quiet) return;
+    std::printf("fine-tuning %s on %s: %lld train / %lld test examples, %zu labels, %lld steps (%lld per epoch), %s\n",
+                dir_.c_str(), task_.name.c_str(), static_cast<long long>(out_.train_examples),
+                static_cast<long long>(out_.test_examples), out_.labels.size(),
+                static_cast<long long>(run.config().steps), static_cast<long long>(out_.steps_per_epoch),
+                std::string(precision_spec(t.precision).name).c_str());
+    std::fflush(stdout);
+  }
+  void finish(Model& model, const TrainSummary&, const TrainOptions& t) override {
+    if (o_.save_dir.empty()) return;
+    save_encoder_classifier(model, o_.save_dir, dir_);
+    if (!t.quiet) std::printf("model saved: %s\n", o_.save_dir.c_str());
+  }
+
+ private:
+  const FinetuneOptions& o_;
+  const std::string dir_;
+  TextClassificationTask task_;
+  std::unique_ptr<WordPieceTokenizer> tokenizer_;
+  std::unique_ptr<ClassificationBatches> data_;
+  FinetuneSummary out_;
+};
 
 }  // namespace
 
-FinetuneSummary finetune(const FinetuneOptions& o_in) {
-  o_in.validate();
-  FinetuneOptions o = o_in;
-  TrainOptions& t = o.train;
-  if (t.log_jsonl == "-") t.quiet = true;  // stdout carries the log
-  // Under mpirun (t.world of N > 1): data parallel as train() is (train/rank_setup.h); rank 0
-  // alone writes the logs, checkpoints and the saved model.
-  const RankSetup ranks = setup_ranks(t);
-  if (ranks.world != nullptr && ranks.world->rank() != 0) o.save_dir.clear();
-  const bool meta = default_device().is_meta();
-  if (!meta) check_run_paths(finetune_paths(o));
-  DirectoryLock lock;
-  if (!t.checkpoint.dir.empty() && !meta) lock = DirectoryLock(t.checkpoint.dir, "checkpoint.dir");
-  const std::string dir = model_dir_of(o);
-  const TextClassificationTask task = load_task(o);
-  const WordPieceTokenizer tokenizer = tokenizer_from_model_dir(dir);
-  const ClassificationBatches data(task.train, task.test, tokenizer, t.batch_size, o.max_len, t.seed);
-
-  FinetuneSummary out;
-  out.labels = task.train.labels;
-  out.majority_baseline = data.majority_baseline();
-  out.train_examples = int64_t(task.train.examples.size());
-  out.test_examples = int64_t(task.test.examples.size());
-  // One optimizer step takes grad_accum batches on each of N ranks; an epoch ends with the step
-  // that reads its last.
-  const int64_t per_step = t.grad_accum * ranks.ranks();
-  out.steps_per_epoch = (data.batches_per_epoch() + per_step - 1) / per_step;
-  const int64_t total = out.steps_per_epoch * o.epochs;
-
-  const PrecisionSpec& spec = precision_spec(t.precision);
-  MixedPrecision mp(spec.name, t.scaler, t.force_loss_scaling);
-  gemm_scratch_release();  // the peaks are this run's: no GEMM temporaries of an earlier one
-  MemoryTracker::current().reset_peaks();
-  // In the *-mixed modes the fp32 arena is the master copy of the 16-bit working weights.
-  const bool masters = spec.autocast && spec.param_dtype == DType::f32;
-  ClassifierOptions co;
-  co.labels = task.train.labels;
-  co.pooling = o.pooling;
-  co.dropout = o.dropout;
-  co.seed = t.seed;
-  std::unique_ptr<Model> model = load_encoder_classifier(dir, co, spec.param_dtype, spec.grad_dtype,
-                                                         masters ? MemCategory::master_weights : MemCategory::parameters);
-  const int64_t positions = encoder_info(*model).max_positions;
-  if (o.max_len > positions)
-    throw ArgumentError({"max_len"}, "max_len " + std::to_string(o.max_len) + " exceeds the model's " +
-                                         std::to_string(positions) + " positions (" + dir + "/config.json)");
-  model->set_activation_checkpointing(t.checkpoint_activations);
-  const std::unique_ptr<Optimizer> optimizer = make_run_optimizer(ranks, model->params(), t);
-
-  RunConfig rc;
-  rc.steps = t.steps > 0 ? std::min(t.steps, total) : total;
-  rc.schedule.kind = ScheduleKind::linear;
-  rc.schedule.max_lr = t.lr;
-  rc.schedule.warmup_steps = std::min(t.warmup, total);
-  rc.schedule.total_steps = total;
-  rc.grad_clip = t.grad_clip;
-  rc.grad_accum = t.grad_accum;
-  rc.exact_accumulation = t.exact_grad_accum;
-  rc.seed = t.seed;
-  rc.eval_every = t.eval_every > 0 ? t.eval_every : out.steps_per_epoch;
-  rc.eval_batches = t.eval_batches;
-  rc.max_bad_steps = t.max_bad_steps_or_default();
-  rc.world = ranks.world;
-  TrainingRun run(*model, *optimizer, mp, data, rc);
-
-  nlohmann::json run_options;
-  run_options["model"] = nlohmann::json::parse(model->config_json());
-  run_options["data"] = {{"task", task.name}, {"train", out.train_examples}, {"test", out.test_examples},
-                         {"tokens_crc32", data_checksum(data)}};
-  run_options["max_len"] = o.max_len;
-  run_options["epochs"] = o.epochs;
-  run_options["pooling"] = o.pooling == Pooling::cls ? "cls" : "mean";
-  run_options["dropout"] = o.dropout;
-  if (t.stop_signal) run.add_hook(std::make_unique<InterruptHook>(t.stop_signal));
-  run.add_hook(std::make_unique<FinetuneCheckpointing>(as_one_process(t, ranks), std::move(run_options)));
-  add_data_parallel_hooks(run, ranks, t);
-  add_observer_hooks(run, t);
-  run.add_hook(std::make_unique<EpochHook>(out, out.steps_per_epoch, o.epochs, t.quiet));
-  if (t.add_hooks) t.add_hooks(run);
-  const KeepFp32Scope keep(t.keep_fp32);
-  if (!t.quiet) {
-    std::printf("fine-tuning %s on %s: %lld train / %lld test examples, %zu labels, %lld steps (%lld per epoch), %s\n",
-                dir.c_str(), task.name.c_str(), static_cast<long long>(out.train_examples),
-                static_cast<long long>(out.test_examples), out.labels.size(), static_cast<long long>(rc.steps),
-                static_cast<long long>(out.steps_per_epoch), std::string(spec.name).c_str());
-    std::fflush(stdout);
-  }
+FinetuneSummary finetune(const FinetuneOptions& o) {
+  o.validate();
+  ClassificationRecipe recipe(o);
   try {
-    out.run = run.run();
+    recipe.summary().run = run_recipe(recipe, o.train);
   } catch (const DivergedError& e) {
-    out.run = e.summary;
-    throw FinetuneDivergedError(e, out);
+    recipe.summary().run = e.summary;
+    throw FinetuneDivergedError(e, recipe.summary());
   }
-  if (!o.save_dir.empty() && !meta && !out.run.interrupted) {
-    save_encoder_classifier(*model, o.save_dir, dir);
-    if (!t.quiet) std::printf("model saved: %s\n", o.save_dir.c_str());
-  }
-  return out;
+  return recipe.summary();
 }
 
 CompareResult compare_finetune(const FinetuneOptions& base, const std::vector<CompareEntry>& entries,
@@ -275,13 +261,8 @@ CompareResult compare_finetune(const FinetuneOptions& base, const std::vector<Co
 
 MemoryPrediction predict_finetune_memory(const FinetuneOptions& o) {
   FinetuneOptions m = o;
+  m.train = measured_run_options(o.train);
   TrainOptions& t = m.train;
-  t.quiet = true;
-  t.log_jsonl.clear();
-  t.checkpoint = CheckpointOptions{};  // no files: resuming or saving would read or write them
-  t.tensorboard_dir.clear();
-  t.add_hooks = nullptr;
-  t.stop_signal = nullptr;
   t.steps = t.steps > 0 ? std::min<int64_t>(t.steps, 2) : 2;  // the peak is reached in the first two steps
   t.inject_nonfinite.clear();
   m.save_dir.clear();
@@ -289,6 +270,32 @@ MemoryPrediction predict_finetune_memory(const FinetuneOptions& o) {
   MemoryPrediction p = predict_memory([&] { summary = finetune(m); });
   p.parameters = summary.run.parameters;
   return p;
+}
+
+MemoryReport finetune_memory_report(const FinetuneOptions& o, bool predict_only, int ranks) {
+  o.validate();
+  return task_memory_report(o.train, predict_only, ranks, [&](const TrainOptions& t) {
+    FinetuneOptions f = o;
+    f.train = t;
+    f.save_dir.clear();
+    return finetune(f).run;
+  });
+}
+
+BenchTrainResult bench_finetune(const FinetuneOptions& o, bool thread_scaling,
+                                const std::function<void(const BenchTrainRun&)>& on_run) {
+  o.validate();
+  if (o.train.steps == 0)
+    throw ArgumentError({"steps"}, "steps must be given (more than profile_warmup) to measure a fine-tune");
+  return bench_task(
+      o.train,
+      [&](const TrainOptions& t) {
+        FinetuneOptions f = o;
+        f.train = t;
+        f.save_dir.clear();
+        return finetune(f).run;
+      },
+      thread_scaling, on_run);
 }
 
 }  // namespace mixtrain

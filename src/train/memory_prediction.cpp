@@ -7,6 +7,8 @@
 // themselves are the meta tracker's, the same counters a real run's tracker keeps.
 #include "mixtrain/train/memory_prediction.h"
 
+#include "mixtrain/train/recipe.h"
+
 #include <algorithm>
 #include <mutex>
 #include <unordered_map>
@@ -172,17 +174,7 @@ MemoryPrediction predict_memory(const std::function<void()>& run) {
 }
 
 MemoryPrediction predict_train_memory(const TrainOptions& o) {
-  TrainOptions m = o;
-  m.quiet = true;
-  m.measure_gemm_rate = false;
-  m.log_jsonl.clear();
-  m.numerics.path.clear();             // no probes
-  m.overflow_forensics = false;        // nor re-runs
-  m.profile = false;
-  m.checkpoint = CheckpointOptions{};  // no files: resuming or saving would read or write them
-  m.tensorboard_dir.clear();           // nor event files
-  m.add_hooks = nullptr;               // the caller's hooks watch the real run
-  m.stop_signal = nullptr;             // a prediction is not interrupted half-way
+  const TrainOptions m = measured_run_options(o);
   TrainSummary summary;
   MemoryPrediction p = predict_memory([&] { summary = train(m); });
   p.parameters = summary.parameters;

@@ -136,6 +136,7 @@ void ProfileHook::after_update(TrainingRun& run, const StepRecord& r) {
   TrainSummary& sum = run.summary();
   ++sum.profiled_steps;
   sum.profiled_seconds += r.seconds;
+  sum.profiled_tokens += r.tokens;
   sum.breakdown = Profiler::seconds();
   sum.profiled_system_allocations = cpu_allocator_stats().system_allocations - allocations_before_;
 }

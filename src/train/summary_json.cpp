@@ -51,7 +51,7 @@ nlohmann::ordered_json summary_to_json(const TrainSummary& r) {
   j["mfu"] = r.mfu;
   j["parameters"] = r.parameters;
   j["elapsed_s"] = r.elapsed_s;
-  const MemorySnapshot m = MemoryTracker::global().snapshot();
+  const MemorySnapshot& m = r.memory;
   j["peak_bytes"] = m.peak_total;
   j["peak_bytes_by_category"] = nonzero_peaks_json(m.peak);
   j["peak_rss_bytes"] = process_peak_rss_bytes();

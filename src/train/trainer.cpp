@@ -1,29 +1,18 @@
 // `mixtrain train`: the run assembled from its options (the loop is train/training_run.cpp).
 #include "mixtrain/train/trainer.h"
 
+#include "mixtrain/train/recipe.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 
-#include "mixtrain/optim/mixed_precision.h"
 #include "mixtrain/data/data_source.h"
 #include "mixtrain/data/text_corpus.h"
 #include "kernels/backend.h"
-#include "kernels/gemm_info.h"
 #include "mixtrain/kernels/ops.h"
-#include "mixtrain/optim/schedule.h"
-#include "mixtrain/tensor/allocator.h"
-#include "mixtrain/tensor/device.h"
 #include "train/checkpointing.h"
-#include "train/dir_lock.h"
 #include "train/model_config.h"
-#include "train/numerics_sites.h"
-#include "train/observer_hooks.h"
-#include "train/output_paths.h"
-#include "train/rank_setup.h"
-#include "mixtrain/train/memory_prediction.h"
-#include "mixtrain/train/run_hooks.h"
-#include "mixtrain/train/tensorboard_hook.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -33,7 +22,6 @@
 #include <cstring>
 
 #include <cstdio>
-#include <fstream>
 
 namespace mixtrain {
 namespace {
@@ -87,6 +75,8 @@ void TrainOptions::validate() const {
   if (data_parallel.zero_stage != 0 && data_parallel.zero_stage != 1)
     bad("zero", " must be 0 or 1 (ZeRO stage 1: optimizer state sharded over the ranks), got " +
                     std::to_string(data_parallel.zero_stage));
+  if (memory_limit && *memory_limit <= 0)
+    bad("memory_limit", " must be a positive number of bytes, got " + std::to_string(*memory_limit));
   if (max_data_bytes < 0) bad("max_data_bytes", " must be >= 0 (0: the default), got " + std::to_string(max_data_bytes));
   if (!(min_lr_ratio >= 0.f && min_lr_ratio <= 1.f)) bad("min_lr_ratio", " must be in [0, 1]");
   if (!(beta1 >= 0.f && beta1 < 1.f)) bad("beta1", " must be in [0, 1)");
@@ -156,120 +146,55 @@ TextCorpus load_data(const std::string& path, int64_t max_bytes) {
   return TextCorpus::from_bytes(std::move(bytes), path);
 }
 
-// MemAvailable from /proc/meminfo in bytes; 0 when unknown.
-int64_t available_memory_bytes() {
-  std::ifstream f("/proc/meminfo");
-  std::string key;
-  int64_t kib = 0;
-  std::string unit;
-  while (f >> key >> kib) {
-    std::getline(f, unit);
-    if (key == "MemAvailable:") return kib * 1024;
-  }
-  return 0;
-}
+}  // namespace
 
-std::string gib(int64_t bytes) {
-  char b[32];
-  std::snprintf(b, sizeof b, "%.2f GiB", static_cast<double>(bytes) / double(1LL << 30));
-  return b;
-}
+namespace {
+
+// Language-model pre-training: a GPT (a preset or a JSON config) on a byte-level text corpus
+// (random training windows, fixed validation windows), warm-up + cosine schedule.
+class LmRecipe final : public Recipe {
+ public:
+  std::vector<RecipePath> inputs(const TrainOptions&) const override { return {}; }  // train_run_paths has them
+  void prepare(const TrainOptions& opt, int) override {
+    cfg_ = load_model_config(opt.model);
+    T_ = opt.seq_len > 0 ? opt.seq_len : cfg_.block_size;
+    if (T_ > cfg_.block_size)
+      throw ArgumentError({"seq_len"}, "seq_len " + std::to_string(T_) + " exceeds the model's block_size " +
+                                           std::to_string(cfg_.block_size));
+    corpus_ = std::make_unique<TextCorpus>(
+        load_data(opt.data.empty() ? TextCorpus::default_corpus_path() : opt.data, opt.max_data_bytes));
+    data_ = std::make_unique<LmWindows>(*corpus_, opt.batch_size, T_, opt.seed);
+    if (cfg_.vocab_size < 256)
+      throw ArgumentError("model vocab_size " + std::to_string(cfg_.vocab_size) + " is smaller than the 256 byte tokens");
+  }
+  const DataSource& data() const override { return *data_; }
+  std::unique_ptr<Model> make_model(const PrecisionSpec& spec, MemCategory weights, const TrainOptions& opt) override {
+    return std::make_unique<Gpt>(cfg_, opt.seed, spec.param_dtype, spec.grad_dtype, weights);
+  }
+  void configure(RunConfig& rc, const TrainOptions& opt) const override {
+    rc.steps = opt.steps;
+    rc.schedule.max_lr = opt.lr;
+    rc.schedule.warmup_steps = opt.warmup;
+    rc.schedule.total_steps = opt.steps;
+    rc.schedule.min_lr = opt.lr * opt.min_lr_ratio;
+  }
+  std::unique_ptr<TrainingHook> checkpointing(const TrainOptions& one_process, Model& model) override {
+    return std::make_unique<TrainCheckpointing>(one_process, static_cast<Gpt&>(model), T_, *corpus_);
+  }
+
+ private:
+  GptConfig cfg_;
+  int64_t T_ = 0;
+  std::unique_ptr<TextCorpus> corpus_;
+  std::unique_ptr<LmWindows> data_;
+};
 
 }  // namespace
 
-TrainSummary train(const TrainOptions& opt_in) {
-  opt_in.validate();
-  TrainOptions opt = opt_in;
-  if (opt.log_jsonl == "-") opt.quiet = true;  // stdout carries the log
-  const RankSetup ranks = setup_ranks(opt);  // rank 0 alone writes what a run writes
-  Communicator* world = ranks.world;
-  // Every path checked, and the checkpoint directory locked, before anything is loaded or trained.
-  check_run_paths(train_run_paths(opt));
-  DirectoryLock lock;
-  if (!opt.checkpoint.dir.empty()) lock = DirectoryLock(opt.checkpoint.dir, "checkpoint.dir");
-  const PrecisionSpec& spec = precision_spec(opt.precision);
-  const GptConfig cfg = load_model_config(opt.model);
-  const int64_t T = opt.seq_len > 0 ? opt.seq_len : cfg.block_size;
-  if (T > cfg.block_size)
-    throw ArgumentError({"seq_len"}, "seq_len " + std::to_string(T) + " exceeds the model's block_size " +
-                                         std::to_string(cfg.block_size));
-  // (Not for data from a stream: the probe would consume it.)
-  struct stat data_st {};
-  const bool stream_data = opt.data == "-" || (!opt.data.empty() && ::stat(opt.data.c_str(), &data_st) == 0 &&
-                                               !S_ISREG(data_st.st_mode) && !S_ISDIR(data_st.st_mode));
-  // Nor inside a prediction: a run on the meta device allocates nothing real (and predictions
-  // are serialized: a nested one would wait for itself).
-  if (!opt.force && !stream_data && !default_device().is_meta()) {
-    const int64_t available = available_memory_bytes();
-    if (available > 0) {
-      // The run itself on the meta device (train/memory_prediction.h), forced (no nested check)
-      // and cut to its first steps: the peak is reached in the first two (the second holds the
-      // optimizer state and the working copies; the final evaluation is smaller than a step).
-      TrainOptions probe = opt;
-      probe.force = true;
-      probe.steps = std::min<int64_t>(opt.steps, 2);
-      probe.warmup = std::min(probe.warmup, probe.steps);
-      probe.eval_every = 0;
-      probe.inject_nonfinite.clear();
-      probe.checkpoint.stop_after = 0;
-      probe.checkpoint.save_every = 0;
-      // This rank's memory alone, without collectives (a ZeRO run's part: the meta world).
-      std::unique_ptr<MetaWorld> meta_world;
-      if (world != nullptr) meta_world = std::make_unique<MetaWorld>(world->rank(), world->size());
-      probe.world = meta_world.get();
-      const int64_t predicted = predict_train_memory(probe).peak_bytes;
-      if (predicted > available)
-        throw ArgumentError({"force"}, "the run needs about " + gib(predicted) + " (predicted peak) but only " +
-                                           gib(available) + " is available; force tries anyway");
-    }
-  }
-  MixedPrecision mp(spec.name, opt.scaler, opt.force_loss_scaling);
-  const TextCorpus corpus =
-      load_data(opt.data.empty() ? TextCorpus::default_corpus_path() : opt.data, opt.max_data_bytes);
-  const LmWindows data(corpus, opt.batch_size, T, opt.seed);
-  if (cfg.vocab_size < 256)
-    throw ArgumentError("model vocab_size " + std::to_string(cfg.vocab_size) + " is smaller than the 256 byte tokens");
-
-  gemm_scratch_release();  // the peaks are this run's: no GEMM temporaries of an earlier one
-  MemoryTracker::current().reset_peaks();  // the meta device's in a prediction
-  // In the *-mixed modes the fp32 arena is the master copy of the 16-bit working weights, and is
-  // accounted as such (the working copy, optim/mixed_precision.h, is MemCategory::parameters).
-  const bool masters = spec.autocast && spec.param_dtype == DType::f32;
-  Gpt model(cfg, opt.seed, spec.param_dtype, spec.grad_dtype,
-            masters ? MemCategory::master_weights : MemCategory::parameters);
-  model.set_activation_checkpointing(opt.checkpoint_activations);
-  const std::unique_ptr<Optimizer> optimizer = make_run_optimizer(ranks, model.params(), opt);
-
-  RunConfig rc;
-  rc.steps = opt.steps;
-  rc.schedule.max_lr = opt.lr;
-  rc.schedule.warmup_steps = opt.warmup;
-  rc.schedule.total_steps = opt.steps;
-  rc.schedule.min_lr = opt.lr * opt.min_lr_ratio;
-  rc.grad_clip = opt.grad_clip;
-  rc.grad_accum = opt.grad_accum;
-  rc.exact_accumulation = opt.exact_grad_accum;
-  rc.seed = opt.seed;
-  rc.eval_every = opt.eval_every;
-  rc.eval_batches = opt.eval_batches;
-  rc.max_bad_steps = opt.max_bad_steps_or_default();
-  rc.world = world;
-  TrainingRun run(model, *optimizer, mp, data, rc);
-  // Hook order: the checkpoint restores first (the log trims to its step), then data parallelism.
-  if (opt.stop_signal) run.add_hook(std::make_unique<InterruptHook>(opt.stop_signal));
-  run.add_hook(std::make_unique<TrainCheckpointing>(as_one_process(opt, ranks), model, T, corpus));
-  add_data_parallel_hooks(run, ranks, opt);
-  add_observer_hooks(run, opt);
-  if (opt.add_hooks) opt.add_hooks(run);
-  const KeepFp32Scope keep(opt.keep_fp32);
-  TrainSummary sum = run.run();
-  // MFU against this machine's GEMM rate for the dtype the model's GEMMs run in, measured now.
-  if (opt.measure_gemm_rate && !sum.interrupted) {
-    sum.gemm_flops_per_s = measure_gemm_flops(spec.compute_dtype, 1024, 1024, 1024, 0.5);
-    sum.mfu = sum.model_flops_per_s / sum.gemm_flops_per_s;
-  }
-  return sum;
+TrainSummary train(const TrainOptions& opt) {
+  opt.validate();
+  LmRecipe recipe;
+  return run_recipe(recipe, opt);
 }
-
 
 }  // namespace mixtrain

@@ -78,6 +78,56 @@ assert all(t["bytes"] > 0 and t["count"] > 0 and t["category"] and t["name"] for
 assert any("working copy" in t["name"] and t["category"] == "parameters" for t in p["terms"]), p["terms"]
 PY
 
+# The predicted-memory check before anything is allocated, as train's: a fine-tune whose predicted
+# peak exceeds the memory it may take is refused (--memory-limit: less than the system has), and
+# --force tries anyway; the summary's MFU is measured (it was 0 before the shared set-up).
+expect_exit 2 "fine-tune over --memory-limit" -- "${FT[@]}" --steps 2 --memory-limit 1000 --save "$TMP/not_saved"
+expect_stderr_has "(predicted peak) but --memory-limit allows 1000 bytes; --force tries anyway" "fine-tune over --memory-limit"
+[ ! -e "$TMP/not_saved" ] && pass || fail "a refused fine-tune wrote its --save directory"
+expect_exit 2 "--memory-limit 0" -- "${FT[@]}" --steps 2 --memory-limit 0
+expect_stderr_has "--memory-limit must be a positive number of bytes" "--memory-limit 0"
+expect_exit 0 "fine-tune over --memory-limit with --force" -- "${FT[@]}" --steps 2 --memory-limit 1000 --force --json "$TMP/forced.json"
+grep -q "MFU [0-9.]*%" "$TMP/out" && pass || fail "fine-tune summary line without MFU: $(tail -n 1 "$TMP/out")"
+python3 - "$TMP/forced.json" <<'PY' && pass || fail "fine-tune JSON: MFU and the GEMM rate"
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["gemm_flops_per_s"] > 0 and 0 < j["mfu"] < 1, (j["gemm_flops_per_s"], j["mfu"])
+PY
+
+# The fine-tune through the other commands that train, as they take a GPT run (--task): bench
+# train (tokens/s without padding, MFU, the step breakdown), memory (predicted = measured, to the
+# byte), numerics --advise (as finetune --advise) and numerics probes.
+TASK=(--task classify --model "$M" --train "$TMP/train.tsv" --test "$TMP/test.tsv" --max-len 16 --batch-size 8 --pooling mean)
+expect_exit 0 "bench train --task classify" -- "$MIXTRAIN" --threads 1 bench train "${TASK[@]}" --steps 4 \
+  --profile-warmup 1 --json "$TMP/bench.json"
+grep -q "^32-true, 1 thread: .* tokens/s, .* MFU" "$TMP/out" && pass || fail "bench train --task: $(head -c 300 "$TMP/out")"
+python3 - "$TMP/bench.json" <<'PY' && pass || fail "bench train --task classify JSON"
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["profiled_steps"] == 3 and j["tokens_per_s"] > 0 and 0 < j["mfu"] < 1, j
+assert j["breakdown"]["gemm"] > 0 and j["breakdown"]["step"] >= j["breakdown"]["gemm"], j["breakdown"]
+PY
+expect_exit 0 "memory --task classify" -- "$MIXTRAIN" --threads 1 memory "${TASK[@]}" --precision bf16-mixed \
+  --json "$TMP/memory.json"
+grep -q "fine-tuned on $TMP/train.tsv: .* bf16-mixed, batch 8, max_len 16" "$TMP/out" && pass || fail "memory --task table: $(head -c 300 "$TMP/out")"
+python3 - "$TMP/memory.json" <<'PY' && pass || fail "memory --task classify: predicted and measured peaks differ"
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["predicted"]["peak_bytes"] == j["measured"]["peak_bytes"] > 0, (j["predicted"]["peak_bytes"], j["measured"])
+assert j["predicted"]["by_category"] == j["measured"]["by_category"]
+assert j["config"]["max_len"] == 16 and j["config"]["precision"] == "bf16-mixed" and j["parameters"] > 0, j["config"]
+PY
+expect_exit 0 "numerics --advise --task classify" -- "$MIXTRAIN" --threads 1 numerics --advise "${TASK[@]}" --json
+python3 - "$TMP/out" <<'PY' && pass || fail "numerics --advise --task classify JSON"
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["steps"] == 3 and set(j["modes"]) == {"16-mixed", "bf16-mixed", "16-true", "bf16-true"}, j
+PY
+expect_exit 0 "numerics --task classify probes" -- "$MIXTRAIN" --threads 1 numerics "${TASK[@]}" --numerics "$TMP/probes.jsonl"
+[ -s "$TMP/probes.jsonl" ] && pass || fail "numerics --task classify wrote no probes"
+expect_exit 2 "memory --task lm with a fine-tune flag" -- "$MIXTRAIN" memory --task lm --max-len 16
+expect_stderr_has "--max-len applies to --task classify, not lm" "memory --task lm with a fine-tune flag"
+
 # compare --task classify: the reference table, one row per mode, and its JSON.
 expect_exit 0 "compare --task classify" -- "$MIXTRAIN" --threads 1 compare --task classify --model "$M" \
   --train "$TMP/train.tsv" --test "$TMP/test.tsv" --max-len 16 --batch-size 8 --lr 1e-2 --pooling mean --epochs 4 \

@@ -50,6 +50,9 @@ expect_stderr_has "deeper than 64 levels" "model JSON nested deep"
 echo '{"n_layer": 64, "n_head": 64, "n_embd": 65536, "block_size": 1024}' >"$TMP/huge.json"
 expect_exit 2 "model larger than memory" -- train_with "$TMP/huge.json" "$TMP/text.txt" 4 --steps 1
 expect_stderr_has "is available; --force" "model larger than memory"
+expect_exit 2 "over --memory-limit" -- "${TRAIN[@]}" --steps 2 --memory-limit 4096
+expect_stderr_has "(predicted peak) but --memory-limit allows 4096 bytes; --force tries anyway" "over --memory-limit"
+expect_exit 0 "--memory-limit above the peak" -- "${TRAIN[@]}" --steps 2 --memory-limit 1000000000000
 
 # --resume of a named checkpoint missing its manifest: exit 2, not a fresh start.
 expect_exit 0 "a checkpoint" -- "${TRAIN[@]}" --steps 2 --checkpoint-dir "$TMP/ck"

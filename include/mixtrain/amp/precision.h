@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "mixtrain/tensor/dtype.h"
+#include "mixtrain/tensor/memory.h"
 
 namespace mixtrain {
 
@@ -24,6 +25,10 @@ struct PrecisionSpec {
 };
 
 const PrecisionSpec& precision_spec(PrecisionMode m);
+// The memory category of a model's weights in this mode: in the *-mixed modes the fp32 weights are
+// the master copy of the 16-bit working weights (MemCategory::master_weights; the working copy,
+// optim/mixed_precision.h, is MemCategory::parameters), else the parameters themselves.
+MemCategory weights_category(const PrecisionSpec& spec);
 // Throws ArgumentError "unknown precision 'x' (valid: 32-true, 16-mixed, bf16-mixed, 16-true, bf16-true)".
 PrecisionMode parse_precision(std::string_view s);
 std::vector<PrecisionMode> all_precision_modes();

@@ -42,7 +42,9 @@ class MixedPrecision {
  public:
   // precision: "32-true", "16-mixed", "bf16-mixed", "16-true" or "bf16-true". The scaler runs
   // when the mode uses one (16-mixed) or when force_loss_scaling is set (mixed modes only).
-  explicit MixedPrecision(std::string_view precision, GradScalerConfig scaler = {}, bool force_loss_scaling = false);
+  explicit MixedPrecision(PrecisionMode precision, GradScalerConfig scaler = {}, bool force_loss_scaling = false);
+  explicit MixedPrecision(std::string_view precision, GradScalerConfig scaler = {}, bool force_loss_scaling = false)
+      : MixedPrecision(parse_precision(precision), scaler, force_loss_scaling) {}
 
   const PrecisionSpec& spec() const { return spec_; }
   DType param_dtype() const { return spec_.param_dtype; }

@@ -16,9 +16,11 @@
 #include <vector>
 
 #include "mixtrain/data/text_classification.h"
+#include "mixtrain/train/bench_train.h"
 #include "mixtrain/train/compare.h"
 #include "mixtrain/models/encoder.h"
 #include "mixtrain/train/memory_prediction.h"
+#include "mixtrain/train/memory_report.h"
 #include "mixtrain/train/trainer.h"
 
 namespace mixtrain {
@@ -93,5 +95,14 @@ CompareResult compare_finetune(const FinetuneOptions& base, const std::vector<Co
 // The memory finetune(o) needs, predicted by running it on the meta device (its first two steps
 // and the evaluation, with no files read beyond its inputs and none written).
 MemoryPrediction predict_finetune_memory(const FinetuneOptions& o);
+
+// memory_report (train/memory_report.h) for the fine-tune: its first o.train.steps steps (all of
+// them when 0) on the meta device and, unless predict_only, measured over a real run.
+MemoryReport finetune_memory_report(const FinetuneOptions& o, bool predict_only, int ranks = 1);
+
+// bench_train (train/bench_train.h) for the fine-tune: o.train.steps optimizer steps (it must be
+// more than o.train.profile_warmup), the tokens counted without padding.
+BenchTrainResult bench_finetune(const FinetuneOptions& o, bool thread_scaling,
+                                const std::function<void(const BenchTrainRun&)>& on_run = {});
 
 }  // namespace mixtrain

@@ -9,6 +9,7 @@
 #pragma once
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <optional>
 
 #include "mixtrain/models/gpt.h"
@@ -29,8 +30,8 @@ struct MeasuredMemory {
 };
 
 struct MemoryReport {
-  GptConfig model;
-  int64_t seq_len = 0;  // the options' seq_len, or the model's block size
+  GptConfig model;      // memory_report's (a GPT); task_memory_report leaves it as it is
+  int64_t seq_len = 0;  // the options' seq_len, or the model's block size (memory_report)
   MemoryPrediction predicted;
   std::optional<MeasuredMemory> measured;  // none with predict_only
 };
@@ -44,5 +45,10 @@ struct MemoryReport {
 // (dist/communicator.h); the measurement is this process's own, in the world o.world (under
 // mpirun, o.world's size must then be `ranks`).
 MemoryReport memory_report(const TrainOptions& o, bool predict_only, int ranks = 1);
+
+// The same for any task: `run` runs it with the given options (train() for memory_report; a
+// fine-tune's: finetune_memory_report, train/finetune.h) and returns its summary.
+using MemoryTaskRun = std::function<TrainSummary(const TrainOptions&)>;
+MemoryReport task_memory_report(const TrainOptions& o, bool predict_only, int ranks, const MemoryTaskRun& run);
 
 }  // namespace mixtrain

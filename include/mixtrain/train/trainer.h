@@ -6,6 +6,7 @@
 #include <csignal>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -98,6 +99,9 @@ struct TrainOptions {
   // Refused before anything is allocated when the memory predictor's peak exceeds the memory
   // the system has available (MemAvailable); force tries anyway.
   bool force = false;
+  // The memory the run may take, in bytes, when less than what the system has available: the
+  // same refusal above it (e.g. a share of a machine that other jobs use). Unset: MemAvailable.
+  std::optional<int64_t> memory_limit;
   // Set asynchronously to a signal number (by a SIGINT/SIGTERM handler) to stop the run: it
   // finishes the current step, saves a checkpoint when checkpoint.dir is set, and returns a
   // summary with interrupted = true. Null: not interruptible.

@@ -127,9 +127,14 @@ struct TrainSummary {
   // by category (MemoryTracker::current(), MemCategory order), rank r at [r]; empty otherwise.
   int zero_stage = 0;
   std::vector<std::array<int64_t, kNumMemCategories>> rank_peaks;
+  // This run's tensor memory (MemoryTracker::current(): the peaks were reset when the run was set
+  // up), taken when its last step and evaluation ended: before the GEMM-rate measurement for the
+  // MFU, whose operands are not the run's. Filled by run_recipe (train/recipe.h).
+  MemorySnapshot memory;
   // With profiling (ProfileHook): the profiled (steady-state) steps only.
   int64_t profiled_steps = 0;
   double profiled_seconds = 0;                 // their total step time
+  int64_t profiled_tokens = 0;                 // the tokens their batches held (no padding)
   std::array<double, kNumWorkKinds> breakdown{};  // seconds per kind of work over them
   int64_t profiled_system_allocations = 0;     // blocks taken from the system during them
   StepBreakdown breakdown_per_step() const;    // zeros without profiled steps

@@ -1,0 +1,163 @@
+// run_recipe (train/recipe.h): the set-up every task shares, around the recipe's own parts.
+#include "mixtrain/train/recipe.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <fstream>
+
+#include "kernels/gemm_info.h"
+#include "mixtrain/optim/mixed_precision.h"
+#include "mixtrain/tensor/allocator.h"
+#include "mixtrain/tensor/device.h"
+#include "mixtrain/train/memory_prediction.h"
+#include "mixtrain/train/run_hooks.h"
+#include "train/dir_lock.h"
+#include "train/observer_hooks.h"
+#include "train/output_paths.h"
+#include "train/rank_setup.h"
+
+namespace mixtrain {
+namespace {
+
+// MemAvailable from /proc/meminfo in bytes; 0 when unknown.
+int64_t available_memory_bytes() {
+  std::ifstream f("/proc/meminfo");
+  std::string key;
+  int64_t kib = 0;
+  std::string unit;
+  while (f >> key >> kib) {
+    std::getline(f, unit);
+    if (key == "MemAvailable:") return kib * 1024;
+  }
+  return 0;
+}
+
+// "2.50 GiB", "310.4 MiB", "1000 bytes".
+std::string gib(int64_t bytes) {
+  char b[48];
+  const double x = static_cast<double>(bytes);
+  if (bytes >= (int64_t{1} << 30)) std::snprintf(b, sizeof b, "%.2f GiB", x / double(1LL << 30));
+  else if (bytes >= (int64_t{1} << 20)) std::snprintf(b, sizeof b, "%.1f MiB", x / double(1LL << 20));
+  else std::snprintf(b, sizeof b, "%lld bytes", static_cast<long long>(bytes));
+  return b;
+}
+
+// One run of the prepared recipe with these ranks: the model, the precision mode, the optimizer,
+// the loop and its hooks; at most max_steps optimizer steps (the memory check's first two).
+TrainSummary run_prepared(Recipe& recipe, const TrainOptions& opt, const RankSetup& ranks,
+                          int64_t max_steps = INT64_MAX) {
+  const PrecisionSpec& spec = precision_spec(opt.precision);
+  MixedPrecision mp(opt.precision, opt.scaler, opt.force_loss_scaling);
+  gemm_scratch_release();  // the peaks are this run's: no GEMM temporaries of an earlier one
+  MemoryTracker::current().reset_peaks();  // the meta device's in a prediction
+  const std::unique_ptr<Model> model = recipe.make_model(spec, weights_category(spec), opt);
+  model->set_activation_checkpointing(opt.checkpoint_activations);
+  const std::unique_ptr<Optimizer> optimizer = make_run_optimizer(ranks, model->params(), opt);
+
+  RunConfig rc;
+  rc.grad_clip = opt.grad_clip;
+  rc.grad_accum = opt.grad_accum;
+  rc.exact_accumulation = opt.exact_grad_accum;
+  rc.seed = opt.seed;
+  rc.eval_every = opt.eval_every;
+  rc.eval_batches = opt.eval_batches;
+  rc.max_bad_steps = opt.max_bad_steps_or_default();
+  rc.world = ranks.world;
+  recipe.configure(rc, opt);
+  rc.steps = std::min(rc.steps, max_steps);
+  TrainingRun run(*model, *optimizer, mp, recipe.data(), rc);
+  // Hook order: the checkpoint restores first (the log trims to its step), then data parallelism,
+  // then the observers, the recipe's own and the caller's.
+  if (opt.stop_signal) run.add_hook(std::make_unique<InterruptHook>(opt.stop_signal));
+  run.add_hook(recipe.checkpointing(as_one_process(opt, ranks), *model));
+  add_data_parallel_hooks(run, ranks, opt);
+  add_observer_hooks(run, opt);
+  recipe.add_hooks(run, opt);
+  if (opt.add_hooks) opt.add_hooks(run);
+  const KeepFp32Scope keep(opt.keep_fp32);
+  TrainSummary sum;
+  try {
+    sum = run.run();
+  } catch (DivergedError& e) {
+    e.summary.memory = MemoryTracker::current().snapshot();
+    throw;
+  }
+  sum.memory = MemoryTracker::current().snapshot();
+  const bool meta = default_device().is_meta();
+  if (!meta && !sum.interrupted && (ranks.world == nullptr || ranks.world->rank() == 0))
+    recipe.finish(*model, sum, opt);
+  // MFU against this machine's GEMM rate for the dtype the model's GEMMs run in, measured now.
+  if (opt.measure_gemm_rate && !sum.interrupted && !meta) {
+    sum.gemm_flops_per_s = measure_gemm_flops(spec.compute_dtype, 1024, 1024, 1024, 0.5);
+    sum.mfu = sum.model_flops_per_s / sum.gemm_flops_per_s;
+  }
+  return sum;
+}
+
+}  // namespace
+
+TrainOptions measured_run_options(TrainOptions m) {
+  m.quiet = true;
+  m.measure_gemm_rate = false;
+  m.log_jsonl.clear();
+  m.numerics.path.clear();             // no probes
+  m.overflow_forensics = false;        // nor re-runs
+  m.profile = false;
+  m.checkpoint = CheckpointOptions{};  // no files: resuming or saving would read or write them
+  m.tensorboard_dir.clear();           // nor event files
+  m.add_hooks = nullptr;               // the caller's hooks watch the real run
+  m.stop_signal = nullptr;             // a prediction is not interrupted half-way
+  return m;
+}
+
+TrainSummary run_recipe(Recipe& recipe, const TrainOptions& opt_in) {
+  TrainOptions opt = opt_in;
+  if (opt.log_jsonl == "-") opt.quiet = true;  // stdout carries the log
+  const RankSetup ranks = setup_ranks(opt);   // rank 0 alone writes what a run writes
+  // On the meta device (a prediction) nothing is read beyond the inputs or written, and predictions
+  // are serialized: a nested one would wait for itself.
+  const bool meta = default_device().is_meta();
+  DirectoryLock lock;
+  if (!meta) {
+    // Every path checked, and the checkpoint directory locked, before anything is loaded or trained.
+    RunPaths paths = train_run_paths(opt);
+    for (const RecipePath& p : recipe.inputs(opt)) paths.inputs.push_back({p.what, p.path});
+    if (ranks.world == nullptr || ranks.world->rank() == 0)  // the rank that writes
+      for (const RecipePath& p : recipe.output_dirs(opt)) paths.output_dirs.push_back({p.what, p.path});
+    check_run_paths(paths);
+    if (!opt.checkpoint.dir.empty()) lock = DirectoryLock(opt.checkpoint.dir, "checkpoint.dir");
+  }
+  recipe.prepare(opt, ranks.ranks());
+  if (!opt.force && !meta) {
+    const int64_t system = available_memory_bytes();
+    const bool limited = opt.memory_limit && (system <= 0 || *opt.memory_limit < system);
+    const int64_t available = limited ? *opt.memory_limit : system;
+    if (available > 0) {
+      // The run itself on the meta device (train/memory_prediction.h), cut to its first steps: the
+      // peak is reached in the first two (the second holds the optimizer state and the working
+      // copies; an evaluation is smaller than a step).
+      TrainOptions probe = measured_run_options(opt);
+      probe.eval_every = 0;
+      probe.inject_nonfinite.clear();
+      // This rank's memory alone, without collectives (a ZeRO run's part: the meta world).
+      std::unique_ptr<MetaWorld> meta_world;
+      if (ranks.world != nullptr) meta_world = std::make_unique<MetaWorld>(ranks.world->rank(), ranks.world->size());
+      probe.world = meta_world.get();
+      const int64_t predicted = predict_memory([&] {
+                                  const RankSetup probe_ranks = setup_ranks(probe);
+                                  run_prepared(recipe, probe, probe_ranks, 2);
+                                }).peak_bytes;
+      if (predicted > available && limited)
+        throw ArgumentError({"memory_limit", "force"}, "the run needs about " + gib(predicted) +
+                                                           " (predicted peak) but memory_limit allows " +
+                                                           gib(available) + "; force tries anyway");
+      if (predicted > available)
+        throw ArgumentError({"force"}, "the run needs about " + gib(predicted) + " (predicted peak) but only " +
+                                           gib(available) + " is available; force tries anyway");
+    }
+  }
+  return run_prepared(recipe, opt, ranks);
+}
+
+}  // namespace mixtrain
