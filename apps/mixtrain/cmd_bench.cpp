@@ -19,12 +19,13 @@ void register_bench(CLI::App& app, GlobalOptions& g, std::vector<Command>& comma
   };
   auto gemm_opts = std::make_shared<GemmOpts>();
   auto* gemm = bench->add_subcommand("gemm", "GEMM GF/s for fp32, bf16, fp16 through mixtrain and oneDNN directly");
-  gemm->add_option("--json", gemm_opts->json, "Also write the results as JSON to FILE");
+  add_json_option(gemm, gemm_opts->json, "Also the results");
   gemm->add_option("--min-seconds", gemm_opts->min_seconds, "Timed seconds per case and implementation")
       ->check(CLI::Range(0.01, 60.0));
   commands.push_back({[gemm] { return gemm->parsed(); }, [&g, gemm_opts, gemm] {
                         apply_global_options(g);
-                        if (gemm->count("--json") > 0) check_output_path(gemm_opts->json, "--json");
+                        gemm_opts->json = json_output(*gemm, gemm_opts->json);
+                        if (!gemm_opts->json.empty()) check_output_path(gemm_opts->json, "--json");
                         const auto results = run_gemm_bench(default_gemm_bench_shapes(), gemm_opts->min_seconds);
                         std::printf("%s", gemm_bench_table(results).c_str());
                         if (!gemm_opts->json.empty())
@@ -38,11 +39,12 @@ void register_bench(CLI::App& app, GlobalOptions& g, std::vector<Command>& comma
   };
   auto conv_opts = std::make_shared<ConvertOpts>();
   auto* conv = bench->add_subcommand("convert", "Bulk conversion GB/s beside memcpy (the bandwidth ceiling)");
-  conv->add_option("--json", conv_opts->json, "Also write the results as JSON to FILE");
+  add_json_option(conv, conv_opts->json, "Also the results");
   conv->add_option("--mib", conv_opts->mib, "MiB of fp32 input")->check(CLI::Range(1, 16384));
   commands.push_back({[conv] { return conv->parsed(); }, [&g, conv_opts, conv] {
                         apply_global_options(g);
-                        if (conv->count("--json") > 0) check_output_path(conv_opts->json, "--json");
+                        conv_opts->json = json_output(*conv, conv_opts->json);
+                        if (!conv_opts->json.empty()) check_output_path(conv_opts->json, "--json");
                         const auto results = run_convert_bench(conv_opts->mib * (1 << 20) / 4);
                         std::printf("%s", convert_bench_table(results).c_str());
                         if (!conv_opts->json.empty())

@@ -81,11 +81,12 @@ void register_bench_train(CLI::App* bench, GlobalOptions& g, std::vector<Command
       ->capture_default_str()
       ->check(CLI::Range(int64_t{0}, int64_t{1000}));
   sub->add_flag("--thread-scaling", o->thread_scaling, "Also run at one thread and report the speed-up");
-  sub->add_option("--json", o->json, "Also write the results as JSON to FILE");
+  add_json_option(sub, o->json, "Also the results");
   commands.push_back({[sub] { return sub->parsed(); }, [&g, f, o, task, sub] {
     apply_global_options(g);
     f->finish();
-    if (sub->count("--json") > 0) check_output_path(o->json, "--json");
+    o->json = json_output(*sub, o->json);
+    if (!o->json.empty()) check_output_path(o->json, "--json");
     BenchTrainResult r;
     if (task->lm()) {
       task->refuse_finetune_flags();

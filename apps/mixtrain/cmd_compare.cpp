@@ -228,10 +228,11 @@ void register_compare(CLI::App& app, GlobalOptions& g, std::vector<Command>& com
   add_task_flags(sub, *task);
   add_data_parallel_flags(sub, *f);
   sub->add_option("--precisions", *precisions, "Comma-separated precision modes")->capture_default_str();
-  sub->add_option("--json", *json_path, "Also write the comparison as JSON to FILE");
+  add_json_option(sub, *json_path, "Also the comparison");
   sub->add_option("--report", *report_path, "Also write the comparison as a self-contained HTML report to FILE");
   commands.push_back({[sub] { return sub->parsed(); }, [&g, f, task, precisions, json_path, report_path, sub] {
     apply_global_options(g);
+    *json_path = json_output(*sub, *json_path);
     std::vector<CompareEntry> entries;
     try {
       entries = parse_compare_entries(*precisions, parse_update_rounding(f->update_rounding));
@@ -249,13 +250,13 @@ void register_compare(CLI::App& app, GlobalOptions& g, std::vector<Command>& com
     task->refuse_finetune_flags();
     // --json and --report checked with every run's step log before the first run trains (an
     // unwritable or clashing output would otherwise be found after all of them).
-    if (sub->count("--json") > 0 || !report_path->empty())
+    if (!json_path->empty() || !report_path->empty())
       for (const CompareEntry& e : entries) {
         TrainOptions o = f->opt;
         o.log_jsonl = compare_log_path(f->opt.log_jsonl, e);
         o.numerics.path = compare_log_path(f->opt.numerics.path, e);
         RunPaths paths = train_run_paths(o);
-        if (sub->count("--json") > 0) paths.outputs.push_back({"--json", *json_path});
+        if (!json_path->empty()) paths.outputs.push_back({"--json", *json_path});
         if (!report_path->empty()) paths.outputs.push_back({"--report", *report_path});
         check_run_paths(paths);
       }

@@ -13,6 +13,7 @@
 #include "mixtrain/train/classify.h"
 #include "mixtrain/train/numerics_advice.h"
 #include "train/summary_json.h"
+#include "mixtrain/train/trainer.h"
 
 namespace mixtrain::cli {
 namespace {
@@ -109,7 +110,7 @@ void register_finetune(CLI::App& app, GlobalOptions& g, std::vector<Command>& co
   add_finetune_data_flags(sub, *f);
   add_data_parallel_flags(sub, f->train);
   sub->add_option("--save", f->opt.save_dir, "Write the fine-tuned model to DIR (Hugging Face's layout)");
-  sub->add_option("--json", *json, "Write the run summary as JSON to FILE (-: stdout)");
+  add_json_option(sub, *json, "The run summary (on stdout: the progress goes quiet)");
   sub->add_option("--profile", f->opt.train.profile_warmup,
                   "Time each kind of work (GEMM, attention, casts, ...) over the steps after the first N; "
                   "--json gets breakdown_s_per_step")
@@ -123,6 +124,7 @@ void register_finetune(CLI::App& app, GlobalOptions& g, std::vector<Command>& co
                 "modes are safe (the advice of `numerics --advise`; --json FILE writes it as JSON)");
   commands.push_back({[sub] { return sub->parsed(); }, [&g, f, json, predict, advise, sub] {
                         apply_global_options(g);
+                        *json = json_output(*sub, *json);
                         f->finish();
                         f->opt.train.profile = sub->count("--profile") > 0;
                         if (*advise && *predict) throw ArgumentError("--advise and --predict-memory: one at a time");

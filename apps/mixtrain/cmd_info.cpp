@@ -13,9 +13,9 @@ namespace mixtrain::cli {
 
 void register_info(CLI::App& app, GlobalOptions& g, std::vector<Command>& commands) {
   auto* sub = app.add_subcommand("info", "Show version, CPU features and the kernels in use");
-  auto json = std::make_shared<bool>(false);
-  sub->add_flag("--json", *json, "Print as JSON");
-  commands.push_back({[sub] { return sub->parsed(); }, [&g, json] {
+  auto json_arg = std::make_shared<std::string>();
+  add_json_option(sub, *json_arg, "The same");
+  commands.push_back({[sub] { return sub->parsed(); }, [&g, json_arg, sub] {
                         apply_global_options(g);
                         const CpuFeatures& f = cpu_features();
                         nlohmann::ordered_json j;
@@ -32,9 +32,10 @@ void register_info(CLI::App& app, GlobalOptions& g, std::vector<Command>& comman
                                      {"f16", gemm_impl_name(DType::f16)}};
                         j["convert"] = {{"f32_to_bf16", f32_to_bf16_impl_name()},
                                         {"f32_to_fp16", f32_to_fp16_impl_name()}};
-                        if (*json) {
-                          std::printf("%s\n", j.dump(2).c_str());
-                          return 0;
+                        const std::string json = json_output(*sub, *json_arg);
+                        if (!json.empty()) {
+                          write_file_atomic(json, j.dump(2) + "\n");
+                          if (json == "-") return 0;
                         }
                         std::printf("mixtrain %s\n", MIXTRAIN_VERSION);
                         std::printf("cpu features:");

@@ -184,14 +184,15 @@ void register_memory(CLI::App& app, GlobalOptions& g, std::vector<Command>& comm
       ->capture_default_str();
   sub->add_option("--zero", f->opt.data_parallel.zero_stage, "With --ranks: 1 shards the optimizer state (ZeRO stage 1)")
       ->capture_default_str();
-  sub->add_option("--json", m->json, "Also write predicted and measured bytes as JSON to FILE");
+  add_json_option(sub, m->json, "Also the predicted and measured bytes");
   sub->add_option("--terms", m->terms, "Tensors listed from the predicted peak (largest first)")
       ->capture_default_str()
       ->check(CLI::Range(0, 100000));
   commands.push_back(
       {[sub] { return sub->parsed(); },
-       [&g, f, m, task] {
+       [&g, f, m, task, sub] {
          apply_global_options(g);
+         m->json = json_output(*sub, m->json);
          f->finish();
          std::optional<FinetuneOptions> fo;
          if (task->lm()) {

@@ -10,6 +10,7 @@
 #include "finetune_options.h"
 #include "mixtrain/train/finetune.h"
 #include "train_options.h"
+#include "mixtrain/train/trainer.h"
 
 namespace mixtrain::cli {
 namespace {
@@ -59,14 +60,15 @@ void register_numerics(CLI::App& app, GlobalOptions& g, std::vector<Command>& co
       "numerics", "Probe a few steps of a training configuration (--numerics FILE), or --advise which precision it can take");
   auto f = std::make_shared<TrainFlags>();
   auto advise = std::make_shared<bool>(false);
-  auto json = std::make_shared<bool>(false);
+  auto json_arg = std::make_shared<std::string>();
   auto task = std::make_shared<TaskFlags>();
   add_train_flags(sub, *f, /*with_precision=*/true);
   add_task_flags(sub, *task);
   sub->add_flag("--advise", *advise, "Run the steps in 32-true with probes and say which precision modes are safe");
-  sub->add_flag("--json", *json, "Print the advice as JSON (with --advise)");
-  commands.push_back({[sub] { return sub->parsed(); }, [&g, f, advise, json, task, sub] {
+  add_json_option(sub, *json_arg, "The advice (with --advise)");
+  commands.push_back({[sub] { return sub->parsed(); }, [&g, f, advise, json_arg, task, sub] {
                         apply_global_options(g);
+                        const std::string json = json_output(*sub, *json_arg);
                         f->finish();
                         if (!f->given("--steps")) f->opt.steps = 3;
                         if (!f->given("--warmup")) f->opt.warmup = 0;
@@ -81,7 +83,7 @@ void register_numerics(CLI::App& app, GlobalOptions& g, std::vector<Command>& co
                           fo->train.quiet = true;
                         }
                         if (!*advise) {
-                          if (*json) throw ArgumentError("--json needs --advise");
+                          if (!json.empty()) throw ArgumentError("--json needs --advise");
                           if (f->opt.numerics.path.empty())
                             throw ArgumentError("--numerics FILE is needed (where the probes write), or --advise");
                           const TrainSummary s = fo ? finetune(*fo).run : train(f->opt);
@@ -92,8 +94,8 @@ void register_numerics(CLI::App& app, GlobalOptions& g, std::vector<Command>& co
                         }
                         if (f->given("--precision"))
                           std::fprintf(stderr, "mixtrain: warning: --precision has no effect with --advise (it runs 32-true)\n");
-                        print_numerics_advice(fo ? advise_finetune_numerics(*fo) : advise_numerics(f->opt),
-                                              *json ? "-" : "");
+                        if (!json.empty() && json != "-") check_output_path(json, "--json");
+                        print_numerics_advice(fo ? advise_finetune_numerics(*fo) : advise_numerics(f->opt), json);
                         return 0;
                       }});
 }

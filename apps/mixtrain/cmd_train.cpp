@@ -7,24 +7,33 @@
 #include "commands.h"
 #include "mixtrain/dist/communicator.h"
 #include "train_options.h"
+#include "train/output_paths.h"
 #include "train/summary_json.h"
+#include "mixtrain/train/trainer.h"
 
 namespace mixtrain::cli {
 
 void register_train(CLI::App& app, GlobalOptions& g, std::vector<Command>& commands) {
   auto* sub = app.add_subcommand("train", "Train a GPT on a text file (byte-level tokens)");
   auto f = std::make_shared<TrainFlags>();
-  auto json = std::make_shared<bool>(false);
+  auto json_arg = std::make_shared<std::string>();
   add_train_flags(sub, *f, /*with_precision=*/true);
   add_checkpoint_flags(sub, *f);
   add_data_parallel_flags(sub, *f);
-  sub->add_flag("--json", *json, "Print the run summary as JSON on stdout (progress goes quiet)");
-  commands.push_back({[sub] { return sub->parsed(); }, [&g, f, json, sub] {
+  add_json_option(sub, *json_arg, "The run summary (on stdout: the progress goes quiet)");
+  commands.push_back({[sub] { return sub->parsed(); }, [&g, f, json_arg, sub] {
                         apply_global_options(g);
                         f->finish();
-                        if (*json) f->opt.quiet = true;
-                        if (*json && f->opt.log_jsonl == "-")
+                        const std::string json = json_output(*sub, *json_arg);
+                        if (json == "-") f->opt.quiet = true;
+                        if (json == "-" && f->opt.log_jsonl == "-")
                           throw ArgumentError("--json and --log-jsonl - both write to stdout");
+                        if (!json.empty() && json != "-") {
+                          // Checked with the run's inputs and outputs before it trains.
+                          RunPaths paths = train_run_paths(f->opt);
+                          paths.outputs.push_back({"--json", json});
+                          check_run_paths(paths);
+                        }
                         install_stop_handlers();
                         f->opt.stop_signal = &g_stop_signal;
                         f->opt.world = &world();  // MPI's ranks under mpirun, else this process
@@ -39,8 +48,9 @@ void register_train(CLI::App& app, GlobalOptions& g, std::vector<Command>& comma
                                          s.checkpoint_path.empty() ? "" : "; checkpoint ",
                                          s.checkpoint_path.c_str());
                           }
-                          if (*json) {
-                            std::printf("%s\n", summary_to_json(s).dump(2).c_str());
+                          if (!json.empty()) write_file_atomic(json, summary_to_json(s).dump(2) + "\n");
+                          if (json == "-") {
+                            // The JSON is all stdout carries.
                           } else if (s.interrupted) {
                             std::printf("interrupted at step %lld (%s): %lld of %lld steps, train loss %.4f, %.0f tokens/s%s%s\n",
                                         static_cast<long long>(s.steps), s.precision.c_str(),
@@ -61,7 +71,7 @@ void register_train(CLI::App& app, GlobalOptions& g, std::vector<Command>& comma
                           return s.interrupted ? 128 + s.stop_signal : 0;
                         } catch (const DivergedError& e) {
                           if (!rank0) return kExitDiverged;
-                          if (*json) std::printf("%s\n", summary_to_json(e.summary).dump(2).c_str());
+                          if (!json.empty()) write_file_atomic(json, summary_to_json(e.summary).dump(2) + "\n");
                           std::fprintf(stderr, "mixtrain: error: %s\n", error_message(e, *sub).c_str());
                           return kExitDiverged;
                         }

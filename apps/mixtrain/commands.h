@@ -33,6 +33,12 @@ void write_file_atomic(const std::string& path, const std::string& text);
 // ArgumentError naming `flag`. Called for a flag the command was given, before it runs.
 void check_output_path(const std::string& path, const std::string& flag);
 
+// `--json [FILE]`, as every command spells it: the JSON goes to FILE, replaced atomically; `-`
+// or `--json` alone (the flag it was in `train`, `info` and `numerics`) is stdout.
+// json_output(sub, path) after parsing: path, "-" when the flag was given bare, "" when not given.
+CLI::Option* add_json_option(CLI::App* sub, std::string& path, const std::string& what);
+std::string json_output(const CLI::App& sub, const std::string& path);
+
 // The command the user ran: the innermost parsed subcommand of app (app itself if none).
 const CLI::App& selected_command(const CLI::App& app);
 // A library error in the words of this command's user: every option the library names

@@ -40,6 +40,17 @@ void check_output_path(const std::string& path, const std::string& flag) {
   check_run_paths(p);
 }
 
+CLI::Option* add_json_option(CLI::App* sub, std::string& path, const std::string& what) {
+  return sub->add_option("--json", path, what + " as JSON to FILE (- or --json alone: stdout)")
+      ->expected(0, 1)
+      ->type_name("[FILE]");
+}
+
+std::string json_output(const CLI::App& sub, const std::string& path) {
+  if (sub.count("--json") == 0) return "";
+  return path.empty() ? "-" : path;
+}
+
 namespace {
 
 // The flag that sets a library field: the field's last part with dashes (seq_len -> --seq-len,

@@ -88,7 +88,7 @@ FinetuneOptions TaskFlags::finetune_options(const TrainFlags& given) {
 }
 
 void FinetuneFlags::finish(const std::vector<PrecisionMode>& precisions) {
-  for (const char* flag : {"--train", "--test", "--json", "--save"})
+  for (const char* flag : {"--train", "--test", "--save"})
     if (train.given(flag) && train.app->get_option(flag)->as<std::string>().empty())
       throw ArgumentError(std::string(flag) + ": empty path");
   if (train.given("--model") && opt.model_dir.empty()) throw ArgumentError("--model: empty path");

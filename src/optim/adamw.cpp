@@ -118,4 +118,22 @@ void AdamW::set_state(int64_t steps, const Tensor& exp_avg_in, const Tensor& exp
   steps_ = steps;
 }
 
+OptimizerState AdamW::state() const {
+  OptimizerState s;
+  s.kind = OptimizerKind::adamw;
+  s.steps = steps_;
+  s.exp_avg = m_;
+  s.exp_avg_sq = v_;
+  s.compensation = c_;
+  s.master = master_.tensor();
+  return s;
+}
+
+void AdamW::restore(const OptimizerState& s) {
+  optim_detail::check_restore_kind(*this, s);
+  optim_detail::check_compensation(c_, s);
+  optim_detail::check_master(master_.defined(), s);
+  set_state(s.steps, s.exp_avg, s.exp_avg_sq, s.compensation, s.master);
+}
+
 }  // namespace mixtrain

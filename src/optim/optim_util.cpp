@@ -69,4 +69,21 @@ WorkingCopyOut shard_working(WorkingCopyOut w, const FlatRange& shard) {
   return w;
 }
 
+void check_restore_kind(const Optimizer& o, const OptimizerState& s) {
+  if (s.kind != o.kind())
+    throw ArgumentError("optimizer state is " + std::string(optimizer_kind_name(s.kind)) + "'s, this optimizer is " +
+                        std::string(optimizer_kind_name(o.kind())));
+}
+void check_compensation(const Tensor& mine, const OptimizerState& s) {
+  if (s.compensation.defined() != mine.defined())
+    throw ArgumentError(mine.defined() ? "no Kahan compensation buffer for kahan rounding"
+                                       : "unexpected compensation buffer (the update rounding is not kahan)");
+}
+void check_master(bool mine, const OptimizerState& s) {
+  if (s.master.defined() != mine)
+    throw ArgumentError(mine ? "no fp32 master weights for master rounding (the state was saved with another update "
+                               "rounding)"
+                             : "unexpected fp32 master weights (the update rounding is not master)");
+}
+
 }  // namespace mixtrain::optim_detail

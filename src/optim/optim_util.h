@@ -28,6 +28,12 @@ void check_rounding(const char* op, UpdateRounding r);
 
 std::string fmt(double v);  // shortest round-trip form, for messages
 
+// Optimizer::restore's checks of a checkpoint's state against this optimizer: its kind, a Kahan
+// compensation buffer exactly when this one keeps one, fp32 master weights exactly when it has them.
+void check_restore_kind(const Optimizer& o, const OptimizerState& s);
+void check_compensation(const Tensor& mine, const OptimizerState& s);
+void check_master(bool mine, const OptimizerState& s);
+
 // The elements [shard.begin, shard.end) of a flat (flat_numel) buffer, as a view.
 Tensor shard_view(const Tensor& flat, const FlatRange& shard);
 // A checkpoint buffer for a shard's state: `t` itself when it has the shard's length, its shard

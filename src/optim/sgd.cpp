@@ -98,4 +98,24 @@ void SGD::set_state(int64_t steps, const Tensor& momentum_buffer_in, const Tenso
   steps_ = steps;
 }
 
+OptimizerState SGD::state() const {
+  OptimizerState s;
+  s.kind = OptimizerKind::sgd;
+  s.steps = steps_;
+  s.momentum_buffer = buf_;
+  s.compensation = c_;
+  s.master = master_.tensor();
+  return s;
+}
+
+void SGD::restore(const OptimizerState& s) {
+  optim_detail::check_restore_kind(*this, s);
+  if (s.momentum_buffer.defined() != buf_.defined())
+    throw ArgumentError(buf_.defined() ? "no momentum buffer for momentum " + std::to_string(config_.momentum)
+                                       : std::string("a momentum buffer, but momentum is 0"));
+  optim_detail::check_compensation(c_, s);
+  optim_detail::check_master(master_.defined(), s);
+  set_state(s.steps, s.momentum_buffer, s.compensation, s.master);
+}
+
 }  // namespace mixtrain

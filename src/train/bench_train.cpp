@@ -4,6 +4,7 @@
 #include "mixtrain/core/error.h"
 #include "kernels/backend.h"
 #include "mixtrain/tensor/memory.h"
+#include "mixtrain/train/trainer.h"
 
 namespace mixtrain {
 namespace {

@@ -18,7 +18,7 @@
 #include "checkpoint/json_input.h"
 #include "mixtrain/checkpoint/load_model.h"
 #include "mixtrain/data/text_corpus.h"
-#include "mixtrain/train/trainer.h"
+#include "mixtrain/train/train_options.h"
 #include "models/gpt_config_json.h"
 
 namespace mixtrain {

@@ -14,7 +14,7 @@
 
 #include "checkpoint/checkpoint_dir.h"
 #include "checkpoint/training_state.h"
-#include "mixtrain/train/trainer.h"  // TrainOptions, CheckpointOptions
+#include "mixtrain/train/train_options.h"  // TrainOptions, CheckpointOptions
 #include "mixtrain/train/training_run.h"
 
 namespace mixtrain {

@@ -8,6 +8,7 @@
 #include "kernels/backend.h"
 #include "mixtrain/train/tensorboard_hook.h"
 #include "train/output_paths.h"
+#include "mixtrain/train/trainer.h"
 
 namespace mixtrain {
 namespace {

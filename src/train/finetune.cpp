@@ -16,6 +16,7 @@
 #include "mixtrain/train/classify.h"
 #include "mixtrain/train/recipe.h"
 #include "train/finetune_checkpointing.h"
+#include "mixtrain/train/trainer.h"
 
 namespace mixtrain {
 namespace fs = std::filesystem;

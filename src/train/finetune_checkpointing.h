@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
-#include "mixtrain/train/trainer.h"
+#include "mixtrain/train/train_options.h"
 #include "mixtrain/train/training_run.h"
 #include "train/checkpointing.h"
 

@@ -7,13 +7,13 @@
 // themselves are the meta tracker's, the same counters a real run's tracker keeps.
 #include "mixtrain/train/memory_prediction.h"
 
-#include "mixtrain/train/recipe.h"
 
 #include <algorithm>
 #include <mutex>
 #include <unordered_map>
 
 #include "kernels/gemm_info.h"
+#include "mixtrain/tensor/device.h"
 #include "tensor/alloc_site.h"
 #include "tensor/meta.h"
 
@@ -170,14 +170,6 @@ MemoryPrediction predict_memory(const std::function<void()>& run) {
   p.notes.push_back("oneDNN's own allocations outside the GEMM scratchpad (primitive descriptors, its "
                     "thread pool) and the allocator's cache of freed blocks are not tensor memory and "
                     "are not counted (process peak RSS shows them)");
-  return p;
-}
-
-MemoryPrediction predict_train_memory(const TrainOptions& o) {
-  const TrainOptions m = measured_run_options(o);
-  TrainSummary summary;
-  MemoryPrediction p = predict_memory([&] { summary = train(m); });
-  p.parameters = summary.parameters;
   return p;
 }
 

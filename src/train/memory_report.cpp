@@ -5,6 +5,7 @@
 #include <string>
 
 #include "mixtrain/train/recipe.h"
+#include "mixtrain/train/trainer.h"
 
 namespace mixtrain {
 

@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "train/numerics_sites.h"
+#include "mixtrain/train/trainer.h"
 
 namespace mixtrain {
 namespace {

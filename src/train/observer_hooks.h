@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "mixtrain/train/trainer.h"
+#include "mixtrain/train/train_options.h"
 #include "mixtrain/train/training_run.h"
 
 namespace mixtrain {

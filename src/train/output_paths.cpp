@@ -14,7 +14,7 @@
 #include "checkpoint/file_io.h"
 #include "mixtrain/core/error.h"
 #include "mixtrain/data/text_corpus.h"
-#include "mixtrain/train/trainer.h"
+#include "mixtrain/train/train_options.h"
 
 namespace mixtrain {
 namespace fs = std::filesystem;

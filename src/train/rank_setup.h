@@ -13,7 +13,7 @@
 #include <memory>
 
 #include "mixtrain/optim/optimizer.h"
-#include "mixtrain/train/trainer.h"
+#include "mixtrain/train/train_options.h"
 #include "mixtrain/train/training_run.h"
 
 namespace mixtrain {

@@ -4,9 +4,11 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <chrono>
 #include <fstream>
 
 #include "kernels/gemm_info.h"
+#include "mixtrain/kernels/ops.h"
 #include "mixtrain/optim/mixed_precision.h"
 #include "mixtrain/tensor/allocator.h"
 #include "mixtrain/tensor/device.h"
@@ -19,6 +21,9 @@
 
 namespace mixtrain {
 namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 // MemAvailable from /proc/meminfo in bytes; 0 when unknown.
 int64_t available_memory_bytes() {
@@ -96,6 +101,21 @@ TrainSummary run_prepared(Recipe& recipe, const TrainOptions& opt, const RankSet
 }
 
 }  // namespace
+
+double measure_gemm_flops(DType dtype, int64_t m, int64_t n, int64_t k, double seconds) {
+  Tensor a = Tensor::randn({m, k}, dtype, 1, 0.f, 1.f, MemCategory::workspace);
+  Tensor b = Tensor::randn({k, n}, dtype, 2, 0.f, 1.f, MemCategory::workspace);
+  Tensor c = Tensor::empty({m, n}, DType::f32, MemCategory::workspace);
+  gemm(a, b, c);  // warm-up (creates and caches the primitive)
+  double best = 1e30;
+  const auto t0 = Clock::now();
+  do {
+    const auto t = Clock::now();
+    gemm(a, b, c);
+    best = std::min(best, seconds_since(t));
+  } while (seconds_since(t0) < seconds);
+  return 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) / best;
+}
 
 TrainOptions measured_run_options(TrainOptions m) {
   m.quiet = true;

@@ -24,10 +24,6 @@
 #include <cstdio>
 
 namespace mixtrain {
-namespace {
-using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-}  // namespace
 
 OptimizerConfig TrainOptions::optimizer_config() const {
   OptimizerConfig oc;
@@ -85,20 +81,6 @@ void TrainOptions::validate() const {
   if (!(momentum >= 0.f) || !std::isfinite(momentum)) bad("momentum", " must be >= 0");
 }
 
-double measure_gemm_flops(DType dtype, int64_t m, int64_t n, int64_t k, double seconds) {
-  Tensor a = Tensor::randn({m, k}, dtype, 1, 0.f, 1.f, MemCategory::workspace);
-  Tensor b = Tensor::randn({k, n}, dtype, 2, 0.f, 1.f, MemCategory::workspace);
-  Tensor c = Tensor::empty({m, n}, DType::f32, MemCategory::workspace);
-  gemm(a, b, c);  // warm-up (creates and caches the primitive)
-  double best = 1e30;
-  const auto t0 = Clock::now();
-  do {
-    const auto t = Clock::now();
-    gemm(a, b, c);
-    best = std::min(best, seconds_since(t));
-  } while (seconds_since(t0) < seconds);
-  return 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) / best;
-}
 
 namespace {
 
@@ -195,6 +177,14 @@ TrainSummary train(const TrainOptions& opt) {
   opt.validate();
   LmRecipe recipe;
   return run_recipe(recipe, opt);
+}
+
+MemoryPrediction predict_train_memory(const TrainOptions& o) {
+  const TrainOptions m = measured_run_options(o);
+  TrainSummary summary;
+  MemoryPrediction p = predict_memory([&] { summary = train(m); });
+  p.parameters = summary.parameters;
+  return p;
 }
 
 }  // namespace mixtrain

@@ -44,4 +44,25 @@ grep -q '"gbytes_per_s"' "$TMP/conv.json" && pass || fail "bench convert JSON"
 expect_exit 2 "unwritable --json" -- "$MIXTRAIN" bench convert --mib 1 --json "$TMP/no/such/dir/x.json"
 [ ! -e "$TMP/no/such/dir/x.json.tmp" ] && pass || fail "temporary file left behind"
 
+# --json [FILE] the same in every command: to FILE (the text output stays), or alone / - to stdout.
+expect_exit 0 "info --json FILE" -- "$MIXTRAIN" info --json "$TMP/info.json"
+grep -q "^cpu features:" "$TMP/out" && pass || fail "info --json FILE: the text output went away"
+python3 -c 'import json, sys; assert json.load(open(sys.argv[1]))["gemm"]["f32"]' "$TMP/info.json" && pass || fail "info --json FILE content"
+expect_exit 0 "info --json -" -- "$MIXTRAIN" info --json -
+python3 -c 'import json, sys; json.load(open(sys.argv[1]))' "$TMP/out" && pass || fail "info --json -: stdout is not JSON"
+write_text "$TMP/text.txt"
+TRAIN=("$MIXTRAIN" --threads 1 train --model gpt-nano --batch-size 2 --seq-len 16 --steps 2 --data "$TMP/text.txt")
+expect_exit 0 "train --json FILE" -- "${TRAIN[@]}" --json "$TMP/summary.json"
+grep -q "^done (32-true): 2 steps" "$TMP/out" && pass || fail "train --json FILE: no summary line: $(tail -n 2 "$TMP/out")"
+python3 -c 'import json, sys; assert json.load(open(sys.argv[1]))["steps"] == 2' "$TMP/summary.json" && pass || fail "train --json FILE content"
+expect_exit 0 "train --json (bare, as before)" -- "${TRAIN[@]}" --json
+python3 -c 'import json, sys; assert json.load(open(sys.argv[1]))["steps"] == 2' "$TMP/out" && pass || fail "train --json: stdout is not the summary"
+cp "$TMP/text.txt" "$TMP/text.bak"
+expect_exit 2 "train --json over --data" -- "${TRAIN[@]}" --json "$TMP/text.txt"
+expect_stderr_has "--json" "train --json over --data"
+cmp -s "$TMP/text.txt" "$TMP/text.bak" && pass || fail "train --json over --data changed the data"
+expect_exit 0 "numerics --advise --json FILE" -- "$MIXTRAIN" --threads 1 numerics --model gpt-nano --batch-size 2 \
+  --seq-len 16 --data "$TMP/text.txt" --advise --json "$TMP/advice.json"
+python3 -c 'import json, sys; assert "bf16-mixed" in json.load(open(sys.argv[1]))["modes"]' "$TMP/advice.json" && pass || fail "numerics --advise --json FILE content"
+
 finish

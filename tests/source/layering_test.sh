@@ -25,6 +25,7 @@
 # system headers are left alone. An include of a higher layer fails, naming the file, the line
 # and both layers; so does a folder that is not in the order above. The umbrella header
 # include/mixtrain/mixtrain.h counts as train (it includes the public headers of every layer).
+# Last, no two files of the tree include each other (tests/source/include_cycles.py).
 # Usage: layering_test.sh SOURCE_DIR
 src="${1:?usage: layering_test.sh SOURCE_DIR}"
 cd "$src" || exit 2
@@ -146,6 +147,12 @@ if [ -z "$got" ] && echo "$got_unknown" | grep -qF 'not a layer'; then
 else
   fail "the check flagged an allowed include or missed an unknown folder: got '$got' / '$got_unknown'"
 fi
+
+# 4. Within a layer too, no two files include each other (a header and its .cpp count as one):
+# tests/source/include_cycles.py; and that check finds a tangled pair in a made-up tree.
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+if out=$(python3 "$here/include_cycles.py" .); then pass; else fail "files that include each other:"; echo "$out"; fi
+if python3 "$here/include_cycles.py" --self-test >/dev/null; then pass; else fail "the include-cycle check's self-test"; fi
 
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]

@@ -12,6 +12,7 @@
 #include "checkpoint/checkpoint_test_util.h"
 #include "kernels/backend.h"
 #include "tiny_run.h"
+#include "mixtrain/train/trainer.h"
 
 namespace mixtrain {
 namespace {

@@ -17,6 +17,7 @@
 #include "mixtrain/optim/zero.h"
 #include "mixtrain/train/data_parallel.h"
 #include "train/tiny_run.h"
+#include "mixtrain/train/trainer.h"
 
 namespace mixtrain {
 namespace {

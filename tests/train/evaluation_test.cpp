@@ -9,6 +9,7 @@
 
 #include "mixtrain/models/model.h"
 #include "train/tiny_run.h"
+#include "mixtrain/train/trainer.h"
 
 namespace mixtrain {
 namespace {

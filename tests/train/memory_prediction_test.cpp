@@ -15,6 +15,7 @@
 #include "mixtrain/core/error.h"
 #include "mixtrain/models/gpt.h"
 #include "train/memory_prediction_util.h"
+#include "mixtrain/train/trainer.h"
 
 namespace mixtrain {
 namespace {

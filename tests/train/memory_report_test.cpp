@@ -8,6 +8,7 @@
 
 #include "checkpoint/checkpoint_test_util.h"
 #include "tiny_run.h"
+#include "mixtrain/train/trainer.h"
 
 namespace mixtrain {
 namespace {

@@ -17,6 +17,7 @@
 #include "mixtrain/train/numerics_advice.h"
 #include "mixtrain/train/numerics_hook.h"
 #include "train/tiny_run.h"
+#include "mixtrain/train/trainer.h"
 
 namespace mixtrain {
 namespace {

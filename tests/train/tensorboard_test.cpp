@@ -13,6 +13,7 @@
 #include "tiny_run.h"
 #include "train/event_file.h"
 #include "train/tfrecord.h"
+#include "mixtrain/train/trainer.h"
 
 namespace mixtrain {
 namespace {

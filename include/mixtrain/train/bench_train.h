@@ -13,7 +13,7 @@
 #include <optional>
 #include <string>
 
-#include "mixtrain/train/trainer.h"
+#include "mixtrain/train/train_options.h"
 
 namespace mixtrain {
 

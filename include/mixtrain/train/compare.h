@@ -14,7 +14,7 @@
 
 #include "mixtrain/amp/precision.h"
 #include "mixtrain/tensor/memory.h"
-#include "mixtrain/train/trainer.h"
+#include "mixtrain/train/train_options.h"
 
 namespace mixtrain {
 

@@ -21,7 +21,7 @@
 #include "mixtrain/models/encoder.h"
 #include "mixtrain/train/memory_prediction.h"
 #include "mixtrain/train/memory_report.h"
-#include "mixtrain/train/trainer.h"
+#include "mixtrain/train/train_options.h"
 
 namespace mixtrain {
 

@@ -5,7 +5,7 @@
 // has code of its own for this: whatever a run allocates on the CPU it allocates on meta.
 //
 //   TrainOptions o;  // model, precision, batch_size, seq_len, ...
-//   MemoryPrediction p = predict_train_memory(o);
+//   MemoryPrediction p = predict_train_memory(o);  // train/trainer.h
 //   p.peak_bytes, p.peak_by_category, p.peak_moment, p.terms (alive at the peak, largest first)
 #pragma once
 #include <array>
@@ -15,7 +15,6 @@
 #include <vector>
 
 #include "mixtrain/tensor/memory.h"
-#include "mixtrain/train/trainer.h"
 
 namespace mixtrain {
 
@@ -44,9 +43,6 @@ struct MemoryPrediction {
 // meta value reads as zero). One prediction at a time per process (they are serialized).
 MemoryPrediction predict_memory(const std::function<void()>& run);
 
-// The run train(o) makes, predicted: train(o) on meta, quietly, with no files written (no
-// checkpoints, logs or resume) and without the final GEMM-rate measurement. Throws what
-// train(o) throws for bad options.
-MemoryPrediction predict_train_memory(const TrainOptions& o);
+// The run train(o) makes, predicted: predict_train_memory (train/trainer.h).
 
 }  // namespace mixtrain

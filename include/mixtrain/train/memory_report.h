@@ -15,7 +15,7 @@
 #include "mixtrain/models/gpt.h"
 #include "mixtrain/tensor/memory.h"
 #include "mixtrain/train/memory_prediction.h"
-#include "mixtrain/train/trainer.h"
+#include "mixtrain/train/train_options.h"
 
 namespace mixtrain {
 

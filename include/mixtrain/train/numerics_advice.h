@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "mixtrain/train/finetune.h"
-#include "mixtrain/train/trainer.h"
+#include "mixtrain/train/train_options.h"
 
 namespace mixtrain {
 

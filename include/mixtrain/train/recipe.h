@@ -19,7 +19,7 @@
 
 #include "mixtrain/amp/precision.h"
 #include "mixtrain/models/model.h"
-#include "mixtrain/train/trainer.h"
+#include "mixtrain/train/train_options.h"
 #include "mixtrain/train/training_run.h"
 
 namespace mixtrain {
@@ -72,5 +72,9 @@ TrainSummary run_recipe(Recipe& recipe, const TrainOptions& opt);
 // numerics log, TensorBoard, checkpoints, resume), no probes, forensics or profiling, no caller
 // hooks, not interruptible, no GEMM-rate measurement. The one list of what such a run turns off.
 TrainOptions measured_run_options(TrainOptions opt);
+
+// GF/s of one GEMM shape in `dtype` (f32 out), best of repeated runs for ~`seconds`: the rate the
+// MFU divides by.
+double measure_gemm_flops(DType dtype, int64_t m, int64_t n, int64_t k, double seconds);
 
 }  // namespace mixtrain

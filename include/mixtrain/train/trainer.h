@@ -1,124 +1,16 @@
 // `mixtrain train` as a function: builds the GPT, the optimizer, the precision mode and the data
-// from TrainOptions, attaches the hooks the options ask for (step log, progress, fault injection,
-// checkpoints, profiling) to a TrainingRun (train/training_run.h, the loop itself) and runs it.
+// from TrainOptions (train/train_options.h), attaches the hooks the options ask for (step log,
+// progress, fault injection, checkpoints, profiling) to a TrainingRun (train/training_run.h, the
+// loop itself) and runs it: language-model pre-training, one of the recipes of train/recipe.h.
 #pragma once
-#include <array>
-#include <csignal>
 #include <cstdint>
-#include <functional>
-#include <optional>
-#include <string>
-#include <vector>
 
-#include "mixtrain/amp/grad_scaler.h"
-#include "mixtrain/amp/precision.h"
-#include "mixtrain/core/profiler.h"
-#include "mixtrain/models/gpt.h"
-#include "mixtrain/optim/optimizer.h"
-#include "mixtrain/train/numerics_hook.h"
-#include "mixtrain/train/data_parallel.h"
+#include "mixtrain/tensor/dtype.h"
+#include "mixtrain/train/memory_prediction.h"
+#include "mixtrain/train/train_options.h"
 #include "mixtrain/train/training_run.h"
 
 namespace mixtrain {
-
-// Checkpoints, resuming, initial weights (the checkpoint hook, src/train/checkpointing.cpp).
-struct CheckpointOptions {
-  std::string dir;         // where step-NNNNNN/ checkpoints go; empty: no checkpoints
-  int64_t save_every = 0;  // every N steps (and always at the last step); 0: only at the last
-  int64_t keep = 0;        // newest checkpoints kept in dir; 0: all
-  std::string resume;      // a checkpoint, or a directory of them (the newest valid one is used)
-  int64_t stop_after = 0;  // end the run after this step (saving a checkpoint), as if stopped
-  std::string init_from;   // start from these weights (safetensors file or checkpoint), fresh optimizer
-  void validate() const;   // ArgumentError
-};
-
-struct TrainOptions {
-  std::string model = "gpt-nano";  // preset name or .json config path
-  std::string data;                // text file; empty: the built-in corpus
-  int64_t steps = 200;
-  int64_t batch_size = 16;
-  int64_t seq_len = 0;             // 0: the model's block_size
-  float lr = 1e-3f;
-  float min_lr_ratio = 0.1f;       // cosine decay ends at lr * min_lr_ratio
-  int64_t warmup = 0;
-  float weight_decay = 0.1f;
-  float beta1 = 0.9f;
-  float beta2 = 0.99f;
-  float eps = 1e-8f;
-  float grad_clip = 1.0f;          // 0 disables
-  OptimizerKind optimizer = OptimizerKind::adamw;
-  float momentum = 0.9f;           // sgd
-  uint64_t seed = 1337;
-  int64_t eval_every = 0;          // 0: only at the end
-  int64_t eval_batches = 8;
-  std::string log_jsonl;           // per-step JSON lines; empty: none; "-": stdout
-  bool overwrite = false;          // replace an existing log_jsonl or numerics.path (without it: refused unless resuming)
-  std::string tensorboard_dir;     // TensorBoard event files in this directory (train/tensorboard_hook.h); empty: none
-  int64_t log_every = 10;          // plain progress lines when stdout is not a terminal
-  bool quiet = false;              // no progress output at all
-  // Step-time breakdown (core/profiler.h) over the steps after the first profile_warmup ones
-  // (which create GEMM primitives and fill the allocator's cache): `mixtrain bench train`.
-  bool profile = false;
-  bool checkpoint_activations = false;  // recompute each block in backward (Gpt::set_activation_checkpointing)
-  int64_t profile_warmup = 2;
-  // Measure the GEMM rate at the end for the MFU (its 1024^3 operands are workspace allocations
-  // after the steps: the memory report turns it off so they stay out of the peaks).
-  bool measure_gemm_rate = true;
-
-  // Precision (see amp/precision.h and README "Precision modes").
-  PrecisionMode precision = PrecisionMode::true32;
-  UpdateRounding update_rounding = UpdateRounding::nearest;  // *-true modes
-  int64_t grad_accum = 1;          // micro-batches per optimizer step (one loss scale per step)
-  bool exact_grad_accum = false;   // RunConfig::exact_accumulation: micro-batch gradients made apart, then added
-  // Loss scaling: on by default in 16-mixed; `force_loss_scaling` turns it on in other modes.
-  GradScalerConfig scaler;
-  bool force_loss_scaling = false;
-  // Fault injection: after backward at these optimizer steps (from 1) one gradient element is
-  // set to inf (NaN at every second listed step); the step must be skipped, never applied.
-  std::vector<int64_t> inject_nonfinite;
-  int inject_nonfinite_rank = -1;  // the data-parallel rank whose gradient is poisoned; -1: every rank
-  // Consecutive steps with a non-finite loss before the run is declared diverged and stops.
-  // -1: the mode's default, 1 in 32-true (nothing can recover an fp32 NaN) and 20 otherwise.
-  int64_t max_bad_steps = -1;
-  // Checkpoints, resuming, initial weights (train/checkpointing.h).
-  CheckpointOptions checkpoint;
-  // Numerics probes (train/numerics_hook.h): numerics.path empty: none. A skipped step is re-run
-  // to name the first non-finite op unless overflow_forensics is off.
-  NumericsOptions numerics;
-  bool overflow_forensics = true;
-  // Autocast keeps the ops of modules whose path matches one of these globs in fp32
-  // (amp/autocast.h, set_autocast_keep_fp32), e.g. "transformer.h.5.mlp.*".
-  std::vector<std::string> keep_fp32;
-  // Called with the run after the built-in hooks are attached, to attach more (e.g. to collect
-  // every StepRecord); empty: none.
-  std::function<void(TrainingRun&)> add_hooks;
-  // Input limits: 0 (default): data must be a regular file of at most 4 GiB (read whole); a
-  // stream ("-" for stdin, a FIFO, a device) is refused, as it may never end. > 0: the limit for
-  // any data, and a stream is read up to it (an explicit cap).
-  int64_t max_data_bytes = 0;
-  // Refused before anything is allocated when the memory predictor's peak exceeds the memory
-  // the system has available (MemAvailable); force tries anyway.
-  bool force = false;
-  // The memory the run may take, in bytes, when less than what the system has available: the
-  // same refusal above it (e.g. a share of a machine that other jobs use). Unset: MemAvailable.
-  std::optional<int64_t> memory_limit;
-  // Set asynchronously to a signal number (by a SIGINT/SIGTERM handler) to stop the run: it
-  // finishes the current step, saves a checkpoint when checkpoint.dir is set, and returns a
-  // summary with interrupted = true. Null: not interruptible.
-  const volatile std::sig_atomic_t* stop_signal = nullptr;
-  // Data parallelism (train/data_parallel.h): the ranks (not owned; e.g. world() under mpirun);
-  // null or one rank: this process alone. batch_size and grad_accum are per rank: N ranks train
-  // as one process with grad_accum N * grad_accum. Only rank 0 writes the step log, TensorBoard
-  // files, checkpoints and progress; every rank reads a checkpoint it resumes from.
-  Communicator* world = nullptr;
-  DataParallelConfig data_parallel;
-  void validate() const;           // throws ArgumentError
-  // The optimizer these options describe (kind, lr, betas, eps, momentum, weight decay, update
-  // rounding, seed), for make_optimizer.
-  OptimizerConfig optimizer_config() const;
-  // max_bad_steps, or its default when unset: 1 in 32-true (nothing recovers an fp32 NaN), else 20.
-  int64_t max_bad_steps_or_default() const;
-};
 
 // Exit code of `mixtrain train` for a diverged run (bad input is 2).
 constexpr int kExitDiverged = 3;
@@ -126,7 +18,10 @@ constexpr int kExitDiverged = 3;
 TrainSummary train(const TrainOptions& opt);
 
 
-// GF/s of one GEMM shape in `dtype` (f32 out), best of repeated runs for ~`seconds`.
-double measure_gemm_flops(DType dtype, int64_t m, int64_t n, int64_t k, double seconds);
+// The run train(o) makes, predicted (train/memory_prediction.h): train(o) on meta, quietly, with
+// no files written (no checkpoints, logs or resume) and without the final GEMM-rate measurement.
+// Throws what train(o) throws for bad options.
+MemoryPrediction predict_train_memory(const TrainOptions& o);
+
 
 }  // namespace mixtrain
