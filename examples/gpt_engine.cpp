@@ -25,7 +25,8 @@ int main(int argc, char** argv) {
   MixedPrecision mp(argc > 2 ? argv[2] : "bf16-mixed");
   GptConfig cfg;
   cfg.n_layer = 2, cfg.n_head = 4, cfg.n_embd = 64, cfg.block_size = 64;
-  Gpt model(cfg, /*seed=*/1, mp.param_dtype(), mp.grad_dtype());
+  // The weights' memory category: the fp32 master copy in the *-mixed modes (for the memory report).
+  Gpt model(cfg, /*seed=*/1, mp.param_dtype(), mp.grad_dtype(), weights_category(mp.spec()));
   OptimizerConfig oc;  // AdamW by default; oc.kind = OptimizerKind::sgd for SGD
   oc.weight_decay = 0.1f;
   const std::unique_ptr<Optimizer> opt = make_optimizer(model.params(), oc);

@@ -2,6 +2,7 @@
 # Configures and builds mixtrain. Usage: scripts/build.sh [release|asan]
 #   release (default): build/        (Release, -O3; build/mixtrain is the CLI)
 #   asan:              build-asan/   (AddressSanitizer + UndefinedBehaviorSanitizer)
+# Both with warnings as errors (-Werror, MIXTRAIN_WERROR): the tree builds clean with g++ 12.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 kind="${1:-release}"
@@ -12,11 +13,11 @@ case "$kind" in
   release)
     dir=build
     [ -f "$dir/CMakeCache.txt" ] && GEN=()  # keep the generator an existing build was made with
-    cmake -S . -B "$dir" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release >/dev/null ;;
+    cmake -S . -B "$dir" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DMIXTRAIN_WERROR=ON >/dev/null ;;
   asan)
     dir=build-asan
     [ -f "$dir/CMakeCache.txt" ] && GEN=()
-    cmake -S . -B "$dir" "${GEN[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMIXTRAIN_SANITIZE=ON >/dev/null ;;
+    cmake -S . -B "$dir" "${GEN[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMIXTRAIN_SANITIZE=ON -DMIXTRAIN_WERROR=ON >/dev/null ;;
   *) echo "build.sh: unknown build kind '$kind' (valid: release, asan)" >&2; exit 2 ;;
 esac
 cmake --build "$dir" -j "$jobs"

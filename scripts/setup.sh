@@ -19,6 +19,7 @@ PACKAGES=(
   python3              # the CLI tests read JSON with the standard library
   python3-venv         # tools/setup_dev_venv.sh (PyTorch fixtures, peer benchmark: development only)
   clang libclang-rt-dev libomp-dev  # libFuzzer targets (scripts/fuzz.sh)
+  clang-format         # the C++ formatting check (tests/source/format_test.sh)
   libprotobuf-dev protobuf-compiler  # TensorBoard event files (Event / Summary protos in proto/)
   libjs-chart.js       # the charts of `mixtrain report` (inlined into each report at build time)
   chromium fonts-dejavu-core  # the report's browser test (headless), with a font to render text

@@ -1,6 +1,6 @@
 // mixtrain's public API in one include: the number formats and their conversions, precision
 // modes and autocast, tensors, the GPT model, the optimizers, the data sources, the training
-// engine (TrainingRun and its hooks), the library forms of `mixtrain train`, `compare`, `memory`
+// engine (TrainingRun and its hooks), the tasks it runs (Recipe, run_recipe), the library forms of `mixtrain train`, `compare`, `memory`
 // and `bench train`, the fine-tune (`finetune`, `classify`), and loading weights. Everything under
 // include/mixtrain is installed; what is under src/ is internal.
 //
@@ -37,7 +37,9 @@
 #include "mixtrain/train/data_parallel.h"
 #include "mixtrain/train/finetune.h"
 #include "mixtrain/train/memory_report.h"
+#include "mixtrain/train/recipe.h"
 #include "mixtrain/train/run_hooks.h"
 #include "mixtrain/train/tensorboard_hook.h"
+#include "mixtrain/train/train_options.h"
 #include "mixtrain/train/trainer.h"
 #include "mixtrain/train/training_run.h"

@@ -75,7 +75,10 @@ TrainSummary run_prepared(Recipe& recipe, const TrainOptions& opt, const RankSet
   // Hook order: the checkpoint restores first (the log trims to its step), then data parallelism,
   // then the observers, the recipe's own and the caller's.
   if (opt.stop_signal) run.add_hook(std::make_unique<InterruptHook>(opt.stop_signal));
-  run.add_hook(recipe.checkpointing(as_one_process(opt, ranks), *model));
+  if (std::unique_ptr<TrainingHook> ckpt = recipe.checkpointing(as_one_process(opt, ranks), *model))
+    run.add_hook(std::move(ckpt));
+  else if (!opt.checkpoint.dir.empty() || !opt.checkpoint.resume.empty() || !opt.checkpoint.init_from.empty())
+    throw ArgumentError({"checkpoint.dir"}, "this task keeps no checkpoints: checkpoint.dir, resume and init_from do not apply");
   add_data_parallel_hooks(run, ranks, opt);
   add_observer_hooks(run, opt);
   recipe.add_hooks(run, opt);

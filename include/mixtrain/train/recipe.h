@@ -53,7 +53,8 @@ class Recipe {
   // (clipping, accumulation, seed, evaluation, divergence, ranks) before calling it.
   virtual void configure(RunConfig& rc, const TrainOptions& opt) const = 0;
   // The checkpoint hook: the run as one process records it (`one_process`), and what a checkpoint
-  // holds besides the engine's state (the model files, the data's checksum).
+  // holds besides the engine's state (the model files, the data's checksum). Null: the task keeps
+  // no checkpoints, and run_recipe refuses the checkpoint options.
   virtual std::unique_ptr<TrainingHook> checkpointing(const TrainOptions& one_process, Model& model) = 0;
   // Hooks after the standard ones (and before TrainOptions::add_hooks); once per run.
   virtual void add_hooks(TrainingRun&, const TrainOptions&) {}
