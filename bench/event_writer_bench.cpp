@@ -19,11 +19,11 @@ void BM_WriteStepEvent(benchmark::State& state) {
   {
     mixtrain::EventFileWriter w(dir.string());
     mixtrain::ScalarEvent e;
-    for (const char* tag : {"train/loss", "train/lr", "train/grad_norm", "train/tokens_per_s", "amp/loss_scale",
-                            "amp/skipped", "amp/found_inf", "amp/overflows", "val/loss", "memory/parameters_mib",
-                            "memory/master_weights_mib", "memory/gradients_mib", "memory/optimizer_state_mib",
-                            "memory/activations_mib", "memory/workspace_mib", "memory/cast_cache_mib",
-                            "memory/data_mib", "memory/total_mib"})
+    for (const char* tag :
+         {"train/loss", "train/lr", "train/grad_norm", "train/tokens_per_s", "amp/loss_scale", "amp/skipped",
+          "amp/found_inf", "amp/overflows", "val/loss", "memory/parameters_mib", "memory/master_weights_mib",
+          "memory/gradients_mib", "memory/optimizer_state_mib", "memory/activations_mib",
+          "memory/workspace_mib", "memory/cast_cache_mib", "memory/data_mib", "memory/total_mib"})
       e.values.emplace_back(tag, 1.5f);
     for (auto _ : state) {
       ++e.step;

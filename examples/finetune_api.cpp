@@ -14,7 +14,8 @@ using namespace mixtrain;
 
 struct PrintStep final : TrainingHook {
   void on_step_end(TrainingRun&, const StepRecord& r) override {
-    std::printf("step %lld  loss %.4f  lr %.2e\n", static_cast<long long>(r.step), r.loss, static_cast<double>(r.lr));
+    std::printf("step %lld  loss %.4f  lr %.2e\n", static_cast<long long>(r.step), r.loss,
+                static_cast<double>(r.lr));
   }
 };
 
@@ -31,9 +32,11 @@ int main() {
               static_cast<long long>(p.parameters), p.peak_moment.c_str());
 
   const FinetuneSummary s = finetune(o);
-  std::printf("%s: %lld steps, test accuracy %.1f%% (majority %.1f%%), test loss %.4f, measured peak %.1f MiB, MFU %.1f%%\n",
-              s.run.precision.c_str(), static_cast<long long>(s.run.steps), 100 * s.test_accuracy(),
-              100 * s.majority_baseline, s.run.val_loss, s.run.memory.peak_total / 1048576.0, 100 * s.run.mfu);
+  std::printf(
+      "%s: %lld steps, test accuracy %.1f%% (majority %.1f%%), test loss %.4f, measured peak %.1f MiB, MFU "
+      "%.1f%%\n",
+      s.run.precision.c_str(), static_cast<long long>(s.run.steps), 100 * s.test_accuracy(),
+      100 * s.majority_baseline, s.run.val_loss, s.run.memory.peak_total / 1048576.0, 100 * s.run.mfu);
   const bool finite = std::isfinite(s.run.val_loss) && std::isfinite(s.epochs.back().train_loss);
   return finite && s.run.memory.peak_total == p.peak_bytes ? 0 : 1;
 }

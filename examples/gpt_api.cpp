@@ -4,10 +4,10 @@
 #include <cstdio>
 #include <string>
 
-#include "mixtrain/optim/mixed_precision.h"
 #include "mixtrain/data/text_corpus.h"
 #include "mixtrain/models/gpt.h"
 #include "mixtrain/optim/adamw.h"
+#include "mixtrain/optim/mixed_precision.h"
 #include "mixtrain/optim/schedule.h"
 
 using namespace mixtrain;
@@ -34,8 +34,9 @@ int main(int argc, char** argv) {
     auto out = mp.forward([&] { return model.forward(idx, &targets, /*training=*/true); });
     mp.backward(out.loss);
     const StepResult r = mp.step(opt, model.params(), lr_at(step, sched), /*max_norm=*/1.0);
-    if (step % 50 == 0) std::printf("step %lld loss %.4f grad norm %.3f\n", static_cast<long long>(step),
-                                    out.loss.value().item(), r.grad_norm);
+    if (step % 50 == 0)
+      std::printf("step %lld loss %.4f grad norm %.3f\n", static_cast<long long>(step),
+                  out.loss.value().item(), r.grad_norm);
   }
   double val = 0;
   int64_t rows = 0;
@@ -43,11 +44,13 @@ int main(int argc, char** argv) {
     autograd::NoGradGuard no_grad;
     for (int64_t b = 0; b < 8; ++b) {
       const int64_t real = corpus.val_batch(b, B, T, idx, targets);
-      val += mp.forward([&] { return model.forward(idx, &targets).loss.value().item(); }) * static_cast<double>(real);
+      val += mp.forward([&] { return model.forward(idx, &targets).loss.value().item(); }) *
+             static_cast<double>(real);
       rows += real;
     }
   }
   val /= static_cast<double>(rows);
-  std::printf("%s: validation loss %.4f, unigram baseline %.4f\n", precision.c_str(), val, corpus.unigram_entropy());
+  std::printf("%s: validation loss %.4f, unigram baseline %.4f\n", precision.c_str(), val,
+              corpus.unigram_entropy());
   return val < corpus.unigram_entropy() ? 0 : 1;
 }

@@ -14,8 +14,8 @@ using namespace mixtrain;
 struct PrintEvery final : TrainingHook {
   void on_step_end(TrainingRun&, const StepRecord& r) override {
     if (r.step % 25 == 0)
-      std::printf("step %3lld  loss %.4f  grad norm %.3f  %s\n", static_cast<long long>(r.step), r.loss, r.grad_norm,
-                  r.skipped ? "(skipped)" : "");
+      std::printf("step %3lld  loss %.4f  grad norm %.3f  %s\n", static_cast<long long>(r.step), r.loss,
+                  r.grad_norm, r.skipped ? "(skipped)" : "");
   }
   bool should_stop(TrainingRun&, const StepRecord& r) override { return !std::isfinite(r.loss); }
 };
@@ -38,7 +38,7 @@ int main(int argc, char** argv) {
   TrainingRun run(model, *opt, mp, data, rc);
   run.add_hook(std::make_unique<PrintEvery>());
   const TrainSummary s = run.run();
-  std::printf("%s: validation loss %.4f, unigram baseline %.4f, %.0f tokens/s\n", s.precision.c_str(), s.val_loss,
-              s.unigram_baseline, s.tokens_per_s);
+  std::printf("%s: validation loss %.4f, unigram baseline %.4f, %.0f tokens/s\n", s.precision.c_str(),
+              s.val_loss, s.unigram_baseline, s.tokens_per_s);
   return s.val_loss < s.unigram_baseline ? 0 : 1;
 }

@@ -3,10 +3,10 @@
 // and the optimizer step. Learns a synthetic 4-class problem; exits non-zero if it does not.
 #include <cstdio>
 
-#include "mixtrain/optim/mixed_precision.h"
 #include "mixtrain/autograd/functions.h"
 #include "mixtrain/nn/layers.h"
 #include "mixtrain/optim/adamw.h"
+#include "mixtrain/optim/mixed_precision.h"
 
 using namespace mixtrain;
 using autograd::Var;
@@ -52,7 +52,8 @@ int main() {
     last = loss.value().item();
     if (step == 1) first = last;
     if (step % 50 == 0 || !r.applied)
-      std::printf("step %3d loss %.4f scale %.0f%s\n", step, last, r.loss_scale, r.applied ? "" : " (skipped)");
+      std::printf("step %3d loss %.4f scale %.0f%s\n", step, last, r.loss_scale,
+                  r.applied ? "" : " (skipped)");
   }
   std::printf("loss %.4f -> %.4f, final loss scale %.0f\n", first, last, mp.scaler().scale());
   return last < 0.3 * first ? 0 : 1;

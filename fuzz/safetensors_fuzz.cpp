@@ -4,8 +4,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "fuzz_init.h"
 #include "checkpoint/safetensors.h"
+#include "fuzz_init.h"
 #include "mixtrain/core/error.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

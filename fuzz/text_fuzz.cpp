@@ -18,9 +18,10 @@ namespace {
 // A small vocabulary with multi-byte tokens and continuation pieces, so every WordPiece path runs.
 const mixtrain::WordPieceTokenizer& tokenizer() {
   static const mixtrain::WordPieceTokenizer t = [] {
-    std::vector<std::string> v = {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b", "ab", "##a", "##b",
-                                  "##ab", "the", "##s", ",", ".", "!", "caf", "##e", "\xC3\xA9", "##\xC3\xA9",
-                                  "\xE4\xB8\xAD", "na", "##ive", "x", "##x"};
+    std::vector<std::string> v = {
+        "[PAD]",    "[UNK]",      "[CLS]",        "[SEP]", "[MASK]", "a", "b",  "ab",  "##a",
+        "##b",      "##ab",       "the",          "##s",   ",",      ".", "!",  "caf", "##e",
+        "\xC3\xA9", "##\xC3\xA9", "\xE4\xB8\xAD", "na",    "##ive",  "x", "##x"};
     mixtrain::WordPieceTokenizer::Options o;
     o.max_chars_per_word = 24;
     return mixtrain::WordPieceTokenizer::from_tokens(std::move(v), "fuzz", o);
@@ -39,16 +40,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       const mixtrain::WordPieceTokenizer& t = tokenizer();
       (void)t.basic_tokenize(text);
       const size_t tab = text.find('\t');
-      const std::string_view a = text.substr(0, tab), b = tab == std::string_view::npos ? "" : text.substr(tab + 1);
+      const std::string_view a = text.substr(0, tab),
+                             b = tab == std::string_view::npos ? "" : text.substr(tab + 1);
       const int64_t max_len = 3 + data[0] / 4;
-      std::vector<mixtrain::Encoding> batch = {t.encode(a), t.encode(a, max_len), t.encode_pair(a, b, max_len),
-                                               t.encode_pair(a, b)};
+      std::vector<mixtrain::Encoding> batch = {t.encode(a), t.encode(a, max_len),
+                                               t.encode_pair(a, b, max_len), t.encode_pair(a, b)};
       const mixtrain::EncodedBatch e = t.pad(batch);
       if (e.input_ids.size() != size_t(e.B * e.T)) __builtin_trap();
     } else {
       mixtrain::TextColumns c;
       c.text_pair = data[0] & 4 ? "b" : "";
-      const mixtrain::TextFormat f = mode == 1 ? mixtrain::TextFormat::tsv
+      const mixtrain::TextFormat f = mode == 1   ? mixtrain::TextFormat::tsv
                                      : mode == 2 ? mixtrain::TextFormat::csv
                                                  : mixtrain::TextFormat::jsonl;
       const mixtrain::TextClassificationData d = mixtrain::TextClassificationData::parse(text, f, "fuzz", c);

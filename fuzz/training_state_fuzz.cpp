@@ -3,8 +3,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "fuzz_init.h"
 #include "checkpoint/training_state.h"
+#include "fuzz_init.h"
 #include "mixtrain/core/error.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -3,9 +3,9 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
-#include "commands.h"
 #include "bench/convert_bench.h"
 #include "bench/gemm_bench.h"
+#include "commands.h"
 
 namespace mixtrain::cli {
 
@@ -18,15 +18,18 @@ void register_bench(CLI::App& app, GlobalOptions& g, std::vector<Command>& comma
     double min_seconds = 0.5;
   };
   auto gemm_opts = std::make_shared<GemmOpts>();
-  auto* gemm = bench->add_subcommand("gemm", "GEMM GF/s for fp32, bf16, fp16 through mixtrain and oneDNN directly");
+  auto* gemm =
+      bench->add_subcommand("gemm", "GEMM GF/s for fp32, bf16, fp16 through mixtrain and oneDNN directly");
   add_json_option(gemm, gemm_opts->json, "Also the results");
   gemm->add_option("--min-seconds", gemm_opts->min_seconds, "Timed seconds per case and implementation")
       ->check(CLI::Range(0.01, 60.0));
-  commands.push_back({[gemm] { return gemm->parsed(); }, [&g, gemm_opts, gemm] {
+  commands.push_back({[gemm] { return gemm->parsed(); },
+                      [&g, gemm_opts, gemm] {
                         apply_global_options(g);
                         gemm_opts->json = json_output(*gemm, gemm_opts->json);
                         if (!gemm_opts->json.empty()) check_output_path(gemm_opts->json, "--json");
-                        const auto results = run_gemm_bench(default_gemm_bench_shapes(), gemm_opts->min_seconds);
+                        const auto results =
+                            run_gemm_bench(default_gemm_bench_shapes(), gemm_opts->min_seconds);
                         std::printf("%s", gemm_bench_table(results).c_str());
                         if (!gemm_opts->json.empty())
                           write_file_atomic(gemm_opts->json, gemm_bench_to_json(results).dump(2) + "\n");
@@ -41,7 +44,8 @@ void register_bench(CLI::App& app, GlobalOptions& g, std::vector<Command>& comma
   auto* conv = bench->add_subcommand("convert", "Bulk conversion GB/s beside memcpy (the bandwidth ceiling)");
   add_json_option(conv, conv_opts->json, "Also the results");
   conv->add_option("--mib", conv_opts->mib, "MiB of fp32 input")->check(CLI::Range(1, 16384));
-  commands.push_back({[conv] { return conv->parsed(); }, [&g, conv_opts, conv] {
+  commands.push_back({[conv] { return conv->parsed(); },
+                      [&g, conv_opts, conv] {
                         apply_global_options(g);
                         conv_opts->json = json_output(*conv, conv_opts->json);
                         if (!conv_opts->json.empty()) check_output_path(conv_opts->json, "--json");

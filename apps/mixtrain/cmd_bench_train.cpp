@@ -6,10 +6,10 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
-#include "mixtrain/train/bench_train.h"
-#include "train/summary_json.h"
 #include "finetune_options.h"
+#include "mixtrain/train/bench_train.h"
 #include "mixtrain/train/finetune.h"
+#include "train/summary_json.h"
 #include "train_options.h"
 
 namespace mixtrain::cli {
@@ -48,11 +48,11 @@ nlohmann::ordered_json to_json(const BenchTrainResult& result) {
 }
 
 void print_run(const BenchTrainRun& r) {
-  std::printf("%s, %d thread%s: %.0f tokens/s, %.1f GFLOP/s model, %.1f GFLOP/s GEMM (%s), MFU %.1f%%, "
-              "%.2f system allocations per step\n",
-              r.precision.c_str(), r.threads, r.threads == 1 ? "" : "s", r.tokens_per_s,
-              r.model_flops_per_s * 1e-9, r.gemm_flops_per_s * 1e-9, "1024^3, same dtype", 100 * r.mfu,
-              r.system_allocations_per_step);
+  std::printf(
+      "%s, %d thread%s: %.0f tokens/s, %.1f GFLOP/s model, %.1f GFLOP/s GEMM (%s), MFU %.1f%%, "
+      "%.2f system allocations per step\n",
+      r.precision.c_str(), r.threads, r.threads == 1 ? "" : "s", r.tokens_per_s, r.model_flops_per_s * 1e-9,
+      r.gemm_flops_per_s * 1e-9, "1024^3, same dtype", 100 * r.mfu, r.system_allocations_per_step);
   const double step = r.breakdown.step;
   std::printf("  %-14s %10s %7s\n", "work", "ms/step", "share");
   for (size_t k = 0; k < kNumWorkKinds; ++k) {
@@ -82,27 +82,30 @@ void register_bench_train(CLI::App* bench, GlobalOptions& g, std::vector<Command
       ->check(CLI::Range(int64_t{0}, int64_t{1000}));
   sub->add_flag("--thread-scaling", o->thread_scaling, "Also run at one thread and report the speed-up");
   add_json_option(sub, o->json, "Also the results");
-  commands.push_back({[sub] { return sub->parsed(); }, [&g, f, o, task, sub] {
-    apply_global_options(g);
-    f->finish();
-    o->json = json_output(*sub, o->json);
-    if (!o->json.empty()) check_output_path(o->json, "--json");
-    BenchTrainResult r;
-    if (task->lm()) {
-      task->refuse_finetune_flags();
-      r = bench_train(f->opt, o->thread_scaling, print_run);
-    } else {
-      // The fine-tune's defaults, but a benchmark's length: --steps (8) steps, --eval-batches (1).
-      FinetuneOptions fo = task->finetune_options(*f);
-      fo.train.steps = f->opt.steps;
-      fo.train.eval_batches = f->opt.eval_batches;
-      r = bench_finetune(fo, o->thread_scaling, print_run);
-    }
-    if (r.thread_scaling)
-      std::printf("thread scaling 1 -> %d threads: %.2fx\n", r.run.threads, r.thread_scaling->speedup);
-    if (!o->json.empty()) write_file_atomic(o->json, to_json(r).dump(2) + "\n");
-    return 0;
-  }});
+  commands.push_back({[sub] { return sub->parsed(); },
+                      [&g, f, o, task, sub] {
+                        apply_global_options(g);
+                        f->finish();
+                        o->json = json_output(*sub, o->json);
+                        if (!o->json.empty()) check_output_path(o->json, "--json");
+                        BenchTrainResult r;
+                        if (task->lm()) {
+                          task->refuse_finetune_flags();
+                          r = bench_train(f->opt, o->thread_scaling, print_run);
+                        } else {
+                          // The fine-tune's defaults, but a benchmark's length: --steps (8) steps,
+                          // --eval-batches (1).
+                          FinetuneOptions fo = task->finetune_options(*f);
+                          fo.train.steps = f->opt.steps;
+                          fo.train.eval_batches = f->opt.eval_batches;
+                          r = bench_finetune(fo, o->thread_scaling, print_run);
+                        }
+                        if (r.thread_scaling)
+                          std::printf("thread scaling 1 -> %d threads: %.2fx\n", r.run.threads,
+                                      r.thread_scaling->speedup);
+                        if (!o->json.empty()) write_file_atomic(o->json, to_json(r).dump(2) + "\n");
+                        return 0;
+                      }});
 }
 
 }  // namespace mixtrain::cli

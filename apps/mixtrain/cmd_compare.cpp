@@ -7,13 +7,13 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "finetune_options.h"
+#include "mixtrain/dist/communicator.h"
 #include "mixtrain/train/compare.h"
 #include "report/report.h"
 #include "train/output_paths.h"
 #include "train/summary_json.h"
 #include "train_options.h"
-#include "finetune_options.h"
-#include "mixtrain/dist/communicator.h"
 
 namespace mixtrain::cli {
 namespace {
@@ -144,8 +144,8 @@ nlohmann::ordered_json to_json(const CompareResult& result, const TrainOptions& 
 // accuracy, diverged.
 void print_classify_header(double majority) {
   std::printf("test accuracy of the majority class: %.2f%%\n", 100 * majority);
-  std::printf("%-18s %10s %10s %10s %9s %10s %9s\n", "precision", "time (s)", "peak MiB", "test acc.", "test loss",
-              "tokens/s", "diverged");
+  std::printf("%-18s %10s %10s %10s %9s %10s %9s\n", "precision", "time (s)", "peak MiB", "test acc.",
+              "test loss", "tokens/s", "diverged");
 }
 
 void print_classify_row(const CompareRun& run) {
@@ -160,7 +160,8 @@ void print_classify_row(const CompareRun& run) {
   std::fflush(stdout);
 }
 
-nlohmann::ordered_json classify_json(const CompareResult& result, const FinetuneOptions& base, double majority) {
+nlohmann::ordered_json classify_json(const CompareResult& result, const FinetuneOptions& base,
+                                     double majority) {
   nlohmann::ordered_json out;
   nlohmann::ordered_json config;
   config["task"] = base.task.empty() ? base.train_path : base.task;
@@ -189,11 +190,12 @@ nlohmann::ordered_json classify_json(const CompareResult& result, const Finetune
 }
 
 // compare --task classify|finefoods|fortunes: the fine-tune once per mode.
-int run_classify_compare(FinetuneFlags& ff, const std::vector<CompareEntry>& entries, const std::string& json_path) {
+int run_classify_compare(FinetuneFlags& ff, const std::vector<CompareEntry>& entries,
+                         const std::string& json_path) {
   if (!json_path.empty()) check_output_path(json_path, "--json");
   install_stop_handlers();
   ff.opt.train.stop_signal = &g_stop_signal;
-  ff.opt.train.world = &world();  // under mpirun every mode's fine-tune is data parallel
+  ff.opt.train.world = &world();                       // under mpirun every mode's fine-tune is data parallel
   const bool rank0 = ff.opt.train.world->rank() == 0;  // the only one that reports
   bool header = false;
   double majority = 0;  // known once the first run loaded the data, before its row is printed
@@ -211,14 +213,16 @@ int run_classify_compare(FinetuneFlags& ff, const std::vector<CompareEntry>& ent
     std::fprintf(stderr, "mixtrain: interrupted during %s by %s; %zu finished mode(s) reported\n",
                  result.interrupted_label.c_str(), result.stop_signal == SIGINT ? "SIGINT" : "SIGTERM",
                  result.runs.size());
-  if (!json_path.empty()) write_file_atomic(json_path, classify_json(result, ff.opt, majority).dump(2) + "\n");
+  if (!json_path.empty())
+    write_file_atomic(json_path, classify_json(result, ff.opt, majority).dump(2) + "\n");
   return result.interrupted ? 128 + result.stop_signal : 0;
 }
 
 }  // namespace
 
 void register_compare(CLI::App& app, GlobalOptions& g, std::vector<Command>& commands) {
-  auto* sub = app.add_subcommand("compare", "Train once per precision mode and compare speed, memory and accuracy");
+  auto* sub =
+      app.add_subcommand("compare", "Train once per precision mode and compare speed, memory and accuracy");
   auto f = std::make_shared<TrainFlags>();
   auto precisions = std::make_shared<std::string>("32-true,16-mixed,bf16-mixed,16-true,bf16-true");
   auto json_path = std::make_shared<std::string>();
@@ -229,68 +233,73 @@ void register_compare(CLI::App& app, GlobalOptions& g, std::vector<Command>& com
   add_data_parallel_flags(sub, *f);
   sub->add_option("--precisions", *precisions, "Comma-separated precision modes")->capture_default_str();
   add_json_option(sub, *json_path, "Also the comparison");
-  sub->add_option("--report", *report_path, "Also write the comparison as a self-contained HTML report to FILE");
-  commands.push_back({[sub] { return sub->parsed(); }, [&g, f, task, precisions, json_path, report_path, sub] {
-    apply_global_options(g);
-    *json_path = json_output(*sub, *json_path);
-    std::vector<CompareEntry> entries;
-    try {
-      entries = parse_compare_entries(*precisions, parse_update_rounding(f->update_rounding));
-    } catch (const ArgumentError& e) {
-      throw ArgumentError(std::string("--precisions: ") + e.what());
-    }
-    std::vector<PrecisionMode> modes;
-    for (const CompareEntry& e : entries) modes.push_back(e.mode);
-    f->finish(modes);
-    if (!task->lm()) {
-      if (!report_path->empty()) throw ArgumentError("--report is for --task lm (the fine-tune prints its table)");
-      task->finetune_options(*f);
-      return run_classify_compare(task->finetune, entries, *json_path);
-    }
-    task->refuse_finetune_flags();
-    // --json and --report checked with every run's step log before the first run trains (an
-    // unwritable or clashing output would otherwise be found after all of them).
-    if (!json_path->empty() || !report_path->empty())
-      for (const CompareEntry& e : entries) {
-        TrainOptions o = f->opt;
-        o.log_jsonl = compare_log_path(f->opt.log_jsonl, e);
-        o.numerics.path = compare_log_path(f->opt.numerics.path, e);
-        RunPaths paths = train_run_paths(o);
-        if (!json_path->empty()) paths.outputs.push_back({"--json", *json_path});
-        if (!report_path->empty()) paths.outputs.push_back({"--report", *report_path});
-        check_run_paths(paths);
-      }
-    // --report: every run's steps, collected as step-log objects for the curves.
-    auto steps = std::make_shared<std::vector<std::vector<nlohmann::ordered_json>>>();
-    if (!report_path->empty()) f->opt.add_hooks = [steps](TrainingRun& run) {
-      steps->emplace_back();
-      run.add_hook(std::make_unique<StepCollector>(steps->back()));
-    };
-    install_stop_handlers();
-    f->opt.stop_signal = &g_stop_signal;
-    f->opt.world = &world();  // under mpirun every mode's run is data parallel
-    const bool rank0 = f->opt.world->rank() == 0;  // the only one that reports
-    // The header waits for the first row: compare_precisions checks every path first.
-    bool header = false;
-    const CompareResult result = compare_precisions(f->opt, entries, [&](const CompareRun& run) {
-      if (!rank0) return;
-      if (!header) print_header(run.entry.label);
-      header = true;
-      print_row(run);
-    });
-    if (!rank0) return result.interrupted ? 128 + result.stop_signal : 0;
-    if (result.interrupted)
-      std::fprintf(stderr, "mixtrain: interrupted during %s by %s; %zu finished mode(s) reported\n",
-                   result.interrupted_label.c_str(), result.stop_signal == SIGINT ? "SIGINT" : "SIGTERM",
-                   result.runs.size());
-    const nlohmann::ordered_json j = to_json(result, f->opt);
-    if (!json_path->empty()) write_file_atomic(*json_path, j.dump(2) + "\n");
-    if (!report_path->empty()) {
-      write_file_atomic(*report_path, render_report_html(compare_report(j, *steps, *json_path)));
-      std::printf("report: %s\n", report_path->c_str());
-    }
-    return result.interrupted ? 128 + result.stop_signal : 0;
-  }});
+  sub->add_option("--report", *report_path,
+                  "Also write the comparison as a self-contained HTML report to FILE");
+  commands.push_back(
+      {[sub] { return sub->parsed(); },
+       [&g, f, task, precisions, json_path, report_path, sub] {
+         apply_global_options(g);
+         *json_path = json_output(*sub, *json_path);
+         std::vector<CompareEntry> entries;
+         try {
+           entries = parse_compare_entries(*precisions, parse_update_rounding(f->update_rounding));
+         } catch (const ArgumentError& e) {
+           throw ArgumentError(std::string("--precisions: ") + e.what());
+         }
+         std::vector<PrecisionMode> modes;
+         for (const CompareEntry& e : entries) modes.push_back(e.mode);
+         f->finish(modes);
+         if (!task->lm()) {
+           if (!report_path->empty())
+             throw ArgumentError("--report is for --task lm (the fine-tune prints its table)");
+           task->finetune_options(*f);
+           return run_classify_compare(task->finetune, entries, *json_path);
+         }
+         task->refuse_finetune_flags();
+         // --json and --report checked with every run's step log before the first run trains (an
+         // unwritable or clashing output would otherwise be found after all of them).
+         if (!json_path->empty() || !report_path->empty())
+           for (const CompareEntry& e : entries) {
+             TrainOptions o = f->opt;
+             o.log_jsonl = compare_log_path(f->opt.log_jsonl, e);
+             o.numerics.path = compare_log_path(f->opt.numerics.path, e);
+             RunPaths paths = train_run_paths(o);
+             if (!json_path->empty()) paths.outputs.push_back({"--json", *json_path});
+             if (!report_path->empty()) paths.outputs.push_back({"--report", *report_path});
+             check_run_paths(paths);
+           }
+         // --report: every run's steps, collected as step-log objects for the curves.
+         auto steps = std::make_shared<std::vector<std::vector<nlohmann::ordered_json>>>();
+         if (!report_path->empty())
+           f->opt.add_hooks = [steps](TrainingRun& run) {
+             steps->emplace_back();
+             run.add_hook(std::make_unique<StepCollector>(steps->back()));
+           };
+         install_stop_handlers();
+         f->opt.stop_signal = &g_stop_signal;
+         f->opt.world = &world();                       // under mpirun every mode's run is data parallel
+         const bool rank0 = f->opt.world->rank() == 0;  // the only one that reports
+         // The header waits for the first row: compare_precisions checks every path first.
+         bool header = false;
+         const CompareResult result = compare_precisions(f->opt, entries, [&](const CompareRun& run) {
+           if (!rank0) return;
+           if (!header) print_header(run.entry.label);
+           header = true;
+           print_row(run);
+         });
+         if (!rank0) return result.interrupted ? 128 + result.stop_signal : 0;
+         if (result.interrupted)
+           std::fprintf(stderr, "mixtrain: interrupted during %s by %s; %zu finished mode(s) reported\n",
+                        result.interrupted_label.c_str(), result.stop_signal == SIGINT ? "SIGINT" : "SIGTERM",
+                        result.runs.size());
+         const nlohmann::ordered_json j = to_json(result, f->opt);
+         if (!json_path->empty()) write_file_atomic(*json_path, j.dump(2) + "\n");
+         if (!report_path->empty()) {
+           write_file_atomic(*report_path, render_report_html(compare_report(j, *steps, *json_path)));
+           std::printf("report: %s\n", report_path->c_str());
+         }
+         return result.interrupted ? 128 + result.stop_signal : 0;
+       }});
 }
 
 }  // namespace mixtrain::cli

@@ -8,12 +8,12 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
-#include "mixtrain/dist/communicator.h"
 #include "finetune_options.h"
+#include "mixtrain/dist/communicator.h"
 #include "mixtrain/train/classify.h"
 #include "mixtrain/train/numerics_advice.h"
-#include "train/summary_json.h"
 #include "mixtrain/train/trainer.h"
+#include "train/summary_json.h"
 
 namespace mixtrain::cli {
 namespace {
@@ -51,7 +51,7 @@ int run_finetune(FinetuneFlags& f, const std::string& json_path, const CLI::App&
   if (json_path == "-") f.opt.train.quiet = true;
   install_stop_handlers();
   f.opt.train.stop_signal = &g_stop_signal;
-  f.opt.train.world = &world();  // MPI's ranks under mpirun, else this process
+  f.opt.train.world = &world();                       // MPI's ranks under mpirun, else this process
   const bool rank0 = f.opt.train.world->rank() == 0;  // the only one that reports
   FinetuneSummary s;
   int code = 0;
@@ -65,18 +65,19 @@ int run_finetune(FinetuneFlags& f, const std::string& json_path, const CLI::App&
   }
   if (!rank0) return s.run.interrupted ? 128 + s.run.stop_signal : 0;
   if (s.run.interrupted) {
-    std::fprintf(stderr, "mixtrain: interrupted at step %lld by %s%s%s\n", static_cast<long long>(s.run.steps),
-                 s.run.stop_signal == SIGINT ? "SIGINT" : "SIGTERM", s.run.checkpoint_path.empty() ? "" : "; checkpoint ",
-                 s.run.checkpoint_path.c_str());
+    std::fprintf(stderr, "mixtrain: interrupted at step %lld by %s%s%s\n",
+                 static_cast<long long>(s.run.steps), s.run.stop_signal == SIGINT ? "SIGINT" : "SIGTERM",
+                 s.run.checkpoint_path.empty() ? "" : "; checkpoint ", s.run.checkpoint_path.c_str());
     code = 128 + s.run.stop_signal;
   }
   if (!json_path.empty()) write_file_atomic(json_path, finetune_json(s, f.opt).dump(2) + "\n");
   if (code == 0 && !f.opt.train.quiet)
-    std::printf("done (%s): %lld steps, test accuracy %.2f%% (majority baseline %.2f%%), test loss %.4f, %.1f s in "
-                "training steps, %.0f tokens/s (not counting padding), %.1f GFLOP/s model, MFU %.1f%%\n",
-                s.run.precision.c_str(), static_cast<long long>(s.run.steps), 100 * s.test_accuracy(),
-                100 * s.majority_baseline, s.run.val_loss, s.train_seconds, s.run.tokens_per_s,
-                s.run.model_flops_per_s / 1e9, 100 * s.run.mfu);
+    std::printf(
+        "done (%s): %lld steps, test accuracy %.2f%% (majority baseline %.2f%%), test loss %.4f, %.1f s in "
+        "training steps, %.0f tokens/s (not counting padding), %.1f GFLOP/s model, MFU %.1f%%\n",
+        s.run.precision.c_str(), static_cast<long long>(s.run.steps), 100 * s.test_accuracy(),
+        100 * s.majority_baseline, s.run.val_loss, s.train_seconds, s.run.tokens_per_s,
+        s.run.model_flops_per_s / 1e9, 100 * s.run.mfu);
   if (std::fflush(stdout) != 0 || std::ferror(stdout))
     throw IoError("cannot write to stdout: " + std::string(std::strerror(errno)));
   return code;
@@ -106,7 +107,8 @@ void register_finetune(CLI::App& app, GlobalOptions& g, std::vector<Command>& co
   auto* sub = app.add_subcommand("finetune", "Fine-tune a pretrained encoder (BERT) to classify text");
   auto f = std::make_shared<FinetuneFlags>();
   auto json = std::make_shared<std::string>();
-  add_finetune_train_flags(sub, *f, /*with_precision=*/true, /*with_checkpoints=*/true);  // first: drops train's --model
+  add_finetune_train_flags(sub, *f, /*with_precision=*/true,
+                           /*with_checkpoints=*/true);  // first: drops train's --model
   add_finetune_data_flags(sub, *f);
   add_data_parallel_flags(sub, f->train);
   sub->add_option("--save", f->opt.save_dir, "Write the fine-tuned model to DIR (Hugging Face's layout)");
@@ -116,45 +118,50 @@ void register_finetune(CLI::App& app, GlobalOptions& g, std::vector<Command>& co
                   "--json gets breakdown_s_per_step")
       ->check(CLI::Range(int64_t{0}, int64_t{1000000}));
   auto predict = std::make_shared<bool>(false);
-  sub->add_flag("--predict-memory", *predict,
-                "Only predict the run's peak memory by category (its first two steps on the meta device), as JSON");
+  sub->add_flag(
+      "--predict-memory", *predict,
+      "Only predict the run's peak memory by category (its first two steps on the meta device), as JSON");
   auto advise = std::make_shared<bool>(false);
-  sub->add_flag("--advise", *advise,
-                "Only run a few steps (--steps, default 3) in 32-true with numerics probes and say which precision "
-                "modes are safe (the advice of `numerics --advise`; --json FILE writes it as JSON)");
-  commands.push_back({[sub] { return sub->parsed(); }, [&g, f, json, predict, advise, sub] {
-                        apply_global_options(g);
-                        *json = json_output(*sub, *json);
-                        f->finish();
-                        f->opt.train.profile = sub->count("--profile") > 0;
-                        if (*advise && *predict) throw ArgumentError("--advise and --predict-memory: one at a time");
-                        if (*predict) {
-                          const MemoryPrediction p = predict_finetune_memory(f->opt);
-                          nlohmann::ordered_json j;
-                          j["parameters"] = p.parameters;
-                          j["peak_bytes"] = p.peak_bytes;
-                          j["peak_bytes_by_category"] = nonzero_peaks_json(p.peak_by_category);
-                          j["peak_moment"] = p.peak_moment;
-                          // each category's own peak (above) may fall at another moment (loading
-                          // the weights); what makes up peak_bytes:
-                          j["at_peak_by_category"] = nonzero_peaks_json(p.at_peak);
-                          j["terms"] = memory_terms_json(p.terms);
-                          std::printf("%s\n", j.dump(2).c_str());
-                          return 0;
-                        }
-                        if (*advise) {
-                          if (sub->count("--steps") == 0) f->opt.train.steps = 3;
-                          f->opt.train.quiet = true;
-                          if (sub->count("--precision") > 0)
-                            std::fprintf(stderr, "mixtrain: warning: --precision has no effect with --advise (it runs 32-true)\n");
-                          if (!json->empty() && *json != "-") check_output_path(*json, "--json");
-                          print_numerics_advice(advise_finetune_numerics(f->opt), *json);
-                          return 0;
-                        }
-                        if (*json == "-" && f->opt.train.log_jsonl == "-")
-                          throw ArgumentError("--json - and --log-jsonl - both write to stdout");
-                        return run_finetune(*f, *json, *sub);
-                      }});
+  sub->add_flag(
+      "--advise", *advise,
+      "Only run a few steps (--steps, default 3) in 32-true with numerics probes and say which precision "
+      "modes are safe (the advice of `numerics --advise`; --json FILE writes it as JSON)");
+  commands.push_back(
+      {[sub] { return sub->parsed(); },
+       [&g, f, json, predict, advise, sub] {
+         apply_global_options(g);
+         *json = json_output(*sub, *json);
+         f->finish();
+         f->opt.train.profile = sub->count("--profile") > 0;
+         if (*advise && *predict) throw ArgumentError("--advise and --predict-memory: one at a time");
+         if (*predict) {
+           const MemoryPrediction p = predict_finetune_memory(f->opt);
+           nlohmann::ordered_json j;
+           j["parameters"] = p.parameters;
+           j["peak_bytes"] = p.peak_bytes;
+           j["peak_bytes_by_category"] = nonzero_peaks_json(p.peak_by_category);
+           j["peak_moment"] = p.peak_moment;
+           // each category's own peak (above) may fall at another moment (loading
+           // the weights); what makes up peak_bytes:
+           j["at_peak_by_category"] = nonzero_peaks_json(p.at_peak);
+           j["terms"] = memory_terms_json(p.terms);
+           std::printf("%s\n", j.dump(2).c_str());
+           return 0;
+         }
+         if (*advise) {
+           if (sub->count("--steps") == 0) f->opt.train.steps = 3;
+           f->opt.train.quiet = true;
+           if (sub->count("--precision") > 0)
+             std::fprintf(stderr,
+                          "mixtrain: warning: --precision has no effect with --advise (it runs 32-true)\n");
+           if (!json->empty() && *json != "-") check_output_path(*json, "--json");
+           print_numerics_advice(advise_finetune_numerics(f->opt), *json);
+           return 0;
+         }
+         if (*json == "-" && f->opt.train.log_jsonl == "-")
+           throw ArgumentError("--json - and --log-jsonl - both write to stdout");
+         return run_finetune(*f, *json, *sub);
+       }});
 
   auto* cls = app.add_subcommand("classify", "Classify texts with a model saved by finetune --save");
   auto dir = std::make_shared<std::string>();
@@ -167,7 +174,8 @@ void register_finetune(CLI::App& app, GlobalOptions& g, std::vector<Command>& co
   cls->add_option("--file", *file, "Classify each line of FILE (-: stdin)");
   cls->add_option("--max-len", *max_len, "Tokens per text with [CLS]/[SEP]")->capture_default_str();
   cls->add_flag("--json", *as_json, "One JSON object per text instead of text lines");
-  commands.push_back({[cls] { return cls->parsed(); }, [&g, dir, texts, file, max_len, as_json] {
+  commands.push_back({[cls] { return cls->parsed(); },
+                      [&g, dir, texts, file, max_len, as_json] {
                         apply_global_options(g);
                         if (texts->empty() == file->empty())
                           throw ArgumentError("classify needs --text or --file (one of them)");

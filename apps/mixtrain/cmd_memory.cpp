@@ -4,18 +4,18 @@
 #include <cmath>
 #include <cstdio>
 #include <memory>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "commands.h"
+#include "finetune_options.h"
 #include "mixtrain/dist/communicator.h"
+#include "mixtrain/train/finetune.h"
+#include "mixtrain/train/memory_report.h"
+#include "models/gpt_config_json.h"
 #include "train/output_paths.h"
 #include "train/summary_json.h"
-#include "mixtrain/train/memory_report.h"
-#include "finetune_options.h"
-#include "mixtrain/train/finetune.h"
 #include "train_options.h"
-#include "models/gpt_config_json.h"
 
 namespace mixtrain::cli {
 namespace {
@@ -44,7 +44,9 @@ struct Subject {
   int64_t length;
 };
 
-Subject lm_subject(const MemoryReport& r) { return {r.model.name, gpt_config_to_json(r.model), "seq_len", r.seq_len}; }
+Subject lm_subject(const MemoryReport& r) {
+  return {r.model.name, gpt_config_to_json(r.model), "seq_len", r.seq_len};
+}
 
 Subject finetune_subject(const FinetuneOptions& o) {
   const std::string dir = o.model_dir.empty() ? "the built-in MiniLM" : o.model_dir;
@@ -55,7 +57,8 @@ Subject finetune_subject(const FinetuneOptions& o) {
   return {dir + " fine-tuned on " + task, m, "max_len", o.max_len};
 }
 
-nlohmann::ordered_json to_json(const MemoryReport& r, const Subject& subject, const TrainOptions& o, int ranks) {
+nlohmann::ordered_json to_json(const MemoryReport& r, const Subject& subject, const TrainOptions& o,
+                               int ranks) {
   const MemoryPrediction& p = r.predicted;
   nlohmann::ordered_json j;
   j["model"] = subject.model;
@@ -90,7 +93,8 @@ nlohmann::ordered_json to_json(const MemoryReport& r, const Subject& subject, co
     e["peak_bytes"] = finite_or_null(m.peak_error);
     nlohmann::ordered_json ec;
     for (size_t k = 0; k < kNumMemCategories; ++k)
-      ec[std::string(mem_category_name(static_cast<MemCategory>(k)))] = finite_or_null(m.error_by_category[k]);
+      ec[std::string(mem_category_name(static_cast<MemCategory>(k)))] =
+          finite_or_null(m.error_by_category[k]);
     e["by_category"] = ec;
     j["relative_error"] = e;
   } else {
@@ -109,14 +113,14 @@ void print_error_cell(double e) {
     std::printf(" %9s", "-");
 }
 
-void print_table(const MemoryReport& r, const Subject& subject, const TrainOptions& o, int max_terms, int ranks) {
+void print_table(const MemoryReport& r, const Subject& subject, const TrainOptions& o, int max_terms,
+                 int ranks) {
   const MemoryPrediction& p = r.predicted;
   const MeasuredMemory* m = r.measured ? &*r.measured : nullptr;
   std::printf("%s: %lld parameters, %s, batch %lld, %s %lld, %s%s%s\n", subject.title.c_str(),
               static_cast<long long>(p.parameters), std::string(precision_spec(o.precision).name).c_str(),
               static_cast<long long>(o.batch_size), subject.length_key[0] == 's' ? "seq" : "max_len",
-              static_cast<long long>(subject.length),
-              std::string(optimizer_kind_name(o.optimizer)).c_str(),
+              static_cast<long long>(subject.length), std::string(optimizer_kind_name(o.optimizer)).c_str(),
               o.checkpoint_activations ? ", activation checkpointing" : "",
               precision_spec(o.precision).param_dtype != DType::f32
                   ? (", " + std::string(update_rounding_name(o.update_rounding)) + " rounding").c_str()
@@ -182,7 +186,8 @@ void register_memory(CLI::App& app, GlobalOptions& g, std::vector<Command>& comm
                   "Predict one rank's memory in a data-parallel run of N ranks (measured too when started by "
                   "mpirun -np N; otherwise only predicted)")
       ->capture_default_str();
-  sub->add_option("--zero", f->opt.data_parallel.zero_stage, "With --ranks: 1 shards the optimizer state (ZeRO stage 1)")
+  sub->add_option("--zero", f->opt.data_parallel.zero_stage,
+                  "With --ranks: 1 shards the optimizer state (ZeRO stage 1)")
       ->capture_default_str();
   add_json_option(sub, m->json, "Also the predicted and measured bytes");
   sub->add_option("--terms", m->terms, "Tensors listed from the predicted peak (largest first)")
@@ -208,8 +213,9 @@ void register_memory(CLI::App& app, GlobalOptions& g, std::vector<Command>& comm
          if (!m->json.empty()) {
            RunPaths paths = train_run_paths(fo ? fo->train : f->opt);
            if (fo)
-             for (const auto& [what, path] : {std::pair{"--model", fo->model_dir}, std::pair{"--train", fo->train_path},
-                                              std::pair{"--test", fo->test_path}})
+             for (const auto& [what, path] :
+                  {std::pair{"--model", fo->model_dir}, std::pair{"--train", fo->train_path},
+                   std::pair{"--test", fo->test_path}})
                if (!path.empty()) paths.inputs.push_back({what, path});
            paths.outputs.push_back({"--json", m->json});
            check_run_paths(paths);
@@ -238,7 +244,8 @@ void register_memory(CLI::App& app, GlobalOptions& g, std::vector<Command>& comm
          const Subject subject = fo ? finetune_subject(*fo) : lm_subject(r);
          const TrainOptions& o = fo ? fo->train : f->opt;
          print_table(r, subject, o, m->terms, m->ranks);
-         if (!m->json.empty()) write_output_file(m->json, to_json(r, subject, o, m->ranks).dump(2) + "\n", "--json");
+         if (!m->json.empty())
+           write_output_file(m->json, to_json(r, subject, o, m->ranks).dump(2) + "\n", "--json");
          return 0;
        }});
 }

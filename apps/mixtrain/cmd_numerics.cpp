@@ -1,23 +1,23 @@
 // `mixtrain numerics`: a few probe steps of any training configuration (the JSONL of
 // train/numerics_hook.h), or with --advise the precision advice of train/numerics_advice.h.
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <optional>
 
-#include <nlohmann/json.hpp>
-
 #include "commands.h"
-#include "mixtrain/train/numerics_advice.h"
 #include "finetune_options.h"
 #include "mixtrain/train/finetune.h"
-#include "train_options.h"
+#include "mixtrain/train/numerics_advice.h"
 #include "mixtrain/train/trainer.h"
+#include "train_options.h"
 
 namespace mixtrain::cli {
 namespace {
 
 // The advice names library fields; the user runs flags.
 std::string in_flags(std::string text) {
-  for (const auto& [field, flag] : {std::pair{"keep_fp32", "--keep-fp32"}, std::pair{"update_rounding", "--update-rounding"}})
+  for (const auto& [field, flag] :
+       {std::pair{"keep_fp32", "--keep-fp32"}, std::pair{"update_rounding", "--update-rounding"}})
     for (size_t at = text.find(field); at != std::string::npos; at = text.find(field, at))
       text.replace(at, std::string_view(field).size(), flag);
   return text;
@@ -33,7 +33,8 @@ nlohmann::ordered_json sites_json(const std::vector<OverflowingSite>& v) {
 
 void print_numerics_advice(const NumericsAdvice& a, const std::string& json_path) {
   if (json_path.empty()) {
-    std::printf("advice from %lld fp32 steps with probes:\n%s", static_cast<long long>(a.steps), in_flags(a.text()).c_str());
+    std::printf("advice from %lld fp32 steps with probes:\n%s", static_cast<long long>(a.steps),
+                in_flags(a.text()).c_str());
     return;
   }
   nlohmann::ordered_json j;
@@ -56,48 +57,53 @@ void print_numerics_advice(const NumericsAdvice& a, const std::string& json_path
 }
 
 void register_numerics(CLI::App& app, GlobalOptions& g, std::vector<Command>& commands) {
-  auto* sub = app.add_subcommand(
-      "numerics", "Probe a few steps of a training configuration (--numerics FILE), or --advise which precision it can take");
+  auto* sub = app.add_subcommand("numerics",
+                                 "Probe a few steps of a training configuration (--numerics FILE), or "
+                                 "--advise which precision it can take");
   auto f = std::make_shared<TrainFlags>();
   auto advise = std::make_shared<bool>(false);
   auto json_arg = std::make_shared<std::string>();
   auto task = std::make_shared<TaskFlags>();
   add_train_flags(sub, *f, /*with_precision=*/true);
   add_task_flags(sub, *task);
-  sub->add_flag("--advise", *advise, "Run the steps in 32-true with probes and say which precision modes are safe");
+  sub->add_flag("--advise", *advise,
+                "Run the steps in 32-true with probes and say which precision modes are safe");
   add_json_option(sub, *json_arg, "The advice (with --advise)");
-  commands.push_back({[sub] { return sub->parsed(); }, [&g, f, advise, json_arg, task, sub] {
-                        apply_global_options(g);
-                        const std::string json = json_output(*sub, *json_arg);
-                        f->finish();
-                        if (!f->given("--steps")) f->opt.steps = 3;
-                        if (!f->given("--warmup")) f->opt.warmup = 0;
-                        f->opt.quiet = true;
-                        std::optional<FinetuneOptions> fo;
-                        if (task->lm()) {
-                          task->refuse_finetune_flags();
-                        } else {
-                          // The fine-tune's defaults, but this command's length (--steps, 3).
-                          fo = task->finetune_options(*f);
-                          fo->train.steps = f->opt.steps;
-                          fo->train.quiet = true;
-                        }
-                        if (!*advise) {
-                          if (!json.empty()) throw ArgumentError("--json needs --advise");
-                          if (f->opt.numerics.path.empty())
-                            throw ArgumentError("--numerics FILE is needed (where the probes write), or --advise");
-                          const TrainSummary s = fo ? finetune(*fo).run : train(f->opt);
-                          std::printf("probed %lld steps (%s) every %lld: %s\n", static_cast<long long>(s.steps),
-                                      s.precision.c_str(), static_cast<long long>(f->opt.numerics.every),
-                                      f->opt.numerics.path.c_str());
-                          return 0;
-                        }
-                        if (f->given("--precision"))
-                          std::fprintf(stderr, "mixtrain: warning: --precision has no effect with --advise (it runs 32-true)\n");
-                        if (!json.empty() && json != "-") check_output_path(json, "--json");
-                        print_numerics_advice(fo ? advise_finetune_numerics(*fo) : advise_numerics(f->opt), json);
-                        return 0;
-                      }});
+  commands.push_back(
+      {[sub] { return sub->parsed(); },
+       [&g, f, advise, json_arg, task, sub] {
+         apply_global_options(g);
+         const std::string json = json_output(*sub, *json_arg);
+         f->finish();
+         if (!f->given("--steps")) f->opt.steps = 3;
+         if (!f->given("--warmup")) f->opt.warmup = 0;
+         f->opt.quiet = true;
+         std::optional<FinetuneOptions> fo;
+         if (task->lm()) {
+           task->refuse_finetune_flags();
+         } else {
+           // The fine-tune's defaults, but this command's length (--steps, 3).
+           fo = task->finetune_options(*f);
+           fo->train.steps = f->opt.steps;
+           fo->train.quiet = true;
+         }
+         if (!*advise) {
+           if (!json.empty()) throw ArgumentError("--json needs --advise");
+           if (f->opt.numerics.path.empty())
+             throw ArgumentError("--numerics FILE is needed (where the probes write), or --advise");
+           const TrainSummary s = fo ? finetune(*fo).run : train(f->opt);
+           std::printf("probed %lld steps (%s) every %lld: %s\n", static_cast<long long>(s.steps),
+                       s.precision.c_str(), static_cast<long long>(f->opt.numerics.every),
+                       f->opt.numerics.path.c_str());
+           return 0;
+         }
+         if (f->given("--precision"))
+           std::fprintf(stderr,
+                        "mixtrain: warning: --precision has no effect with --advise (it runs 32-true)\n");
+         if (!json.empty() && json != "-") check_output_path(json, "--json");
+         print_numerics_advice(fo ? advise_finetune_numerics(*fo) : advise_numerics(f->opt), json);
+         return 0;
+       }});
 }
 
 }  // namespace mixtrain::cli

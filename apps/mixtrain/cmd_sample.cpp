@@ -56,7 +56,8 @@ void register_sample(CLI::App& app, GlobalOptions& g, std::vector<Command>& comm
       ->capture_default_str();
   sub->add_option("--seed", f->gen.seed, "Seed of the sampling stream")->capture_default_str();
   sub->add_flag("--no-kv-cache", f->no_kv_cache,
-                "Re-run the last block_size tokens for every new token (the reference the KV cache is checked against)");
+                "Re-run the last block_size tokens for every new token (the reference the KV cache is "
+                "checked against)");
   sub->add_option("--n-head", f->n_head,
                   "Attention heads, for a bare safetensors file without a configuration");
   sub->add_option(
@@ -91,7 +92,8 @@ void register_sample(CLI::App& app, GlobalOptions& g, std::vector<Command>& comm
                         generate(*m.model, prompt, f->gen);
                         std::printf("\n");
                         if (std::fflush(stdout) != 0 || std::ferror(stdout))
-                          throw IoError(std::string("cannot write the sample to stdout: ") + std::strerror(errno));
+                          throw IoError(std::string("cannot write the sample to stdout: ") +
+                                        std::strerror(errno));
                         return 0;
                       }});
 }

@@ -2,7 +2,6 @@
 // whose run() does the work once parsing succeeded.
 #pragma once
 #include <CLI/CLI.hpp>
-
 #include <functional>
 #include <string>
 #include <vector>
@@ -48,7 +47,8 @@ std::string error_message(const Error& e, const CLI::App& command);
 
 void register_info(CLI::App& app, GlobalOptions& g, std::vector<Command>& commands);
 void register_bench(CLI::App& app, GlobalOptions& g, std::vector<Command>& commands);
-void register_bench_train(CLI::App* bench, GlobalOptions& g, std::vector<Command>& commands);  // `bench train`
+void register_bench_train(CLI::App* bench, GlobalOptions& g,
+                          std::vector<Command>& commands);  // `bench train`
 void register_train(CLI::App& app, GlobalOptions& g, std::vector<Command>& commands);
 void register_compare(CLI::App& app, GlobalOptions& g, std::vector<Command>& commands);
 void register_sample(CLI::App& app, GlobalOptions& g, std::vector<Command>& commands);

@@ -9,8 +9,8 @@
 #include <thread>
 
 #include "commands.h"
-#include "mixtrain/core/error.h"
 #include "kernels/backend.h"
+#include "mixtrain/core/error.h"
 #include "train/output_paths.h"
 
 namespace mixtrain::cli {
@@ -79,7 +79,9 @@ bool has_flag(const CLI::App& command, const std::string& flag) {
 }
 
 // Part of a name or a path (so "steps" in "/runs/steps/x" or "max_bad_steps" is left alone).
-bool word_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '/'; }
+bool word_char(char c) {
+  return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '/';
+}
 
 // Replaces every whole-word occurrence of `word` in `text` by `by`.
 std::string replace_word(const std::string& text, const std::string& word, const std::string& by) {

@@ -11,7 +11,8 @@ void add_finetune_data_flags(CLI::App* sub, FinetuneFlags& f, bool with_model_an
                     "all-MiniLM-L6-v2)");
     sub->add_option("--task", o.task, "Built-in data set: finefoods (the default) or fortunes (topics)");
   }
-  sub->add_option("--train", o.train_path, "Training file: .tsv, .csv or .jsonl with a header / named fields");
+  sub->add_option("--train", o.train_path,
+                  "Training file: .tsv, .csv or .jsonl with a header / named fields");
   sub->add_option("--test", o.test_path, "Test file, same columns as --train");
   sub->add_option("--text-column", o.columns.text, "Column of the text")->capture_default_str();
   sub->add_option("--text-pair-column", f.text_pair_column, "Column of a second text (sentence pairs)");
@@ -26,18 +27,21 @@ void add_finetune_data_flags(CLI::App* sub, FinetuneFlags& f, bool with_model_an
   sub->add_option("--epochs", o.epochs, "Passes over the training set")->capture_default_str();
   sub->add_option("--pooling", f.pooling, "Head input: cls (BERT's pooler on [CLS]) or mean (masked mean)")
       ->capture_default_str();
-  sub->add_option("--dropout", o.dropout, "Dropout of the encoder and the head while training")->capture_default_str();
+  sub->add_option("--dropout", o.dropout, "Dropout of the encoder and the head while training")
+      ->capture_default_str();
 }
 
 void add_finetune_train_flags(CLI::App* sub, FinetuneFlags& f, bool with_precision, bool with_checkpoints) {
   f.train.opt = FinetuneOptions::defaults();  // the defaults the flags show
   add_train_flags(sub, f.train, with_precision);
   if (with_checkpoints) add_checkpoint_flags(sub, f.train);
-  for (const char* gpt_only : {"--model", "--data", "--seq-len", "--min-lr-ratio", "--max-data-bytes", "--init-from",
-                               "--steps", "--eval-batches"})
+  for (const char* gpt_only : {"--model", "--data", "--seq-len", "--min-lr-ratio", "--max-data-bytes",
+                               "--init-from", "--steps", "--eval-batches"})
     if (CLI::Option* opt = sub->get_option_no_throw(gpt_only)) sub->remove_option(opt);
-  sub->add_option("--steps", f.train.opt.steps, "Stop after N optimizer steps (0: run every epoch)")->capture_default_str();
-  sub->add_option("--eval-batches", f.train.opt.eval_batches, "Test batches per evaluation (0: the whole test set)")
+  sub->add_option("--steps", f.train.opt.steps, "Stop after N optimizer steps (0: run every epoch)")
+      ->capture_default_str();
+  sub->add_option("--eval-batches", f.train.opt.eval_batches,
+                  "Test batches per evaluation (0: the whole test set)")
       ->capture_default_str();
 }
 
@@ -52,7 +56,8 @@ void finetune_from_compare_flags(FinetuneFlags& f, const TrainFlags& given, cons
   if (!given.given("--batch-size")) t.batch_size = d.batch_size;
   if (!given.given("--warmup")) t.warmup = d.warmup;
   for (const char* gpt_only : {"--data", "--seq-len", "--min-lr-ratio", "--max-data-bytes"})
-    if (given.given(gpt_only)) throw ArgumentError(std::string(gpt_only) + " does not apply to --task " + task);
+    if (given.given(gpt_only))
+      throw ArgumentError(std::string(gpt_only) + " does not apply to --task " + task);
   f.opt.model_dir = given.given("--model") ? t.model : "";
   f.opt.task = task == "classify" ? "" : task;
   if (f.opt.task.empty() && f.opt.train_path.empty()) f.opt.task = "finefoods";
@@ -68,17 +73,19 @@ void finetune_from_compare_flags(FinetuneFlags& f, const TrainFlags& given, cons
 
 void add_task_flags(CLI::App* sub, TaskFlags& t) {
   t.app = sub;
-  sub->add_option("--task", t.task,
-                  "lm (train a GPT), or fine-tune an encoder classifier: classify (Fine Foods, or --train/--test), "
-                  "finefoods, fortunes")
+  sub->add_option(
+         "--task", t.task,
+         "lm (train a GPT), or fine-tune an encoder classifier: classify (Fine Foods, or --train/--test), "
+         "finefoods, fortunes")
       ->capture_default_str()
       ->check(CLI::IsMember({"lm", "classify", "finefoods", "fortunes"}));
   add_finetune_data_flags(sub, t.finetune, /*with_model_and_task=*/false);
 }
 
 void TaskFlags::refuse_finetune_flags() const {
-  for (const char* flag : {"--train", "--test", "--epochs", "--max-len", "--pooling", "--train-examples",
-                           "--test-examples", "--text-column", "--text-pair-column", "--label-column", "--dropout"})
+  for (const char* flag :
+       {"--train", "--test", "--epochs", "--max-len", "--pooling", "--train-examples", "--test-examples",
+        "--text-column", "--text-pair-column", "--label-column", "--dropout"})
     if (app->count(flag) > 0) throw ArgumentError(std::string(flag) + " applies to --task classify, not lm");
 }
 

@@ -3,7 +3,6 @@
 // data, model and epoch flags of FinetuneOptions (train/finetune.h).
 #pragma once
 #include <CLI/CLI.hpp>
-
 #include <string>
 
 #include "mixtrain/train/finetune.h"

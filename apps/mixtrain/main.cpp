@@ -1,9 +1,8 @@
 // mixtrain's command-line program: parses the command line (CLI11) and runs one subcommand.
 // Every error is one line on stderr and exit code 2; --help works everywhere.
-#include <CLI/CLI.hpp>
-
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>

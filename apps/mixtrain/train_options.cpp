@@ -42,43 +42,55 @@ void add_train_flags(CLI::App* sub, TrainFlags& f, bool with_precision) {
   sub->add_option("--batch-size", o.batch_size, "Sequences per micro-batch")->capture_default_str();
   sub->add_option("--seq-len", o.seq_len, "Tokens per sequence (default: the model's block size)");
   sub->add_option("--lr", o.lr, "Peak learning rate")->capture_default_str();
-  sub->add_option("--min-lr-ratio", o.min_lr_ratio, "Cosine decay floor as a fraction of --lr")->capture_default_str();
+  sub->add_option("--min-lr-ratio", o.min_lr_ratio, "Cosine decay floor as a fraction of --lr")
+      ->capture_default_str();
   sub->add_option("--warmup", o.warmup, "Linear warm-up steps")->capture_default_str();
-  sub->add_option("--weight-decay", o.weight_decay, "Decoupled weight decay (matrices only)")->capture_default_str();
+  sub->add_option("--weight-decay", o.weight_decay, "Decoupled weight decay (matrices only)")
+      ->capture_default_str();
   sub->add_option("--beta1", o.beta1, "AdamW beta1")->capture_default_str();
   sub->add_option("--beta2", o.beta2, "AdamW beta2")->capture_default_str();
-  sub->add_option("--grad-clip", o.grad_clip, "Clip the global gradient norm (0: off)")->capture_default_str();
+  sub->add_option("--grad-clip", o.grad_clip, "Clip the global gradient norm (0: off)")
+      ->capture_default_str();
   sub->add_option("--optimizer", f.optimizer, "adamw or sgd")->capture_default_str();
   sub->add_option("--momentum", o.momentum, "SGD momentum")->capture_default_str();
   sub->add_option("--seed", o.seed, "Seed for weights, batches and dropout")
       ->capture_default_str()
       ->check(CLI::Validator(
-          [](std::string& v) { return v.find('-') != std::string::npos ? std::string("must be >= 0, got " + v) : ""; },
+          [](std::string& v) {
+            return v.find('-') != std::string::npos ? std::string("must be >= 0, got " + v) : "";
+          },
           "UINT"));
-  sub->add_option("--eval-every", o.eval_every, "Validation every K steps (0: only at the end)")->capture_default_str();
-  sub->add_option("--eval-batches", o.eval_batches, "Validation batches per evaluation")->capture_default_str();
+  sub->add_option("--eval-every", o.eval_every, "Validation every K steps (0: only at the end)")
+      ->capture_default_str();
+  sub->add_option("--eval-batches", o.eval_batches, "Validation batches per evaluation")
+      ->capture_default_str();
   sub->add_option("--log-jsonl", o.log_jsonl, "Write one JSON line per step to FILE (-: stdout)");
-  sub->add_flag("--overwrite", o.overwrite, "Replace an existing --log-jsonl or --numerics file (a resumed run appends to it)");
-  sub->add_option("--max-data-bytes", o.max_data_bytes,
-                  "Refuse --data larger than this (default 4 GiB); needed to read a stream: - (stdin) or a FIFO");
+  sub->add_flag("--overwrite", o.overwrite,
+                "Replace an existing --log-jsonl or --numerics file (a resumed run appends to it)");
+  sub->add_option(
+      "--max-data-bytes", o.max_data_bytes,
+      "Refuse --data larger than this (default 4 GiB); needed to read a stream: - (stdin) or a FIFO");
   sub->add_flag("--force", o.force, "Train even when the predicted memory exceeds the available memory");
   sub->add_option_function<int64_t>(
       "--memory-limit", [&o](const int64_t& v) { o.memory_limit = v; },
       "Refuse a run whose predicted peak exceeds BYTES (default: the memory the system has available)");
-  sub->add_option("--tensorboard", o.tensorboard_dir, "Write TensorBoard event files (the step log's scalars) to DIR");
+  sub->add_option("--tensorboard", o.tensorboard_dir,
+                  "Write TensorBoard event files (the step log's scalars) to DIR");
   sub->add_option("--log-every", o.log_every, "Progress line every K steps when not on a terminal")
       ->capture_default_str();
   if (with_precision)
     sub->add_option("--precision", f.precision, "32-true, 16-mixed, bf16-mixed, 16-true or bf16-true")
         ->capture_default_str();
   sub->add_option("--update-rounding", f.update_rounding,
-                  "Rounding of 16-bit weight updates in *-true modes: nearest, stochastic, kahan, or master (fp32 master weights and state in the optimizer)")
+                  "Rounding of 16-bit weight updates in *-true modes: nearest, stochastic, kahan, or master "
+                  "(fp32 master weights and state in the optimizer)")
       ->capture_default_str();
   sub->add_option("--grad-accum", o.grad_accum, "Micro-batches per optimizer step")->capture_default_str();
-  sub->add_flag("--exact-grad-accum", o.exact_grad_accum,
-                "Make each micro-batch's gradient of a parameter apart and add it when final (as PyTorch; "
-                "the memory of the gradients in progress): N ranks then match one process with --grad-accum N "
-                "bit for bit");
+  sub->add_flag(
+      "--exact-grad-accum", o.exact_grad_accum,
+      "Make each micro-batch's gradient of a parameter apart and add it when final (as PyTorch; "
+      "the memory of the gradients in progress): N ranks then match one process with --grad-accum N "
+      "bit for bit");
   sub->add_flag("--checkpoint-activations", o.checkpoint_activations,
                 "Keep only each block's input for backward and recompute the block there");
   sub->add_option("--loss-scale", f.loss_scale,
@@ -86,37 +98,48 @@ void add_train_flags(CLI::App* sub, TrainFlags& f, bool with_precision) {
   sub->add_option("--init-scale", o.scaler.init_scale, "Initial loss scale")->capture_default_str();
   sub->add_option("--growth-interval", o.scaler.growth_interval, "Clean steps before the scale grows")
       ->capture_default_str();
-  sub->add_option("--growth-factor", o.scaler.growth_factor, "Loss scale growth factor")->capture_default_str();
-  sub->add_option("--backoff-factor", o.scaler.backoff_factor, "Loss scale backoff factor")->capture_default_str();
+  sub->add_option("--growth-factor", o.scaler.growth_factor, "Loss scale growth factor")
+      ->capture_default_str();
+  sub->add_option("--backoff-factor", o.scaler.backoff_factor, "Loss scale backoff factor")
+      ->capture_default_str();
   sub->add_option("--hysteresis", o.scaler.hysteresis, "Overflows tolerated before backing off (DeepSpeed)")
       ->capture_default_str();
-  sub->add_option("--min-scale", o.scaler.min_scale, "Lower bound of the loss scale (reaching it is reported)");
+  sub->add_option("--min-scale", o.scaler.min_scale,
+                  "Lower bound of the loss scale (reaching it is reported)");
   sub->add_option("--max-scale", o.scaler.max_scale, "Upper bound of the loss scale");
   sub->add_option("--inject-nonfinite", f.inject_nonfinite,
                   "STEP[,STEP..]: put inf (NaN at every second) into a gradient at these steps");
   sub->add_option("--numerics", o.numerics.path,
-                  "Numerics probes: one JSON line per named site (op outputs, gradients, weights, updates) per sampled step to FILE");
-  sub->add_option("--numerics-every", o.numerics.every, "Sample the numerics probes every N steps (steps 1, 1+N, ...)")
+                  "Numerics probes: one JSON line per named site (op outputs, gradients, weights, updates) "
+                  "per sampled step to FILE");
+  sub->add_option("--numerics-every", o.numerics.every,
+                  "Sample the numerics probes every N steps (steps 1, 1+N, ...)")
       ->capture_default_str();
-  sub->add_option("--keep-fp32", o.keep_fp32,
-                  "PATTERN (repeatable): autocast runs the modules matching this glob (and their children) in fp32, "
-                  "e.g. 'transformer.h.5.mlp.*'");
+  sub->add_option(
+      "--keep-fp32", o.keep_fp32,
+      "PATTERN (repeatable): autocast runs the modules matching this glob (and their children) in fp32, "
+      "e.g. 'transformer.h.5.mlp.*'");
   sub->add_flag("!--no-overflow-forensics", o.overflow_forensics,
                 "Do not re-run a skipped step to name the first op whose output went non-finite");
-  sub->add_option("--max-bad-steps", o.max_bad_steps,
-                  "Non-finite losses in a row before the run stops as diverged (default 1 in 32-true, 20 otherwise)");
+  sub->add_option(
+      "--max-bad-steps", o.max_bad_steps,
+      "Non-finite losses in a row before the run stops as diverged (default 1 in 32-true, 20 otherwise)");
 }
 
 void add_checkpoint_flags(CLI::App* sub, TrainFlags& f) {
   CheckpointOptions& c = f.opt.checkpoint;
-  sub->add_option("--checkpoint-dir", c.dir, "Save checkpoints as DIR/step-NNNNNN/ (always at the last step)");
+  sub->add_option("--checkpoint-dir", c.dir,
+                  "Save checkpoints as DIR/step-NNNNNN/ (always at the last step)");
   sub->add_option("--save-every", c.save_every, "Save a checkpoint every N steps (needs --checkpoint-dir)");
   sub->add_option("--keep", c.keep, "Keep only the K newest checkpoints (0: all)")->capture_default_str();
-  sub->add_option("--resume", c.resume,
-                  "Continue from a checkpoint, or from the newest valid one in a directory (--steps stays the total)");
-  sub->add_option("--stop-after", c.stop_after, "Stop after this step, saving a checkpoint, as if interrupted");
-  sub->add_option("--init-from", c.init_from,
-                  "Start from these weights: a GPT-2 layout safetensors file (Hugging Face's too) or a checkpoint");
+  sub->add_option(
+      "--resume", c.resume,
+      "Continue from a checkpoint, or from the newest valid one in a directory (--steps stays the total)");
+  sub->add_option("--stop-after", c.stop_after,
+                  "Stop after this step, saving a checkpoint, as if interrupted");
+  sub->add_option(
+      "--init-from", c.init_from,
+      "Start from these weights: a GPT-2 layout safetensors file (Hugging Face's too) or a checkpoint");
 }
 
 void add_data_parallel_flags(CLI::App* sub, TrainFlags& f) {
@@ -125,11 +148,13 @@ void add_data_parallel_flags(CLI::App* sub, TrainFlags& f) {
       ->capture_default_str();
   sub->add_option("--bucket-mb", f.bucket_mb, "Under mpirun: MiB of gradients per all-reduce bucket")
       ->capture_default_str();
-  sub->add_flag("--verify-replicas", f.opt.data_parallel.verify_replicas,
-                "Under mpirun: after every step, check that every rank holds rank 0's weights and loss scale");
-  sub->add_option("--zero", f.opt.data_parallel.zero_stage,
-                  "Under mpirun: 1 shards the optimizer state over the ranks (ZeRO stage 1: reduce-scatter of the "
-                  "gradients, each rank updates its part, all-gather of the weights); 0: every rank keeps it all")
+  sub->add_flag(
+      "--verify-replicas", f.opt.data_parallel.verify_replicas,
+      "Under mpirun: after every step, check that every rank holds rank 0's weights and loss scale");
+  sub->add_option(
+         "--zero", f.opt.data_parallel.zero_stage,
+         "Under mpirun: 1 shards the optimizer state over the ranks (ZeRO stage 1: reduce-scatter of the "
+         "gradients, each rank updates its part, all-gather of the weights); 0: every rank keeps it all")
       ->capture_default_str();
   sub->add_option("--inject-nonfinite-rank", f.opt.inject_nonfinite_rank,
                   "Under mpirun: the rank whose gradient --inject-nonfinite poisons (default: every rank)");
@@ -137,7 +162,8 @@ void add_data_parallel_flags(CLI::App* sub, TrainFlags& f) {
 
 void TrainFlags::finish(const std::vector<PrecisionMode>& precisions) {
   // A given empty path or a given 0 would silently mean "unset": refused, naming the flag.
-  for (const char* flag : {"--data", "--model", "--log-jsonl", "--checkpoint-dir", "--resume", "--init-from", "--numerics"})
+  for (const char* flag :
+       {"--data", "--model", "--log-jsonl", "--checkpoint-dir", "--resume", "--init-from", "--numerics"})
     if (given(flag) && app->get_option(flag)->as<std::string>().empty())
       throw ArgumentError(std::string(flag) + ": empty path");
   if (given("--seq-len") && opt.seq_len <= 0)
@@ -146,8 +172,8 @@ void TrainFlags::finish(const std::vector<PrecisionMode>& precisions) {
   if (given("--stop-after") && opt.checkpoint.stop_after <= 0)
     throw ArgumentError("--stop-after must be a step >= 1, got " + std::to_string(opt.checkpoint.stop_after));
   if (given("--stop-after") && opt.checkpoint.stop_after >= opt.steps)
-    warn("--stop-after " + std::to_string(opt.checkpoint.stop_after) + " has no effect: the run ends at --steps " +
-         std::to_string(opt.steps));
+    warn("--stop-after " + std::to_string(opt.checkpoint.stop_after) +
+         " has no effect: the run ends at --steps " + std::to_string(opt.steps));
   opt.precision = parse_precision(precision);
   opt.update_rounding = parse_update_rounding(update_rounding);
   opt.optimizer = parse_optimizer_kind(optimizer);
@@ -183,7 +209,8 @@ void TrainFlags::finish(const std::vector<PrecisionMode>& precisions) {
     throw ArgumentError("--zero must be 0 or 1 (ZeRO stage 1: optimizer state sharded over the ranks), got " +
                         std::to_string(opt.data_parallel.zero_stage));
   if (opt.inject_nonfinite_rank < -1)
-    throw ArgumentError("--inject-nonfinite-rank must be a rank >= 0, got " + std::to_string(opt.inject_nonfinite_rank));
+    throw ArgumentError("--inject-nonfinite-rank must be a rank >= 0, got " +
+                        std::to_string(opt.inject_nonfinite_rank));
   opt.inject_nonfinite.clear();
   std::stringstream ss(inject_nonfinite);
   std::string item;
@@ -216,11 +243,13 @@ void TrainFlags::warn_ineffective(const std::vector<PrecisionMode>& modes) const
     if (step > opt.steps)
       warn("--inject-nonfinite step " + std::to_string(step) + " has no effect: the run ends at --steps " +
            std::to_string(opt.steps));
-  const bool scaling = opt.force_loss_scaling || any([](PrecisionMode m) { return m == PrecisionMode::mixed16; });
+  const bool scaling =
+      opt.force_loss_scaling || any([](PrecisionMode m) { return m == PrecisionMode::mixed16; });
   if (!scaling)
-    for (const char* flag : {"--init-scale", "--growth-interval", "--growth-factor", "--backoff-factor", "--hysteresis",
-                             "--min-scale", "--max-scale"})
-      if (given(flag)) warn(std::string(flag) + " has no effect: no loss scaling in this mode (--loss-scale turns it on)");
+    for (const char* flag : {"--init-scale", "--growth-interval", "--growth-factor", "--backoff-factor",
+                             "--hysteresis", "--min-scale", "--max-scale"})
+      if (given(flag))
+        warn(std::string(flag) + " has no effect: no loss scaling in this mode (--loss-scale turns it on)");
   if (opt.eval_every > opt.steps)
     warn("--eval-every " + std::to_string(opt.eval_every) + " has no effect: the run ends at --steps " +
          std::to_string(opt.steps) + " (evaluated there anyway)");

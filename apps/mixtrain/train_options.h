@@ -2,9 +2,7 @@
 // command that trains accepts the same flags with the same defaults.
 #pragma once
 #include <CLI/CLI.hpp>
-
 #include <csignal>
-
 #include <memory>
 #include <string>
 #include <vector>
@@ -18,8 +16,8 @@ struct TrainFlags {
   std::string precision = "32-true";
   std::string update_rounding = "nearest";
   std::string optimizer = "adamw";
-  std::string loss_scale;       // "dynamic" or a number (static scale); empty: the mode's default
-  std::string inject_nonfinite; // "3,7"
+  std::string loss_scale;        // "dynamic" or a number (static scale); empty: the mode's default
+  std::string inject_nonfinite;  // "3,7"
   std::string grad_reduce_dtype = "fp32";
   double bucket_mb = 25;
   const CLI::App* app = nullptr;  // the command the flags belong to (which flags were given)
@@ -28,7 +26,9 @@ struct TrainFlags {
   // effect in this configuration. `precisions`: the modes the command will run (compare runs
   // several); empty: opt.precision.
   void finish(const std::vector<PrecisionMode>& precisions = {});
-  bool given(const char* flag) const { return app != nullptr && app->get_option_no_throw(flag) != nullptr && app->count(flag) > 0; }
+  bool given(const char* flag) const {
+    return app != nullptr && app->get_option_no_throw(flag) != nullptr && app->count(flag) > 0;
+  }
   void warn_ineffective(const std::vector<PrecisionMode>& modes) const;
 };
 

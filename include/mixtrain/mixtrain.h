@@ -1,14 +1,13 @@
 // mixtrain's public API in one include: the number formats and their conversions, precision
 // modes and autocast, tensors, the GPT model, the optimizers, the data sources, the training
-// engine (TrainingRun and its hooks), the tasks it runs (Recipe, run_recipe), the library forms of `mixtrain train`, `compare`, `memory`
-// and `bench train`, the fine-tune (`finetune`, `classify`), and loading weights. Everything under
-// include/mixtrain is installed; what is under src/ is internal.
+// engine (TrainingRun and its hooks), the tasks it runs (Recipe, run_recipe), the library forms of `mixtrain
+// train`, `compare`, `memory` and `bench train`, the fine-tune (`finetune`, `classify`), and loading weights.
+// Everything under include/mixtrain is installed; what is under src/ is internal.
 //
 //   #include "mixtrain/mixtrain.h"
 //   find_package(mixtrain REQUIRED)  +  target_link_libraries(app PRIVATE mixtrain::mixtrain)
 #pragma once
 
-#include "mixtrain/optim/mixed_precision.h"
 #include "mixtrain/amp/precision.h"
 #include "mixtrain/checkpoint/load_model.h"
 #include "mixtrain/core/error.h"
@@ -27,6 +26,7 @@
 #include "mixtrain/numeric/fp8.h"
 #include "mixtrain/numeric/stochastic.h"
 #include "mixtrain/optim/adamw.h"
+#include "mixtrain/optim/mixed_precision.h"
 #include "mixtrain/optim/optimizer.h"
 #include "mixtrain/optim/schedule.h"
 #include "mixtrain/optim/sgd.h"

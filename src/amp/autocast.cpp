@@ -134,8 +134,10 @@ Var autocast_cast(const Var& x, DType target) {
   {
     const std::shared_ptr<Storage>& st = x.value().storage();
     LowestCast& e = t_lowest_cast[st.get()];
-    if (e.storage.expired()) e = {st, x.value().offset()};
-    else if (x.value().offset() < e.offset) e.offset = x.value().offset();
+    if (e.storage.expired())
+      e = {st, x.value().offset()};
+    else if (x.value().offset() < e.offset)
+      e.offset = x.value().offset();
   }
   if (Tensor w = working_copy_view(x, target); w.defined()) {
     ++t_cache.hits;
@@ -169,7 +171,9 @@ class AutocastHook final : public autograd::CastHook {
   void cast_inputs(autograd::OpKind op, std::initializer_list<Var*> inputs) const override {
     autocast_inputs(op, inputs);
   }
-  DType output_dtype(autograd::OpKind op, DType input) const override { return autocast_output_dtype(op, input); }
+  DType output_dtype(autograd::OpKind op, DType input) const override {
+    return autocast_output_dtype(op, input);
+  }
   DType promote_dtype(DType a, DType b) const override { return autocast_promote_dtype(a, b); }
   DType compute_dtype() const override { return t_state.enabled ? t_state.dtype : DType::f32; }
   std::function<Var(const Var&)> bind_state(std::function<Var(const Var&)> fn) const override {
@@ -311,7 +315,8 @@ const std::vector<std::string>& autocast_keep_fp32() { return g_keep_fp32; }
 
 bool keep_fp32_matches(const std::vector<std::string>& patterns, const std::string& module_path) {
   // The path itself, then each ancestor: "a.b.c" -> "a.b" -> "a".
-  for (size_t end = module_path.size(); end != std::string::npos && end > 0; end = module_path.rfind('.', end - 1)) {
+  for (size_t end = module_path.size(); end != std::string::npos && end > 0;
+       end = module_path.rfind('.', end - 1)) {
     const std::string prefix = module_path.substr(0, end);
     for (const std::string& p : patterns)
       if (::fnmatch(p.c_str(), prefix.c_str(), 0) == 0) return true;

@@ -31,11 +31,11 @@ constexpr std::array<PolicyEntry, autograd::kNumOpKinds> kPolicy = {{
     {OpKind::split_heads, CastPolicy::keep},
     {OpKind::merge_heads, CastPolicy::keep},
     {OpKind::dropout, CastPolicy::keep},
-    {OpKind::cast, CastPolicy::keep},               // an explicit dtype is never autocast
+    {OpKind::cast, CastPolicy::keep},                  // an explicit dtype is never autocast
     {OpKind::attention, CastPolicy::lower_precision},  // scaled_dot_product_attention (softmax in f32 inside)
     {OpKind::attention_qkv, CastPolicy::lower_precision},
-    {OpKind::checkpoint, CastPolicy::keep},            // the ops inside cast for themselves
-    {OpKind::gelu_erf, CastPolicy::keep},              // gelu, tanh, relu: not in torch's lists
+    {OpKind::checkpoint, CastPolicy::keep},  // the ops inside cast for themselves
+    {OpKind::gelu_erf, CastPolicy::keep},    // gelu, tanh, relu: not in torch's lists
     {OpKind::tanh, CastPolicy::keep},
     {OpKind::relu, CastPolicy::keep},
     {OpKind::masked_softmax, CastPolicy::lower_precision},  // the encoder's attention softmax: as the
@@ -59,10 +59,14 @@ CastPolicy autocast_policy(autograd::OpKind op) { return kPolicy[static_cast<siz
 
 std::string_view cast_policy_name(CastPolicy p) {
   switch (p) {
-    case CastPolicy::lower_precision: return "lower_precision";
-    case CastPolicy::fp32: return "fp32";
-    case CastPolicy::promote: return "promote";
-    case CastPolicy::keep: return "keep";
+    case CastPolicy::lower_precision:
+      return "lower_precision";
+    case CastPolicy::fp32:
+      return "fp32";
+    case CastPolicy::promote:
+      return "promote";
+    case CastPolicy::keep:
+      return "keep";
   }
   return "?";
 }

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "mixtrain/core/error.h"
 #include "kernels/backend.h"
+#include "mixtrain/core/error.h"
 
 namespace mixtrain {
 
@@ -106,10 +106,13 @@ bool GradScaler::unscale_blocks(const Tensor& part, double* block_sums) {
   const std::pair<const Storage*, int64_t> id{part.storage().get(), part.offset()};
   if (std::find(unscaled_.begin(), unscaled_.end(), id) != unscaled_.end())
     throw ArgumentError(
-        "GradScaler::unscale_blocks: unscale() has already been called on these gradients since the last update()");
+        "GradScaler::unscale_blocks: unscale() has already been called on these gradients since the last "
+        "update()");
   const float inv_scale = config_.enabled ? float(1.0 / state_.scale) : 1.f;
   bool found = false;
-  if (!part.is_meta()) found = unscale_and_check_blocks(const_cast<float*>(part.data<float>()), part.numel(), inv_scale, block_sums);
+  if (!part.is_meta())
+    found =
+        unscale_and_check_blocks(const_cast<float*>(part.data<float>()), part.numel(), inv_scale, block_sums);
   unscaled_.push_back(id);
   found_inf_ = found_inf_ || found;
   return found;

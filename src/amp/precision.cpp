@@ -10,7 +10,8 @@
 namespace mixtrain {
 namespace {
 
-//                         mode                     name          param        grad         optim state  compute      autocast scaler
+//                         mode                     name          param        grad         optim state
+//                         compute      autocast scaler
 constexpr std::array<PrecisionSpec, 5> kSpecs = {{
     {PrecisionMode::true32, "32-true", DType::f32, DType::f32, DType::f32, DType::f32, false, false},
     {PrecisionMode::mixed16, "16-mixed", DType::f32, DType::f32, DType::f32, DType::f16, true, true},
@@ -24,7 +25,8 @@ constexpr std::array<PrecisionSpec, 5> kSpecs = {{
 const PrecisionSpec& precision_spec(PrecisionMode m) { return kSpecs[static_cast<size_t>(m)]; }
 
 MemCategory weights_category(const PrecisionSpec& spec) {
-  return spec.autocast && spec.param_dtype == DType::f32 ? MemCategory::master_weights : MemCategory::parameters;
+  return spec.autocast && spec.param_dtype == DType::f32 ? MemCategory::master_weights
+                                                         : MemCategory::parameters;
 }
 
 std::vector<PrecisionMode> all_precision_modes() {

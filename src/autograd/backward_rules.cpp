@@ -8,10 +8,10 @@
 #include <cmath>
 
 #include "internal.h"
-#include "mixtrain/autograd/node.h"
-#include "mixtrain/kernels/ops.h"
 #include "kernels/ops_backward.h"
+#include "mixtrain/autograd/node.h"
 #include "mixtrain/core/profiler.h"
+#include "mixtrain/kernels/ops.h"
 #include "tensor/alloc_site.h"
 
 namespace mixtrain::autograd {
@@ -96,15 +96,17 @@ void linear_backward(Node& n, const Tensor& g) {
     accumulate_grad(X, dx);
   }
   if (W.requires_grad) grad_gemm(W, g2, x.contiguous().reshape({-1, in}), true, false);  // dW = dy^T x
-  grad_row_sum(Bi, g2);                                                                      // db = sum_rows dy
+  grad_row_sum(Bi, g2);                                                                  // db = sum_rows dy
 }
 
 void add_backward(Node& n, const Tensor& g) {
   VarImpl& A = *n.inputs[0];
   VarImpl& B = *n.inputs[1];
   accumulate_grad(A, g);
-  if (is_row_broadcast(A, B)) grad_row_sum(B, g);
-  else accumulate_grad(B, g);
+  if (is_row_broadcast(A, B))
+    grad_row_sum(B, g);
+  else
+    accumulate_grad(B, g);
 }
 
 void mul_backward(Node& n, const Tensor& g) {
@@ -118,8 +120,10 @@ void mul_backward(Node& n, const Tensor& g) {
   if (B.requires_grad) {  // db = g * a, summed over the broadcast rows
     Tensor ga = Tensor::empty(A.shape, is_row_broadcast(A, B) ? DType::f32 : B.dtype);
     mul(g, n.in_values[0], ga);
-    if (is_row_broadcast(A, B)) grad_row_sum(B, ga);
-    else accumulate_grad(B, ga);
+    if (is_row_broadcast(A, B))
+      grad_row_sum(B, ga);
+    else
+      accumulate_grad(B, ga);
   }
 }
 
@@ -139,7 +143,9 @@ void gelu_backward_rule(Node& n, const Tensor& g) {
 
 // gelu_erf, tanh, relu: the activation kernel's backward from the saved input.
 Activation activation_of(OpKind op) {
-  return op == OpKind::gelu_erf ? Activation::gelu_erf : op == OpKind::tanh ? Activation::tanh : Activation::relu;
+  return op == OpKind::gelu_erf ? Activation::gelu_erf
+         : op == OpKind::tanh   ? Activation::tanh
+                                : Activation::relu;
 }
 void activation_backward_rule(Node& n, const Tensor& g) {
   VarImpl& X = *n.inputs[0];
@@ -211,10 +217,12 @@ void masked_attention_backward_rule(Node& n, const Tensor& g) {
   VarImpl& K = *n.inputs[1];
   VarImpl& V = *n.inputs[2];
   if (!Q.requires_grad && !K.requires_grad && !V.requires_grad) return;
-  Tensor dq = Tensor::empty(Q.shape, Q.dtype), dk = Tensor::empty(K.shape, K.dtype), dv = Tensor::empty(V.shape, V.dtype);
+  Tensor dq = Tensor::empty(Q.shape, Q.dtype), dk = Tensor::empty(K.shape, K.dtype),
+         dv = Tensor::empty(V.shape, V.dtype);
   const float p = std::bit_cast<float>(static_cast<uint32_t>(n.i2));
-  masked_attention_backward(n.in_values[0], n.in_values[1], n.in_values[2], n.ids, g.contiguous(), static_cast<float>(n.f),
-                            p, static_cast<uint64_t>(n.i0), static_cast<uint64_t>(n.i1), dq, dk, dv);
+  masked_attention_backward(n.in_values[0], n.in_values[1], n.in_values[2], n.ids, g.contiguous(),
+                            static_cast<float>(n.f), p, static_cast<uint64_t>(n.i0),
+                            static_cast<uint64_t>(n.i1), dq, dk, dv);
   accumulate_grad(Q, dq);
   accumulate_grad(K, dk);
   accumulate_grad(V, dv);
@@ -230,7 +238,9 @@ void cross_entropy_backward_rule(Node& n, const Tensor& g) {
   accumulate_grad(L, dl);
 }
 
-void reshape_backward(Node& n, const Tensor& g) { accumulate_grad(*n.inputs[0], g.contiguous().reshape(n.shape)); }
+void reshape_backward(Node& n, const Tensor& g) {
+  accumulate_grad(*n.inputs[0], g.contiguous().reshape(n.shape));
+}
 
 // Adds g into this head part of qkv's gradient, in place: the three parts of one qkv fill one
 // (B, T, 3C) gradient instead of three zero-padded ones summed.
@@ -274,7 +284,9 @@ void attention_backward(Node& n, const Tensor& g) {
   VarImpl& V = *n.inputs[2];
   const bool need_qk = Q.requires_grad || K.requires_grad, need_v = V.requires_grad;
   if (!need_qk && !need_v) return;
-  const auto grad_of = [](const VarImpl& x, bool need) { return need ? Tensor::empty(x.shape, x.dtype) : Tensor(); };
+  const auto grad_of = [](const VarImpl& x, bool need) {
+    return need ? Tensor::empty(x.shape, x.dtype) : Tensor();
+  };
   const Tensor dq = grad_of(Q, need_qk), dk = grad_of(K, need_qk), dv = grad_of(V, need_v);
   attention_heads_backward(n.in_values[0], n.in_values[1], n.in_values[2], n.saved, g.contiguous(),
                            static_cast<float>(n.f), dq, dk, dv);
@@ -294,7 +306,8 @@ void attention_qkv_backward(Node& n, const Tensor& g) {
   const std::vector<Tensor> probs(n.saved.begin() + 3, n.saved.end());
   const int64_t H = n.i0;
   Tensor gh = Tensor::empty(q.shape(), q.dtype(), MemCategory::workspace);
-  heads_copy(g.dtype() == q.dtype() ? g.contiguous() : g.to(q.dtype(), MemCategory::workspace), {gh}, H, true);
+  heads_copy(g.dtype() == q.dtype() ? g.contiguous() : g.to(q.dtype(), MemCategory::workspace), {gh}, H,
+             true);
   std::vector<Tensor> d;
   for (int i = 0; i < 3; ++i) d.push_back(Tensor::empty(q.shape(), q.dtype(), MemCategory::workspace));
   attention_heads_backward(q, k, v, probs, gh, static_cast<float>(n.f), d[0], d[1], d[2]);
@@ -345,25 +358,46 @@ constexpr std::array<RuleRow, kNumOpKinds> kRules = {{
     {dropout_backward, 0b000},              // dropout: the mask is regenerated from the seed
     {cast_backward, 0b000},                 // cast
     {attention_backward, 0b111},            // attention: q, k, v (and the probability blocks in saved)
-    {attention_qkv_backward, 0b000},        // attention_qkv: its q, k, v copies and probability blocks in saved
-    {checkpoint_backward, 0b001},           // checkpoint: its input (recomputes the rest)
-    {activation_backward_rule, 0b001},      // gelu_erf: its input
-    {activation_backward_rule, 0b001},      // tanh: its input (tanh recomputed)
-    {activation_backward_rule, 0b001},      // relu: its input
-    {masked_softmax_backward_rule, 0b000},  // masked_softmax: its output (in saved)
+    {attention_qkv_backward, 0b000},    // attention_qkv: its q, k, v copies and probability blocks in saved
+    {checkpoint_backward, 0b001},       // checkpoint: its input (recomputes the rest)
+    {activation_backward_rule, 0b001},  // gelu_erf: its input
+    {activation_backward_rule, 0b001},  // tanh: its input (tanh recomputed)
+    {activation_backward_rule, 0b001},  // relu: its input
+    {masked_softmax_backward_rule, 0b000},    // masked_softmax: its output (in saved)
     {masked_attention_backward_rule, 0b111},  // masked_attention: q, k, v (the mask in ids; nothing T x T)
 }};
 static_assert(kRules.size() == kNumOpKinds);
 
-constexpr std::array<std::string_view, kNumOpKinds> kNames = {
-    "matmul", "linear",  "add",         "mul",         "scale",   "gelu",  "layer_norm", "embedding",
-    "causal_softmax", "cross_entropy", "reshape", "split_heads", "merge_heads", "dropout", "cast", "attention", "attention_qkv", "checkpoint",
-    "gelu_erf", "tanh", "relu", "masked_softmax", "masked_attention"};
+constexpr std::array<std::string_view, kNumOpKinds> kNames = {"matmul",
+                                                              "linear",
+                                                              "add",
+                                                              "mul",
+                                                              "scale",
+                                                              "gelu",
+                                                              "layer_norm",
+                                                              "embedding",
+                                                              "causal_softmax",
+                                                              "cross_entropy",
+                                                              "reshape",
+                                                              "split_heads",
+                                                              "merge_heads",
+                                                              "dropout",
+                                                              "cast",
+                                                              "attention",
+                                                              "attention_qkv",
+                                                              "checkpoint",
+                                                              "gelu_erf",
+                                                              "tanh",
+                                                              "relu",
+                                                              "masked_softmax",
+                                                              "masked_attention"};
 
 }  // namespace
 
 const BackwardRule& backward_rule(OpKind k) { return kRules[static_cast<size_t>(k)].rule; }
-bool backward_reads_input(OpKind k, size_t i) { return i < 8 && ((kRules[static_cast<size_t>(k)].reads_inputs >> i) & 1) != 0; }
+bool backward_reads_input(OpKind k, size_t i) {
+  return i < 8 && ((kRules[static_cast<size_t>(k)].reads_inputs >> i) & 1) != 0;
+}
 std::string_view op_kind_name(OpKind k) { return kNames[static_cast<size_t>(k)]; }
 
 }  // namespace mixtrain::autograd

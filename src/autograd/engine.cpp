@@ -3,11 +3,11 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "mixtrain/autograd/node.h"
 #include "autograd/probe_hook.h"
-#include "tensor/alloc_site.h"
-#include "mixtrain/kernels/ops.h"
 #include "kernels/ops_backward.h"
+#include "mixtrain/autograd/node.h"
+#include "mixtrain/kernels/ops.h"
+#include "tensor/alloc_site.h"
 
 namespace mixtrain::autograd {
 
@@ -16,7 +16,7 @@ thread_local bool g_grad_enabled = true;
 thread_local GradReadyFn g_grad_ready;
 // FreshGradScope: each parameter's gradient of this backward pass, until it is final.
 thread_local std::unique_ptr<std::unordered_map<VarImpl*, Tensor>> g_fresh;
-}
+}  // namespace
 
 FreshGradScope::FreshGradScope() {
   if (g_fresh) throw ArgumentError("FreshGradScope: already inside one");
@@ -37,7 +37,9 @@ Tensor& param_grad(VarImpl& in) {
 bool grad_enabled() { return g_grad_enabled; }
 NoGradGuard::NoGradGuard() : prev_(g_grad_enabled) { g_grad_enabled = false; }
 NoGradGuard::~NoGradGuard() { g_grad_enabled = prev_; }
-GradReadyScope::GradReadyScope(GradReadyFn fn) : prev_(std::move(g_grad_ready)) { g_grad_ready = std::move(fn); }
+GradReadyScope::GradReadyScope(GradReadyFn fn) : prev_(std::move(g_grad_ready)) {
+  g_grad_ready = std::move(fn);
+}
 GradReadyScope::~GradReadyScope() { g_grad_ready = std::move(prev_); }
 
 Var::Var(Tensor value, bool requires_grad) : h_(std::make_shared<Handle>()) {
@@ -115,8 +117,10 @@ void Var::backward(double seed) const {
   if (!impl_) throw ArgumentError("backward: undefined variable");
   if (impl_->value.numel() != 1)
     throw ShapeError("backward: needs a scalar (1-element) loss, got " + impl_->value.to_string());
-  if (!impl_->requires_grad) throw ArgumentError("backward: the loss does not require grad (no parameters in its graph)");
-  backward_from(Tensor::full(impl_->value.shape(), impl_->value.dtype() == DType::f64 ? DType::f64 : DType::f32, seed,
+  if (!impl_->requires_grad)
+    throw ArgumentError("backward: the loss does not require grad (no parameters in its graph)");
+  backward_from(Tensor::full(impl_->value.shape(),
+                             impl_->value.dtype() == DType::f64 ? DType::f64 : DType::f32, seed,
                              MemCategory::activations));
 }
 

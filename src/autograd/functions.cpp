@@ -7,13 +7,13 @@
 
 #include "autograd/cast_hook.h"
 #include "autograd/probe_hook.h"
-#include "mixtrain/autograd/node.h"
-#include "mixtrain/kernels/ops.h"
-#include "kernels/ops_backward.h"
-#include "mixtrain/numeric/stochastic.h"
 #include "internal.h"
-#include "tensor/alloc_site.h"
+#include "kernels/ops_backward.h"
+#include "mixtrain/autograd/node.h"
 #include "mixtrain/core/profiler.h"
+#include "mixtrain/kernels/ops.h"
+#include "mixtrain/numeric/stochastic.h"
+#include "tensor/alloc_site.h"
 
 namespace mixtrain::autograd {
 namespace {
@@ -77,8 +77,10 @@ void require(const Var& v, const char* op, const char* what) {
 // Output shape of gemm for given operands (validation itself happens in the kernel).
 Shape matmul_shape(const Tensor& a, const Tensor& b, bool ta, bool tb) {
   Shape s;
-  if (a.dim() == 3) s.push_back(a.size(0));
-  else if (b.dim() == 3) s.push_back(b.size(0));
+  if (a.dim() == 3)
+    s.push_back(a.size(0));
+  else if (b.dim() == 3)
+    s.push_back(b.size(0));
   if (a.dim() < 2 || b.dim() < 2)
     throw ShapeError("matmul: operands must be 2-D or 3-D, got a " + a.to_string() + " b " + b.to_string());
   s.push_back(ta ? a.size(-1) : a.size(-2));
@@ -140,7 +142,8 @@ Var linear(const Var& x_in, const Var& w_in, const Var& b_in) {
     mixtrain::add(out2, b.value(), out2);
   } else {
     Tensor bias32;
-    if (b.defined()) bias32 = b.dtype() == DType::f32 ? b.value() : b.value().to(DType::f32, MemCategory::workspace);
+    if (b.defined())
+      bias32 = b.dtype() == DType::f32 ? b.value() : b.value().to(DType::f32, MemCategory::workspace);
     gemm(x2, w.value(), out2, o, b.defined() ? &bias32 : nullptr);
   }
   std::shared_ptr<Node> n;
@@ -245,7 +248,8 @@ Var layer_norm(const Var& x_in, const Var& weight_in, const Var& bias_in, float 
   const DType low = hook ? hook->compute_dtype() : DType::f32;  // f32 outside an enabled region
   const bool keep_xhat = grad && dtype_size(low) < dtype_size(x2.dtype()) && x2.dtype() == DType::f32;
   Tensor xhat = keep_xhat ? Tensor::empty({R, C}, low) : Tensor();
-  mixtrain::layer_norm(x2, weight.value(), bias.value(), eps, out2, &mean, &rstd, keep_xhat ? &xhat : nullptr);
+  mixtrain::layer_norm(x2, weight.value(), bias.value(), eps, out2, &mean, &rstd,
+                       keep_xhat ? &xhat : nullptr);
   std::shared_ptr<Node> n;
   if (grad) {
     n = make_node(OpKind::layer_norm, {&x, &weight, &bias});
@@ -312,8 +316,8 @@ Var masked_softmax(const Var& x_in, const Tensor& key_mask, float scale_) {
   return make_output(out, n);
 }
 
-Var masked_attention(const Var& q_in, const Var& k_in, const Var& v_in, const Tensor& key_mask, float scale_, float p,
-                     uint64_t seed, uint64_t offset) {
+Var masked_attention(const Var& q_in, const Var& k_in, const Var& v_in, const Tensor& key_mask, float scale_,
+                     float p, uint64_t seed, uint64_t offset) {
   ScopedOp site_op("masked_attention");  // names what this op allocates (tensor/alloc_site.h)
   ProfileScope prof(WorkKind::attention);
   Var q = q_in, k = k_in, v = v_in;
@@ -374,7 +378,6 @@ Tensor heads_view(const Tensor& qkv, int which, int64_t n_head) {
   return qkv.as_strided({B, n_head, T, D}, {T * C3, D, C3, 1}, which * C);
 }
 
-
 namespace {
 // qkv's value, contiguous, checked to be (B, T, 3C) with C divisible by n_head.
 Tensor checked_qkv(const char* op, const Var& qkv, int64_t n_head) {
@@ -416,7 +419,8 @@ Var merge_heads(const Var& y_in, int64_t batch) {
   require(y, "merge_heads", "y");
   const Tensor& v = y.value();
   if (v.dim() != 3 || batch <= 0 || v.size(0) % batch != 0)
-    throw ShapeError("merge_heads: y " + v.to_string() + " is not (B*H, T, D) for B=" + std::to_string(batch));
+    throw ShapeError("merge_heads: y " + v.to_string() +
+                     " is not (B*H, T, D) for B=" + std::to_string(batch));
   const int64_t H = v.size(0) / batch, T = v.size(1), D = v.size(2);
   // (B*H, T, D) -> (B, H, T, D) -> (B, T, H, D) -> contiguous (B, T, C)
   Tensor out = Tensor::empty({batch, T, H, D}, v.dtype());
@@ -497,7 +501,8 @@ Var attention_qkv(const Var& qkv_in, int64_t n_head, float scale_) {
   const Tensor x = checked_qkv("attention_qkv", qkv, n_head);
   const int64_t B = x.size(0), T = x.size(1), C = x.size(2) / 3, H = n_head, D = C / H;
   std::vector<Tensor> qkv_heads;  // q, k, v: (B*H, T, D)
-  for (int i = 0; i < 3; ++i) qkv_heads.push_back(Tensor::empty({B * H, T, D}, x.dtype(), MemCategory::activations));
+  for (int i = 0; i < 3; ++i)
+    qkv_heads.push_back(Tensor::empty({B * H, T, D}, x.dtype(), MemCategory::activations));
   heads_copy(x, qkv_heads, H, true);
   std::vector<Tensor> probs = attention_prob_blocks(B * H, T, x.dtype());
   Tensor y = Tensor::empty({B * H, T, D}, x.dtype(), MemCategory::workspace);

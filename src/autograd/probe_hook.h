@@ -15,7 +15,8 @@ class ProbeHook {
   virtual ~ProbeHook() = default;
   // Forward op `op` (a literal, e.g. "linear") inside `module` (null: outside any module) produced
   // `out`; `node` is the op's recorded node (its inputs' values), null when nothing is recorded.
-  virtual void forward_output(const char* op, const std::string* module, const Node* node, const Tensor& out) = 0;
+  virtual void forward_output(const char* op, const std::string* module, const Node* node,
+                              const Tensor& out) = 0;
   // Backward is about to run node's rule with grad_out = d(loss)/d(node's output).
   virtual void backward_input(const Node& node, const Tensor& grad_out) = 0;
   // node's rule ran: every input that requires a gradient holds its contribution.

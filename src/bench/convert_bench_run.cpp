@@ -70,7 +70,9 @@ nlohmann::json convert_bench_to_json(const std::vector<ConvertBenchResult>& r) {
   j["threads"] = num_threads();
   j["results"] = nlohmann::json::array();
   for (const auto& x : r)
-    j["results"].push_back({{"name", x.name}, {"impl", x.impl}, {"gbytes_per_s", x.gbytes_per_s},
+    j["results"].push_back({{"name", x.name},
+                            {"impl", x.impl},
+                            {"gbytes_per_s", x.gbytes_per_s},
                             {"fraction_of_memcpy", x.fraction_of_memcpy}});
   return j;
 }
@@ -81,8 +83,8 @@ std::string convert_bench_table(const std::vector<ConvertBenchResult>& r) {
   std::snprintf(line, sizeof line, "%-12s %-12s %10s %12s\n", "conversion", "impl", "GB/s", "vs memcpy");
   o << line;
   for (const auto& x : r) {
-    std::snprintf(line, sizeof line, "%-12s %-12s %10.2f %11.2fx\n", x.name.c_str(), x.impl.c_str(), x.gbytes_per_s,
-                  x.fraction_of_memcpy);
+    std::snprintf(line, sizeof line, "%-12s %-12s %10.2f %11.2fx\n", x.name.c_str(), x.impl.c_str(),
+                  x.gbytes_per_s, x.fraction_of_memcpy);
     o << line;
   }
   o << "(GB/s counts bytes read + bytes written; best of 7 runs, threads=" << num_threads() << ")\n";

@@ -8,7 +8,9 @@
 
 namespace mixtrain {
 
-uint32_t crc32(const void* data, size_t n, uint32_t crc) { return crc32_reflected<0xEDB88320u>(data, n, crc); }
+uint32_t crc32(const void* data, size_t n, uint32_t crc) {
+  return crc32_reflected<0xEDB88320u>(data, n, crc);
+}
 
 std::string crc32_hex(uint32_t crc) {
   char buf[9];

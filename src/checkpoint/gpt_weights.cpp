@@ -3,7 +3,6 @@
 
 #include <cstring>
 #include <map>
-
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/file_io.h"

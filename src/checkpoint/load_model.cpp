@@ -66,15 +66,18 @@ InferenceModel load_gpt_for_inference(const std::string& path, int64_t n_head,
   InferenceModel out;
   std::error_code ec;
   auto n_head_unused = [&](const std::string& from) {
-    if (n_head > 0 && warn) warn("n_head " + std::to_string(n_head) + " has no effect: the configuration comes from " + from);
+    if (n_head > 0 && warn)
+      warn("n_head " + std::to_string(n_head) + " has no effect: the configuration comes from " + from);
   };
   if (fs::is_regular_file(path, ec)) {
     const SafetensorsFile f = SafetensorsFile::read(path);
     GptConfig cfg;
     const auto meta = f.metadata().find("mixtrain_config");
     const fs::path hf_config = fs::path(path).parent_path() / "config.json";
-    if (meta != f.metadata().end()) n_head_unused(path + " (mixtrain_config)");
-    else if (fs::exists(hf_config, ec)) n_head_unused(hf_config.string());
+    if (meta != f.metadata().end())
+      n_head_unused(path + " (mixtrain_config)");
+    else if (fs::exists(hf_config, ec))
+      n_head_unused(hf_config.string());
     if (meta != f.metadata().end()) {
       cfg = config_from_json_text(meta->second, "safetensors file " + path + " mixtrain_config");
     } else if (fs::exists(hf_config, ec)) {
@@ -82,8 +85,9 @@ InferenceModel load_gpt_for_inference(const std::string& path, int64_t n_head,
       cfg = gpt_config_from_hf_json(std::string(b.begin(), b.end()), hf_config.string());
     } else {
       if (n_head <= 0)
-        throw ArgumentError({"n_head"}, "safetensors file " + path +
-                                            " carries no configuration: give n_head (or a config.json beside it)");
+        throw ArgumentError({"n_head"},
+                            "safetensors file " + path +
+                                " carries no configuration: give n_head (or a config.json beside it)");
       cfg = infer_gpt_config(f, n_head);
     }
     out.model = build_and_load(cfg, f);

@@ -251,7 +251,8 @@ Tensor SafetensorsFile::tensor(const SafetensorsEntry& e, MemCategory category) 
   Shape shape;
   for (int64_t d : e.shape) shape.push_back(d);
   Tensor out = Tensor::empty(shape, t, category);
-  if (out.nbytes() > 0 && !out.is_meta()) std::memcpy(out.raw_data(), data(e), out.nbytes());  // meta: shape only
+  if (out.nbytes() > 0 && !out.is_meta())
+    std::memcpy(out.raw_data(), data(e), out.nbytes());  // meta: shape only
   return out;
 }
 

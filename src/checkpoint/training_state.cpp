@@ -3,10 +3,10 @@
 
 #include <cmath>
 
-#include "mixtrain/amp/precision.h"
 #include "checkpoint/file_io.h"
 #include "checkpoint/json_input.h"
 #include "checkpoint/safetensors.h"
+#include "mixtrain/amp/precision.h"
 #include "mixtrain/core/error.h"
 #include "models/gpt_config_json.h"
 
@@ -73,7 +73,8 @@ std::vector<uint8_t> encode_training_state(const TrainingState& s) {
   j["precision"] = s.precision;
   j["model"] = s.model;
   j["run"] = s.run;
-  j["optimizer"] = {{"kind", std::string(optimizer_kind_name(s.optimizer.kind))}, {"steps", s.optimizer.steps}};
+  j["optimizer"] = {{"kind", std::string(optimizer_kind_name(s.optimizer.kind))},
+                    {"steps", s.optimizer.steps}};
   j["scaler"] = {{"scale", s.scaler.scale},
                  {"growth_tracker", s.scaler.growth_tracker},
                  {"hysteresis_left", s.scaler.hysteresis_left},

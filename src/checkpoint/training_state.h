@@ -37,17 +37,17 @@ struct TrainCounters {
   int64_t overflows = 0;
   int64_t bad_in_a_row = 0;  // consecutive non-finite losses (the divergence rule)
   bool hit_min_scale = false;
-  double last_loss = 0;  // loss of the last step (NaN if non-finite)
+  double last_loss = 0;                          // loss of the last step (NaN if non-finite)
   std::map<std::string, int64_t> skips_by_site;  // TrainSummary::skips_by_site
 };
 
 struct TrainingState {
-  int64_t step = 0;       // optimizer steps completed (the next one is step + 1)
-  std::string precision;  // "bf16-mixed"
+  int64_t step = 0;                                 // optimizer steps completed (the next one is step + 1)
+  std::string precision;                            // "bf16-mixed"
   nlohmann::json model = nlohmann::json::object();  // the model's configuration (Model::config_json())
-  nlohmann::json run = nlohmann::json::object();  // trajectory-shaping options
-  Tensor params;                                  // (flat_numel)
-  OptimizerState optimizer;                       // optim/optimizer.h
+  nlohmann::json run = nlohmann::json::object();    // trajectory-shaping options
+  Tensor params;                                    // (flat_numel)
+  OptimizerState optimizer;                         // optim/optimizer.h
   GradScalerState scaler;
   TrainCounters counters;
   nlohmann::json rng = nlohmann::json::object();  // {seed, data_position, stochastic_rounding_counter}

@@ -21,10 +21,13 @@ void Profiler::reset() {
 
 std::array<double, kNumWorkKinds> Profiler::seconds() {
   std::array<double, kNumWorkKinds> s{};
-  for (size_t i = 0; i < kNumWorkKinds; ++i) s[i] = static_cast<double>(g_ns[i].load(std::memory_order_relaxed)) * 1e-9;
+  for (size_t i = 0; i < kNumWorkKinds; ++i)
+    s[i] = static_cast<double>(g_ns[i].load(std::memory_order_relaxed)) * 1e-9;
   return s;
 }
 
-void Profiler::add(WorkKind k, int64_t ns) { g_ns[static_cast<size_t>(k)].fetch_add(ns, std::memory_order_relaxed); }
+void Profiler::add(WorkKind k, int64_t ns) {
+  g_ns[static_cast<size_t>(k)].fetch_add(ns, std::memory_order_relaxed);
+}
 
 }  // namespace mixtrain

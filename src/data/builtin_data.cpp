@@ -23,8 +23,9 @@ std::string builtin_data_path(const std::string& relative) {
   std::error_code ec;
   const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
   if (!ec) {
-    tried.push_back((exe.parent_path() / "data" / relative).string());                                // build/
-    tried.push_back((exe.parent_path().parent_path() / "share" / "mixtrain" / relative).string());  // installed
+    tried.push_back((exe.parent_path() / "data" / relative).string());  // build/
+    tried.push_back(
+        (exe.parent_path().parent_path() / "share" / "mixtrain" / relative).string());  // installed
   }
   tried.push_back((fs::path("build") / "data" / relative).string());
   for (const std::string& p : tried) {

@@ -13,7 +13,8 @@
 namespace mixtrain {
 namespace {
 
-std::vector<Encoding> encode_all(const TextClassificationData& d, const WordPieceTokenizer& tok, int64_t max_len) {
+std::vector<Encoding> encode_all(const TextClassificationData& d, const WordPieceTokenizer& tok,
+                                 int64_t max_len) {
   // Sentence pairs when the set has a second text (an empty one is still a pair: [CLS] a [SEP] [SEP]).
   const bool pairs = std::any_of(d.examples.begin(), d.examples.end(),
                                  [](const TextExample& e) { return !e.text_pair.empty(); });
@@ -38,9 +39,10 @@ uint64_t epoch_seed(uint64_t seed, int64_t epoch) {
 
 }  // namespace
 
-ClassificationBatches::ClassificationBatches(const TextClassificationData& train, const TextClassificationData& test,
-                                             const WordPieceTokenizer& tokenizer, int64_t batch_size, int64_t max_len,
-                                             uint64_t seed)
+ClassificationBatches::ClassificationBatches(const TextClassificationData& train,
+                                             const TextClassificationData& test,
+                                             const WordPieceTokenizer& tokenizer, int64_t batch_size,
+                                             int64_t max_len, uint64_t seed)
     : B_(batch_size),
       max_len_(max_len),
       seed_(seed),
@@ -73,13 +75,15 @@ ClassificationBatches::ClassificationBatches(const TextClassificationData& train
 }
 
 std::vector<int64_t> ClassificationBatches::epoch_order(int64_t epoch) const {
-  if (epoch < 0) throw ArgumentError("ClassificationBatches: epoch must be >= 0, got " + std::to_string(epoch));
+  if (epoch < 0)
+    throw ArgumentError("ClassificationBatches: epoch must be >= 0, got " + std::to_string(epoch));
   const size_t n = train_.size();
   std::vector<int64_t> order(n);
   for (size_t i = 0; i < n; ++i) order[i] = int64_t(i);
   const uint64_t s = epoch_seed(seed_, epoch);
   for (size_t i = n; i > 1; --i) {  // Fisher-Yates: position i-1 takes one of [0, i)
-    const uint64_t r = (uint64_t(counter_rng(s, 2 * uint64_t(i))) << 32) | counter_rng(s, 2 * uint64_t(i) + 1);
+    const uint64_t r =
+        (uint64_t(counter_rng(s, 2 * uint64_t(i))) << 32) | counter_rng(s, 2 * uint64_t(i) + 1);
     std::swap(order[i - 1], order[size_t(r % uint64_t(i))]);
   }
   return order;
@@ -87,7 +91,8 @@ std::vector<int64_t> ClassificationBatches::epoch_order(int64_t epoch) const {
 
 void ClassificationBatches::train_batch(int64_t position, Batch& out) const {
   if (position < 1)
-    throw ArgumentError("ClassificationBatches::train_batch: position counts from 1, got " + std::to_string(position));
+    throw ArgumentError("ClassificationBatches::train_batch: position counts from 1, got " +
+                        std::to_string(position));
   const int64_t per_epoch = batches_per_epoch();
   const int64_t epoch = (position - 1) / per_epoch;
   const int64_t first = ((position - 1) % per_epoch) * B_;
@@ -100,8 +105,8 @@ int64_t ClassificationBatches::num_eval_batches() const { return (int64_t(test_.
 
 void ClassificationBatches::eval_batch(int64_t index, Batch& out) const {
   if (index < 0 || index >= num_eval_batches())
-    throw ArgumentError("ClassificationBatches::eval_batch: index " + std::to_string(index) + " out of range [0, " +
-                        std::to_string(num_eval_batches()) + ")");
+    throw ArgumentError("ClassificationBatches::eval_batch: index " + std::to_string(index) +
+                        " out of range [0, " + std::to_string(num_eval_batches()) + ")");
   std::vector<int64_t> rows(size_t(B_), -1);
   for (int64_t b = 0; b < B_ && index * B_ + b < int64_t(test_.size()); ++b) rows[size_t(b)] = index * B_ + b;
   fill(test_, test_labels_, rows, out);
@@ -125,11 +130,11 @@ void ClassificationBatches::fill(const std::vector<Encoding>& set, const std::ve
   out.targets = Tensor::empty({B}, DType::i32, MemCategory::data);
   out.rows = real_rows;
   out.real_tokens = real;
-  if (out.inputs.is_meta()) return;  // shapes only
-  int32_t* ids = out.inputs.data<int32_t>();            // (B, T)
-  int32_t* types = out.token_types.data<int32_t>();     // (B, T)
-  int32_t* mask = out.attention_mask.data<int32_t>();   // (B, T)
-  int32_t* target = out.targets.data<int32_t>();        // (B)
+  if (out.inputs.is_meta()) return;                    // shapes only
+  int32_t* ids = out.inputs.data<int32_t>();           // (B, T)
+  int32_t* types = out.token_types.data<int32_t>();    // (B, T)
+  int32_t* mask = out.attention_mask.data<int32_t>();  // (B, T)
+  int32_t* target = out.targets.data<int32_t>();       // (B)
   for (int64_t b = 0; b < B; ++b) {
     const int64_t r = rows[size_t(b)];
     // A padding row attends to its two specials, so no row is all padding (a softmax over no keys).

@@ -29,7 +29,8 @@ std::string read_file(const std::string& path) {
   std::error_code ec;
   const fs::file_status st = fs::status(path, ec);
   if (st.type() == fs::file_type::not_found) throw IoError("data file '" + path + "': no such file");
-  if (st.type() == fs::file_type::directory) throw IoError("data file '" + path + "': is a directory, not a file");
+  if (st.type() == fs::file_type::directory)
+    throw IoError("data file '" + path + "': is a directory, not a file");
   std::ifstream f(path, std::ios::binary);
   if (!f) throw IoError("data file '" + path + "': cannot be read (" + std::strerror(errno) + ")");
   std::ostringstream s;
@@ -49,7 +50,8 @@ struct Row {
 }
 
 void check_utf8(const std::string& name, int64_t line, const std::string& s, const std::string& column) {
-  if (s.size() > size_t(INT32_MAX)) row_error(name, line, "column '" + column + "' is longer than 2^31 - 1 bytes");
+  if (s.size() > size_t(INT32_MAX))
+    row_error(name, line, "column '" + column + "' is longer than 2^31 - 1 bytes");
   const int32_t n = int32_t(s.size());
   for (int32_t i = 0; i < n;) {
     UChar32 c;
@@ -87,7 +89,8 @@ std::vector<Row> parse_tsv(std::string_view text) {
     size_t start = 0;
     for (;;) {
       const size_t tab = l.find('\t', start);
-      r.fields.emplace_back(l.substr(start, tab == std::string_view::npos ? std::string_view::npos : tab - start));
+      r.fields.emplace_back(
+          l.substr(start, tab == std::string_view::npos ? std::string_view::npos : tab - start));
       if (tab == std::string_view::npos) break;
       start = tab + 1;
     }
@@ -135,10 +138,12 @@ std::vector<Row> parse_csv(std::string_view text, const std::string& name) {
         }
         if (i < n && text[i] == '\r' && (i + 1 == n || text[i + 1] == '\n')) ++i;
         if (i < n && text[i] != ',' && text[i] != '\n')
-          row_error(name, line, "text after the closing quote of a field (RFC 4180: a quote in a field is \"\")");
+          row_error(name, line,
+                    "text after the closing quote of a field (RFC 4180: a quote in a field is \"\")");
       } else {
         while (i < n && text[i] != ',' && text[i] != '\n') {
-          if (text[i] == '"') row_error(name, line, "a quote inside an unquoted field (quote the field, \"\" for a quote)");
+          if (text[i] == '"')
+            row_error(name, line, "a quote inside an unquoted field (quote the field, \"\" for a quote)");
           field += text[i++];
         }
         if (!field.empty() && field.back() == '\r' && (i == n || text[i] == '\n')) field.pop_back();
@@ -178,7 +183,8 @@ Columns find_columns(const Row& header, const TextColumns& want, const std::stri
     if (it == at.end()) {
       std::string have;
       for (const std::string& f : header.fields) have += (have.empty() ? "'" : ", '") + f + "'";
-      row_error(name, header.line, std::string("no ") + role + " column '" + col + "' (the header has " + have + ")");
+      row_error(name, header.line,
+                std::string("no ") + role + " column '" + col + "' (the header has " + have + ")");
     }
     return it->second;
   };
@@ -202,8 +208,9 @@ std::vector<RawExample> from_rows(std::vector<Row> rows, const TextColumns& want
   for (size_t k = 1; k < rows.size(); ++k) {
     Row& r = rows[k];
     if (r.fields.size() != c.count)
-      row_error(name, r.line, "expected " + std::to_string(c.count) + " fields (as the header), got " +
-                                  std::to_string(r.fields.size()));
+      row_error(name, r.line,
+                "expected " + std::to_string(c.count) + " fields (as the header), got " +
+                    std::to_string(r.fields.size()));
     RawExample e{std::move(r.fields[size_t(c.text)]), c.pair >= 0 ? std::move(r.fields[size_t(c.pair)]) : "",
                  std::move(r.fields[size_t(c.label)]), r.line};
     out.push_back(std::move(e));
@@ -233,7 +240,8 @@ std::vector<RawExample> parse_jsonl(std::string_view text, const TextColumns& wa
     const auto text_of = [&](const std::string& col, const char* role) -> std::string {
       const auto it = j.find(col);
       if (it == j.end()) row_error(name, number, std::string("no ") + role + " field '" + col + "'");
-      if (!it->is_string()) row_error(name, number, std::string(role) + " field '" + col + "' is not a string");
+      if (!it->is_string())
+        row_error(name, number, std::string(role) + " field '" + col + "' is not a string");
       return it->get<std::string>();
     };
     RawExample e;
@@ -271,9 +279,15 @@ TextClassificationData TextClassificationData::parse(std::string_view content, T
     throw ArgumentError("data file '" + name + "': the text and label column names must not be empty");
   std::vector<RawExample> raw;
   switch (format) {
-    case TextFormat::tsv: raw = from_rows(parse_tsv(content), columns, name); break;
-    case TextFormat::csv: raw = from_rows(parse_csv(content, name), columns, name); break;
-    case TextFormat::jsonl: raw = parse_jsonl(content, columns, name); break;
+    case TextFormat::tsv:
+      raw = from_rows(parse_tsv(content), columns, name);
+      break;
+    case TextFormat::csv:
+      raw = from_rows(parse_csv(content, name), columns, name);
+      break;
+    case TextFormat::jsonl:
+      raw = parse_jsonl(content, columns, name);
+      break;
   }
   TextClassificationData d;
   d.path = name;
@@ -287,7 +301,8 @@ TextClassificationData TextClassificationData::parse(std::string_view content, T
   std::map<std::string, int32_t> id;
   for (size_t k = 0; k < d.labels.size(); ++k)
     if (!id.emplace(d.labels[k], int32_t(k)).second)
-      throw ArgumentError("data file '" + name + "': label '" + d.labels[k] + "' appears twice in the label list");
+      throw ArgumentError("data file '" + name + "': label '" + d.labels[k] +
+                          "' appears twice in the label list");
   d.examples.reserve(raw.size());
   for (RawExample& e : raw) {
     check_utf8(name, e.line, e.text, columns.text);
@@ -342,7 +357,8 @@ TextClassificationData fortunes_topic_entries(const std::string& fortunes_dir) {
     const std::string path = (fs::path(fortunes_dir) / d.labels[k]).string();
     std::error_code ec;
     if (!fs::is_regular_file(path, ec))
-      throw IoError("fortunes file '" + path + "' not found (install Debian's 'fortunes' package: scripts/setup.sh)");
+      throw IoError("fortunes file '" + path +
+                    "' not found (install Debian's 'fortunes' package: scripts/setup.sh)");
     const std::string text = read_file(path);
     std::string entry;
     int64_t entry_line = 1;
@@ -369,15 +385,18 @@ TextClassificationData fortunes_topic_entries(const std::string& fortunes_dir) {
   return d;
 }
 
-TextClassificationTask fortunes_topic_task(const std::string& fortunes_dir, uint64_t seed, double test_fraction) {
+TextClassificationTask fortunes_topic_task(const std::string& fortunes_dir, uint64_t seed,
+                                           double test_fraction) {
   if (!(test_fraction > 0.0 && test_fraction < 1.0))
-    throw ArgumentError("fortunes_topic_task: test_fraction must be in (0, 1), got " + std::to_string(test_fraction));
+    throw ArgumentError("fortunes_topic_task: test_fraction must be in (0, 1), got " +
+                        std::to_string(test_fraction));
   TextClassificationData all = fortunes_topic_entries(fortunes_dir);
   const size_t n = all.examples.size();
   std::vector<size_t> order(n);
   for (size_t i = 0; i < n; ++i) order[i] = i;
   for (size_t i = n; i > 1; --i) {  // Fisher-Yates: position i-1 takes one of [0, i)
-    const uint64_t r = (uint64_t(counter_rng(seed, 2 * uint64_t(i))) << 32) | counter_rng(seed, 2 * uint64_t(i) + 1);
+    const uint64_t r =
+        (uint64_t(counter_rng(seed, 2 * uint64_t(i))) << 32) | counter_rng(seed, 2 * uint64_t(i) + 1);
     std::swap(order[i - 1], order[size_t(r % uint64_t(i))]);
   }
   const size_t n_test = size_t(std::llround(test_fraction * double(n)));
@@ -389,7 +408,8 @@ TextClassificationTask fortunes_topic_task(const std::string& fortunes_dir, uint
     part->path = all.path;
     part->labels = all.labels;
   }
-  for (size_t i = 0; i < n; ++i) (is_test[i] ? t.test : t.train).examples.push_back(std::move(all.examples[i]));
+  for (size_t i = 0; i < n; ++i)
+    (is_test[i] ? t.test : t.train).examples.push_back(std::move(all.examples[i]));
   return t;
 }
 

@@ -44,8 +44,7 @@ TextCorpus TextCorpus::from_bytes(std::vector<uint8_t> bytes, const std::string&
 TextCorpus TextCorpus::load(const std::string& path, double val_fraction) {
   std::error_code ec;
   const fs::file_status st = fs::status(path, ec);
-  if (st.type() == fs::file_type::not_found)
-    throw IoError("data file " + quoted(path) + ": no such file");
+  if (st.type() == fs::file_type::not_found) throw IoError("data file " + quoted(path) + ": no such file");
   if (st.type() == fs::file_type::directory)
     throw IoError("data file " + quoted(path) + ": is a directory, not a file");
   if (ec) throw IoError("data file " + quoted(path) + ": cannot be read (" + ec.message() + ")");
@@ -76,7 +75,7 @@ std::string TextCorpus::default_corpus_path() {
   std::error_code ec;
   const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
   if (!ec) {
-    tried.push_back((exe.parent_path() / "data" / kFile).string());                         // build/
+    tried.push_back((exe.parent_path() / "data" / kFile).string());                              // build/
     tried.push_back((exe.parent_path().parent_path() / "share" / "mixtrain" / kFile).string());  // installed
   }
   tried.push_back((fs::path("build") / "data" / kFile).string());
@@ -90,7 +89,9 @@ std::string TextCorpus::default_corpus_path() {
 }
 
 void TextCorpus::check_window(int64_t T) const {
-  if (T < 1) throw ArgumentError("data file " + quoted(path_) + ": window length T must be >= 1, got " + std::to_string(T));
+  if (T < 1)
+    throw ArgumentError("data file " + quoted(path_) + ": window length T must be >= 1, got " +
+                        std::to_string(T));
   const auto check = [&](const char* part, int64_t n) {
     if (n < T + 1)
       throw ArgumentError("data file " + quoted(path_) + ": " + part + " part has " + std::to_string(n) +
@@ -110,7 +111,8 @@ void TextCorpus::prepare_batch(int64_t B, int64_t T, Tensor& idx, Tensor& target
       *t = Tensor::empty({B, T}, DType::i32, MemCategory::data);
       continue;
     }
-    if (t->dtype() != DType::i32) throw DTypeError(std::string(op) + ": batch tensors must be i32, got " + t->to_string());
+    if (t->dtype() != DType::i32)
+      throw DTypeError(std::string(op) + ": batch tensors must be i32, got " + t->to_string());
     if (t->shape() != Shape{B, T} || !t->is_contiguous())
       throw ShapeError(std::string(op) + ": batch tensors must be contiguous (" + std::to_string(B) + ", " +
                        std::to_string(T) + "), got " + t->to_string());
@@ -128,9 +130,9 @@ int64_t TextCorpus::train_window_start(int64_t T, uint64_t seed, int64_t step, i
 void TextCorpus::train_batch(int64_t B, int64_t T, uint64_t seed, int64_t step, Tensor& idx,
                              Tensor& targets) const {
   prepare_batch(B, T, idx, targets, "TextCorpus::train_batch");
-  if (idx.is_meta()) return;  // a meta batch has a shape and no tokens
-  int32_t* x = idx.data<int32_t>();     // (B, T)
-  int32_t* y = targets.data<int32_t>(); // (B, T)
+  if (idx.is_meta()) return;             // a meta batch has a shape and no tokens
+  int32_t* x = idx.data<int32_t>();      // (B, T)
+  int32_t* y = targets.data<int32_t>();  // (B, T)
   const uint8_t* data = train_bytes();
   for (int64_t b = 0; b < B; ++b) {
     const uint8_t* w = data + train_window_start(T, seed, step, b);
@@ -147,7 +149,8 @@ int64_t TextCorpus::num_val_windows(int64_t T) const {
 }
 
 int64_t TextCorpus::num_val_batches(int64_t B, int64_t T) const {
-  if (B < 1) throw ArgumentError("TextCorpus::num_val_batches: batch size B must be >= 1, got " + std::to_string(B));
+  if (B < 1)
+    throw ArgumentError("TextCorpus::num_val_batches: batch size B must be >= 1, got " + std::to_string(B));
   return (num_val_windows(T) + B - 1) / B;
 }
 
@@ -156,11 +159,11 @@ int64_t TextCorpus::val_batch(int64_t batch_index, int64_t B, int64_t T, Tensor&
   const int64_t windows = num_val_windows(T);
   const int64_t batches = (windows + B - 1) / B;
   if (batch_index < 0 || batch_index >= batches)
-    throw ArgumentError("TextCorpus::val_batch: batch index " + std::to_string(batch_index) + " out of range [0, " +
-                        std::to_string(batches) + ")");
+    throw ArgumentError("TextCorpus::val_batch: batch index " + std::to_string(batch_index) +
+                        " out of range [0, " + std::to_string(batches) + ")");
   if (idx.is_meta()) return std::min(B, windows - batch_index * B);  // rows a real batch would fill
-  int32_t* x = idx.data<int32_t>();     // (B, T)
-  int32_t* y = targets.data<int32_t>(); // (B, T)
+  int32_t* x = idx.data<int32_t>();                                  // (B, T)
+  int32_t* y = targets.data<int32_t>();                              // (B, T)
   const uint8_t* data = val_bytes();
   int64_t rows = 0;
   for (int64_t b = 0; b < B; ++b) {
@@ -184,7 +187,8 @@ double TextCorpus::unigram_entropy() const {
   for (int64_t i = 0; i < train_size_; ++i) ++count[train_bytes()[i]];
   const double denom = double(train_size_ + kVocabSize);
   std::array<double, kVocabSize> neg_log_p;
-  for (int64_t c = 0; c < kVocabSize; ++c) neg_log_p[size_t(c)] = -std::log(double(count[size_t(c)] + 1) / denom);
+  for (int64_t c = 0; c < kVocabSize; ++c)
+    neg_log_p[size_t(c)] = -std::log(double(count[size_t(c)] + 1) / denom);
   if (val_size() == 0) return 0.0;
   double sum = 0.0;
   for (int64_t i = 0; i < val_size(); ++i) sum += neg_log_p[val_bytes()[i]];

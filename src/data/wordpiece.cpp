@@ -30,13 +30,19 @@ namespace {
 // against tokenizers (tests/data/wordpiece_fixture_test.cpp).
 uint32_t category_mask(UChar32 c) {
   switch (c) {
-    case 0x166D: return U_GC_PO_MASK;   // CANADIAN SYLLABICS CHI SIGN: So since Unicode 12
-    case 0x1734: return U_GC_MN_MASK;   // HANUNOO SIGN PAMUDPOD: Mc since 14
-    case 0x1885:                        // MONGOLIAN LETTER ALI GALI BALUDA,
-    case 0x1886: return U_GC_LO_MASK;   //   ... THREE BALUDA: Mn since 9
-    case 0xA9BD: return U_GC_MC_MASK;   // JAVANESE CONSONANT SIGN KERET: Mn since 12
-    case 0x111C9: return U_GC_PO_MASK;  // SHARADA SANDHI MARK: Mn since 11
-    default: break;
+    case 0x166D:
+      return U_GC_PO_MASK;  // CANADIAN SYLLABICS CHI SIGN: So since Unicode 12
+    case 0x1734:
+      return U_GC_MN_MASK;  // HANUNOO SIGN PAMUDPOD: Mc since 14
+    case 0x1885:            // MONGOLIAN LETTER ALI GALI BALUDA,
+    case 0x1886:
+      return U_GC_LO_MASK;  //   ... THREE BALUDA: Mn since 9
+    case 0xA9BD:
+      return U_GC_MC_MASK;  // JAVANESE CONSONANT SIGN KERET: Mn since 12
+    case 0x111C9:
+      return U_GC_PO_MASK;  // SHARADA SANDHI MARK: Mn since 11
+    default:
+      break;
   }
   UVersionInfo age;
   u_charAge(c, age);
@@ -51,7 +57,8 @@ bool is_control(UChar32 c) {
 bool is_whitespace(UChar32 c) { return c == '\t' || c == '\n' || c == '\r' || u_isUWhiteSpace(c); }
 // ASCII punctuation (so $ + < = > ^ ` | ~, which Unicode calls symbols, split too) or P*.
 bool is_punctuation(UChar32 c) {
-  if ((c >= 33 && c <= 47) || (c >= 58 && c <= 64) || (c >= 91 && c <= 96) || (c >= 123 && c <= 126)) return true;
+  if ((c >= 33 && c <= 47) || (c >= 58 && c <= 64) || (c >= 91 && c <= 96) || (c >= 123 && c <= 126))
+    return true;
   return (category_mask(c) & U_GC_P_MASK) != 0;
 }
 // The CJK Unified Ideographs blocks BERT spaces out (BertNormalizer's is_chinese_char).
@@ -102,7 +109,8 @@ WordPieceTokenizer WordPieceTokenizer::from_tokens(std::vector<std::string> toke
     while (off < n) {
       UChar32 c;
       U8_NEXT(tok.data(), off, n, c);
-      if (c < 0) throw IoError("vocabulary '" + name + "':" + std::to_string(i + 1) + ": token is not valid UTF-8");
+      if (c < 0)
+        throw IoError("vocabulary '" + name + "':" + std::to_string(i + 1) + ": token is not valid UTF-8");
     }
     const auto [it, fresh] = t.ids_.emplace(tok, int32_t(i));
     if (!fresh)
@@ -167,7 +175,9 @@ void basic_split(std::string_view seg, size_t base, bool lower_case, std::vector
     const int32_t at = i;
     UChar32 c;
     U8_NEXT(seg.data(), i, n, c);
-    if (c < 0) throw ArgumentError("WordPieceTokenizer: text is not valid UTF-8 at byte " + std::to_string(base + size_t(at)));
+    if (c < 0)
+      throw ArgumentError("WordPieceTokenizer: text is not valid UTF-8 at byte " +
+                          std::to_string(base + size_t(at)));
     if (c == 0 || c == 0xFFFD || is_control(c)) continue;
     if (is_whitespace(c)) {
       cleaned.append(UChar32(' '));
@@ -291,7 +301,8 @@ std::vector<int32_t> WordPieceTokenizer::tokenize(std::string_view text) const {
 
 Encoding WordPieceTokenizer::encode(std::string_view a, int64_t max_len) const {
   if (max_len != 0 && max_len < 2)
-    throw ArgumentError("WordPieceTokenizer::encode: max_len must be 0 (no limit) or >= 2, got " + std::to_string(max_len));
+    throw ArgumentError("WordPieceTokenizer::encode: max_len must be 0 (no limit) or >= 2, got " +
+                        std::to_string(max_len));
   std::vector<int32_t> ta = tokenize(a);
   if (max_len != 0 && int64_t(ta.size()) > max_len - 2) ta.resize(size_t(max_len - 2));
   Encoding e;
@@ -345,7 +356,8 @@ EncodedBatch WordPieceTokenizer::pad(const std::vector<Encoding>& encodings) con
     const Encoding& e = encodings[r];
     if (e.type_ids.size() != e.ids.size())
       throw ArgumentError("WordPieceTokenizer::pad: encoding " + std::to_string(r) + " has " +
-                          std::to_string(e.ids.size()) + " ids but " + std::to_string(e.type_ids.size()) + " type ids");
+                          std::to_string(e.ids.size()) + " ids but " + std::to_string(e.type_ids.size()) +
+                          " type ids");
     b.T = std::max(b.T, int64_t(e.ids.size()));
   }
   const size_t n = size_t(b.B * b.T);

@@ -111,7 +111,8 @@ class MpiWorld final : public Communicator {
     requests_.push_back(req);
     const size_t elem = dtype_size(dtype);
     if (offset > 0 && counts[static_cast<size_t>(rank_)] > 0)
-      moves_.push_back({static_cast<char*>(data) + static_cast<size_t>(offset) * elem, static_cast<char*>(data),
+      moves_.push_back({static_cast<char*>(data) + static_cast<size_t>(offset) * elem,
+                        static_cast<char*>(data),
                         static_cast<size_t>(counts[static_cast<size_t>(rank_)]) * elem});
   }
 
@@ -124,8 +125,8 @@ class MpiWorld final : public Communicator {
   void gather(const void* piece, void* all, std::span<const int64_t> bytes, int root) override {
     std::vector<int> counts, displs;
     layout(bytes, counts, displs, "gather");
-    MPI_Gatherv(piece, counts[static_cast<size_t>(rank_)], MPI_BYTE, all, counts.data(), displs.data(), MPI_BYTE,
-                root, MPI_COMM_WORLD);
+    MPI_Gatherv(piece, counts[static_cast<size_t>(rank_)], MPI_BYTE, all, counts.data(), displs.data(),
+                MPI_BYTE, root, MPI_COMM_WORLD);
   }
 
   void progress() override {

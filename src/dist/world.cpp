@@ -29,7 +29,10 @@ Communicator& world() {
   if (!w) {
     if (launched_by_mpi()) {
       w = dist::make_mpi_world();
-      if (!w) throw Error("started by mpirun, but this mixtrain was built without MPI (install libopenmpi-dev and rebuild)");
+      if (!w)
+        throw Error(
+            "started by mpirun, but this mixtrain was built without MPI (install libopenmpi-dev and "
+            "rebuild)");
     } else {
       w = std::make_unique<SingleProcess>();
     }
@@ -42,7 +45,7 @@ int finish_world(int exit_code) {
   if (!w) return exit_code;
   const bool agreed = exit_code == 0 || exit_code == 3 || exit_code >= 128;
   if (!agreed && w->size() > 1) dist::abort_mpi_world(exit_code);  // does not return
-  w.reset();  // MPI_Finalize
+  w.reset();                                                       // MPI_Finalize
   return exit_code;
 }
 

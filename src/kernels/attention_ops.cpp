@@ -1,6 +1,7 @@
 // The blocked causal attention (kernels/attention_ops.h), shared by the autograd attention ops
-// and their backward rules, and the dispatch of heads_copy and dropout_mask to the backend. Query rows go in blocks of Tb; block i, rows [r0, r1), sees only the
-// keys [0, r1), so the masked upper triangle beyond each block is neither computed nor stored:
+// and their backward rules, and the dispatch of heads_copy and dropout_mask to the backend. Query rows go in
+// blocks of Tb; block i, rows [r0, r1), sees only the keys [0, r1), so the masked upper triangle beyond each
+// block is neither computed nor stored:
 //   forward   S_i = q[r0:r1] k[0:r1]^T (f32 workspace);  P_i = causal_softmax(scale * S_i) (saved);
 //             y[r0:r1] = P_i v[0:r1]
 //   backward  dv[0:r1] += P_i^T dy[r0:r1];  dP_i = dy[r0:r1] v[0:r1]^T (f32);  dS_i = softmax bwd;
@@ -8,15 +9,16 @@
 // dk and dv gather the blocks' contributions in the accumulation dtype (f32: the output itself
 // when it is f32, else a workspace rounded once at the end). Going backwards over the blocks, the
 // last one (which spans every key) initialises them.
+#include "kernels/attention_ops.h"
+
 #include <algorithm>
 #include <cstring>
 
+#include "kernels/backend.h"
+#include "kernels/ops_backward.h"
 #include "mixtrain/core/error.h"
 #include "mixtrain/core/profiler.h"
-#include "kernels/attention_ops.h"
-#include "kernels/backend.h"
 #include "mixtrain/kernels/ops.h"
-#include "kernels/ops_backward.h"
 
 namespace mixtrain {
 
@@ -36,7 +38,9 @@ std::vector<Block> blocks_of(int64_t T) {
   for (int64_t r0 = 0; r0 < T; r0 += Tb) b.push_back({r0, std::min(T, r0 + Tb)});
   return b;
 }
-DType accumulation_dtype(DType t) { return t == DType::f64 ? DType::f64 : DType::f32; }  // f64: gradient checks
+DType accumulation_dtype(DType t) {
+  return t == DType::f64 ? DType::f64 : DType::f32;
+}  // f64: gradient checks
 }  // namespace
 
 std::vector<Tensor> attention_prob_blocks(int64_t n, int64_t T, DType dtype) {
@@ -64,7 +68,8 @@ void attention_chunk_forward(const Tensor& q, const Tensor& k, const Tensor& v, 
     const auto [r0, r1] = blocks[i];
     Tensor p = probs[i];  // (h, r1 - r0, r1)
     {
-      const Tensor s = matmul(q.slice(1, r0, r1), k.slice(1, 0, r1), false, true, acc, MemCategory::workspace);
+      const Tensor s =
+          matmul(q.slice(1, r0, r1), k.slice(1, 0, r1), false, true, acc, MemCategory::workspace);
       causal_softmax(s, scale, p);  // row j of the block sees keys [0, r0 + j]
     }
     Tensor y_rows = y.slice(1, r0, r1);
@@ -72,8 +77,9 @@ void attention_chunk_forward(const Tensor& q, const Tensor& k, const Tensor& v, 
   }
 }
 
-void attention_chunk_backward(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<Tensor>& probs,
-                              const Tensor& g, float scale, Tensor dq, Tensor dk, Tensor dv) {
+void attention_chunk_backward(const Tensor& q, const Tensor& k, const Tensor& v,
+                              const std::vector<Tensor>& probs, const Tensor& g, float scale, Tensor dq,
+                              Tensor dk, Tensor dv) {
   const DType acc = accumulation_dtype(q.dtype());
   const int64_t h = q.size(0), T = q.size(1), D = q.size(2);
   const std::vector<Block> blocks = blocks_of(T);
@@ -100,7 +106,7 @@ void attention_chunk_backward(const Tensor& q, const Tensor& k, const Tensor& v,
       causal_softmax_backward(p, dp, scale, ds);
     }
     Tensor dq_rows = dq.slice(1, r0, r1), dk_keys = dk_acc.slice(1, 0, r1);
-    gemm(ds, k.slice(1, 0, r1), dq_rows);        // dq[r0:r1] = dS_i k[0:r1]
+    gemm(ds, k.slice(1, 0, r1), dq_rows);       // dq[r0:r1] = dS_i k[0:r1]
     gemm(ds, q.slice(1, r0, r1), dk_keys, ta);  // dk[0:r1] += dS_i^T q[r0:r1]
   }
   if (need_v && dv_acc.dtype() != dv.dtype()) dv.copy_from(dv_acc);
@@ -120,27 +126,32 @@ void attention_heads_forward(const Tensor& q, const Tensor& k, const Tensor& v, 
   }
 }
 
-void attention_heads_backward(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<Tensor>& probs,
-                              const Tensor& g, float scale, const Tensor& dq, const Tensor& dk, const Tensor& dv) {
+void attention_heads_backward(const Tensor& q, const Tensor& k, const Tensor& v,
+                              const std::vector<Tensor>& probs, const Tensor& g, float scale,
+                              const Tensor& dq, const Tensor& dk, const Tensor& dv) {
   const int64_t BH = q.size(0), T = q.size(1);
   const int64_t chunk = attention_heads_per_chunk(T, attention_query_block(T));
-  const auto part = [](const Tensor& t, int64_t h0, int64_t h1) { return t.defined() ? t.slice(0, h0, h1) : Tensor(); };
+  const auto part = [](const Tensor& t, int64_t h0, int64_t h1) {
+    return t.defined() ? t.slice(0, h0, h1) : Tensor();
+  };
   for (int64_t h0 = 0; h0 < BH; h0 += chunk) {
     const int64_t h1 = std::min(BH, h0 + chunk);
     attention_chunk_backward(q.slice(0, h0, h1), k.slice(0, h0, h1), v.slice(0, h0, h1),
-                             attention_prob_slices(probs, h0, h1), g.slice(0, h0, h1), scale, part(dq, h0, h1),
-                             part(dk, h0, h1), part(dv, h0, h1));
+                             attention_prob_slices(probs, h0, h1), g.slice(0, h0, h1), scale,
+                             part(dq, h0, h1), part(dk, h0, h1), part(dv, h0, h1));
   }
 }
 
 namespace {
 // Batch rows per chunk of the masked attention: about 4 MiB of f32 scores, at least one row.
-int64_t masked_attention_rows_per_chunk(int64_t H, int64_t T) { return std::max<int64_t>(1, (int64_t{4} << 20) / (H * T * T * 4)); }
+int64_t masked_attention_rows_per_chunk(int64_t H, int64_t T) {
+  return std::max<int64_t>(1, (int64_t{4} << 20) / (H * T * T * 4));
+}
 
 // One chunk's probabilities: S = q k^T, P = masked_softmax(scale * S), Pd = dropout(P) (P itself
 // when p = 0). Returns Pd and, in `probs`, P. The heads [h0, h1) of the whole (B*H, T, T).
-Tensor chunk_probabilities(const Tensor& qc, const Tensor& kc, const Tensor& mask_c, float scale, float p, uint64_t seed,
-                           uint64_t first, Tensor& probs) {
+Tensor chunk_probabilities(const Tensor& qc, const Tensor& kc, const Tensor& mask_c, float scale, float p,
+                           uint64_t seed, uint64_t first, Tensor& probs) {
   const DType t = qc.dtype();
   {
     const Tensor s = matmul(qc, kc, false, true, t, MemCategory::workspace);  // (n, T, T)
@@ -153,38 +164,42 @@ Tensor chunk_probabilities(const Tensor& qc, const Tensor& kc, const Tensor& mas
   return pd;
 }
 
-void check_masked_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask, float p) {
+void check_masked_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
+                            float p) {
   if (q.dim() != 3 || !(k.shape() == q.shape()) || !(v.shape() == q.shape()) || !q.is_contiguous() ||
       !k.is_contiguous() || !v.is_contiguous())
-    throw ShapeError("masked_attention: q " + q.to_string() + ", k " + k.to_string() + ", v " + v.to_string() +
-                     " must be contiguous (B*H, T, D) of one shape");
-  if (k.dtype() != q.dtype() || v.dtype() != q.dtype()) throw DTypeError("masked_attention: q, k and v must share one dtype");
-  if (key_mask.dim() != 2 || key_mask.dtype() != DType::i32 || key_mask.size(1) != q.size(1) || key_mask.size(0) < 1 ||
-      q.size(0) % key_mask.size(0) != 0)
-    throw ShapeError("masked_attention: key_mask " + key_mask.to_string() + " must be i32 (B, T) with B dividing " +
-                     std::to_string(q.size(0)) + " heads and T = " + std::to_string(q.size(1)));
-  if (!(p >= 0.f && p < 1.f)) throw ArgumentError("masked_attention: dropout p must be in [0, 1), got " + std::to_string(p));
+    throw ShapeError("masked_attention: q " + q.to_string() + ", k " + k.to_string() + ", v " +
+                     v.to_string() + " must be contiguous (B*H, T, D) of one shape");
+  if (k.dtype() != q.dtype() || v.dtype() != q.dtype())
+    throw DTypeError("masked_attention: q, k and v must share one dtype");
+  if (key_mask.dim() != 2 || key_mask.dtype() != DType::i32 || key_mask.size(1) != q.size(1) ||
+      key_mask.size(0) < 1 || q.size(0) % key_mask.size(0) != 0)
+    throw ShapeError("masked_attention: key_mask " + key_mask.to_string() +
+                     " must be i32 (B, T) with B dividing " + std::to_string(q.size(0)) +
+                     " heads and T = " + std::to_string(q.size(1)));
+  if (!(p >= 0.f && p < 1.f))
+    throw ArgumentError("masked_attention: dropout p must be in [0, 1), got " + std::to_string(p));
 }
 }  // namespace
 
-void masked_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask, float scale,
-                              float p, uint64_t seed, uint64_t offset, Tensor& y) {
+void masked_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
+                              float scale, float p, uint64_t seed, uint64_t offset, Tensor& y) {
   check_masked_attention(q, k, v, key_mask, p);
   const int64_t B = key_mask.size(0), H = q.size(0) / B, T = q.size(1);
   const int64_t rows = masked_attention_rows_per_chunk(H, T);
   for (int64_t b0 = 0; b0 < B; b0 += rows) {
     const int64_t b1 = std::min(B, b0 + rows), h0 = b0 * H, h1 = b1 * H;
     Tensor probs;
-    const Tensor pd = chunk_probabilities(q.slice(0, h0, h1), k.slice(0, h0, h1), key_mask.slice(0, b0, b1), scale, p,
-                                          seed, offset + uint64_t(h0 * T * T), probs);
+    const Tensor pd = chunk_probabilities(q.slice(0, h0, h1), k.slice(0, h0, h1), key_mask.slice(0, b0, b1),
+                                          scale, p, seed, offset + uint64_t(h0 * T * T), probs);
     Tensor yc = y.slice(0, h0, h1);
     gemm(pd, v.slice(0, h0, h1), yc);  // y = Pd v
   }
 }
 
 void masked_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
-                               const Tensor& g, float scale, float p, uint64_t seed, uint64_t offset, Tensor& dq,
-                               Tensor& dk, Tensor& dv) {
+                               const Tensor& g, float scale, float p, uint64_t seed, uint64_t offset,
+                               Tensor& dq, Tensor& dk, Tensor& dv) {
   check_masked_attention(q, k, v, key_mask, p);
   const int64_t B = key_mask.size(0), H = q.size(0) / B, T = q.size(1);
   const int64_t rows = masked_attention_rows_per_chunk(H, T);
@@ -193,7 +208,8 @@ void masked_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v
   for (int64_t b0 = 0; b0 < B; b0 += rows) {
     const int64_t b1 = std::min(B, b0 + rows), h0 = b0 * H, h1 = b1 * H;
     const uint64_t first = offset + uint64_t(h0 * T * T);
-    const Tensor qc = q.slice(0, h0, h1), kc = k.slice(0, h0, h1), vc = v.slice(0, h0, h1), gc = g.slice(0, h0, h1);
+    const Tensor qc = q.slice(0, h0, h1), kc = k.slice(0, h0, h1), vc = v.slice(0, h0, h1),
+                 gc = g.slice(0, h0, h1);
     Tensor probs;
     const Tensor pd = chunk_probabilities(qc, kc, key_mask.slice(0, b0, b1), scale, p, seed, first, probs);
     Tensor dvc = dv.slice(0, h0, h1);
@@ -216,14 +232,17 @@ void masked_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v
 }
 
 void heads_copy(const Tensor& rows, const std::vector<Tensor>& heads, int64_t H, bool to_heads) {
-  if (rows.dim() != 3 || !rows.is_contiguous() || heads.empty() || H < 1 || rows.size(2) % (int64_t(heads.size()) * H) != 0)
-    throw ShapeError("heads_copy: rows " + rows.to_string() + " must be contiguous (B, T, n*C) with n*C divisible by " +
-                     std::to_string(heads.size()) + " * " + std::to_string(H) + " heads");
+  if (rows.dim() != 3 || !rows.is_contiguous() || heads.empty() || H < 1 ||
+      rows.size(2) % (int64_t(heads.size()) * H) != 0)
+    throw ShapeError("heads_copy: rows " + rows.to_string() +
+                     " must be contiguous (B, T, n*C) with n*C divisible by " + std::to_string(heads.size()) +
+                     " * " + std::to_string(H) + " heads");
   const int64_t B = rows.size(0), T = rows.size(1), D = rows.size(2) / (int64_t(heads.size()) * H);
   for (const Tensor& h : heads) {
     if (!h.is_contiguous() || !(h.shape() == Shape{B * H, T, D}) || h.dtype() != rows.dtype())
-      throw ShapeError("heads_copy: head tensor " + h.to_string() + " must be contiguous (" + std::to_string(B * H) +
-                       ", " + std::to_string(T) + ", " + std::to_string(D) + ") of the rows' dtype");
+      throw ShapeError("heads_copy: head tensor " + h.to_string() + " must be contiguous (" +
+                       std::to_string(B * H) + ", " + std::to_string(T) + ", " + std::to_string(D) +
+                       ") of the rows' dtype");
     if (!(h.device() == rows.device())) throw ArgumentError("heads_copy: rows and heads must share a device");
   }
   backend_for(rows.device()).heads_copy(rows, heads, H, to_heads);
@@ -231,8 +250,10 @@ void heads_copy(const Tensor& rows, const std::vector<Tensor>& heads, int64_t H,
 
 void dropout_mask(const Tensor& x, float p, uint64_t seed, uint64_t offset, Tensor& out) {
   ProfileScope prof(WorkKind::elementwise);
-  if (!(p >= 0.f && p < 1.f)) throw ArgumentError("dropout_mask: p must be in [0, 1), got " + std::to_string(p));
-  if (!(out.shape() == x.shape())) throw ShapeError("dropout_mask: out " + out.to_string() + " must have x's shape " + x.to_string());
+  if (!(p >= 0.f && p < 1.f))
+    throw ArgumentError("dropout_mask: p must be in [0, 1), got " + std::to_string(p));
+  if (!(out.shape() == x.shape()))
+    throw ShapeError("dropout_mask: out " + out.to_string() + " must have x's shape " + x.to_string());
   if (!(out.device() == x.device())) throw ArgumentError("dropout_mask: x and out must share a device");
   backend_for(x.device()).dropout_mask(x, p, seed, offset, out);
 }

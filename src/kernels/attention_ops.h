@@ -24,8 +24,9 @@ std::vector<Tensor> attention_prob_blocks(int64_t n, int64_t T, DType dtype);
 // dq and dk come together).
 void attention_heads_forward(const Tensor& q, const Tensor& k, const Tensor& v, float scale,
                              const std::vector<Tensor>& probs, Tensor& y);
-void attention_heads_backward(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<Tensor>& probs,
-                              const Tensor& g, float scale, const Tensor& dq, const Tensor& dk, const Tensor& dv);
+void attention_heads_backward(const Tensor& q, const Tensor& k, const Tensor& v,
+                              const std::vector<Tensor>& probs, const Tensor& g, float scale,
+                              const Tensor& dq, const Tensor& dk, const Tensor& dv);
 // The encoder's attention (bidirectional, a key padding mask, dropout on the probabilities) with
 // nothing of size T x T kept for backward: a chunk of batch rows at a time (about 4 MiB of scores),
 //   forward   S = q k^T;  P = masked_softmax(scale * S, key_mask);  Pd = dropout(P);  y = Pd v
@@ -37,11 +38,11 @@ void attention_heads_backward(const Tensor& q, const Tensor& k, const Tensor& v,
 // i32. p = 0: no dropout. Dropout element i of P (row-major over (B*H, T, T)) draws
 // counter_rng(seed, offset + i), as dropout_mask on the whole P would. The same GEMM, softmax and
 // dropout kernels as the unfused composition, on row chunks of the same operands.
-void masked_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask, float scale,
-                              float p, uint64_t seed, uint64_t offset, Tensor& y);
+void masked_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
+                              float scale, float p, uint64_t seed, uint64_t offset, Tensor& y);
 void masked_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
-                               const Tensor& g, float scale, float p, uint64_t seed, uint64_t offset, Tensor& dq,
-                               Tensor& dk, Tensor& dv);
+                               const Tensor& g, float scale, float p, uint64_t seed, uint64_t offset,
+                               Tensor& dq, Tensor& dk, Tensor& dv);
 // rows (B, T, n*C) contiguous <-> the n contiguous tensors heads (B*H, T, D) (q, k, v side by side
 // for n = 3, one tensor for n = 1), copied in the direction to_heads says.
 void heads_copy(const Tensor& rows, const std::vector<Tensor>& heads, int64_t H, bool to_heads);

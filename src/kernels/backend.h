@@ -1,15 +1,15 @@
-// The backend interface (internal: callers use kernels/ops.h): one object per device type implements every op for tensors on that
-// device. Callers use kernels/ops.h, which validates and then dispatches here, so a CUDA backend
-// can be added later without touching callers. The CPU backend runs the fast kernels, or the
-// scalar references when force_reference() is on.
+// The backend interface (internal: callers use kernels/ops.h): one object per device type implements every op
+// for tensors on that device. Callers use kernels/ops.h, which validates and then dispatches here, so a CUDA
+// backend can be added later without touching callers. The CPU backend runs the fast kernels, or the scalar
+// references when force_reference() is on.
 #pragma once
 #include <string>
 
-#include "mixtrain/kernels/ops.h"
-#include "mixtrain/kernels/threads.h"
-#include "kernels/ops_backward.h"
 #include "kernels/gradient_kernels.h"
+#include "kernels/ops_backward.h"
+#include "mixtrain/kernels/ops.h"
 #include "mixtrain/kernels/optimizer_kernels.h"
+#include "mixtrain/kernels/threads.h"
 
 namespace mixtrain {
 
@@ -19,7 +19,8 @@ class Backend {
   virtual Device device() const = 0;
   virtual std::string name() const = 0;
 
-  virtual void gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmOptions& opt, const Tensor* bias) = 0;
+  virtual void gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmOptions& opt,
+                    const Tensor* bias) = 0;
   virtual void add(const Tensor& a, const Tensor& b, Tensor& out) = 0;
   virtual void mul(const Tensor& a, const Tensor& b, Tensor& out) = 0;
   virtual void scale(const Tensor& a, float s, Tensor& out) = 0;
@@ -58,8 +59,9 @@ class Backend {
   virtual void adamw_update(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, Tensor& c,
                             const std::vector<FlatSpan>& spans, const AdamWScalars& s, const LowpWrite& w,
                             const WorkingCopyOut& working) = 0;
-  virtual void sgd_update(Tensor& p, const Tensor& g, Tensor& buf, Tensor& c, const std::vector<FlatSpan>& spans,
-                          const SgdScalars& s, const LowpWrite& w, const WorkingCopyOut& working) = 0;
+  virtual void sgd_update(Tensor& p, const Tensor& g, Tensor& buf, Tensor& c,
+                          const std::vector<FlatSpan>& spans, const SgdScalars& s, const LowpWrite& w,
+                          const WorkingCopyOut& working) = 0;
 
   // Flat contiguous f32 gradients (kernels/gradient_kernels.h): the fused unscale + non-finite
   // check + sum of squares, and the blocked global L2 norm.
@@ -73,6 +75,5 @@ class Backend {
 
 // The backend for a device; throws ArgumentError for a device this build has no backend for.
 Backend& backend_for(Device device);
-
 
 }  // namespace mixtrain

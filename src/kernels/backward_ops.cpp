@@ -5,10 +5,10 @@
 #include <cmath>
 #include <string>
 
-#include "kernels/op_checks.h"
-#include "kernels/ref/ref_util.h"
 #include "kernels/backend.h"
+#include "kernels/op_checks.h"
 #include "kernels/ops_backward.h"
+#include "kernels/ref/ref_util.h"
 #include "mixtrain/core/profiler.h"
 
 namespace mixtrain {

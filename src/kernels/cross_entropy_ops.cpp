@@ -2,11 +2,11 @@
 // vocabulary), then the device's backend.
 #include <string>
 
-#include "kernels/op_checks.h"
 #include "kernels/backend.h"
-#include "mixtrain/kernels/ops.h"
+#include "kernels/op_checks.h"
 #include "kernels/ref/ref_util.h"
 #include "mixtrain/core/profiler.h"
+#include "mixtrain/kernels/ops.h"
 
 namespace mixtrain {
 
@@ -20,20 +20,20 @@ double cross_entropy(const Tensor& logits, const Tensor& targets, Tensor* losses
   if (losses) detail::check_f32_or_f64(op, {"losses", losses});
   detail::check_min_dim(op, {"logits", &logits}, 1);
   if (!detail::is_per_row_shape(targets, logits))
-    throw ShapeError(std::string(op) + ": targets " + targets.to_string() + " must have one element per row of logits " +
-                     logits.to_string());
+    throw ShapeError(std::string(op) + ": targets " + targets.to_string() +
+                     " must have one element per row of logits " + logits.to_string());
   if (losses && !detail::is_per_row_shape(*losses, logits))
-    throw ShapeError(std::string(op) + ": losses " + losses->to_string() + " must have one element per row of logits " +
-                     logits.to_string());
+    throw ShapeError(std::string(op) + ": losses " + losses->to_string() +
+                     " must have one element per row of logits " + logits.to_string());
   const int64_t V = logits.size(-1), R = targets.numel();
   if (dev.type == DeviceType::cpu) {  // host data: check every target before any kernel
     const int32_t* t = static_cast<const int32_t*>(targets.raw_data());
     for (int64_t r = 0; r < R; ++r) {
       const int32_t v = t[ref::detail::elem_offset(targets, r)];
       if (v != -1 && (v < 0 || v >= V))
-        throw ArgumentError(std::string(op) + ": target " + std::to_string(v) + " in row " + std::to_string(r) +
-                            " is outside [0, " + std::to_string(V) + ") (or -1 to ignore) for logits " +
-                            logits.to_string());
+        throw ArgumentError(std::string(op) + ": target " + std::to_string(v) + " in row " +
+                            std::to_string(r) + " is outside [0, " + std::to_string(V) +
+                            ") (or -1 to ignore) for logits " + logits.to_string());
     }
   }
   return backend_for(dev).cross_entropy(logits, targets, losses);

@@ -1,10 +1,10 @@
 // Public elementwise ops (add, mul, scale, gelu): argument checks, then the device's backend.
 #include <string>
 
-#include "kernels/op_checks.h"
 #include "kernels/backend.h"
-#include "mixtrain/kernels/ops.h"
+#include "kernels/op_checks.h"
 #include "mixtrain/core/profiler.h"
+#include "mixtrain/kernels/ops.h"
 
 namespace mixtrain {
 namespace {
@@ -16,8 +16,8 @@ Device check_binary(const char* op, const Tensor& a, const Tensor& b, const Tens
   detail::check_float(op, {{"a", &a}, {"b", &b}, {"out", &out}});
   const bool row = a.dim() >= 1 && b.dim() == 1 && b.size(0) == a.size(-1);
   if (!(b.shape() == a.shape()) && !row)
-    throw ShapeError(std::string(op) + ": b " + b.to_string() + " is neither the shape of a " + a.to_string() +
-                     " nor a row of its last dim");
+    throw ShapeError(std::string(op) + ": b " + b.to_string() + " is neither the shape of a " +
+                     a.to_string() + " nor a row of its last dim");
   detail::check_same_shape(op, {"out", &out}, {"a", &a});
   return dev;
 }

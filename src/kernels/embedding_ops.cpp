@@ -2,18 +2,19 @@
 // device's backend.
 #include <string>
 
-#include "kernels/op_checks.h"
 #include "kernels/backend.h"
-#include "mixtrain/kernels/ops.h"
+#include "kernels/op_checks.h"
 #include "kernels/ref/ref_util.h"
 #include "mixtrain/core/profiler.h"
+#include "mixtrain/kernels/ops.h"
 
 namespace mixtrain {
 
 void embedding(const Tensor& weight, const Tensor& ids, Tensor& out) {
   ProfileScope prof(WorkKind::elementwise);
   const char* op = "embedding";
-  const Device dev = detail::check_defined_same_device(op, {{"weight", &weight}, {"ids", &ids}, {"out", &out}});
+  const Device dev =
+      detail::check_defined_same_device(op, {{"weight", &weight}, {"ids", &ids}, {"out", &out}});
   detail::check_float(op, {{"weight", &weight}, {"out", &out}});
   detail::check_dtype(op, {"ids", &ids}, DType::i32);
   if (weight.dim() != 2)
@@ -29,14 +30,16 @@ void embedding(const Tensor& weight, const Tensor& ids, Tensor& out) {
   }
   if (!ok_flat && !ok_ids)
     throw ShapeError(std::string(op) + ": out " + out.to_string() + " must be (" + std::to_string(R) + ", " +
-                     std::to_string(C) + ") for ids " + ids.to_string() + " and weight " + weight.to_string());
+                     std::to_string(C) + ") for ids " + ids.to_string() + " and weight " +
+                     weight.to_string());
   if (dev.type == DeviceType::cpu) {  // the ids are host data: check them here, before any kernel
     const int32_t* id = static_cast<const int32_t*>(ids.raw_data());
     for (int64_t r = 0; r < R; ++r) {
       const int32_t v = id[ref::detail::elem_offset(ids, r)];
       if (v < 0 || v >= V)
-        throw ArgumentError(std::string(op) + ": id " + std::to_string(v) + " at position " + std::to_string(r) +
-                            " is outside [0, " + std::to_string(V) + ") for weight " + weight.to_string());
+        throw ArgumentError(std::string(op) + ": id " + std::to_string(v) + " at position " +
+                            std::to_string(r) + " is outside [0, " + std::to_string(V) + ") for weight " +
+                            weight.to_string());
     }
   }
   backend_for(dev).embedding(weight, ids, out);

@@ -26,8 +26,8 @@
 namespace mixtrain {
 
 struct UnscaleResult {
-  bool found_inf = false;   // an unscaled element is inf or NaN
-  double sum_squares = 0;   // sum of unscaled g^2 (see above); n == 0 gives 0
+  bool found_inf = false;  // an unscaled element is inf or NaN
+  double sum_squares = 0;  // sum of unscaled g^2 (see above); n == 0 gives 0
 };
 
 // The scalar reference: a plain loop over the blocks (the oracle for the fast path).

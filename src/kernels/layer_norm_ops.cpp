@@ -2,21 +2,25 @@
 #include <cmath>
 #include <string>
 
-#include "kernels/op_checks.h"
 #include "kernels/backend.h"
-#include "mixtrain/kernels/ops.h"
+#include "kernels/op_checks.h"
 #include "mixtrain/core/profiler.h"
+#include "mixtrain/kernels/ops.h"
 
 namespace mixtrain {
 
-void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps, Tensor& out, Tensor* mean,
-                Tensor* rstd, Tensor* xhat) {
+void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps, Tensor& out,
+                Tensor* mean, Tensor* rstd, Tensor* xhat) {
   ProfileScope prof(WorkKind::normalization);
   const char* op = "layer_norm";
   using detail::Arg;
-  const Device dev = detail::check_defined_same_device(
-      op, {{"x", &x}, {"weight", &weight}, {"bias", &bias}, {"out", &out}, {"mean", mean ? mean : &x},
-           {"rstd", rstd ? rstd : &x}, {"xhat", xhat ? xhat : &x}});
+  const Device dev = detail::check_defined_same_device(op, {{"x", &x},
+                                                            {"weight", &weight},
+                                                            {"bias", &bias},
+                                                            {"out", &out},
+                                                            {"mean", mean ? mean : &x},
+                                                            {"rstd", rstd ? rstd : &x},
+                                                            {"xhat", xhat ? xhat : &x}});
   detail::check_float(op, {{"x", &x}, {"weight", &weight}, {"bias", &bias}, {"out", &out}});
   if (mean) detail::check_f32_or_f64(op, {"mean", mean});
   if (rstd) detail::check_f32_or_f64(op, {"rstd", rstd});
@@ -33,8 +37,8 @@ void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, float
   }
   for (const Arg& s : {Arg{"mean", mean}, Arg{"rstd", rstd}})
     if (s.t && !detail::is_per_row_shape(*s.t, x))
-      throw ShapeError(std::string(op) + ": " + s.name + " " + s.t->to_string() + " must have one element per row of x " +
-                       x.to_string());
+      throw ShapeError(std::string(op) + ": " + s.name + " " + s.t->to_string() +
+                       " must have one element per row of x " + x.to_string());
   if (!(eps >= 0.f) || !std::isfinite(eps))
     throw ArgumentError(std::string(op) + ": eps " + std::to_string(eps) + " must be finite and >= 0 (x " +
                         x.to_string() + ")");

@@ -28,9 +28,9 @@ struct FormatCounts {
 
 struct NumericStats {
   int64_t numel = 0;
-  int64_t zeros = 0;       // exactly +-0
-  int64_t nonfinite = 0;   // inf or NaN already
-  float amax = 0;          // largest finite |x| (0 when none)
+  int64_t zeros = 0;      // exactly +-0
+  int64_t nonfinite = 0;  // inf or NaN already
+  float amax = 0;         // largest finite |x| (0 when none)
   std::array<FormatCounts, kNumProbeFormats> formats{};
   const FormatCounts& in(ProbeFormat f) const { return formats[static_cast<size_t>(f)]; }
   // Adds another tensor's counts (one site seen several times in a step).

@@ -6,8 +6,8 @@
 #include <string>
 #include <utility>
 
-#include "mixtrain/core/error.h"
 #include "kernels/backend.h"
+#include "mixtrain/core/error.h"
 #include "mixtrain/tensor/tensor.h"
 
 namespace mixtrain::detail {
@@ -67,9 +67,7 @@ inline void check_min_dim(const char* op, const Arg& a, int min_dim) {
 }
 
 // x (..., C) -> its leading shape (...).
-inline Shape leading_shape(const Tensor& x) {
-  return Shape(x.shape().begin(), x.shape().end() - 1);
-}
+inline Shape leading_shape(const Tensor& x) { return Shape(x.shape().begin(), x.shape().end() - 1); }
 
 // A per-row tensor (mean, rstd, targets, losses) for x (..., C): either the leading shape (...)
 // or the flat (R).

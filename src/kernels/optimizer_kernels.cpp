@@ -1,5 +1,6 @@
 // The optimizer kernels' shared pieces (kernels/optimizer_kernels.h): update-rounding names, the
-// work split of the flat arena, the working-copy writer (the 16-bit writes' checks: kernels/cpu/lowp_span.cpp).
+// work split of the flat arena, the working-copy writer (the 16-bit writes' checks:
+// kernels/cpu/lowp_span.cpp).
 #include "mixtrain/kernels/optimizer_kernels.h"
 
 #include <algorithm>
@@ -15,21 +16,27 @@ UpdateRounding parse_update_rounding(std::string_view s) {
   if (s == "stochastic") return UpdateRounding::stochastic;
   if (s == "kahan") return UpdateRounding::kahan;
   if (s == "master") return UpdateRounding::master;
-  throw ArgumentError("unknown update rounding '" + std::string(s) + "' (valid: nearest, stochastic, kahan, master)");
+  throw ArgumentError("unknown update rounding '" + std::string(s) +
+                      "' (valid: nearest, stochastic, kahan, master)");
 }
 
 std::string_view update_rounding_name(UpdateRounding r) {
   switch (r) {
-    case UpdateRounding::nearest: return "nearest";
-    case UpdateRounding::stochastic: return "stochastic";
-    case UpdateRounding::kahan: return "kahan";
-    case UpdateRounding::master: return "master";
+    case UpdateRounding::nearest:
+      return "nearest";
+    case UpdateRounding::stochastic:
+      return "stochastic";
+    case UpdateRounding::kahan:
+      return "kahan";
+    case UpdateRounding::master:
+      return "master";
   }
   return "?";
 }
 
 std::vector<FlatSpan> split_spans(const std::vector<FlatSpan>& spans, int64_t max_numel) {
-  if (max_numel < 1) throw ArgumentError("split_spans: max_numel must be >= 1, got " + std::to_string(max_numel));
+  if (max_numel < 1)
+    throw ArgumentError("split_spans: max_numel must be >= 1, got " + std::to_string(max_numel));
   std::vector<FlatSpan> out;
   for (const FlatSpan& s : spans)
     for (int64_t i = 0; i < s.numel; i += max_numel)
@@ -46,6 +53,5 @@ void write_working_copy(const float* p, const WorkingCopyOut& w, int64_t offset,
   else
     convert_f32_to_fp16(p + lo, static_cast<fp16*>(w.data) + (lo - w.begin), count);
 }
-
 
 }  // namespace mixtrain

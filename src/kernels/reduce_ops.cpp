@@ -1,10 +1,10 @@
 // Public reductions (reduce, reduce_last, sum_to_row): argument checks, then the device's backend.
 #include <string>
 
-#include "kernels/op_checks.h"
 #include "kernels/backend.h"
-#include "mixtrain/kernels/ops.h"
+#include "kernels/op_checks.h"
 #include "mixtrain/core/profiler.h"
+#include "mixtrain/kernels/ops.h"
 
 namespace mixtrain {
 
@@ -12,7 +12,8 @@ double reduce(const Tensor& x, ReduceOp op) {
   ProfileScope prof(WorkKind::elementwise);
   const Device dev = detail::check_defined_same_device("reduce", {{"x", &x}});
   detail::check_float("reduce", {{"x", &x}});
-  if (op == ReduceOp::max && x.numel() == 0) throw ArgumentError("reduce: max of an empty tensor x " + x.to_string());
+  if (op == ReduceOp::max && x.numel() == 0)
+    throw ArgumentError("reduce: max of an empty tensor x " + x.to_string());
   return backend_for(dev).reduce(x, op);
 }
 

@@ -1,8 +1,8 @@
 // Public softmax over the last dim: argument checks, then the device's backend.
-#include "kernels/op_checks.h"
 #include "kernels/backend.h"
-#include "mixtrain/kernels/ops.h"
+#include "kernels/op_checks.h"
 #include "mixtrain/core/profiler.h"
+#include "mixtrain/kernels/ops.h"
 
 namespace mixtrain {
 

@@ -172,10 +172,11 @@ Var EncoderClassifier::layer_forward(const EncoderLayer& l, const Var& x, const 
     // dropout(masked_softmax(q k^T / sqrt(D))) v in one op that keeps nothing (B*H, T, T) for
     // backward; the dropout on the probabilities (Hugging Face's attention dropout) draws the
     // stream positions a separate dropout op would.
-    const nn::DropoutState::Draw d = drop.take(q.size(0) * q.size(1) * q.size(1));  // (B*H, T, T) probabilities
+    const nn::DropoutState::Draw d =
+        drop.take(q.size(0) * q.size(1) * q.size(1));  // (B*H, T, T) probabilities
     Var att = masked_attention(q, k, v, key_mask, 1.0f / std::sqrt(static_cast<float>(D)), d.p, drop.seed,
                                d.offset);  // (B*H, T, D)
-    ctx = merge_heads(att, B);  // (B*H, T, D) -> (B, T, C)
+    ctx = merge_heads(att, B);             // (B*H, T, D) -> (B, T, C)
   }
   Var a = l.attn_out(ctx);  // (B, T, C)
   if (l.drop_attn_out) a = drop(a);

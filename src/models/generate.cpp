@@ -64,7 +64,8 @@ std::vector<int32_t> generate(Gpt& model, const std::vector<int32_t>& prompt, co
         // (Re)fill: the prompt's last block_size tokens, or after a full cache the last half block.
         const size_t keep = i == 0 ? std::min(seq.size(), block) : std::max<size_t>(block / 2, 1);
         cache.length = 0;
-        last = model.decode(std::vector<int32_t>(seq.end() - static_cast<std::ptrdiff_t>(keep), seq.end()), cache);
+        last = model.decode(std::vector<int32_t>(seq.end() - static_cast<std::ptrdiff_t>(keep), seq.end()),
+                            cache);
       } else {
         last = model.decode({seq.back()}, cache);
       }

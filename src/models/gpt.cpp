@@ -56,7 +56,8 @@ GptConfig gpt_config_from_json(const nlohmann::json& j, const std::string& where
         known = true;
       }
     if (key == "dropout" || key == "ln_eps") {
-      if (!value.is_number()) throw ArgumentError(where + ": '" + key + "' must be a number, got " + excerpt(value));
+      if (!value.is_number())
+        throw ArgumentError(where + ": '" + key + "' must be a number, got " + excerpt(value));
       (key == "dropout" ? c.dropout : c.ln_eps) = value.get<float>();
       known = true;
     }
@@ -92,7 +93,9 @@ GptConfig GptConfig::from_preset_or_file(const std::string& spec) {
 
 void GptConfig::validate() const {
   auto positive = [&](int64_t v, const char* what) {
-    if (v <= 0) throw ArgumentError("model config " + name + ": " + what + " must be positive, got " + std::to_string(v));
+    if (v <= 0)
+      throw ArgumentError("model config " + name + ": " + what + " must be positive, got " +
+                          std::to_string(v));
   };
   positive(vocab_size, "vocab_size");
   positive(block_size, "block_size");
@@ -100,18 +103,20 @@ void GptConfig::validate() const {
   positive(n_head, "n_head");
   positive(n_embd, "n_embd");
   if (n_embd % n_head != 0)
-    throw ArgumentError("model config " + name + ": n_embd " + std::to_string(n_embd) + " is not divisible by n_head " +
-                        std::to_string(n_head));
+    throw ArgumentError("model config " + name + ": n_embd " + std::to_string(n_embd) +
+                        " is not divisible by n_head " + std::to_string(n_head));
   if (!(dropout >= 0.f && dropout < 1.f))
-    throw ArgumentError("model config " + name + ": dropout must be in [0, 1), got " + std::to_string(dropout));
+    throw ArgumentError("model config " + name + ": dropout must be in [0, 1), got " +
+                        std::to_string(dropout));
   if (!(ln_eps > 0.f)) throw ArgumentError("model config " + name + ": ln_eps must be positive");
   if (vocab_size > (1LL << 31) || n_embd > (1LL << 20) || block_size > (1LL << 20) || n_layer > 4096)
     throw ArgumentError("model config " + name + ": sizes are impossibly large");
 }
 
 nlohmann::json gpt_config_to_json(const GptConfig& c) {
-  return {{"name", c.name},     {"vocab_size", c.vocab_size}, {"block_size", c.block_size}, {"n_layer", c.n_layer},
-          {"n_head", c.n_head}, {"n_embd", c.n_embd},         {"dropout", c.dropout},       {"ln_eps", c.ln_eps}};
+  return {{"name", c.name},       {"vocab_size", c.vocab_size}, {"block_size", c.block_size},
+          {"n_layer", c.n_layer}, {"n_head", c.n_head},         {"n_embd", c.n_embd},
+          {"dropout", c.dropout}, {"ln_eps", c.ln_eps}};
 }
 
 std::string GptConfig::to_json_text() const { return gpt_config_to_json(*this).dump(); }
@@ -134,7 +139,8 @@ Gpt::Gpt(const GptConfig& cfg, uint64_t seed, DType dtype, DType grad_dtype, Mem
   wpe_.declare(store_, "transformer.wpe", cfg_.block_size, C);
   blocks_.resize(static_cast<size_t>(cfg_.n_layer));
   for (int64_t l = 0; l < cfg_.n_layer; ++l)
-    blocks_[static_cast<size_t>(l)].declare(store_, "transformer.h." + std::to_string(l), C, cfg_.n_head, cfg_.ln_eps);
+    blocks_[static_cast<size_t>(l)].declare(store_, "transformer.h." + std::to_string(l), C, cfg_.n_head,
+                                            cfg_.ln_eps);
   ln_f_.declare(store_, "transformer.ln_f", C, cfg_.ln_eps);
   store_.finalize(dtype, grad_dtype, param_category);
   wte_.bind(store_);
@@ -167,7 +173,8 @@ void Gpt::init_weights(uint64_t seed) {
 
 double Gpt::flops_per_token(int64_t T) const {
   const double n = static_cast<double>(num_parameters() - cfg_.block_size * cfg_.n_embd);
-  return 6.0 * n + 12.0 * static_cast<double>(cfg_.n_layer) * static_cast<double>(T) * static_cast<double>(cfg_.n_embd);
+  return 6.0 * n +
+         12.0 * static_cast<double>(cfg_.n_layer) * static_cast<double>(T) * static_cast<double>(cfg_.n_embd);
 }
 
 Gpt::KvCache Gpt::make_kv_cache() const {
@@ -212,8 +219,8 @@ Gpt::Output Gpt::forward(const Tensor& idx, const Tensor* targets, bool training
   std::vector<int32_t> pos(static_cast<size_t>(B * T));
   for (int64_t i = 0; i < B * T; ++i) pos[static_cast<size_t>(i)] = static_cast<int32_t>(i % T);
   const Tensor pos_ids = Tensor::from_ints(pos, {B, T});
-  Var tok = wte_(idx);      // (B, T, C)
-  Var pe = wpe_(pos_ids);   // (B, T, C)
+  Var tok = wte_(idx);     // (B, T, C)
+  Var pe = wpe_(pos_ids);  // (B, T, C)
   Var x = add(tok, pe);
   x = drop(x);
   for (const auto& b : blocks_) {
@@ -235,7 +242,7 @@ Gpt::Output Gpt::forward(const Tensor& idx, const Tensor* targets, bool training
         x);
     drop.offset = *offset_after;
   }
-  x = ln_f_(x);                                    // (B, T, C)
+  x = ln_f_(x);                                      // (B, T, C)
   Var logits = matmul(x, wte_.weight, false, true);  // (B, T, V) = x wte^T (tied)
   Output out{logits, Var()};
   if (targets) out.loss = cross_entropy(logits, *targets);
@@ -246,8 +253,8 @@ bool is_hf_conv1d_weight(const std::string& name) {
   const auto ends_with = [&](const std::string& tail) {
     return name.size() >= tail.size() && name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
   };
-  return ends_with(".attn.c_attn.weight") || ends_with(".attn.c_proj.weight") || ends_with(".mlp.c_fc.weight") ||
-         ends_with(".mlp.c_proj.weight");
+  return ends_with(".attn.c_attn.weight") || ends_with(".attn.c_proj.weight") ||
+         ends_with(".mlp.c_fc.weight") || ends_with(".mlp.c_proj.weight");
 }
 
 std::vector<NamedWeight> Gpt::named_weights() const {

@@ -12,7 +12,8 @@ Var bind_parameter(const ParameterStore& store, const std::string& name) {
   return Var::parameter(store.param(i), store.grad(i));
 }
 
-void Linear::declare(ParameterStore& s, std::string name, int64_t in_features, int64_t out_features, bool bias_) {
+void Linear::declare(ParameterStore& s, std::string name, int64_t in_features, int64_t out_features,
+                     bool bias_) {
   prefix = std::move(name);
   in = in_features;
   out = out_features;
@@ -92,16 +93,16 @@ Var CausalSelfAttention::operator()(const Var& x, DropoutState& drop) const {
   using namespace autograd;
   const ScopedModule site(prefix);
   const int64_t B = x.size(0), C = x.size(2), D = C / n_head;
-  Var qkv = c_attn(x);                      // (B, T, 3C)
+  Var qkv = c_attn(x);  // (B, T, 3C)
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   Var y;
-  if (drop.active()) {  // dropout on the probabilities: the unfused graph
-    Var q = split_heads(qkv, 0, n_head);    // (B*H, T, D)
-    Var k = split_heads(qkv, 1, n_head);    // (B*H, T, D)
-    Var v = split_heads(qkv, 2, n_head);    // (B*H, T, D)
-    Var att = matmul(q, k, false, true);    // (B*H, T, T) = q k^T
+  if (drop.active()) {                    // dropout on the probabilities: the unfused graph
+    Var q = split_heads(qkv, 0, n_head);  // (B*H, T, D)
+    Var k = split_heads(qkv, 1, n_head);  // (B*H, T, D)
+    Var v = split_heads(qkv, 2, n_head);  // (B*H, T, D)
+    Var att = matmul(q, k, false, true);  // (B*H, T, T) = q k^T
     att = drop(causal_softmax(att, scale));
-    y = merge_heads(matmul(att, v), B);     // (B*H, T, D) -> (B, T, C)
+    y = merge_heads(matmul(att, v), B);  // (B*H, T, D) -> (B, T, C)
   } else {
     y = attention_qkv(qkv, n_head, scale);  // (B, T, C)
   }
@@ -111,14 +112,15 @@ Var CausalSelfAttention::operator()(const Var& x, DropoutState& drop) const {
 Var CausalSelfAttention::decode(const Var& x, Tensor& k_cache, Tensor& v_cache, int64_t pos) const {
   using namespace autograd;
   const int64_t Tn = x.size(1), C = x.size(2), D = C / n_head;
-  Var qkv = c_attn(x);                      // (1, Tn, 3C)
-  Var q = split_heads(qkv, 0, n_head);      // (H, Tn, D)
+  Var qkv = c_attn(x);                  // (1, Tn, 3C)
+  Var q = split_heads(qkv, 0, n_head);  // (H, Tn, D)
   k_cache.slice(1, pos, pos + Tn).copy_from(split_heads(qkv, 1, n_head).value());
   v_cache.slice(1, pos, pos + Tn).copy_from(split_heads(qkv, 2, n_head).value());
   const Var k(k_cache.slice(1, 0, pos + Tn).contiguous());  // (H, pos+Tn, D)
   const Var v(v_cache.slice(1, 0, pos + Tn).contiguous());  // (H, pos+Tn, D)
   // Query row i (position pos+i) sees the keys 0 .. pos+i: causal_softmax's offset Tk - Tq.
-  Var att = causal_softmax(matmul(q, k, false, true), 1.0f / std::sqrt(static_cast<float>(D)));  // (H, Tn, pos+Tn)
+  Var att =
+      causal_softmax(matmul(q, k, false, true), 1.0f / std::sqrt(static_cast<float>(D)));  // (H, Tn, pos+Tn)
   return c_proj(merge_heads(matmul(att, v), 1));  // (H, Tn, D) -> (1, Tn, C)
 }
 

@@ -2,6 +2,7 @@
 #include "mixtrain/nn/parameters.h"
 
 #include <cstring>
+
 #include "tensor/alloc_site.h"
 
 namespace mixtrain {
@@ -12,7 +13,8 @@ constexpr int64_t kParamAlign = 16;  // elements
 
 void ParameterStore::declare(const std::string& name, const Shape& shape, bool weight_decay) {
   if (finalized()) throw ArgumentError("ParameterStore::declare: '" + name + "' declared after finalize()");
-  if (by_name_.count(name)) throw ArgumentError("ParameterStore::declare: duplicate parameter '" + name + "'");
+  if (by_name_.count(name))
+    throw ArgumentError("ParameterStore::declare: duplicate parameter '" + name + "'");
   ParamInfo p;
   p.name = name;
   p.shape = shape;

@@ -5,13 +5,13 @@
 #include <cmath>
 #include <string>
 
-#include "mixtrain/core/profiler.h"
 #include "kernels/backend.h"
-#include "optim/optim_util.h"
-#include "tensor/alloc_site.h"
-#include "optim/working_copy.h"
-#include "optim/lowp.h"
+#include "mixtrain/core/profiler.h"
 #include "optim/flat_spans.h"
+#include "optim/lowp.h"
+#include "optim/optim_util.h"
+#include "optim/working_copy.h"
+#include "tensor/alloc_site.h"
 
 namespace mixtrain {
 
@@ -68,17 +68,21 @@ void AdamW::step(ParameterStore& store, float lr, Tensor* working) {
   optim_detail::check_nonneg("AdamW::step", "lr", lr);
   optim_detail::check_store(store, flat_numel_, dtype_, "AdamW::step");
   const WorkingCopyOut w = working_copy_out(working, flat_numel_, "AdamW::step");
-  if (w && dtype_ != DType::f32) throw ArgumentError("AdamW::step: a working copy is for fp32 master weights");
+  if (w && dtype_ != DType::f32)
+    throw ArgumentError("AdamW::step: a working copy is for fp32 master weights");
   const int64_t t = steps_ + 1;
   const AdamWScalars s = adamw_scalars(config_, lr, t);
   // A shard's element i is the arena's shard.begin + i: the same stochastic-rounding draw.
-  const LowpWrite lw{config_.rounding, config_.seed, uint64_t(steps_) * uint64_t(flat_numel_) + uint64_t(shard_.begin)};
+  const LowpWrite lw{config_.rounding, config_.seed,
+                     uint64_t(steps_) * uint64_t(flat_numel_) + uint64_t(shard_.begin)};
   Tensor p = optim_detail::shard_view(store.flat_params(), shard_);
   const Tensor g = optim_detail::shard_view(store.flat_grads(), shard_);
   if (master_.defined())  // the fp32 update of the master, the 16-bit parameters rounded from it
-    backend_for(p.device()).adamw_update(master_.for_step(p), g, m_, v_, c_, spans_, s, lw, {p.raw_data(), dtype_});
+    backend_for(p.device())
+        .adamw_update(master_.for_step(p), g, m_, v_, c_, spans_, s, lw, {p.raw_data(), dtype_});
   else
-    backend_for(p.device()).adamw_update(p, g, m_, v_, c_, spans_, s, lw, optim_detail::shard_working(w, shard_));
+    backend_for(p.device())
+        .adamw_update(p, g, m_, v_, c_, spans_, s, lw, optim_detail::shard_working(w, shard_));
   store.flat_params().storage()->bump_version();  // cached casts of the old weights are stale now
   steps_ = t;
 }

@@ -5,22 +5,24 @@
 #include <string>
 
 #include "kernels/backend.h"
+#include "kernels/gradient_kernels.h"
 #include "mixtrain/kernels/ops.h"
 #include "optim/optim_util.h"
-#include "kernels/gradient_kernels.h"
 
 namespace mixtrain {
 
 double grad_global_norm(const ParameterStore& store) {
   if (!store.finalized()) throw ArgumentError("grad_global_norm: the parameter store is not finalized");
   const Tensor& g = store.flat_grads();
-  if (g.dtype() != DType::f32) throw DTypeError("grad_global_norm: gradients must be f32, got " + g.to_string());
+  if (g.dtype() != DType::f32)
+    throw DTypeError("grad_global_norm: gradients must be f32, got " + g.to_string());
   return backend_for(g.device()).global_norm(g);
 }
 
 double clip_grad_norm(ParameterStore& store, double max_norm) {
   if (!(max_norm > 0) || !std::isfinite(max_norm))
-    throw ArgumentError("clip_grad_norm: max_norm must be > 0 and finite, got " + optim_detail::fmt(max_norm));
+    throw ArgumentError("clip_grad_norm: max_norm must be > 0 and finite, got " +
+                        optim_detail::fmt(max_norm));
   const double total = grad_global_norm(store);
   if (!std::isfinite(total)) return total;
   const double clip_coef = max_norm / (total + 1e-6);

@@ -8,7 +8,8 @@
 
 namespace mixtrain {
 
-std::unique_ptr<Optimizer> make_optimizer(const ParameterStore& store, const OptimizerConfig& c, FlatRange shard) {
+std::unique_ptr<Optimizer> make_optimizer(const ParameterStore& store, const OptimizerConfig& c,
+                                          FlatRange shard) {
   if (c.kind == OptimizerKind::adamw) {
     AdamWConfig a;
     a.lr = c.lr;

@@ -4,10 +4,10 @@
 #include <cmath>
 #include <vector>
 
-#include "mixtrain/core/profiler.h"
-#include "mixtrain/optim/clip.h"
-#include "mixtrain/kernels/ops.h"
 #include "kernels/gradient_kernels.h"
+#include "mixtrain/core/profiler.h"
+#include "mixtrain/kernels/ops.h"
+#include "mixtrain/optim/clip.h"
 #include "optim/optim_util.h"
 #include "tensor/alloc_site.h"
 
@@ -45,9 +45,8 @@ Tensor* MixedPrecision::working_copy_for(ParameterStore& store) {
     // 11.9M of 22.7M). A parameter before it that some later forward casts is served by
     // autocast's cache, as without a working copy.
     const int64_t lowest = autocast_lowest_cast_offset(master.storage().get());
-    const int64_t first = lowest < master.offset() || lowest >= master.offset() + master.numel()
-                              ? 0
-                              : lowest - master.offset();
+    const int64_t first =
+        lowest < master.offset() || lowest >= master.offset() + master.numel() ? 0 : lowest - master.offset();
     const ScopedOp site("16-bit working copy");  // names it in memory reports
     working_ = Tensor::empty({master.numel() - first}, spec_.compute_dtype, MemCategory::parameters);
     working_arena_ = master;
@@ -78,8 +77,8 @@ StepResult MixedPrecision::prepare_step(ParameterStore& store, double max_norm) 
   return r;
 }
 
-StepResult MixedPrecision::prepare_step_sharded(ParameterStore& store, double max_norm, const ZeroPartition& part,
-                                                Communicator& world) {
+StepResult MixedPrecision::prepare_step_sharded(ParameterStore& store, double max_norm,
+                                                const ZeroPartition& part, Communicator& world) {
   ProfileScope prof(WorkKind::scaler);
   StepResult r;
   r.loss_scale = scaler_.scale();

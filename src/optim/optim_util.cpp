@@ -1,9 +1,8 @@
 // Checks shared by the flat optimizers.
 #include "optim/optim_util.h"
 
-#include <cstdio>
-
 #include <cmath>
+#include <cstdio>
 
 namespace mixtrain::optim_detail {
 
@@ -20,8 +19,8 @@ void check_store(const ParameterStore& store, int64_t flat_numel, DType param_dt
                         " flat elements, the optimizer was built for " + std::to_string(flat_numel));
   const std::string want(dtype_name(param_dtype));
   if (store.flat_params().dtype() != param_dtype)
-    throw DTypeError(std::string(op) + ": parameters must be " + want + " (the dtype the optimizer was built for), got " +
-                     store.flat_params().to_string());
+    throw DTypeError(std::string(op) + ": parameters must be " + want +
+                     " (the dtype the optimizer was built for), got " + store.flat_params().to_string());
   if (store.flat_grads().dtype() != param_dtype)
     throw DTypeError(std::string(op) + ": gradients must be " + want + " like the parameters, got " +
                      store.flat_grads().to_string());
@@ -30,7 +29,8 @@ void check_store(const ParameterStore& store, int64_t flat_numel, DType param_dt
 DType optimizer_param_dtype(const ParameterStore& store, const char* op) {
   const DType d = store.flat_params().dtype();
   if (d != DType::f32 && d != DType::bf16 && d != DType::f16)
-    throw DTypeError(std::string(op) + ": parameters must be f32, bf16 or f16, got " + store.flat_params().to_string());
+    throw DTypeError(std::string(op) + ": parameters must be f32, bf16 or f16, got " +
+                     store.flat_params().to_string());
   return d;
 }
 
@@ -71,8 +71,8 @@ WorkingCopyOut shard_working(WorkingCopyOut w, const FlatRange& shard) {
 
 void check_restore_kind(const Optimizer& o, const OptimizerState& s) {
   if (s.kind != o.kind())
-    throw ArgumentError("optimizer state is " + std::string(optimizer_kind_name(s.kind)) + "'s, this optimizer is " +
-                        std::string(optimizer_kind_name(o.kind())));
+    throw ArgumentError("optimizer state is " + std::string(optimizer_kind_name(s.kind)) +
+                        "'s, this optimizer is " + std::string(optimizer_kind_name(o.kind())));
 }
 void check_compensation(const Tensor& mine, const OptimizerState& s) {
   if (s.compensation.defined() != mine.defined())
@@ -81,9 +81,10 @@ void check_compensation(const Tensor& mine, const OptimizerState& s) {
 }
 void check_master(bool mine, const OptimizerState& s) {
   if (s.master.defined() != mine)
-    throw ArgumentError(mine ? "no fp32 master weights for master rounding (the state was saved with another update "
-                               "rounding)"
-                             : "unexpected fp32 master weights (the update rounding is not master)");
+    throw ArgumentError(
+        mine ? "no fp32 master weights for master rounding (the state was saved with another update "
+               "rounding)"
+             : "unexpected fp32 master weights (the update rounding is not master)");
 }
 
 }  // namespace mixtrain::optim_detail

@@ -23,5 +23,4 @@ FlatRange FlatRange::resolved(int64_t flat_numel) const {
   return *this;
 }
 
-
 }  // namespace mixtrain

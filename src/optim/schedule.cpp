@@ -15,14 +15,15 @@ void validate(const LrSchedule& s) {
   optim_detail::check_nonneg("LrSchedule", "max_lr", s.max_lr);
   optim_detail::check_nonneg("LrSchedule", "min_lr", s.min_lr);
   if (s.min_lr > s.max_lr)
-    throw ArgumentError("LrSchedule: min_lr (" + fmt(s.min_lr) + ") must be <= max_lr (" + fmt(s.max_lr) + ")");
+    throw ArgumentError("LrSchedule: min_lr (" + fmt(s.min_lr) + ") must be <= max_lr (" + fmt(s.max_lr) +
+                        ")");
   if (s.warmup_steps < 0)
     throw ArgumentError("LrSchedule: warmup_steps must be >= 0, got " + std::to_string(s.warmup_steps));
   if (s.total_steps < 0)
     throw ArgumentError("LrSchedule: total_steps must be >= 0, got " + std::to_string(s.total_steps));
   if (s.total_steps != 0 && s.total_steps < s.warmup_steps)
-    throw ArgumentError("LrSchedule: total_steps (" + std::to_string(s.total_steps) + ") must be 0 or >= warmup_steps (" +
-                        std::to_string(s.warmup_steps) + ")");
+    throw ArgumentError("LrSchedule: total_steps (" + std::to_string(s.total_steps) +
+                        ") must be 0 or >= warmup_steps (" + std::to_string(s.warmup_steps) + ")");
 }
 
 float lr_at(int64_t step, const LrSchedule& s) {

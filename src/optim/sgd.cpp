@@ -5,13 +5,13 @@
 #include <cmath>
 #include <string>
 
-#include "mixtrain/core/profiler.h"
 #include "kernels/backend.h"
-#include "optim/optim_util.h"
-#include "tensor/alloc_site.h"
-#include "optim/working_copy.h"
-#include "optim/lowp.h"
+#include "mixtrain/core/profiler.h"
 #include "optim/flat_spans.h"
+#include "optim/lowp.h"
+#include "optim/optim_util.h"
+#include "optim/working_copy.h"
+#include "tensor/alloc_site.h"
 
 namespace mixtrain {
 
@@ -35,7 +35,8 @@ SGD::SGD(const ParameterStore& store, SgdConfig config, FlatRange shard) : confi
   spans_ = shard_spans(flat_spans(store), shard_.begin, shard_.end);
   if (MasterCopy::wanted(dtype_, config_.rounding)) master_ = MasterCopy(shard_.size());
   const ScopedOp site("SGD state");  // names the state in memory reports
-  if (config_.momentum != 0.f) buf_ = Tensor::zeros({shard_.size()}, state_dtype(), MemCategory::optimizer_state);
+  if (config_.momentum != 0.f)
+    buf_ = Tensor::zeros({shard_.size()}, state_dtype(), MemCategory::optimizer_state);
   if (dtype_ != DType::f32 && config_.rounding == UpdateRounding::kahan)
     c_ = Tensor::zeros({shard_.size()}, dtype_, MemCategory::optimizer_state);
 }
@@ -55,11 +56,13 @@ void SGD::step(ParameterStore& store, float lr, Tensor* working) {
   s.one_minus_damp = float(1.0 - double(config_.dampening));
   s.first_step = steps_ == 0;
   s.nesterov = config_.nesterov;
-  const LowpWrite lw{config_.rounding, config_.seed, uint64_t(steps_) * uint64_t(flat_numel_) + uint64_t(shard_.begin)};
+  const LowpWrite lw{config_.rounding, config_.seed,
+                     uint64_t(steps_) * uint64_t(flat_numel_) + uint64_t(shard_.begin)};
   Tensor p = optim_detail::shard_view(store.flat_params(), shard_);
   const Tensor g = optim_detail::shard_view(store.flat_grads(), shard_);
   if (master_.defined())  // the fp32 update of the master, the 16-bit parameters rounded from it
-    backend_for(p.device()).sgd_update(master_.for_step(p), g, buf_, c_, spans_, s, lw, {p.raw_data(), dtype_});
+    backend_for(p.device())
+        .sgd_update(master_.for_step(p), g, buf_, c_, spans_, s, lw, {p.raw_data(), dtype_});
   else
     backend_for(p.device()).sgd_update(p, g, buf_, c_, spans_, s, lw, optim_detail::shard_working(w, shard_));
   store.flat_params().storage()->bump_version();  // cached casts of the old weights are stale now
@@ -82,8 +85,9 @@ void SGD::set_state(int64_t steps, const Tensor& momentum_buffer_in, const Tenso
   const int64_t n = shard_.size();
   check_master_shape(master_, master, n, "SGD::set_state");
   if (buf_.defined() && (!momentum_buffer.defined() || momentum_buffer.shape() != Shape{n}))
-    throw ShapeError("SGD::set_state: momentum_buffer must have shape (" + std::to_string(n) + "), got " +
-                     (momentum_buffer.defined() ? momentum_buffer.to_string() : std::string("an undefined tensor")));
+    throw ShapeError(
+        "SGD::set_state: momentum_buffer must have shape (" + std::to_string(n) + "), got " +
+        (momentum_buffer.defined() ? momentum_buffer.to_string() : std::string("an undefined tensor")));
   if (c_.defined() && compensation.defined() && compensation.shape() != Shape{n})
     throw ShapeError("SGD::set_state: compensation must have shape (" + std::to_string(n) + "), got " +
                      compensation.to_string());

@@ -3,7 +3,6 @@
 
 #include <string>
 
-
 namespace mixtrain {
 
 WorkingCopyOut working_copy_out(Tensor* working, int64_t flat_numel, const char* op) {
@@ -13,8 +12,8 @@ WorkingCopyOut working_copy_out(Tensor* working, int64_t flat_numel, const char*
                      std::string(dtype_name(working->dtype())));
   if (working->dim() != 1 || working->numel() > flat_numel || !working->is_contiguous())
     throw ShapeError(std::string(op) + ": the working copy " + working->to_string() +
-                     " is not a flat copy of (the end of) the parameter arena of " + std::to_string(flat_numel) +
-                     " elements");
+                     " is not a flat copy of (the end of) the parameter arena of " +
+                     std::to_string(flat_numel) + " elements");
   return {working->raw_data(), working->dtype(), flat_numel - working->numel()};
 }
 

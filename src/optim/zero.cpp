@@ -28,7 +28,8 @@ ZeroPartition zero_partition(int64_t flat_numel, int ranks, int rank) {
   if (ranks < 1 || rank < 0 || rank >= ranks)
     throw ArgumentError("zero_partition: rank " + std::to_string(rank) + " of " + std::to_string(ranks) +
                         " ranks (need 0 <= rank < ranks)");
-  if (flat_numel < 0) throw ArgumentError("zero_partition: negative arena size " + std::to_string(flat_numel));
+  if (flat_numel < 0)
+    throw ArgumentError("zero_partition: negative arena size " + std::to_string(flat_numel));
   const int64_t unit = kGradNormBlock * ranks;
   const int64_t per = (flat_numel + unit - 1) / unit * kGradNormBlock;  // S, a multiple of the block
   ZeroPartition p;
@@ -73,9 +74,10 @@ OptimizerState ZeroOptimizer::state() const {
   const bool root = world_.rank() == 0;
   OptimizerState all = mine;
   const ScopedOp site("ZeRO gathered optimizer state");  // names the checkpoint's copy in memory reports
-  for (auto [from, to] : {std::pair{&mine.exp_avg, &all.exp_avg}, std::pair{&mine.exp_avg_sq, &all.exp_avg_sq},
-                          std::pair{&mine.momentum_buffer, &all.momentum_buffer},
-                          std::pair{&mine.compensation, &all.compensation}, std::pair{&mine.master, &all.master}}) {
+  for (auto [from, to] :
+       {std::pair{&mine.exp_avg, &all.exp_avg}, std::pair{&mine.exp_avg_sq, &all.exp_avg_sq},
+        std::pair{&mine.momentum_buffer, &all.momentum_buffer},
+        std::pair{&mine.compensation, &all.compensation}, std::pair{&mine.master, &all.master}}) {
     if (!from->defined()) continue;  // the same buffers are defined on every rank
     const int64_t elem = static_cast<int64_t>(dtype_size(from->dtype()));
     std::vector<int64_t> bytes;

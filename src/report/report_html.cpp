@@ -4,8 +4,8 @@
 //
 // For tests and people alike the page says what it drew: each chart's <canvas> gets
 // data-series (the datasets' labels, '|'-separated), data-points (each dataset's points that
-// have a value) and data-painted (pixels that are not transparent after drawing); <body> gets data-charts-drawn, data-render-ms and, if the script
-// failed, data-error.
+// have a value) and data-painted (pixels that are not transparent after drawing); <body> gets
+// data-charts-drawn, data-render-ms and, if the script failed, data-error.
 #include <cmath>
 #include <cstdio>
 #include <string_view>
@@ -23,12 +23,23 @@ std::string escape_html(const std::string& s) {
   std::string out;
   for (char c : s) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -39,8 +50,10 @@ std::string script_json(const json& j) {
   const std::string s = j.dump(-1, ' ', false, json::error_handler_t::replace);
   std::string out;
   for (char c : s) {
-    if (c == '<') out += "\\u003c";
-    else out += c;
+    if (c == '<')
+      out += "\\u003c";
+    else
+      out += c;
   }
   return out;
 }
@@ -67,7 +80,8 @@ std::string cell_text(const json& v) {
 std::string key_value_table(const char* id, const json& obj) {
   std::string t = std::string("<table class=\"kv\" id=\"") + id + "\">";
   if (!obj.is_object() || obj.empty()) return t + "<tr><td>not recorded in the inputs</td></tr></table>";
-  for (const auto& [k, v] : obj.items()) t += "<tr><th>" + escape_html(k) + "</th><td>" + cell_text(v) + "</td></tr>";
+  for (const auto& [k, v] : obj.items())
+    t += "<tr><th>" + escape_html(k) + "</th><td>" + cell_text(v) + "</td></tr>";
   return t + "</table>";
 }
 
@@ -84,7 +98,8 @@ std::string comparison_table(const json& runs) {
          "</td><td>" + cell_number(get("tokens_per_s"), "%.0f") + "</td><td>" +
          cell_number(get("peak_bytes"), "%.1f", 1.0 / (1 << 20)) + "</td><td>" +
          cell_number(get("final_train_loss"), "%.4f") + "</td><td>" + cell_number(get("val_loss"), "%.4f") +
-         "</td><td>" + cell_text(get("skipped_steps")) + "</td><td>" + cell_text(get("diverged")) + "</td></tr>";
+         "</td><td>" + cell_text(get("skipped_steps")) + "</td><td>" + cell_text(get("diverged")) +
+         "</td></tr>";
   }
   return t + "</tbody></table>";
 }
@@ -191,9 +206,11 @@ std::string render_report_html(const json& report) {
   for (const json& s : report.value("sources", json::array())) h += "<code>" + cell_text(s) + "</code> ";
   h += "</p>\n<h2>Comparison</h2>\n" + comparison_table(report["runs"]) + "\n";
   h += "<h2>Curves</h2>\n<div class=\"charts\">"
-       "<figure><canvas id=\"chart-loss\" width=\"720\" height=\"380\"></canvas><figcaption>training loss (solid) "
+       "<figure><canvas id=\"chart-loss\" width=\"720\" height=\"380\"></canvas><figcaption>training loss "
+       "(solid) "
        "and validation loss (dashed) per run</figcaption></figure>"
-       "<figure><canvas id=\"chart-loss-scale\" width=\"720\" height=\"320\"></canvas><figcaption>loss scale per "
+       "<figure><canvas id=\"chart-loss-scale\" width=\"720\" height=\"320\"></canvas><figcaption>loss scale "
+       "per "
        "step (log axis); crosses mark skipped steps</figcaption></figure>"
        "<figure><canvas id=\"chart-memory\" width=\"720\" height=\"340\"></canvas><figcaption>peak memory by "
        "category</figcaption></figure></div>\n";

@@ -28,7 +28,8 @@ std::string read_text(const std::string& path) {
 // The fields of a step-log line the report draws.
 json step_of(const json& line) {
   json s;
-  for (const char* k : {"step", "loss", "val_loss", "lr", "loss_scale", "skipped", "grad_norm", "tokens_per_s"})
+  for (const char* k :
+       {"step", "loss", "val_loss", "lr", "loss_scale", "skipped", "grad_norm", "tokens_per_s"})
     if (line.contains(k)) s[k] = line[k];
   return s;
 }
@@ -82,10 +83,13 @@ json run_from_log(const std::string& label, const std::vector<json>& lines) {
 
 // One TensorBoard run directory, as step-log lines (the tags mapped back to the log's fields).
 std::vector<json> log_lines_from_events(const std::string& dir, json& memory_mib) {
-  static const std::map<std::string, std::string> kField = {
-      {"train/loss", "loss"},           {"val/loss", "val_loss"},         {"train/lr", "lr"},
-      {"train/grad_norm", "grad_norm"}, {"amp/loss_scale", "loss_scale"}, {"amp/skipped", "skipped"},
-      {"train/tokens_per_s", "tokens_per_s"}};
+  static const std::map<std::string, std::string> kField = {{"train/loss", "loss"},
+                                                            {"val/loss", "val_loss"},
+                                                            {"train/lr", "lr"},
+                                                            {"train/grad_norm", "grad_norm"},
+                                                            {"amp/loss_scale", "loss_scale"},
+                                                            {"amp/skipped", "skipped"},
+                                                            {"train/tokens_per_s", "tokens_per_s"}};
   std::vector<json> lines;
   for (const ScalarEvent& e : read_scalar_events(dir)) {
     json l;
@@ -167,8 +171,13 @@ json machine_json() {
   m["logical_cores"] = std::thread::hardware_concurrency();
   const CpuFeatures& f = cpu_features();
   std::string feats;
-  for (auto [name, on] : {std::pair{"avx2", f.avx2}, {"fma", f.fma}, {"f16c", f.f16c}, {"avx512f", f.avx512f},
-                          {"avx512_bf16", f.avx512_bf16}, {"avx512_fp16", f.avx512_fp16}, {"amx_bf16", f.amx_bf16}})
+  for (auto [name, on] : {std::pair{"avx2", f.avx2},
+                          {"fma", f.fma},
+                          {"f16c", f.f16c},
+                          {"avx512f", f.avx512f},
+                          {"avx512_bf16", f.avx512_bf16},
+                          {"avx512_fp16", f.avx512_fp16},
+                          {"amx_bf16", f.amx_bf16}})
     if (on) feats += std::string(feats.empty() ? "" : " ") + name;
   m["cpu_features"] = feats.empty() ? "none of avx2, avx512, amx" : feats;
   m["mixtrain"] = MIXTRAIN_VERSION;
@@ -192,16 +201,19 @@ json report_from_inputs(const std::vector<std::string>& paths) {
     std::error_code ec;
     if (fs::is_directory(path, ec)) {
       if (!list_event_files(path).empty()) {
-        report["runs"].push_back(run_from_events(fs::path(path).lexically_normal().filename().string(), path));
+        report["runs"].push_back(
+            run_from_events(fs::path(path).lexically_normal().filename().string(), path));
         continue;
       }
       std::vector<std::string> subdirs;
       for (const auto& entry : fs::directory_iterator(path, ec))
         if (entry.is_directory() && !list_event_files(entry.path().string()).empty())
           subdirs.push_back(entry.path().string());
-      if (subdirs.empty()) throw IoError("report input " + path + ": a directory without TensorBoard event files");
+      if (subdirs.empty())
+        throw IoError("report input " + path + ": a directory without TensorBoard event files");
       std::sort(subdirs.begin(), subdirs.end());
-      for (const std::string& d : subdirs) report["runs"].push_back(run_from_events(fs::path(d).filename().string(), d));
+      for (const std::string& d : subdirs)
+        report["runs"].push_back(run_from_events(fs::path(d).filename().string(), d));
       continue;
     }
     const std::string text = read_text(path);

@@ -56,7 +56,9 @@ class ScopedPhase {
 // Names the module (keeps the op); a forward op inside it then names itself with ScopedOp.
 class ScopedModule {
  public:
-  explicit ScopedModule(const std::string& module) : saved_(alloc_site().module) { alloc_site().module = &module; }
+  explicit ScopedModule(const std::string& module) : saved_(alloc_site().module) {
+    alloc_site().module = &module;
+  }
   ~ScopedModule() { alloc_site().module = saved_; }
   ScopedModule(const ScopedModule&) = delete;
   ScopedModule& operator=(const ScopedModule&) = delete;

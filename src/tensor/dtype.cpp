@@ -12,13 +12,20 @@ namespace mixtrain {
 
 std::string_view dtype_name(DType t) {
   switch (t) {
-    case DType::f32: return "f32";
-    case DType::f16: return "f16";
-    case DType::bf16: return "bf16";
-    case DType::f8_e4m3: return "f8_e4m3";
-    case DType::f8_e5m2: return "f8_e5m2";
-    case DType::f64: return "f64";
-    case DType::i32: return "i32";
+    case DType::f32:
+      return "f32";
+    case DType::f16:
+      return "f16";
+    case DType::bf16:
+      return "bf16";
+    case DType::f8_e4m3:
+      return "f8_e4m3";
+    case DType::f8_e5m2:
+      return "f8_e5m2";
+    case DType::f64:
+      return "f64";
+    case DType::i32:
+      return "i32";
   }
   return "?";
 }
@@ -43,13 +50,20 @@ double load_as_f64(const void* base, DType t, int64_t i) {
 
 float load_as_f32(const void* base, DType t, int64_t i) {
   switch (t) {
-    case DType::f32: return static_cast<const float*>(base)[i];
-    case DType::f16: return f32_from_fp16(static_cast<const fp16*>(base)[i]);
-    case DType::bf16: return f32_from_bf16(static_cast<const bf16*>(base)[i]);
-    case DType::f8_e4m3: return f32_from_fp8_e4m3(static_cast<const fp8_e4m3*>(base)[i]);
-    case DType::f8_e5m2: return f32_from_fp8_e5m2(static_cast<const fp8_e5m2*>(base)[i]);
-    case DType::f64: return static_cast<float>(static_cast<const double*>(base)[i]);
-    case DType::i32: return static_cast<float>(static_cast<const int32_t*>(base)[i]);
+    case DType::f32:
+      return static_cast<const float*>(base)[i];
+    case DType::f16:
+      return f32_from_fp16(static_cast<const fp16*>(base)[i]);
+    case DType::bf16:
+      return f32_from_bf16(static_cast<const bf16*>(base)[i]);
+    case DType::f8_e4m3:
+      return f32_from_fp8_e4m3(static_cast<const fp8_e4m3*>(base)[i]);
+    case DType::f8_e5m2:
+      return f32_from_fp8_e5m2(static_cast<const fp8_e5m2*>(base)[i]);
+    case DType::f64:
+      return static_cast<float>(static_cast<const double*>(base)[i]);
+    case DType::i32:
+      return static_cast<float>(static_cast<const int32_t*>(base)[i]);
   }
   return 0.f;
 }
@@ -68,13 +82,27 @@ void store_from_f64(void* base, DType t, int64_t i, double v) {
 
 void store_from_f32(void* base, DType t, int64_t i, float v) {
   switch (t) {
-    case DType::f32: static_cast<float*>(base)[i] = v; break;
-    case DType::f16: static_cast<fp16*>(base)[i] = fp16_from_f32(v); break;
-    case DType::bf16: static_cast<bf16*>(base)[i] = bf16_from_f32(v); break;
-    case DType::f8_e4m3: static_cast<fp8_e4m3*>(base)[i] = fp8_e4m3_from_f32(v); break;
-    case DType::f8_e5m2: static_cast<fp8_e5m2*>(base)[i] = fp8_e5m2_from_f32(v); break;
-    case DType::f64: static_cast<double*>(base)[i] = v; break;
-    case DType::i32: static_cast<int32_t*>(base)[i] = static_cast<int32_t>(v); break;
+    case DType::f32:
+      static_cast<float*>(base)[i] = v;
+      break;
+    case DType::f16:
+      static_cast<fp16*>(base)[i] = fp16_from_f32(v);
+      break;
+    case DType::bf16:
+      static_cast<bf16*>(base)[i] = bf16_from_f32(v);
+      break;
+    case DType::f8_e4m3:
+      static_cast<fp8_e4m3*>(base)[i] = fp8_e4m3_from_f32(v);
+      break;
+    case DType::f8_e5m2:
+      static_cast<fp8_e5m2*>(base)[i] = fp8_e5m2_from_f32(v);
+      break;
+    case DType::f64:
+      static_cast<double*>(base)[i] = v;
+      break;
+    case DType::i32:
+      static_cast<int32_t*>(base)[i] = static_cast<int32_t>(v);
+      break;
   }
 }
 
@@ -83,11 +111,21 @@ namespace {
 // f32 -> t for n contiguous elements, through the bulk conversions.
 void from_f32(const float* src, void* dst, DType t, size_t n) {
   switch (t) {
-    case DType::f32: std::copy(src, src + n, static_cast<float*>(dst)); return;
-    case DType::f16: convert_f32_to_fp16(src, static_cast<fp16*>(dst), n); return;
-    case DType::bf16: convert_f32_to_bf16(src, static_cast<bf16*>(dst), n); return;
-    case DType::f8_e4m3: convert_f32_to_fp8_e4m3(src, static_cast<fp8_e4m3*>(dst), n, Fp8Overflow::nan); return;
-    case DType::f8_e5m2: convert_f32_to_fp8_e5m2(src, static_cast<fp8_e5m2*>(dst), n, Fp8Overflow::nan); return;
+    case DType::f32:
+      std::copy(src, src + n, static_cast<float*>(dst));
+      return;
+    case DType::f16:
+      convert_f32_to_fp16(src, static_cast<fp16*>(dst), n);
+      return;
+    case DType::bf16:
+      convert_f32_to_bf16(src, static_cast<bf16*>(dst), n);
+      return;
+    case DType::f8_e4m3:
+      convert_f32_to_fp8_e4m3(src, static_cast<fp8_e4m3*>(dst), n, Fp8Overflow::nan);
+      return;
+    case DType::f8_e5m2:
+      convert_f32_to_fp8_e5m2(src, static_cast<fp8_e5m2*>(dst), n, Fp8Overflow::nan);
+      return;
     case DType::f64:
     case DType::i32:
       for (size_t i = 0; i < n; ++i) store_from_f32(dst, t, static_cast<int64_t>(i), src[i]);
@@ -98,11 +136,21 @@ void from_f32(const float* src, void* dst, DType t, size_t n) {
 // t -> f32 for n contiguous elements.
 void to_f32(const void* src, DType t, float* dst, size_t n) {
   switch (t) {
-    case DType::f32: std::copy(static_cast<const float*>(src), static_cast<const float*>(src) + n, dst); return;
-    case DType::f16: convert_fp16_to_f32(static_cast<const fp16*>(src), dst, n); return;
-    case DType::bf16: convert_bf16_to_f32(static_cast<const bf16*>(src), dst, n); return;
-    case DType::f8_e4m3: convert_fp8_e4m3_to_f32(static_cast<const fp8_e4m3*>(src), dst, n); return;
-    case DType::f8_e5m2: convert_fp8_e5m2_to_f32(static_cast<const fp8_e5m2*>(src), dst, n); return;
+    case DType::f32:
+      std::copy(static_cast<const float*>(src), static_cast<const float*>(src) + n, dst);
+      return;
+    case DType::f16:
+      convert_fp16_to_f32(static_cast<const fp16*>(src), dst, n);
+      return;
+    case DType::bf16:
+      convert_bf16_to_f32(static_cast<const bf16*>(src), dst, n);
+      return;
+    case DType::f8_e4m3:
+      convert_fp8_e4m3_to_f32(static_cast<const fp8_e4m3*>(src), dst, n);
+      return;
+    case DType::f8_e5m2:
+      convert_fp8_e5m2_to_f32(static_cast<const fp8_e5m2*>(src), dst, n);
+      return;
     case DType::f64:
     case DType::i32:
       for (size_t i = 0; i < n; ++i) dst[i] = load_as_f32(src, t, static_cast<int64_t>(i));

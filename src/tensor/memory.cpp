@@ -1,27 +1,37 @@
 // Memory tracker: process-wide live/peak byte counters per category.
 #include "mixtrain/tensor/memory.h"
 
-#include "mixtrain/tensor/device.h"
-
 #include <sys/resource.h>
 #include <unistd.h>
 
 #include <cstdio>
 
+#include "mixtrain/tensor/device.h"
+
 namespace mixtrain {
 
 std::string_view mem_category_name(MemCategory c) {
   switch (c) {
-    case MemCategory::parameters: return "parameters";
-    case MemCategory::master_weights: return "master_weights";
-    case MemCategory::gradients: return "gradients";
-    case MemCategory::optimizer_state: return "optimizer_state";
-    case MemCategory::activations: return "activations";
-    case MemCategory::workspace: return "workspace";
-    case MemCategory::cast_cache: return "cast_cache";
-    case MemCategory::data: return "data";
-    case MemCategory::other: return "other";
-    case MemCategory::count_: break;
+    case MemCategory::parameters:
+      return "parameters";
+    case MemCategory::master_weights:
+      return "master_weights";
+    case MemCategory::gradients:
+      return "gradients";
+    case MemCategory::optimizer_state:
+      return "optimizer_state";
+    case MemCategory::activations:
+      return "activations";
+    case MemCategory::workspace:
+      return "workspace";
+    case MemCategory::cast_cache:
+      return "cast_cache";
+    case MemCategory::data:
+      return "data";
+    case MemCategory::other:
+      return "other";
+    case MemCategory::count_:
+      break;
   }
   return "?";
 }

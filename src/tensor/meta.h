@@ -23,7 +23,8 @@ class MetaObserver {
  public:
   virtual ~MetaObserver() = default;
   // desc: the tensor being created, or null for storage not made by Tensor::empty.
-  virtual void on_allocate(uintptr_t address, size_t bytes, MemCategory category, const MetaTensorDesc* desc) = 0;
+  virtual void on_allocate(uintptr_t address, size_t bytes, MemCategory category,
+                           const MetaTensorDesc* desc) = 0;
   virtual void on_free(uintptr_t address, size_t bytes, MemCategory category) = 0;
 };
 

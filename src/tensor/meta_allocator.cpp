@@ -27,7 +27,8 @@ class MetaAllocator final : public Allocator {
   void* allocate(size_t bytes, MemCategory category) override {
     if (bytes > std::numeric_limits<size_t>::max() / 2)
       throw ShapeError("allocate: " + std::to_string(bytes) + " bytes is too large");
-    const size_t rounded = bytes == 0 ? kTensorAlignment : (bytes + kTensorAlignment - 1) / kTensorAlignment * kTensorAlignment;
+    const size_t rounded =
+        bytes == 0 ? kTensorAlignment : (bytes + kTensorAlignment - 1) / kTensorAlignment * kTensorAlignment;
     const uintptr_t address = kMetaBase + next_.fetch_add(rounded, std::memory_order_relaxed);
     MemoryTracker::meta().on_allocate(category, bytes);
     std::optional<MetaTensorDesc> desc;
@@ -61,9 +62,12 @@ void meta_note_tensor(const Shape& shape, DType dtype) { t_pending = MetaTensorD
 
 Allocator& allocator_for(Device device) {
   switch (device.type) {
-    case DeviceType::cpu: return cpu_allocator();
-    case DeviceType::meta: return meta();
-    case DeviceType::cuda: break;
+    case DeviceType::cpu:
+      return cpu_allocator();
+    case DeviceType::meta:
+      return meta();
+    case DeviceType::cuda:
+      break;
   }
   throw ArgumentError("no allocator for device " + device.to_string() + " in this build");
 }

@@ -12,8 +12,7 @@ Dims::Dims(std::initializer_list<int64_t> d) {
 }
 
 void Dims::push_back(int64_t v) {
-  if (n_ >= kMaxDims)
-    throw ShapeError("shape: more than " + std::to_string(kMaxDims) + " dimensions");
+  if (n_ >= kMaxDims) throw ShapeError("shape: more than " + std::to_string(kMaxDims) + " dimensions");
   d_[static_cast<size_t>(n_++)] = v;
 }
 

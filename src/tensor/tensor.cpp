@@ -8,8 +8,8 @@
 #include <numbers>
 #include <optional>
 
-#include "mixtrain/numeric/stochastic.h"
 #include "mixtrain/core/profiler.h"
+#include "mixtrain/numeric/stochastic.h"
 #include "tensor/meta.h"
 
 namespace mixtrain {
@@ -65,7 +65,8 @@ Tensor Tensor::full(const Shape& shape, DType dtype, double value, MemCategory c
   return t;
 }
 
-Tensor Tensor::from_vector(const std::vector<double>& values, const Shape& shape, DType dtype, MemCategory category) {
+Tensor Tensor::from_vector(const std::vector<double>& values, const Shape& shape, DType dtype,
+                           MemCategory category) {
   if (static_cast<int64_t>(values.size()) != shape.numel())
     throw ShapeError("Tensor::from_vector: " + std::to_string(values.size()) + " values for shape " +
                      shape.to_string());
@@ -74,7 +75,8 @@ Tensor Tensor::from_vector(const std::vector<double>& values, const Shape& shape
   return t;
 }
 
-Tensor Tensor::from_floats(const std::vector<float>& values, const Shape& shape, DType dtype, MemCategory category) {
+Tensor Tensor::from_floats(const std::vector<float>& values, const Shape& shape, DType dtype,
+                           MemCategory category) {
   if (static_cast<int64_t>(values.size()) != shape.numel())
     throw ShapeError("Tensor::from_floats: " + std::to_string(values.size()) + " values for shape " +
                      shape.to_string());
@@ -88,31 +90,35 @@ Tensor Tensor::from_ints(const std::vector<int32_t>& values, const Shape& shape,
     throw ShapeError("Tensor::from_ints: " + std::to_string(values.size()) + " values for shape " +
                      shape.to_string());
   Tensor t = empty(shape, DType::i32, category);
-  if (!values.empty() && !t.is_meta()) std::memcpy(t.raw_data(), values.data(), values.size() * sizeof(int32_t));
+  if (!values.empty() && !t.is_meta())
+    std::memcpy(t.raw_data(), values.data(), values.size() * sizeof(int32_t));
   return t;
 }
 
-Tensor Tensor::randn(const Shape& shape, DType dtype, uint64_t seed, float mean, float stddev, MemCategory category) {
+Tensor Tensor::randn(const Shape& shape, DType dtype, uint64_t seed, float mean, float stddev,
+                     MemCategory category) {
   const int64_t n = shape.numel();
   Tensor f = empty(shape, DType::f32, dtype == DType::f32 ? category : MemCategory::workspace);
   // Box-Muller on two independent counters per element.
   if (!f.is_meta())
     fill_f32(f.data<float>(), n, [&](int64_t i) {
-    const auto c = static_cast<uint64_t>(i) * 2;
-    const float u1 = 1.0f - unit_float(counter_rng(seed, c));  // (0, 1]: log is finite
-    const float u2 = unit_float(counter_rng(seed, c + 1));
-    const float r = std::sqrt(-2.0f * std::log(u1));
-    return mean + stddev * r * std::cos(2.0f * std::numbers::pi_v<float> * u2);
-  });
+      const auto c = static_cast<uint64_t>(i) * 2;
+      const float u1 = 1.0f - unit_float(counter_rng(seed, c));  // (0, 1]: log is finite
+      const float u2 = unit_float(counter_rng(seed, c + 1));
+      const float r = std::sqrt(-2.0f * std::log(u1));
+      return mean + stddev * r * std::cos(2.0f * std::numbers::pi_v<float> * u2);
+    });
   return dtype == DType::f32 ? f : f.to(dtype, category);
 }
 
-Tensor Tensor::rand_uniform(const Shape& shape, DType dtype, uint64_t seed, float lo, float hi, MemCategory category) {
+Tensor Tensor::rand_uniform(const Shape& shape, DType dtype, uint64_t seed, float lo, float hi,
+                            MemCategory category) {
   const int64_t n = shape.numel();
   Tensor f = empty(shape, DType::f32, dtype == DType::f32 ? category : MemCategory::workspace);
   if (!f.is_meta())
-    fill_f32(f.data<float>(), n,
-           [&](int64_t i) { return lo + (hi - lo) * unit_float(counter_rng(seed, static_cast<uint64_t>(i))); });
+    fill_f32(f.data<float>(), n, [&](int64_t i) {
+      return lo + (hi - lo) * unit_float(counter_rng(seed, static_cast<uint64_t>(i)));
+    });
   return dtype == DType::f32 ? f : f.to(dtype, category);
 }
 
@@ -144,7 +150,8 @@ void* Tensor::raw_data() const {
 void Tensor::check_dtype(DType expected, const char* op) const {
   if (!defined()) throw ArgumentError(std::string(op) + ": tensor is undefined");
   if (dtype_ != expected)
-    throw DTypeError(std::string(op) + ": expected " + std::string(dtype_name(expected)) + ", got " + to_string());
+    throw DTypeError(std::string(op) + ": expected " + std::string(dtype_name(expected)) + ", got " +
+                     to_string());
 }
 
 // ---- views -----------------------------------------------------------------------------------------
@@ -227,7 +234,8 @@ Tensor Tensor::reshape(const Shape& shape) const {
 Tensor Tensor::unsqueeze(int d) const {
   const int nd = dim();
   const int w = d < 0 ? d + nd + 1 : d;
-  if (w < 0 || w > nd) throw ShapeError("Tensor::unsqueeze: dim " + std::to_string(d) + " out of range for " + to_string());
+  if (w < 0 || w > nd)
+    throw ShapeError("Tensor::unsqueeze: dim " + std::to_string(d) + " out of range for " + to_string());
   Shape s;
   Strides st;
   for (int i = 0; i <= nd; ++i) {
@@ -248,8 +256,8 @@ Tensor Tensor::unsqueeze(int d) const {
 
 Tensor Tensor::as_strided(const Shape& shape, const Strides& strides, int64_t offset) const {
   if (shape.size() != strides.size())
-    throw ShapeError("Tensor::as_strided: shape " + shape.to_string() + " and strides " + strides.to_string() +
-                     " differ in rank");
+    throw ShapeError("Tensor::as_strided: shape " + shape.to_string() + " and strides " +
+                     strides.to_string() + " differ in rank");
   const int64_t n = shape.numel();
   int64_t lo = offset_ + offset, hi = offset_ + offset;
   for (int d = 0; d < shape.size() && n > 0; ++d) {
@@ -291,9 +299,11 @@ Tensor Tensor::to(DType dtype, MemCategory category) const {
 void Tensor::copy_from(const Tensor& src) {
   if (!defined() || !src.defined()) throw ArgumentError("Tensor::copy_from: undefined tensor");
   if (!(shape_ == src.shape_))
-    throw ShapeError("Tensor::copy_from: shape mismatch, destination " + to_string() + " source " + src.to_string());
+    throw ShapeError("Tensor::copy_from: shape mismatch, destination " + to_string() + " source " +
+                     src.to_string());
   if (is_meta()) return;  // a meta tensor holds no values (any source may be copied "into" it)
-  if (src.is_meta()) throw ArgumentError("Tensor::copy_from: the source " + src.to_string() + " is a meta tensor (no data)");
+  if (src.is_meta())
+    throw ArgumentError("Tensor::copy_from: the source " + src.to_string() + " is a meta tensor (no data)");
   if (is_contiguous() && src.is_contiguous()) {
     convert_any(src.raw_data(), src.dtype_, raw_data(), dtype_, static_cast<size_t>(numel()));
     return;
@@ -310,7 +320,8 @@ void Tensor::copy_from(const Tensor& src) {
     const auto row = static_cast<size_t>(shape_.back());
     const char* s = static_cast<const char*>(src.raw_data());
     char* d = static_cast<char*>(raw_data());
-    const auto ses = static_cast<int64_t>(dtype_size(src.dtype_)), des = static_cast<int64_t>(dtype_size(dtype_));
+    const auto ses = static_cast<int64_t>(dtype_size(src.dtype_)),
+               des = static_cast<int64_t>(dtype_size(dtype_));
     std::vector<int64_t> src_off(static_cast<size_t>(outer.numel()));
     for_each_offset(outer, so, [&](int64_t i, int64_t off) { src_off[static_cast<size_t>(i)] = off; });
     for_each_offset(outer, dso, [&](int64_t i, int64_t off) {
@@ -346,7 +357,8 @@ void Tensor::zero() { fill(0.0); }
 // ---- element access ----------------------------------------------------------------------------------
 
 double Tensor::item() const {
-  if (numel() != 1) throw ShapeError("Tensor::item: " + to_string() + " has " + std::to_string(numel()) + " elements, not 1");
+  if (numel() != 1)
+    throw ShapeError("Tensor::item: " + to_string() + " has " + std::to_string(numel()) + " elements, not 1");
   if (is_meta()) return 0.0;  // a meta value reads as zero: finite, so a meta run never diverges
   return load_as_f64(raw_data(), dtype_, 0);
 }
@@ -358,8 +370,8 @@ double Tensor::at(std::initializer_list<int64_t> index) const {
   int d = 0;
   for (int64_t i : index) {
     if (i < 0 || i >= shape_[d])
-      throw ShapeError("Tensor::at: index " + std::to_string(i) + " out of bounds for dim " + std::to_string(d) +
-                       " of " + to_string());
+      throw ShapeError("Tensor::at: index " + std::to_string(i) + " out of bounds for dim " +
+                       std::to_string(d) + " of " + to_string());
     off += i * strides_[d++];
   }
   if (is_meta()) return 0.0;
@@ -370,7 +382,8 @@ std::vector<double> Tensor::to_doubles() const {
   std::vector<double> v(static_cast<size_t>(numel()));
   if (v.empty() || is_meta()) return v;
   const void* s = raw_data();
-  for_each_offset(shape_, strides_, [&](int64_t i, int64_t off) { v[static_cast<size_t>(i)] = load_as_f64(s, dtype_, off); });
+  for_each_offset(shape_, strides_,
+                  [&](int64_t i, int64_t off) { v[static_cast<size_t>(i)] = load_as_f64(s, dtype_, off); });
   return v;
 }
 
@@ -382,7 +395,8 @@ std::vector<float> Tensor::to_floats() const {
     return v;
   }
   const void* s = raw_data();
-  for_each_offset(shape_, strides_, [&](int64_t i, int64_t off) { v[static_cast<size_t>(i)] = load_as_f32(s, dtype_, off); });
+  for_each_offset(shape_, strides_,
+                  [&](int64_t i, int64_t off) { v[static_cast<size_t>(i)] = load_as_f32(s, dtype_, off); });
   return v;
 }
 

@@ -1,8 +1,8 @@
 // Training-step speed, MFU and the step time by kind of work (train/bench_train.h).
 #include "mixtrain/train/bench_train.h"
 
-#include "mixtrain/core/error.h"
 #include "kernels/backend.h"
+#include "mixtrain/core/error.h"
 #include "mixtrain/tensor/memory.h"
 #include "mixtrain/train/trainer.h"
 
@@ -34,11 +34,11 @@ BenchTrainRun run_one(const TrainOptions& base, const BenchTaskRun& run, int thr
 }  // namespace
 
 BenchTrainResult bench_task(const TrainOptions& o, const BenchTaskRun& run, bool thread_scaling,
-                           const std::function<void(const BenchTrainRun&)>& on_run) {
+                            const std::function<void(const BenchTrainRun&)>& on_run) {
   if (o.steps <= o.profile_warmup)
-    throw ArgumentError({"steps", "profile_warmup"}, "steps " + std::to_string(o.steps) +
-                                                         " leaves no step after the " + std::to_string(o.profile_warmup) +
-                                                         " warm-up steps (profile_warmup)");
+    throw ArgumentError({"steps", "profile_warmup"},
+                        "steps " + std::to_string(o.steps) + " leaves no step after the " +
+                            std::to_string(o.profile_warmup) + " warm-up steps (profile_warmup)");
   const int all = num_threads();
   struct RestoreThreads {
     int n;
@@ -59,7 +59,8 @@ BenchTrainResult bench_task(const TrainOptions& o, const BenchTaskRun& run, bool
 
 BenchTrainResult bench_train(const TrainOptions& o, bool thread_scaling,
                              const std::function<void(const BenchTrainRun&)>& on_run) {
-  return bench_task(o, [](const TrainOptions& t) { return train(t); }, thread_scaling, on_run);
+  return bench_task(
+      o, [](const TrainOptions& t) { return train(t); }, thread_scaling, on_run);
 }
 
 }  // namespace mixtrain

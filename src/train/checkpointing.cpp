@@ -11,11 +11,11 @@
 #include <optional>
 #include <sstream>
 
-#include "mixtrain/amp/grad_scaler.h"
 #include "checkpoint/checksum.h"
 #include "checkpoint/file_io.h"
 #include "checkpoint/gpt_weights.h"
 #include "checkpoint/json_input.h"
+#include "mixtrain/amp/grad_scaler.h"
 #include "mixtrain/checkpoint/load_model.h"
 #include "mixtrain/data/text_corpus.h"
 #include "mixtrain/train/train_options.h"
@@ -68,7 +68,6 @@ nlohmann::json run_options(const TrainOptions& o, int64_t T, const TextCorpus& c
   return j;
 }
 
-
 }  // namespace
 
 nlohmann::json json_number(double v) {
@@ -118,13 +117,15 @@ void CheckpointOptions::validate() const {
     bad({"checkpoint.stop_after"}, "checkpoint.stop_after must be >= 0, got " + std::to_string(stop_after));
   if (dir.empty() && save_every > 0)
     bad({"checkpoint.save_every", "checkpoint.dir"}, "checkpoint.save_every needs checkpoint.dir");
-  if (dir.empty() && keep > 0) bad({"checkpoint.keep", "checkpoint.dir"}, "checkpoint.keep needs checkpoint.dir");
+  if (dir.empty() && keep > 0)
+    bad({"checkpoint.keep", "checkpoint.dir"}, "checkpoint.keep needs checkpoint.dir");
   if (!resume.empty() && !init_from.empty())
     bad({"checkpoint.resume", "checkpoint.init_from"},
         "checkpoint.resume and checkpoint.init_from exclude each other (a checkpoint holds its own weights)");
 }
 
-CheckpointHook::CheckpointHook(const TrainOptions& opt, nlohmann::json run_options, std::string last_step_words)
+CheckpointHook::CheckpointHook(const TrainOptions& opt, nlohmann::json run_options,
+                               std::string last_step_words)
     : opt_(opt), run_(std::move(run_options)), last_step_words_(std::move(last_step_words)) {
   opt.checkpoint.validate();
 }
@@ -153,7 +154,8 @@ TrainingState CheckpointHook::capture(int64_t step, TrainingRun& r) const {
 
 bool checkpoint_due(const CheckpointOptions& c, int64_t step, int64_t last, bool interrupted) {
   const bool stop = c.stop_after > 0 && step == c.stop_after && step < last;
-  return !c.dir.empty() && (step == last || stop || interrupted || (c.save_every > 0 && step % c.save_every == 0));
+  return !c.dir.empty() &&
+         (step == last || stop || interrupted || (c.save_every > 0 && step % c.save_every == 0));
 }
 
 bool ZeroCheckpointGatherHook::should_stop(TrainingRun& r, const StepRecord& rec) {
@@ -206,10 +208,10 @@ void CheckpointHook::prepare_directory(int64_t start) const {
   const auto all = list_checkpoints(dir);
   if (opt_.checkpoint.resume.empty()) {
     if (!all.empty())
-      throw ArgumentError({"checkpoint.resume"}, "checkpoint directory " + dir +
-                                                     " already holds checkpoints (newest " + all.back().second +
-                                                     "): continue them with checkpoint.resume=" + dir +
-                                                     ", or choose another directory");
+      throw ArgumentError({"checkpoint.resume"},
+                          "checkpoint directory " + dir + " already holds checkpoints (newest " +
+                              all.back().second + "): continue them with checkpoint.resume=" + dir +
+                              ", or choose another directory");
     return;
   }
   for (const auto& [step, path] : all) {
@@ -219,7 +221,8 @@ void CheckpointHook::prepare_directory(int64_t start) const {
     const std::filesystem::path p(path);
     const std::string base = (p.parent_path() / ("abandoned-" + p.filename().string())).string();
     std::string aside = base;
-    for (int k = 1; std::filesystem::exists(aside); ++k) {  // appended in parts: GCC 12 warns falsely on a + chain
+    for (int k = 1; std::filesystem::exists(aside);
+         ++k) {  // appended in parts: GCC 12 warns falsely on a + chain
       aside = base;
       aside += '~';
       aside += std::to_string(k);
@@ -258,8 +261,11 @@ int64_t CheckpointHook::restore(TrainingRun& r) {
     std::error_code ec;
     const bool named = (base.rfind("step-", 0) == 0 && base.size() > 5 &&
                         base.find_first_not_of("0123456789", 5) == std::string::npos) ||
-                       fs::exists(fs::path(path) / kStateFile, ec) || fs::exists(fs::path(path) / kModelFile, ec);
-    if (named) throw IoError("checkpoint " + path + " is invalid: no manifest.json (an incomplete or damaged checkpoint)");
+                       fs::exists(fs::path(path) / kStateFile, ec) ||
+                       fs::exists(fs::path(path) / kModelFile, ec);
+    if (named)
+      throw IoError("checkpoint " + path +
+                    " is invalid: no manifest.json (an incomplete or damaged checkpoint)");
     warn("no checkpoint in " + path + " yet; starting from step 0");
     return 0;
   }
@@ -270,8 +276,8 @@ int64_t CheckpointHook::restore(TrainingRun& r) {
   if (!diff.empty()) throw ArgumentError(where + "options differ, " + diff);
   const int64_t last = r.config().steps;
   if (s.step > last)
-    throw ArgumentError({"steps"}, where + "it is at step " + std::to_string(s.step) + ", past " + last_step_words_ +
-                                       " " + std::to_string(last));
+    throw ArgumentError({"steps"}, where + "it is at step " + std::to_string(s.step) + ", past " +
+                                       last_step_words_ + " " + std::to_string(last));
 
   ParameterStore& store = r.model().params();
   const std::string bad = "checkpoint " + found->path + ": ";
@@ -305,7 +311,8 @@ int64_t CheckpointHook::restore(TrainingRun& r) {
   return s.step;
 }
 
-TrainCheckpointing::TrainCheckpointing(const TrainOptions& opt, Gpt& model, int64_t T, const TextCorpus& corpus)
+TrainCheckpointing::TrainCheckpointing(const TrainOptions& opt, Gpt& model, int64_t T,
+                                       const TextCorpus& corpus)
     : CheckpointHook(opt, run_options(opt, T, corpus), "steps"), model_(model), cfg_(model.config()) {}
 
 std::vector<uint8_t> TrainCheckpointing::weights_file(TrainingRun& r) const {

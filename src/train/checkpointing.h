@@ -38,7 +38,6 @@ class ZeroCheckpointGatherHook final : public TrainingHook {
   CheckpointOptions c_;
 };
 
-
 // The checkpoint hook of any TrainingRun (train() and finetune() derive from it): restores when the
 // run starts, saves (or stops the run) after each step. The state keeps the model's configuration
 // (Model::config_json()), compared on resume for any model. The subclasses say only what differs
@@ -106,7 +105,8 @@ nlohmann::json json_number(double v);
 
 // The first key whose value differs between a checkpoint's recorded options and this run's
 // ("lr: checkpoint has 0.001, this run has 0.002"), or "" when equal; `prefix` goes before keys.
-std::string first_difference(const nlohmann::json& saved, const nlohmann::json& now, const std::string& prefix = "");
+std::string first_difference(const nlohmann::json& saved, const nlohmann::json& now,
+                             const std::string& prefix = "");
 
 // Resuming with a step log: keeps the lines of `path` up to `step` (a torn last line from a
 // killed run is dropped), so the resumed run appends to an exact prefix.

@@ -21,7 +21,8 @@ WordPieceTokenizer tokenizer_from_model_dir(const std::string& dir) {
   if (f) {
     const nlohmann::json j = nlohmann::json::parse(f, nullptr, /*allow_exceptions=*/false);
     if (j.is_discarded()) throw IoError(config.string() + ": not valid JSON");
-    if (j.contains("do_lower_case") && j["do_lower_case"].is_boolean()) opt.lower_case = j["do_lower_case"].get<bool>();
+    if (j.contains("do_lower_case") && j["do_lower_case"].is_boolean())
+      opt.lower_case = j["do_lower_case"].get<bool>();
   }
   return WordPieceTokenizer::from_vocab_file((fs::path(dir) / "vocab.txt").string(), opt);
 }
@@ -31,10 +32,12 @@ TextClassifier::TextClassifier(std::vector<std::string> labels, WordPieceTokeniz
     : labels_(std::move(labels)), tokenizer_(std::move(tokenizer)), model_(std::move(model)) {}
 
 TextClassifier TextClassifier::load(const std::string& dir) {
-  if (!fs::is_directory(dir)) throw IoError("model directory " + dir + " does not exist or is not a directory");
+  if (!fs::is_directory(dir))
+    throw IoError("model directory " + dir + " does not exist or is not a directory");
   ClassifierOptions co = saved_classifier_options(dir);  // labels from id2label, the saved pooling
   if (co.labels.size() < 2)
-    throw IoError(dir + "/config.json: no id2label with at least 2 labels (not a model saved by finetune --save)");
+    throw IoError(dir +
+                  "/config.json: no id2label with at least 2 labels (not a model saved by finetune --save)");
   WordPieceTokenizer tok = tokenizer_from_model_dir(dir);
   std::vector<std::string> labels = co.labels;
   std::unique_ptr<Model> model = load_encoder_classifier(dir, co);
@@ -43,8 +46,10 @@ TextClassifier TextClassifier::load(const std::string& dir) {
 
 std::vector<Prediction> TextClassifier::classify(const std::vector<std::string>& texts, int64_t max_len,
                                                  int64_t batch_size) const {
-  if (max_len < 2) throw ArgumentError("classify: max_len must be at least 2, got " + std::to_string(max_len));
-  if (batch_size < 1) throw ArgumentError("classify: batch_size must be positive, got " + std::to_string(batch_size));
+  if (max_len < 2)
+    throw ArgumentError("classify: max_len must be at least 2, got " + std::to_string(max_len));
+  if (batch_size < 1)
+    throw ArgumentError("classify: batch_size must be positive, got " + std::to_string(batch_size));
   max_len = std::min(max_len, encoder_info(*model_).max_positions);  // the model's learned positions
   std::vector<Prediction> out;
   const autograd::NoGradGuard no_grad;
@@ -55,12 +60,13 @@ std::vector<Prediction> TextClassifier::classify(const std::vector<std::string>&
     for (size_t i = first; i < end; ++i) enc.push_back(tokenizer_.encode(texts[i], max_len));
     const EncodedBatch e = tokenizer_.pad(enc);
     Batch b;
-    b.inputs = Tensor::from_ints(e.input_ids, {e.B, e.T});               // (B, T)
-    b.token_types = Tensor::from_ints(e.token_type_ids, {e.B, e.T});     // (B, T)
-    b.attention_mask = Tensor::from_ints(e.attention_mask, {e.B, e.T});  // (B, T)
+    b.inputs = Tensor::from_ints(e.input_ids, {e.B, e.T});                       // (B, T)
+    b.token_types = Tensor::from_ints(e.token_type_ids, {e.B, e.T});             // (B, T)
+    b.attention_mask = Tensor::from_ints(e.attention_mask, {e.B, e.T});          // (B, T)
     b.targets = Tensor::from_ints(std::vector<int32_t>(size_t(e.B), 0), {e.B});  // (B): unused
     b.rows = e.B;
-    const std::vector<float> logits = model_->forward_batch(b, false, 0).logits.value().to_floats();  // (B, K)
+    const std::vector<float> logits =
+        model_->forward_batch(b, false, 0).logits.value().to_floats();  // (B, K)
     for (int64_t r = 0; r < e.B; ++r) {
       const float* z = logits.data() + r * K;
       const float top = *std::max_element(z, z + K);

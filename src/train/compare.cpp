@@ -4,11 +4,11 @@
 #include <algorithm>
 #include <sstream>
 
-#include "mixtrain/core/error.h"
 #include "kernels/backend.h"
+#include "mixtrain/core/error.h"
 #include "mixtrain/train/tensorboard_hook.h"
-#include "train/output_paths.h"
 #include "mixtrain/train/trainer.h"
+#include "train/output_paths.h"
 
 namespace mixtrain {
 namespace {
@@ -92,7 +92,8 @@ CompareResult compare_precisions(const TrainOptions& base, const std::vector<Com
     o.quiet = true;
     o.log_jsonl = compare_log_path(base.log_jsonl, e);
     o.numerics.path = compare_log_path(base.numerics.path, e);  // one numerics log per mode
-    if (!o.tensorboard_dir.empty()) {  // one TensorBoard run per mode (appended in two: GCC 12 warns, falsely)
+    if (!o.tensorboard_dir
+             .empty()) {  // one TensorBoard run per mode (appended in two: GCC 12 warns, falsely)
       o.tensorboard_dir += '/';
       o.tensorboard_dir += tag_of(e);
     }

@@ -22,10 +22,12 @@ void DataParallelConfig::validate(DType grad_dtype) const {
     throw ArgumentError({"grad_reduce_dtype"}, "grad_reduce_dtype must be fp32 or bf16, got " +
                                                    std::string(dtype_name(reduce_dtype)));
   if (reduce_dtype == DType::bf16 && grad_dtype != DType::f32 && grad_dtype != DType::bf16)
-    throw ArgumentError({"grad_reduce_dtype"}, "grad_reduce_dtype bf16 needs fp32 or bf16 gradients; this precision keeps " +
-                                                   std::string(dtype_name(grad_dtype)) + " (use fp32)");
+    throw ArgumentError({"grad_reduce_dtype"},
+                        "grad_reduce_dtype bf16 needs fp32 or bf16 gradients; this precision keeps " +
+                            std::string(dtype_name(grad_dtype)) + " (use fp32)");
   if (bucket_bytes <= 0)
-    throw ArgumentError({"bucket_bytes"}, "bucket_bytes must be positive, got " + std::to_string(bucket_bytes));
+    throw ArgumentError({"bucket_bytes"},
+                        "bucket_bytes must be positive, got " + std::to_string(bucket_bytes));
   if (zero_stage != 0 && zero_stage != 1)
     throw ArgumentError({"zero"}, "zero must be 0 or 1 (ZeRO stage 1: optimizer state sharded), got " +
                                       std::to_string(zero_stage));
@@ -103,7 +105,8 @@ void DataParallelHook::on_run_end(TrainingRun&, TrainSummary& s) {
   s.buckets_per_step = stats_.buckets_per_step;
   if (stats_.steps > 0) {
     const double n = static_cast<double>(stats_.steps);
-    s.buckets_overlapped = static_cast<double>(stats_.started_in_backward) / (n * static_cast<double>(stats_.buckets_per_step));
+    s.buckets_overlapped =
+        static_cast<double>(stats_.started_in_backward) / (n * static_cast<double>(stats_.buckets_per_step));
     s.reduce_wait_s = stats_.wait_seconds / n;
     s.reduce_overlap_s = stats_.overlap_seconds / n;
   }
@@ -119,7 +122,8 @@ void DataParallelHook::on_step_begin(TrainingRun&, int64_t) {
 
 void DataParallelHook::on_grad_ready(const Tensor& grad) {
   // Only the last micro-batch's backward makes a gradient final.
-  if (!run_ || run_->replaying() || run_->micro_batch() != run_->config().grad_accum - 1 || grads_.is_meta()) return;
+  if (!run_ || run_->replaying() || run_->micro_batch() != run_->config().grad_accum - 1 || grads_.is_meta())
+    return;
   if (grad.storage() != grads_.storage()) return;  // another store's parameter
   const auto it = param_at_.find(grad.offset() - grads_.offset());
   if (it == param_at_.end() || ready_[it->second]) return;
@@ -137,7 +141,8 @@ void DataParallelHook::start_ready_buckets() {
 
 std::vector<int64_t> DataParallelHook::piece_counts(int64_t begin, int64_t end) const {
   std::vector<int64_t> counts;
-  for (const FlatRange& s : shards_) counts.push_back(std::max<int64_t>(0, std::min(end, s.end) - std::max(begin, s.begin)));
+  for (const FlatRange& s : shards_)
+    counts.push_back(std::max<int64_t>(0, std::min(end, s.end) - std::max(begin, s.begin)));
   return counts;
 }
 
@@ -145,7 +150,8 @@ void DataParallelHook::start(size_t b) {
   if (first_start_ < 0) first_start_ = now_s();
   const Bucket& k = buckets_[b];
   const int64_t n = k.end - k.begin;
-  void* data = static_cast<char*>(grads_.raw_data()) + static_cast<size_t>(k.begin) * dtype_size(grads_.dtype());
+  void* data =
+      static_cast<char*>(grads_.raw_data()) + static_cast<size_t>(k.begin) * dtype_size(grads_.dtype());
   DType dtype = grads_.dtype();
   if (!staging_.empty()) {  // fp32 gradients summed in bf16
     bf16* s = reinterpret_cast<bf16*>(staging_.data() + k.begin);
@@ -192,14 +198,16 @@ void DataParallelHook::after_update(TrainingRun& run, const StepRecord& r) {
   const Tensor& p = run.model().params().flat_params();
   if (p.is_meta()) return;
   const double scale = run.mp().scaler().scale();
-  uint32_t crc = crc32_reflected<0xEDB88320u>(p.raw_data(), static_cast<size_t>(p.numel()) * dtype_size(p.dtype()), 0);
+  uint32_t crc =
+      crc32_reflected<0xEDB88320u>(p.raw_data(), static_cast<size_t>(p.numel()) * dtype_size(p.dtype()), 0);
   crc = crc32_reflected<0xEDB88320u>(&scale, sizeof scale, crc);
   uint32_t rank0 = crc;
   world_.broadcast(&rank0, sizeof rank0, 0);
   const bool differs = rank0 != crc;
   if (!world_.any(differs)) return;
   // (Appended piece by piece: GCC 12 warns, wrongly, about one long chain of string additions.)
-  std::string who = differs ? "this rank (" + std::to_string(world_.rank()) + ")" : std::string("another rank");
+  std::string who =
+      differs ? "this rank (" + std::to_string(world_.rank()) + ")" : std::string("another rank");
   std::string msg = "replicas differ after step " + std::to_string(r.step) + ": ";
   msg += who;
   msg += " holds other weights or another loss scale than rank 0";

@@ -19,7 +19,8 @@ DirectoryLock::DirectoryLock(const std::string& dir, const std::string& what) {
   if (ec) throw IoError({what}, what + ": cannot create directory " + dir + ": " + ec.message());
   const std::string path = (std::filesystem::path(dir) / ".lock").string();
   fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd_ < 0) throw IoError({what}, what + ": cannot create the lock file " + path + ": " + std::strerror(errno));
+  if (fd_ < 0)
+    throw IoError({what}, what + ": cannot create the lock file " + path + ": " + std::strerror(errno));
   if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;
     char buf[32] = {};
@@ -29,15 +30,15 @@ DirectoryLock::DirectoryLock(const std::string& dir, const std::string& what) {
     ::close(fd_);
     fd_ = -1;
     if (err == EWOULDBLOCK)
-      throw ArgumentError({what}, what + ": " + dir + " is in use by another run (pid " + (pid.empty() ? "unknown" : pid) +
-                          ")");
+      throw ArgumentError({what}, what + ": " + dir + " is in use by another run (pid " +
+                                      (pid.empty() ? "unknown" : pid) + ")");
     throw IoError({what}, what + ": cannot lock " + path + ": " + std::strerror(err));
   }
   // Ours now: the pid for the message of a second run. A write that fails here (full file
   // system) would fail the first checkpoint too: found before training.
   const std::string pid = std::to_string(::getpid()) + "\n";
-  if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size()) ||
-      ::fsync(fd_) != 0) {
+  if (::ftruncate(fd_, 0) != 0 ||
+      ::pwrite(fd_, pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size()) || ::fsync(fd_) != 0) {
     const std::string why = std::strerror(errno);
     ::close(fd_);
     fd_ = -1;

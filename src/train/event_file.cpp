@@ -5,11 +5,11 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
-#include <algorithm>
 
 #include "checkpoint/file_io.h"
 #include "event.pb.h"
@@ -66,14 +66,15 @@ std::vector<std::string> list_event_files(const std::string& dir) {
 EventFileWriter::EventFileWriter(const std::string& dir) {
   std::error_code ec;
   fs::create_directories(dir, ec);
-  if (ec || !fs::is_directory(dir)) throw IoError("cannot create TensorBoard directory " + dir + ": " + ec.message());
+  if (ec || !fs::is_directory(dir))
+    throw IoError("cannot create TensorBoard directory " + dir + ": " + ec.message());
   int64_t seconds = static_cast<int64_t>(wall_seconds());
   for (const std::string& f : list_event_files(dir)) seconds = std::max(seconds, file_seconds(f) + 1);
   char host[256] = "localhost";
   if (gethostname(host, sizeof host - 1) != 0 || host[0] == '\0') std::strcpy(host, "localhost");
   host[sizeof host - 1] = '\0';
-  path_ = (fs::path(dir) / (std::string(kPrefix) + std::to_string(seconds) + "." + host + "." +
-                            std::to_string(getpid())))
+  path_ = (fs::path(dir) /
+           (std::string(kPrefix) + std::to_string(seconds) + "." + host + "." + std::to_string(getpid())))
               .string();
   fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd_ < 0) throw IoError("cannot create event file " + path_ + ": " + std::strerror(errno));
@@ -121,7 +122,8 @@ int64_t trim_event_files(const std::string& dir, int64_t step) {
     int64_t file_dropped = valid < bytes.size() ? 1 : 0;  // a torn tail counts as one record
     for (const std::string& r : records) {
       tensorboard::Event e;
-      if (!e.ParseFromString(r)) throw IoError("event file " + path + ": a record is not a TensorBoard Event");
+      if (!e.ParseFromString(r))
+        throw IoError("event file " + path + ": a record is not a TensorBoard Event");
       if (e.has_summary() && e.step() > step) {
         ++file_dropped;
         continue;
@@ -146,7 +148,8 @@ std::vector<ScalarEvent> read_scalar_events(const std::string& dir) {
   for (const std::string& path : list_event_files(dir)) {
     for (const std::string& r : tfrecord_parse(read_whole(path))) {
       tensorboard::Event e;
-      if (!e.ParseFromString(r)) throw IoError("event file " + path + ": a record is not a TensorBoard Event");
+      if (!e.ParseFromString(r))
+        throw IoError("event file " + path + ": a record is not a TensorBoard Event");
       if (!e.has_summary()) continue;
       ScalarEvent s;
       s.step = e.step();

@@ -15,8 +15,8 @@
 #include "mixtrain/data/wordpiece.h"
 #include "mixtrain/train/classify.h"
 #include "mixtrain/train/recipe.h"
-#include "train/finetune_checkpointing.h"
 #include "mixtrain/train/trainer.h"
+#include "train/finetune_checkpointing.h"
 
 namespace mixtrain {
 namespace fs = std::filesystem;
@@ -40,7 +40,8 @@ void FinetuneOptions::validate() const {
   auto bad = [](const char* field, const std::string& what) { throw ArgumentError({field}, field + what); };
   if (max_len < 2) bad("max_len", " must be at least 2, got " + std::to_string(max_len));
   if (epochs < 1) bad("epochs", " must be positive, got " + std::to_string(epochs));
-  if (train_examples < 0) bad("train_examples", " must be >= 0 (0: all), got " + std::to_string(train_examples));
+  if (train_examples < 0)
+    bad("train_examples", " must be >= 0 (0: all), got " + std::to_string(train_examples));
   if (test_examples < 0) bad("test_examples", " must be >= 0 (0: all), got " + std::to_string(test_examples));
   if (!(dropout >= 0.f && dropout < 1.f)) bad("dropout", " must be in [0, 1)");
   if (!task.empty() && task != "finefoods" && task != "fortunes")
@@ -52,7 +53,8 @@ void FinetuneOptions::validate() const {
   if (train.steps < 0) bad("steps", " must be >= 0 (0: every epoch), got " + std::to_string(train.steps));
   if (train.eval_batches < 0) bad("eval_batches", " must be >= 0 (0: the whole test set)");
   if (!train.checkpoint.init_from.empty())
-    throw ArgumentError({"checkpoint.init_from"}, "checkpoint.init_from does not apply to a fine-tune (model_dir is the start)");
+    throw ArgumentError({"checkpoint.init_from"},
+                        "checkpoint.init_from does not apply to a fine-tune (model_dir is the start)");
   TrainOptions t = train;  // train()'s own checks, with the fields that mean "all" here filled in
   t.steps = std::max<int64_t>(t.steps, 1);
   t.warmup = 0;
@@ -128,9 +130,11 @@ class EpochHook final : public TrainingHook {
     loss_sum_ = 0;
     steps_ = 0;
     if (quiet_) return;
-    std::printf("epoch %lld/%lld (step %lld): train loss %.4f, test loss %.4f, test accuracy %.2f%% (majority %.2f%%), %.0f s\n",
-                static_cast<long long>(e.epoch), static_cast<long long>(epochs_), static_cast<long long>(e.step),
-                e.train_loss, e.test_loss, 100 * e.test_accuracy, 100 * out_.majority_baseline, e.elapsed_s);
+    std::printf(
+        "epoch %lld/%lld (step %lld): train loss %.4f, test loss %.4f, test accuracy %.2f%% (majority "
+        "%.2f%%), %.0f s\n",
+        static_cast<long long>(e.epoch), static_cast<long long>(epochs_), static_cast<long long>(e.step),
+        e.train_loss, e.test_loss, 100 * e.test_accuracy, 100 * out_.majority_baseline, e.elapsed_s);
     std::fflush(stdout);
   }
 
@@ -164,7 +168,8 @@ class ClassificationRecipe final : public Recipe {
   void prepare(const TrainOptions& t, int ranks) override {
     task_ = load_task(o_);
     tokenizer_ = std::make_unique<WordPieceTokenizer>(tokenizer_from_model_dir(dir_));
-    data_ = std::make_unique<ClassificationBatches>(task_.train, task_.test, *tokenizer_, t.batch_size, o_.max_len, t.seed);
+    data_ = std::make_unique<ClassificationBatches>(task_.train, task_.test, *tokenizer_, t.batch_size,
+                                                    o_.max_len, t.seed);
     out_.labels = task_.train.labels;
     out_.majority_baseline = data_->majority_baseline();
     out_.train_examples = int64_t(task_.train.examples.size());
@@ -175,17 +180,20 @@ class ClassificationRecipe final : public Recipe {
     out_.steps_per_epoch = (data_->batches_per_epoch() + per_step - 1) / per_step;
   }
   const DataSource& data() const override { return *data_; }
-  std::unique_ptr<Model> make_model(const PrecisionSpec& spec, MemCategory weights, const TrainOptions& t) override {
+  std::unique_ptr<Model> make_model(const PrecisionSpec& spec, MemCategory weights,
+                                    const TrainOptions& t) override {
     ClassifierOptions co;
     co.labels = task_.train.labels;
     co.pooling = o_.pooling;
     co.dropout = o_.dropout;
     co.seed = t.seed;
-    std::unique_ptr<Model> model = load_encoder_classifier(dir_, co, spec.param_dtype, spec.grad_dtype, weights);
+    std::unique_ptr<Model> model =
+        load_encoder_classifier(dir_, co, spec.param_dtype, spec.grad_dtype, weights);
     const int64_t positions = encoder_info(*model).max_positions;
     if (o_.max_len > positions)
       throw ArgumentError({"max_len"}, "max_len " + std::to_string(o_.max_len) + " exceeds the model's " +
-                                           std::to_string(positions) + " positions (" + dir_ + "/config.json)");
+                                           std::to_string(positions) + " positions (" + dir_ +
+                                           "/config.json)");
     return model;
   }
   void configure(RunConfig& rc, const TrainOptions& t) const override {
@@ -200,7 +208,9 @@ class ClassificationRecipe final : public Recipe {
   std::unique_ptr<TrainingHook> checkpointing(const TrainOptions& one_process, Model& model) override {
     nlohmann::json run_options;
     run_options["model"] = nlohmann::json::parse(model.config_json());
-    run_options["data"] = {{"task", task_.name}, {"train", out_.train_examples}, {"test", out_.test_examples},
+    run_options["data"] = {{"task", task_.name},
+                           {"train", out_.train_examples},
+                           {"test", out_.test_examples},
                            {"tokens_crc32", data_checksum(*data_)}};
     run_options["max_len"] = o_.max_len;
     run_options["epochs"] = o_.epochs;
@@ -213,11 +223,13 @@ class ClassificationRecipe final : public Recipe {
     out_.train_seconds = 0;
     run.add_hook(std::make_unique<EpochHook>(out_, out_.steps_per_epoch, o_.epochs, t.quiet));
     if (t.quiet) return;
-    std::printf("fine-tuning %s on %s: %lld train / %lld test examples, %zu labels, %lld steps (%lld per epoch), %s\n",
-                dir_.c_str(), task_.name.c_str(), static_cast<long long>(out_.train_examples),
-                static_cast<long long>(out_.test_examples), out_.labels.size(),
-                static_cast<long long>(run.config().steps), static_cast<long long>(out_.steps_per_epoch),
-                std::string(precision_spec(t.precision).name).c_str());
+    std::printf(
+        "fine-tuning %s on %s: %lld train / %lld test examples, %zu labels, %lld steps (%lld per epoch), "
+        "%s\n",
+        dir_.c_str(), task_.name.c_str(), static_cast<long long>(out_.train_examples),
+        static_cast<long long>(out_.test_examples), out_.labels.size(),
+        static_cast<long long>(run.config().steps), static_cast<long long>(out_.steps_per_epoch),
+        std::string(precision_spec(t.precision).name).c_str());
     std::fflush(stdout);
   }
   void finish(Model& model, const TrainSummary&, const TrainOptions& t) override {
@@ -250,7 +262,8 @@ FinetuneSummary finetune(const FinetuneOptions& o) {
 }
 
 CompareResult compare_finetune(const FinetuneOptions& base, const std::vector<CompareEntry>& entries,
-                               const std::function<void(const CompareRun&)>& on_run, double* majority_baseline) {
+                               const std::function<void(const CompareRun&)>& on_run,
+                               double* majority_baseline) {
   base.validate();
   if (majority_baseline) *majority_baseline = load_task(base).test.majority_baseline();
   return compare_precisions(base.train, entries, on_run, [&](const TrainOptions& t) {

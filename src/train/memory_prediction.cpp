@@ -7,7 +7,6 @@
 // themselves are the meta tracker's, the same counters a real run's tracker keeps.
 #include "mixtrain/train/memory_prediction.h"
 
-
 #include <algorithm>
 #include <mutex>
 #include <unordered_map>
@@ -27,7 +26,8 @@ std::string module_pattern(const std::string& path) {
   while (i <= path.size()) {
     const size_t j = std::min(path.find('.', i), path.size());
     const std::string part = path.substr(i, j - i);
-    const bool number = !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
+    const bool number =
+        !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
     if (!out.empty()) out += '.';
     out += number ? "*" : part;
     i = j + 1;
@@ -50,7 +50,8 @@ std::string describe_site(const AllocSite& s, bool pattern) {
 
 class Ledger final : public MetaObserver {
  public:
-  void on_allocate(uintptr_t address, size_t bytes, MemCategory category, const MetaTensorDesc* desc) override {
+  void on_allocate(uintptr_t address, size_t bytes, MemCategory category,
+                   const MetaTensorDesc* desc) override {
     const AllocSite& site = alloc_site();
     std::string label = describe_site(site, true);
     if (desc) {  // appended piece by piece (GCC 12 warns, falsely, of overlapping copies in a + chain)
@@ -167,9 +168,10 @@ MemoryPrediction predict_memory(const std::function<void()>& run) {
   p.peak_moment = ledger.peak_moment();
   p.terms = ledger.terms_at_peak();
   for (const MemoryTerm& t : p.terms) p.at_peak[static_cast<size_t>(t.category)] += t.bytes;
-  p.notes.push_back("oneDNN's own allocations outside the GEMM scratchpad (primitive descriptors, its "
-                    "thread pool) and the allocator's cache of freed blocks are not tensor memory and "
-                    "are not counted (process peak RSS shows them)");
+  p.notes.push_back(
+      "oneDNN's own allocations outside the GEMM scratchpad (primitive descriptors, its "
+      "thread pool) and the allocator's cache of freed blocks are not tensor memory and "
+      "are not counted (process peak RSS shows them)");
   return p;
 }
 

@@ -14,7 +14,8 @@ double relative_error(int64_t predicted, int64_t measured) {
   return static_cast<double>(predicted - measured) / static_cast<double>(measured);
 }
 
-MemoryReport task_memory_report(const TrainOptions& opt, bool predict_only, int ranks, const MemoryTaskRun& run) {
+MemoryReport task_memory_report(const TrainOptions& opt, bool predict_only, int ranks,
+                                const MemoryTaskRun& run) {
   if (ranks < 1) throw ArgumentError({"ranks"}, "ranks must be >= 1, got " + std::to_string(ranks));
   const int world_size = opt.world != nullptr ? opt.world->size() : 1;
   if (!predict_only && world_size > 1 && world_size != ranks)
@@ -51,7 +52,8 @@ MemoryReport task_memory_report(const TrainOptions& opt, bool predict_only, int 
 MemoryReport memory_report(const TrainOptions& opt, bool predict_only, int ranks) {
   if (!predict_only) opt.validate();
   const GptConfig model = GptConfig::from_preset_or_file(opt.model);
-  MemoryReport r = task_memory_report(opt, predict_only, ranks, [](const TrainOptions& t) { return train(t); });
+  MemoryReport r =
+      task_memory_report(opt, predict_only, ranks, [](const TrainOptions& t) { return train(t); });
   r.model = model;
   r.seq_len = opt.seq_len > 0 ? opt.seq_len : model.block_size;
   return r;

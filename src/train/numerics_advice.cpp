@@ -7,8 +7,8 @@
 #include <map>
 #include <tuple>
 
-#include "train/numerics_sites.h"
 #include "mixtrain/train/trainer.h"
+#include "train/numerics_sites.h"
 
 namespace mixtrain {
 namespace {
@@ -81,7 +81,8 @@ namespace {
 
 // The advice of the run that `run` makes from `opt_in` (train() or finetune() of it), which it
 // returns the steps of.
-NumericsAdvice advise_run(const TrainOptions& opt_in, const std::function<int64_t(const TrainOptions&)>& run) {
+NumericsAdvice advise_run(const TrainOptions& opt_in,
+                          const std::function<int64_t(const TrainOptions&)>& run) {
   TrainOptions opt = opt_in;
   opt.precision = PrecisionMode::true32;
   opt.log_jsonl.clear();
@@ -99,7 +100,8 @@ NumericsAdvice advise_run(const TrainOptions& opt_in, const std::function<int64_
     NumericsOptions n;
     n.every = 1;
     n.histograms = true;
-    run.add_hook(std::make_unique<NumericsHook>(n, [merged](int64_t, const std::vector<SiteStats>& s) { merged->add(s); }));
+    run.add_hook(std::make_unique<NumericsHook>(
+        n, [merged](int64_t, const std::vector<SiteStats>& s) { merged->add(s); }));
   };
   NumericsAdvice a;
   try {
@@ -140,7 +142,8 @@ NumericsAdvice advise_run(const TrainOptions& opt_in, const std::function<int64_
   a.min_loss_scale_log2 = min_scale_log2(wg, wg_zeros);
   a.min_activation_scale_log2 = min_scale_log2(ag, ag_zeros);
   a.max_loss_scale_log2 = grad_amax > 0 ? static_cast<int>(std::floor(std::log2(kFp16Max / grad_amax))) : 24;
-  a.fp16_grads_lost_unscaled = wg_numel > 0 ? static_cast<double>(wg_lost16) / static_cast<double>(wg_numel) : 0;
+  a.fp16_grads_lost_unscaled =
+      wg_numel > 0 ? static_cast<double>(wg_lost16) / static_cast<double>(wg_numel) : 0;
   a.bf16_updates_lost = upd_numel > 0 ? static_cast<double>(upd_bf16) / static_cast<double>(upd_numel) : 0;
   a.fp16_updates_lost = upd_numel > 0 ? static_cast<double>(upd_fp16) / static_cast<double>(upd_numel) : 0;
 
@@ -148,8 +151,8 @@ NumericsAdvice advise_run(const TrainOptions& opt_in, const std::function<int64_
                            const char* limit, const char* fix) {
     for (const OverflowingSite& s : sites) {
       m.safe = false;
-      m.lines.push_back(std::string(what) + " overflows at " + s.site + " (" + s.op + ", amax " + num(s.amax) + " > " +
-                        limit + "): " + fix + " keep_fp32 " + s.site);
+      m.lines.push_back(std::string(what) + " overflows at " + s.site + " (" + s.op + ", amax " +
+                        num(s.amax) + " > " + limit + "): " + fix + " keep_fp32 " + s.site);
     }
   };
   ModeAdvice m16;
@@ -157,47 +160,57 @@ NumericsAdvice advise_run(const TrainOptions& opt_in, const std::function<int64_
   overflow_lines(m16, a.fp16_forward, "fp16 forward", "65504", "use bf16-mixed or keep this site in fp32:");
   // In mixtrain's 16-mixed the activation gradients are fp16 (GEMM-family ops) but weight
   // gradients accumulate straight into the fp32 buffer: the activations' range decides.
-  const std::string ka = std::to_string(a.min_activation_scale_log2), kw = std::to_string(a.min_loss_scale_log2),
-                    kmax = std::to_string(a.max_loss_scale_log2);
-  const std::string weights_too = "weight gradients would need 2^" + kw + " where a framework keeps them in fp16";
+  const std::string ka = std::to_string(a.min_activation_scale_log2),
+                    kw = std::to_string(a.min_loss_scale_log2), kmax = std::to_string(a.max_loss_scale_log2);
+  const std::string weights_too =
+      "weight gradients would need 2^" + kw + " where a framework keeps them in fp16";
   if (a.min_activation_scale_log2 > a.max_loss_scale_log2) {
     m16.safe = false;
-    m16.lines.push_back("no loss scale fits: 99.9% of the activation gradients' magnitude needs at least 2^" + ka +
-                        " to stay out of fp16 subnormals, the largest activation gradient (" + num(grad_amax) +
-                        ") overflows fp16 above 2^" + kmax + ": use bf16-mixed (" + weights_too + ")");
+    m16.lines.push_back("no loss scale fits: 99.9% of the activation gradients' magnitude needs at least 2^" +
+                        ka + " to stay out of fp16 subnormals, the largest activation gradient (" +
+                        num(grad_amax) + ") overflows fp16 above 2^" + kmax + ": use bf16-mixed (" +
+                        weights_too + ")");
   } else {
-    m16.lines.push_back("needs a loss scale of at least 2^" + ka +
-                        " to keep 99.9% of the activation gradients' magnitude out of the fp16 subnormal range (" + weights_too +
-                        "); above 2^" + kmax + " the largest activation gradient (" + num(grad_amax) +
-                        ") overflows fp16 (the dynamic scaler starts at 2^16 and grows while no step overflows)");
+    m16.lines.push_back(
+        "needs a loss scale of at least 2^" + ka +
+        " to keep 99.9% of the activation gradients' magnitude out of the fp16 subnormal range (" +
+        weights_too + "); above 2^" + kmax + " the largest activation gradient (" + num(grad_amax) +
+        ") overflows fp16 (the dynamic scaler starts at 2^16 and grows while no step overflows)");
   }
   ModeAdvice b16m;
   b16m.mode = "bf16-mixed";
   overflow_lines(b16m, a.bf16_any, "bf16", "3.39e38", "keep this site in fp32:");
-  if (b16m.safe) b16m.lines.push_back("safe: no op output or gradient leaves bf16's range; no loss scale needed");
+  if (b16m.safe)
+    b16m.lines.push_back("safe: no op output or gradient leaves bf16's range; no loss scale needed");
   ModeAdvice t16;
   t16.mode = "16-true";
   overflow_lines(t16, a.fp16_any, "fp16", "65504", "use bf16-true, or a *-mixed mode with");
   if (a.fp16_grads_lost_unscaled > 0.001) {
     t16.safe = false;
     t16.lines.push_back(pct(a.fp16_grads_lost_unscaled) +
-                        " of weight gradients are subnormal or flushed to zero in fp16 without a loss scale: use 16-mixed or bf16-true");
+                        " of weight gradients are subnormal or flushed to zero in fp16 without a loss scale: "
+                        "use 16-mixed or bf16-true");
   }
   if (a.fp16_updates_lost >= kLostUpdatesWorthFixing) {
     t16.safe = false;
     t16.lines.push_back(pct(a.fp16_updates_lost) +
-                        " of updates are below half an ulp of their fp16 weight: use update_rounding kahan, stochastic or master");
+                        " of updates are below half an ulp of their fp16 weight: use update_rounding kahan, "
+                        "stochastic or master");
   }
-  if (t16.safe) t16.lines.push_back("safe in range and updates (" + pct(a.fp16_updates_lost) + " of updates lost to rounding)");
+  if (t16.safe)
+    t16.lines.push_back("safe in range and updates (" + pct(a.fp16_updates_lost) +
+                        " of updates lost to rounding)");
   ModeAdvice tb16;
   tb16.mode = "bf16-true";
   overflow_lines(tb16, a.bf16_any, "bf16", "3.39e38", "use a *-mixed mode with");
   if (a.bf16_updates_lost >= kLostUpdatesWorthFixing) {
     tb16.safe = false;
     tb16.lines.push_back(pct(a.bf16_updates_lost) +
-                         " of updates are below half an ulp of their bf16 weight: use update_rounding kahan, stochastic or master");
+                         " of updates are below half an ulp of their bf16 weight: use update_rounding kahan, "
+                         "stochastic or master");
   } else {
-    tb16.lines.push_back("nearest rounding loses " + pct(a.bf16_updates_lost) + " of updates (below half a bf16 ulp)");
+    tb16.lines.push_back("nearest rounding loses " + pct(a.bf16_updates_lost) +
+                         " of updates (below half a bf16 ulp)");
   }
   a.modes = {m16, b16m, t16, tb16};
   return a;

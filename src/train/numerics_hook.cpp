@@ -12,11 +12,14 @@ namespace mixtrain {
 
 void NumericsOptions::validate(bool need_path) const {
   if (need_path && path.empty()) throw ArgumentError({"numerics.path"}, "numerics.path is empty");
-  if (every < 1) throw ArgumentError({"numerics.every"}, "numerics.every must be positive, got " + std::to_string(every));
+  if (every < 1)
+    throw ArgumentError({"numerics.every"}, "numerics.every must be positive, got " + std::to_string(every));
 }
 
 NumericsHook::NumericsHook(NumericsOptions options, SampleFn on_sample)
-    : options_(std::move(options)), on_sample_(std::move(on_sample)), table_(std::make_unique<SiteTable>()),
+    : options_(std::move(options)),
+      on_sample_(std::move(on_sample)),
+      table_(std::make_unique<SiteTable>()),
       probe_(std::make_unique<SiteProbe>(*table_, options_.histograms)) {
   options_.validate(/*need_path=*/!on_sample_);
 }
@@ -39,7 +42,8 @@ void NumericsHook::on_step_begin(TrainingRun& run, int64_t step) {
   if (!active_) return;
   table_->clear();
   const ParameterStore& params = run.model().params();
-  for (size_t i = 0; i < params.size(); ++i) table_->add(&params.infos()[i].name, "param", ProbeKind::weight, params.param(i));
+  for (size_t i = 0; i < params.size(); ++i)
+    table_->add(&params.infos()[i].name, "param", ProbeKind::weight, params.param(i));
   before_ = params.flat_params().to_floats();  // for the update, after the optimizer step
   autograd::set_probe_hook(probe_.get());
 }
@@ -103,7 +107,8 @@ void OverflowForensicsHook::on_nonfinite(TrainingRun& run, StepRecord& r) {
   } else {
     std::snprintf(b, sizeof b, "; loss scale %g", r.loss_scale);
     r.overflow_detail = std::string("a re-run of the step stayed finite (the non-finite ") +
-                        (r.loss_finite ? "gradient" : "loss") + " came from outside the ops, e.g. an injected fault)" + b;
+                        (r.loss_finite ? "gradient" : "loss") +
+                        " came from outside the ops, e.g. an injected fault)" + b;
   }
 }
 

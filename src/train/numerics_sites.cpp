@@ -1,11 +1,10 @@
 // The numerics probes' site table and the two probes (train/numerics_sites.h).
 #include "train/numerics_sites.h"
 
-#include "mixtrain/train/tensorboard_hook.h"
-
 #include <algorithm>
-
 #include <nlohmann/json.hpp>
+
+#include "mixtrain/train/tensorboard_hook.h"
 
 namespace mixtrain {
 namespace {
@@ -54,8 +53,8 @@ std::string site_record_json(int64_t step, double loss_scale, const SiteStats& s
   for (size_t f = 0; f < kNumProbeFormats; ++f) {
     const FormatCounts& c = s.stats.formats[f];
     j[probe_format_name(static_cast<ProbeFormat>(f))] = {{"subnormal", static_cast<double>(c.subnormal) / n},
-                                                          {"flushed", static_cast<double>(c.flushed) / n},
-                                                          {"overflow", static_cast<double>(c.overflow) / n}};
+                                                         {"flushed", static_cast<double>(c.flushed) / n},
+                                                         {"overflow", static_cast<double>(c.overflow) / n}};
   }
   if (s.has_ulp) {
     j["storage"] = std::string(dtype_name(s.storage));
@@ -79,7 +78,8 @@ void SiteStats::merge(const SiteStats& o) {
 
 void add_amax_scalars(TensorBoardHook& tb, const std::vector<SiteStats>& sites) {
   for (const SiteStats& s : sites)
-    tb.add_scalar("numerics_amax/" + std::string(probe_kind_name(s.kind)) + "/" + s.site + (s.op == "param" ? "" : ":" + s.op),
+    tb.add_scalar("numerics_amax/" + std::string(probe_kind_name(s.kind)) + "/" + s.site +
+                      (s.op == "param" ? "" : ":" + s.op),
                   s.stats.amax);
 }
 
@@ -88,7 +88,8 @@ void SiteTable::clear() {
   sites_.clear();
 }
 
-void SiteProbe::forward_output(const char* op, const std::string* module, const autograd::Node*, const Tensor& out) {
+void SiteProbe::forward_output(const char* op, const std::string* module, const autograd::Node*,
+                               const Tensor& out) {
   if (op == nullptr || std::string_view(op) == "reshape") return;  // a view: its input's values again
   table_.add(module, op, ProbeKind::forward, out);
 }

@@ -50,7 +50,8 @@ class SiteTable {
   // Adds t's statistics to the site (module, op, kind); module may be null.
   SiteStats& add(const std::string* module, std::string_view op, ProbeKind kind, const Tensor& t);
   // The same with statistics already taken (of values of dtype `dtype`).
-  SiteStats& add(const std::string* module, std::string_view op, ProbeKind kind, DType dtype, const NumericStats& s);
+  SiteStats& add(const std::string* module, std::string_view op, ProbeKind kind, DType dtype,
+                 const NumericStats& s);
   const std::vector<SiteStats>& sites() const { return sites_; }
   void clear();
 
@@ -65,7 +66,8 @@ class SiteProbe final : public autograd::ProbeHook {
  public:
   // histograms: also the exponent histogram of each gradient (the advice's loss-scale range).
   SiteProbe(SiteTable& table, bool histograms) : table_(table), histograms_(histograms) {}
-  void forward_output(const char* op, const std::string* module, const autograd::Node* node, const Tensor& out) override;
+  void forward_output(const char* op, const std::string* module, const autograd::Node* node,
+                      const Tensor& out) override;
   void backward_input(const autograd::Node& node, const Tensor& grad_out) override;
   void backward_done(const autograd::Node&) override {}
 
@@ -78,13 +80,14 @@ class SiteProbe final : public autograd::ProbeHook {
 struct OverflowSite {
   bool found = false;
   std::string site, op;
-  bool backward = false;   // the op's backward rule produced it (else its forward)
-  float input_amax = 0;    // largest finite |x| over the op's inputs (backward: its incoming gradient)
-  int64_t nonfinite = 0;   // inf/NaN elements in the output
+  bool backward = false;  // the op's backward rule produced it (else its forward)
+  float input_amax = 0;   // largest finite |x| over the op's inputs (backward: its incoming gradient)
+  int64_t nonfinite = 0;  // inf/NaN elements in the output
 };
 class ForensicsProbe final : public autograd::ProbeHook {
  public:
-  void forward_output(const char* op, const std::string* module, const autograd::Node* node, const Tensor& out) override;
+  void forward_output(const char* op, const std::string* module, const autograd::Node* node,
+                      const Tensor& out) override;
   void backward_input(const autograd::Node& node, const Tensor& grad_out) override;
   void backward_done(const autograd::Node& node) override;
   const OverflowSite& first() const { return first_; }

@@ -17,11 +17,14 @@ void add_observer_hooks(TrainingRun& run, const TrainOptions& opt) {
     run.add_hook(std::make_unique<FaultInjectionHook>(opt.inject_nonfinite, opt.inject_nonfinite_rank));
   if (opt.overflow_forensics) run.add_hook(std::make_unique<OverflowForensicsHook>());
   std::unique_ptr<TensorBoardHook> tb;
-  if (!opt.tensorboard_dir.empty()) tb = std::make_unique<TensorBoardHook>(opt.tensorboard_dir, !opt.checkpoint.resume.empty());
+  if (!opt.tensorboard_dir.empty())
+    tb = std::make_unique<TensorBoardHook>(opt.tensorboard_dir, !opt.checkpoint.resume.empty());
   if (!opt.numerics.path.empty()) {
     NumericsHook::SampleFn to_tensorboard;  // each sampled site's amax as a scalar of the step's event
     if (tb)
-      to_tensorboard = [t = tb.get()](int64_t, const std::vector<SiteStats>& sites) { add_amax_scalars(*t, sites); };
+      to_tensorboard = [t = tb.get()](int64_t, const std::vector<SiteStats>& sites) {
+        add_amax_scalars(*t, sites);
+      };
     run.add_hook(std::make_unique<NumericsHook>(opt.numerics, std::move(to_tensorboard)));
   }
   run.add_hook(std::make_unique<StepLogHook>(opt.log_jsonl));

@@ -29,7 +29,9 @@ std::optional<struct stat> stat_of(const std::string& path) {
   return st;
 }
 
-bool same_file(const struct stat& a, const struct stat& b) { return a.st_dev == b.st_dev && a.st_ino == b.st_ino; }
+bool same_file(const struct stat& a, const struct stat& b) {
+  return a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
 
 // The absolute path with every symlink resolved (the missing tail kept as written).
 fs::path resolved(const std::string& path) {
@@ -60,20 +62,23 @@ void check_output_file(const RunPaths::Entry& out) {
   check_nonempty_path(out.path, out.what);
   if (out.path == "-") return;
   if (const auto st = stat_of(out.path)) {
-    if (S_ISDIR(st->st_mode)) throw ArgumentError({out.what}, out.what + ": " + out.path + " is a directory, not a file");
+    if (S_ISDIR(st->st_mode))
+      throw ArgumentError({out.what}, out.what + ": " + out.path + " is a directory, not a file");
     if (::access(out.path.c_str(), W_OK) != 0)
       throw ArgumentError({out.what}, out.what + ": " + out.path + " is not writable: " + errno_text());
     return;
   }
   const fs::path parent = resolved(out.path).parent_path();
   const auto pst = stat_of(parent.string());
-  if (!pst) throw ArgumentError({out.what}, out.what + ": cannot create " + out.path + ": directory " + parent.string() +
-                                " does not exist");
+  if (!pst)
+    throw ArgumentError({out.what}, out.what + ": cannot create " + out.path + ": directory " +
+                                        parent.string() + " does not exist");
   if (!S_ISDIR(pst->st_mode))
-    throw ArgumentError({out.what}, out.what + ": cannot create " + out.path + ": " + parent.string() + " is not a directory");
+    throw ArgumentError({out.what}, out.what + ": cannot create " + out.path + ": " + parent.string() +
+                                        " is not a directory");
   if (::access(parent.c_str(), W_OK | X_OK) != 0)
-    throw ArgumentError({out.what}, out.what + ": cannot create " + out.path + ": directory " + parent.string() +
-                        " is not writable: " + errno_text());
+    throw ArgumentError({out.what}, out.what + ": cannot create " + out.path + ": directory " +
+                                        parent.string() + " is not writable: " + errno_text());
 }
 
 }  // namespace
@@ -100,13 +105,15 @@ void check_run_paths(const RunPaths& p) {
     const auto ost = stat_of(out.path);
     for (const auto& d : dirs)
       if (!d.path.empty() && inside_checkpoint(o, resolved(d.path)))
-        throw ArgumentError({out.what, d.what}, out.what + ": " + out.path + " is inside a checkpoint of " + d.what + " " + d.path +
-                            ", whose files the run reads, replaces and deletes");
+        throw ArgumentError({out.what, d.what}, out.what + ": " + out.path + " is inside a checkpoint of " +
+                                                    d.what + " " + d.path +
+                                                    ", whose files the run reads, replaces and deletes");
     if (ost && S_ISREG(ost->st_mode))
       for (const auto& in : p.inputs)
         if (const auto ist = stat_of(in.path); ist && same_file(*ost, *ist))
-          throw ArgumentError({out.what, in.what}, out.what + ": " + out.path + " is the same file as the " + in.what + " input " +
-                              in.path + "; writing it would destroy the input");
+          throw ArgumentError({out.what, in.what}, out.what + ": " + out.path + " is the same file as the " +
+                                                       in.what + " input " + in.path +
+                                                       "; writing it would destroy the input");
   }
   // Two outputs on one file would interleave or replace each other.
   for (size_t i = 0; i < p.outputs.size(); ++i)
@@ -114,7 +121,8 @@ void check_run_paths(const RunPaths& p) {
       const auto& a = p.outputs[i];
       const auto& b = p.outputs[j];
       if (a.path == "-" || b.path == "-") {
-        if (a.path == b.path) throw ArgumentError({a.what, b.what}, a.what + " and " + b.what + " both write to stdout");
+        if (a.path == b.path)
+          throw ArgumentError({a.what, b.what}, a.what + " and " + b.what + " both write to stdout");
         continue;
       }
       const auto sa = stat_of(a.path), sb = stat_of(b.path);
@@ -126,7 +134,8 @@ void check_run_paths(const RunPaths& p) {
     const auto st = stat_of(f.path);
     if (st && S_ISREG(st->st_mode))
       throw ArgumentError({f.what, "overwrite", "checkpoint.resume"},
-                          f.what + ": " + f.path + " already exists (overwrite replaces it; checkpoint.resume continues its run)");
+                          f.what + ": " + f.path +
+                              " already exists (overwrite replaces it; checkpoint.resume continues its run)");
   }
 }
 
@@ -172,7 +181,9 @@ OutputStream::~OutputStream() {
   if (owned_ && fd_ >= 0) ::close(fd_);
 }
 
-void OutputStream::fail(const std::string& why) const { throw IoError("cannot write " + what_ + " " + path_ + ": " + why); }
+void OutputStream::fail(const std::string& why) const {
+  throw IoError("cannot write " + what_ + " " + path_ + ": " + why);
+}
 
 void OutputStream::write(std::string_view text) {
   if (fd_ < 0) fail("already closed");

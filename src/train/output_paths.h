@@ -25,11 +25,11 @@ struct RunPaths {
     std::string what;
     std::string path;
   };
-  std::vector<Entry> inputs;           // files or directories the run reads
-  std::vector<Entry> input_dirs;       // directories whose files the run reads (a resumed checkpoint)
-  std::vector<Entry> outputs;          // files the run writes
-  std::vector<Entry> output_dirs;      // directories the run writes into (--checkpoint-dir)
-  std::vector<Entry> new_files;        // outputs that must not exist yet (a fresh step or numerics log)
+  std::vector<Entry> inputs;       // files or directories the run reads
+  std::vector<Entry> input_dirs;   // directories whose files the run reads (a resumed checkpoint)
+  std::vector<Entry> outputs;      // files the run writes
+  std::vector<Entry> output_dirs;  // directories the run writes into (--checkpoint-dir)
+  std::vector<Entry> new_files;    // outputs that must not exist yet (a fresh step or numerics log)
 };
 
 // ArgumentError / IoError naming the flag and the path for the first problem.

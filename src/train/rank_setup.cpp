@@ -23,11 +23,13 @@ RankSetup setup_ranks(TrainOptions& opt) {
   return r;
 }
 
-std::unique_ptr<Optimizer> make_run_optimizer(const RankSetup& ranks, const ParameterStore& store, const TrainOptions& opt) {
+std::unique_ptr<Optimizer> make_run_optimizer(const RankSetup& ranks, const ParameterStore& store,
+                                              const TrainOptions& opt) {
   if (!ranks.zero) return make_optimizer(store, opt.optimizer_config());
   if (!opt.numerics.path.empty())
-    throw ArgumentError({"zero", "numerics"}, "numerics probes read every parameter's gradient, and under zero 1 a "
-                                              "rank holds the summed gradients of its own part only (probe with zero 0)");
+    throw ArgumentError({"zero", "numerics"},
+                        "numerics probes read every parameter's gradient, and under zero 1 a "
+                        "rank holds the summed gradients of its own part only (probe with zero 0)");
   return std::make_unique<ZeroOptimizer>(store, opt.optimizer_config(), *ranks.world);
 }
 
@@ -39,7 +41,8 @@ TrainOptions as_one_process(const TrainOptions& opt, const RankSetup& ranks) {
 
 void add_data_parallel_hooks(TrainingRun& run, const RankSetup& ranks, const TrainOptions& opt) {
   if (ranks.world == nullptr) return;
-  if (ranks.zero && ranks.world->rank() != 0) run.add_hook(std::make_unique<ZeroCheckpointGatherHook>(ranks.rank0_checkpoint));
+  if (ranks.zero && ranks.world->rank() != 0)
+    run.add_hook(std::make_unique<ZeroCheckpointGatherHook>(ranks.rank0_checkpoint));
   run.add_hook(std::make_unique<DataParallelHook>(*ranks.world, opt.data_parallel));
 }
 

@@ -30,7 +30,8 @@ struct RankSetup {
 RankSetup setup_ranks(TrainOptions& opt);
 // ZeRO's part of the optimizer on this rank (zero 1 over several ranks), else the whole one.
 // ArgumentError for numerics probes under ZeRO (a rank holds its part's summed gradients only).
-std::unique_ptr<Optimizer> make_run_optimizer(const RankSetup& ranks, const ParameterStore& store, const TrainOptions& opt);
+std::unique_ptr<Optimizer> make_run_optimizer(const RankSetup& ranks, const ParameterStore& store,
+                                              const TrainOptions& opt);
 // A checkpoint records the run as one process would make it: grad_accum over all ranks, so a run
 // saved with N ranks resumes with any N' (grad_accum * N' equal) or in one process.
 TrainOptions as_one_process(const TrainOptions& opt, const RankSetup& ranks);

@@ -2,9 +2,9 @@
 #include "mixtrain/train/recipe.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
-#include <chrono>
 #include <fstream>
 
 #include "kernels/gemm_info.h"
@@ -23,7 +23,9 @@ namespace mixtrain {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
 
 // MemAvailable from /proc/meminfo in bytes; 0 when unknown.
 int64_t available_memory_bytes() {
@@ -42,9 +44,12 @@ int64_t available_memory_bytes() {
 std::string gib(int64_t bytes) {
   char b[48];
   const double x = static_cast<double>(bytes);
-  if (bytes >= (int64_t{1} << 30)) std::snprintf(b, sizeof b, "%.2f GiB", x / double(1LL << 30));
-  else if (bytes >= (int64_t{1} << 20)) std::snprintf(b, sizeof b, "%.1f MiB", x / double(1LL << 20));
-  else std::snprintf(b, sizeof b, "%lld bytes", static_cast<long long>(bytes));
+  if (bytes >= (int64_t{1} << 30))
+    std::snprintf(b, sizeof b, "%.2f GiB", x / double(1LL << 30));
+  else if (bytes >= (int64_t{1} << 20))
+    std::snprintf(b, sizeof b, "%.1f MiB", x / double(1LL << 20));
+  else
+    std::snprintf(b, sizeof b, "%lld bytes", static_cast<long long>(bytes));
   return b;
 }
 
@@ -54,7 +59,7 @@ TrainSummary run_prepared(Recipe& recipe, const TrainOptions& opt, const RankSet
                           int64_t max_steps = INT64_MAX) {
   const PrecisionSpec& spec = precision_spec(opt.precision);
   MixedPrecision mp(opt.precision, opt.scaler, opt.force_loss_scaling);
-  gemm_scratch_release();  // the peaks are this run's: no GEMM temporaries of an earlier one
+  gemm_scratch_release();                  // the peaks are this run's: no GEMM temporaries of an earlier one
   MemoryTracker::current().reset_peaks();  // the meta device's in a prediction
   const std::unique_ptr<Model> model = recipe.make_model(spec, weights_category(spec), opt);
   model->set_activation_checkpointing(opt.checkpoint_activations);
@@ -78,7 +83,8 @@ TrainSummary run_prepared(Recipe& recipe, const TrainOptions& opt, const RankSet
   if (std::unique_ptr<TrainingHook> ckpt = recipe.checkpointing(as_one_process(opt, ranks), *model))
     run.add_hook(std::move(ckpt));
   else if (!opt.checkpoint.dir.empty() || !opt.checkpoint.resume.empty() || !opt.checkpoint.init_from.empty())
-    throw ArgumentError({"checkpoint.dir"}, "this task keeps no checkpoints: checkpoint.dir, resume and init_from do not apply");
+    throw ArgumentError({"checkpoint.dir"},
+                        "this task keeps no checkpoints: checkpoint.dir, resume and init_from do not apply");
   add_data_parallel_hooks(run, ranks, opt);
   add_observer_hooks(run, opt);
   recipe.add_hooks(run, opt);
@@ -124,8 +130,8 @@ TrainOptions measured_run_options(TrainOptions m) {
   m.quiet = true;
   m.measure_gemm_rate = false;
   m.log_jsonl.clear();
-  m.numerics.path.clear();             // no probes
-  m.overflow_forensics = false;        // nor re-runs
+  m.numerics.path.clear();       // no probes
+  m.overflow_forensics = false;  // nor re-runs
   m.profile = false;
   m.checkpoint = CheckpointOptions{};  // no files: resuming or saving would read or write them
   m.tensorboard_dir.clear();           // nor event files
@@ -137,7 +143,7 @@ TrainOptions measured_run_options(TrainOptions m) {
 TrainSummary run_recipe(Recipe& recipe, const TrainOptions& opt_in) {
   TrainOptions opt = opt_in;
   if (opt.log_jsonl == "-") opt.quiet = true;  // stdout carries the log
-  const RankSetup ranks = setup_ranks(opt);   // rank 0 alone writes what a run writes
+  const RankSetup ranks = setup_ranks(opt);    // rank 0 alone writes what a run writes
   // On the meta device (a prediction) nothing is read beyond the inputs or written, and predictions
   // are serialized: a nested one would wait for itself.
   const bool meta = default_device().is_meta();
@@ -165,7 +171,8 @@ TrainSummary run_recipe(Recipe& recipe, const TrainOptions& opt_in) {
       probe.inject_nonfinite.clear();
       // This rank's memory alone, without collectives (a ZeRO run's part: the meta world).
       std::unique_ptr<MetaWorld> meta_world;
-      if (ranks.world != nullptr) meta_world = std::make_unique<MetaWorld>(ranks.world->rank(), ranks.world->size());
+      if (ranks.world != nullptr)
+        meta_world = std::make_unique<MetaWorld>(ranks.world->rank(), ranks.world->size());
       probe.world = meta_world.get();
       const int64_t predicted = predict_memory([&] {
                                   const RankSetup probe_ranks = setup_ranks(probe);
@@ -176,8 +183,9 @@ TrainSummary run_recipe(Recipe& recipe, const TrainOptions& opt_in) {
                                                            " (predicted peak) but memory_limit allows " +
                                                            gib(available) + "; force tries anyway");
       if (predicted > available)
-        throw ArgumentError({"force"}, "the run needs about " + gib(predicted) + " (predicted peak) but only " +
-                                           gib(available) + " is available; force tries anyway");
+        throw ArgumentError({"force"}, "the run needs about " + gib(predicted) +
+                                           " (predicted peak) but only " + gib(available) +
+                                           " is available; force tries anyway");
     }
   }
   return run_prepared(recipe, opt, ranks);

@@ -67,8 +67,10 @@ std::string clock_text(double seconds) {
   if (!std::isfinite(seconds) || seconds < 0) return "?";
   const long long s = static_cast<long long>(seconds + 0.5);
   char b[32];
-  if (s >= 3600) std::snprintf(b, sizeof b, "%lld:%02lld:%02lld", s / 3600, s / 60 % 60, s % 60);
-  else std::snprintf(b, sizeof b, "%lld:%02lld", s / 60, s % 60);
+  if (s >= 3600)
+    std::snprintf(b, sizeof b, "%lld:%02lld:%02lld", s / 3600, s / 60 % 60, s % 60);
+  else
+    std::snprintf(b, sizeof b, "%lld:%02lld", s / 60, s % 60);
   return b;
 }
 }  // namespace
@@ -85,22 +87,24 @@ void ProgressHook::on_step_end(TrainingRun& run, const StepRecord& r) {
   const int64_t s = r.step, total = run.config().steps;
   step_seconds_ += r.seconds;
   ++steps_timed_;
-  const std::string eta = clock_text(step_seconds_ / static_cast<double>(steps_timed_) * static_cast<double>(total - s));
+  const std::string eta =
+      clock_text(step_seconds_ / static_cast<double>(steps_timed_) * static_cast<double>(total - s));
   const std::string elapsed = clock_text(r.elapsed_s);
-  if (r.evaluated && s != total) line("step " + std::to_string(s) + " val_loss " + number_or_null(r.val_loss));
+  if (r.evaluated && s != total)
+    line("step " + std::to_string(s) + " val_loss " + number_or_null(r.val_loss));
   if (tty_) {
     const int width = 30;
     const int filled = static_cast<int>(width * s / total);
     std::printf("\r[%.*s%*s] %lld/%lld loss %.4f  %.0f tok/s  lr %.2e  %s elapsed, %s left ", filled,
                 "##############################", width - filled, "", static_cast<long long>(s),
-                static_cast<long long>(total), r.loss, r.tokens_per_s, static_cast<double>(r.lr), elapsed.c_str(),
-                eta.c_str());
+                static_cast<long long>(total), r.loss, r.tokens_per_s, static_cast<double>(r.lr),
+                elapsed.c_str(), eta.c_str());
     if (s == total) std::printf("\n");
     std::fflush(stdout);
   } else if (s == 1 || s % every_ == 0 || s == total) {
     std::printf("step %lld/%lld loss %.4f tok/s %.0f lr %.3e elapsed %s eta %s\n", static_cast<long long>(s),
-                static_cast<long long>(total), r.loss, r.tokens_per_s, static_cast<double>(r.lr), elapsed.c_str(),
-                eta.c_str());
+                static_cast<long long>(total), r.loss, r.tokens_per_s, static_cast<double>(r.lr),
+                elapsed.c_str(), eta.c_str());
     std::fflush(stdout);
   }
   if (r.skipped)

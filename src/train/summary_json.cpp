@@ -32,7 +32,8 @@ nlohmann::ordered_json memory_terms_json(const std::vector<MemoryTerm>& terms) {
 
 nlohmann::ordered_json breakdown_to_json(const StepBreakdown& s) {
   nlohmann::ordered_json b;
-  for (size_t k = 0; k < kNumWorkKinds; ++k) b[std::string(work_kind_name(static_cast<WorkKind>(k)))] = s.work[k];
+  for (size_t k = 0; k < kNumWorkKinds; ++k)
+    b[std::string(work_kind_name(static_cast<WorkKind>(k)))] = s.work[k];
   b["other"] = s.other;
   b["step"] = s.step;
   return b;

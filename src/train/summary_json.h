@@ -5,7 +5,6 @@
 #include <array>
 #include <cstdint>
 #include <nlohmann/json.hpp>
-
 #include <vector>
 
 #include "mixtrain/tensor/memory.h"

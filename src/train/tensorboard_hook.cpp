@@ -1,10 +1,9 @@
 // The TensorBoard hook (train/tensorboard_hook.h).
 #include "mixtrain/train/tensorboard_hook.h"
 
+#include <cstdio>
 #include <utility>
 #include <vector>
-
-#include <cstdio>
 
 #include "mixtrain/core/error.h"
 #include "mixtrain/tensor/memory.h"
@@ -23,23 +22,27 @@ struct TensorBoardHook::Impl {
 TensorBoardHook::TensorBoardHook(std::string dir, bool resuming) : impl_(std::make_unique<Impl>()) {
   if (dir.empty()) throw ArgumentError({"tensorboard_dir"}, "tensorboard_dir is empty");
   if (!resuming && !list_event_files(dir).empty())
-    throw ArgumentError({"tensorboard_dir"}, "tensorboard_dir " + dir +
-                                             " already holds event files of another run (resume that run, or "
-                                             "choose another directory)");
+    throw ArgumentError({"tensorboard_dir"},
+                        "tensorboard_dir " + dir +
+                            " already holds event files of another run (resume that run, or "
+                            "choose another directory)");
   impl_->dir = std::move(dir);
   impl_->resuming = resuming;
 }
 
 TensorBoardHook::~TensorBoardHook() = default;
 
-const std::string& TensorBoardHook::file() const { return impl_->writer ? impl_->writer->path() : impl_->none; }
+const std::string& TensorBoardHook::file() const {
+  return impl_->writer ? impl_->writer->path() : impl_->none;
+}
 
 void TensorBoardHook::on_run_start(TrainingRun& run) {
   if (impl_->resuming) {
     const int64_t dropped = trim_event_files(impl_->dir, run.start_step());
     if (dropped > 0)
       std::fprintf(stderr, "mixtrain: warning: dropped %lld TensorBoard events after step %lld in %s\n",
-                   static_cast<long long>(dropped), static_cast<long long>(run.start_step()), impl_->dir.c_str());
+                   static_cast<long long>(dropped), static_cast<long long>(run.start_step()),
+                   impl_->dir.c_str());
   }
   impl_->writer = std::make_unique<EventFileWriter>(impl_->dir);
 }
@@ -67,13 +70,16 @@ void TensorBoardHook::on_step_end(TrainingRun& run, const StepRecord& r) {
     e.values.emplace_back("memory/" + std::string(mem_category_name(static_cast<MemCategory>(c))) + "_mib",
                           static_cast<float>(static_cast<double>(mem.peak[c]) / (1 << 20)));
   }
-  e.values.emplace_back("memory/total_mib", static_cast<float>(static_cast<double>(mem.peak_total) / (1 << 20)));
+  e.values.emplace_back("memory/total_mib",
+                        static_cast<float>(static_cast<double>(mem.peak_total) / (1 << 20)));
   for (auto& extra : impl_->extra) e.values.push_back(std::move(extra));
   impl_->extra.clear();
   impl_->writer->write(e);
 }
 
-void TensorBoardHook::add_scalar(std::string tag, float value) { impl_->extra.emplace_back(std::move(tag), value); }
+void TensorBoardHook::add_scalar(std::string tag, float value) {
+  impl_->extra.emplace_back(std::move(tag), value);
+}
 
 void TensorBoardHook::on_run_end(TrainingRun&, TrainSummary&) { impl_->writer.reset(); }
 

@@ -9,7 +9,6 @@
 namespace mixtrain {
 namespace {
 
-
 void put_le(std::string& out, uint64_t v, int bytes) {
   for (int i = 0; i < bytes; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xFF));
 }
@@ -21,7 +20,9 @@ uint64_t get_le(const char* p, int bytes) {
 
 }  // namespace
 
-uint32_t crc32c(const void* data, size_t n, uint32_t crc) { return crc32_reflected<0x82F63B78u>(data, n, crc); }
+uint32_t crc32c(const void* data, size_t n, uint32_t crc) {
+  return crc32_reflected<0x82F63B78u>(data, n, crc);
+}
 
 uint32_t mask_crc32c(uint32_t crc) { return ((crc >> 15) | (crc << 17)) + 0xa282ead8u; }
 

@@ -1,27 +1,24 @@
 // `mixtrain train`: the run assembled from its options (the loop is train/training_run.cpp).
 #include "mixtrain/train/trainer.h"
 
-#include "mixtrain/train/recipe.h"
-
-#include <algorithm>
-#include <chrono>
-#include <cmath>
-
-#include "mixtrain/data/data_source.h"
-#include "mixtrain/data/text_corpus.h"
-#include "kernels/backend.h"
-#include "mixtrain/kernels/ops.h"
-#include "train/checkpointing.h"
-#include "train/model_config.h"
-
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
 #include <cstring>
 
-#include <cstdio>
+#include "kernels/backend.h"
+#include "mixtrain/data/data_source.h"
+#include "mixtrain/data/text_corpus.h"
+#include "mixtrain/kernels/ops.h"
+#include "mixtrain/train/recipe.h"
+#include "train/checkpointing.h"
+#include "train/model_config.h"
 
 namespace mixtrain {
 
@@ -55,7 +52,8 @@ void TrainOptions::validate() const {
   if (!numerics.path.empty()) numerics.validate();
   for (const std::string& p : keep_fp32)
     if (p.empty()) bad("keep_fp32", " has an empty pattern");
-  if (batch_size > (int64_t{1} << 20)) bad("batch_size", " must be at most 2^20 (1048576), got " + std::to_string(batch_size));
+  if (batch_size > (int64_t{1} << 20))
+    bad("batch_size", " must be at most 2^20 (1048576), got " + std::to_string(batch_size));
   if (seq_len < 0) bad("seq_len", " must be positive, got " + std::to_string(seq_len));
   if (!(lr > 0.f) || !std::isfinite(lr)) bad("lr", " must be a positive number");
   if (warmup < 0 || warmup > steps) throw ArgumentError({"warmup", "steps"}, "warmup must be in [0, steps]");
@@ -73,14 +71,14 @@ void TrainOptions::validate() const {
                     std::to_string(data_parallel.zero_stage));
   if (memory_limit && *memory_limit <= 0)
     bad("memory_limit", " must be a positive number of bytes, got " + std::to_string(*memory_limit));
-  if (max_data_bytes < 0) bad("max_data_bytes", " must be >= 0 (0: the default), got " + std::to_string(max_data_bytes));
+  if (max_data_bytes < 0)
+    bad("max_data_bytes", " must be >= 0 (0: the default), got " + std::to_string(max_data_bytes));
   if (!(min_lr_ratio >= 0.f && min_lr_ratio <= 1.f)) bad("min_lr_ratio", " must be in [0, 1]");
   if (!(beta1 >= 0.f && beta1 < 1.f)) bad("beta1", " must be in [0, 1)");
   if (!(beta2 >= 0.f && beta2 < 1.f)) bad("beta2", " must be in [0, 1)");
   if (!(eps > 0.f)) bad("eps", " must be positive");
   if (!(momentum >= 0.f) || !std::isfinite(momentum)) bad("momentum", " must be >= 0");
 }
-
 
 namespace {
 
@@ -102,9 +100,10 @@ TextCorpus load_data(const std::string& path, int64_t max_bytes) {
     return TextCorpus::load(path);  // names a missing file or a directory itself
   }
   if (max_bytes <= 0)
-    throw IoError({"max_data_bytes"}, "data " + path +
-                                          " is not a regular file (a stream may never end): give max_data_bytes to read "
-                                          "it up to that size");
+    throw IoError({"max_data_bytes"},
+                  "data " + path +
+                      " is not a regular file (a stream may never end): give max_data_bytes to read "
+                      "it up to that size");
   const int fd = stdin_data ? STDIN_FILENO : ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw IoError("data file " + path + ": cannot be read (" + std::strerror(errno) + ")");
   std::vector<uint8_t> bytes;
@@ -136,7 +135,9 @@ namespace {
 // (random training windows, fixed validation windows), warm-up + cosine schedule.
 class LmRecipe final : public Recipe {
  public:
-  std::vector<RecipePath> inputs(const TrainOptions&) const override { return {}; }  // train_run_paths has them
+  std::vector<RecipePath> inputs(const TrainOptions&) const override {
+    return {};
+  }  // train_run_paths has them
   void prepare(const TrainOptions& opt, int) override {
     cfg_ = load_model_config(opt.model);
     T_ = opt.seq_len > 0 ? opt.seq_len : cfg_.block_size;
@@ -147,10 +148,12 @@ class LmRecipe final : public Recipe {
         load_data(opt.data.empty() ? TextCorpus::default_corpus_path() : opt.data, opt.max_data_bytes));
     data_ = std::make_unique<LmWindows>(*corpus_, opt.batch_size, T_, opt.seed);
     if (cfg_.vocab_size < 256)
-      throw ArgumentError("model vocab_size " + std::to_string(cfg_.vocab_size) + " is smaller than the 256 byte tokens");
+      throw ArgumentError("model vocab_size " + std::to_string(cfg_.vocab_size) +
+                          " is smaller than the 256 byte tokens");
   }
   const DataSource& data() const override { return *data_; }
-  std::unique_ptr<Model> make_model(const PrecisionSpec& spec, MemCategory weights, const TrainOptions& opt) override {
+  std::unique_ptr<Model> make_model(const PrecisionSpec& spec, MemCategory weights,
+                                    const TrainOptions& opt) override {
     return std::make_unique<Gpt>(cfg_, opt.seed, spec.param_dtype, spec.grad_dtype, weights);
   }
   void configure(RunConfig& rc, const TrainOptions& opt) const override {

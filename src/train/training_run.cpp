@@ -32,7 +32,8 @@ void RunConfig::validate() const {
   };
   positive(steps, "steps");
   positive(grad_accum, "grad_accum");
-  if (eval_batches < 0) throw ArgumentError("eval_batches must be >= 0 (0: all), got " + std::to_string(eval_batches));
+  if (eval_batches < 0)
+    throw ArgumentError("eval_batches must be >= 0 (0: all), got " + std::to_string(eval_batches));
   positive(max_bad_steps, "max_bad_steps");
   if (eval_every < 0) throw ArgumentError("eval_every must be >= 0, got " + std::to_string(eval_every));
   if (!(grad_clip >= 0)) throw ArgumentError("grad_clip must be >= 0 (0 disables clipping)");
@@ -61,7 +62,8 @@ double TrainSummary::system_allocations_per_step() const {
 DivergedError::DivergedError(int64_t s, double loss, int64_t bad, TrainSummary sum, const std::string& site)
     : Error({"lr", "grad_clip"},
             "training diverged: loss is " + std::string(std::isnan(loss) ? "NaN" : "infinite") + " at step " +
-                std::to_string(s) + (bad > 1 ? " (" + std::to_string(bad) + " non-finite steps in a row)" : "") +
+                std::to_string(s) +
+                (bad > 1 ? " (" + std::to_string(bad) + " non-finite steps in a row)" : "") +
                 (site.empty() ? "" : " (first non-finite value at " + site + ")") +
                 "; lower lr, enable grad_clip, or use a loss scale"),
       step(s),
@@ -94,7 +96,8 @@ void TrainingRun::sum_over_ranks(EvalSums& s) {
 
 void TrainingRun::set_start_step(int64_t step) {
   if (step < 0 || step > config_.steps)
-    throw ArgumentError("start step " + std::to_string(step) + " is outside [0, " + std::to_string(config_.steps) + "]");
+    throw ArgumentError("start step " + std::to_string(step) + " is outside [0, " +
+                        std::to_string(config_.steps) + "]");
   step_ = start_step_ = step;
   summary_.steps = step;
 }
@@ -111,7 +114,7 @@ TrainingRun::Evaluation TrainingRun::evaluate() {
     const int64_t n = config_.eval_batches == 0 ? available : std::min(config_.eval_batches, available);
     Batch batch;
     EvalSums total;
-    for (int64_t i = rank(); i < n; i += world_size()) {  // rank r: batches r, r + N, ...
+    for (int64_t i = rank(); i < n; i += world_size()) {                // rank r: batches r, r + N, ...
       data_.eval_batch(n == available ? i : i * available / n, batch);  // spread evenly
       total.add(model_.evaluate_batch(batch));
     }
@@ -142,8 +145,9 @@ double TrainingRun::forward_backward(int64_t step, bool& loss_finite, int64_t& t
     data_.train_batch(position, batch_);
     // Padding is not work done: a classification batch says how many tokens are real.
     tokens += batch_.real_tokens > 0 ? batch_.real_tokens : batch_.inputs.numel();
-    ModelOutput out = mp_.forward(
-        [&] { return model_.forward_batch(batch_, true, config_.seed ^ (static_cast<uint64_t>(position) << 20)); });
+    ModelOutput out = mp_.forward([&] {
+      return model_.forward_batch(batch_, true, config_.seed ^ (static_cast<uint64_t>(position) << 20));
+    });
     const double l = out.loss.value().item();
     loss += l / static_cast<double>(NK);
     if (!std::isfinite(l)) {
@@ -170,7 +174,8 @@ double TrainingRun::replay_step() {
 
 namespace {
 // Why the scaler's update changed (or kept) the scale; "" when nothing worth a line happened.
-std::string scale_event(const GradScaler& sc, const GradScalerState& before, bool found_inf, const StepRecord& r) {
+std::string scale_event(const GradScaler& sc, const GradScalerState& before, bool found_inf,
+                        const StepRecord& r) {
   if (!sc.enabled() || !sc.config().dynamic) return "";
   const GradScalerState& now = sc.state();
   const std::string site = r.overflow_site.empty() ? "" : " first seen at " + r.overflow_site;
@@ -188,7 +193,8 @@ std::string scale_event(const GradScaler& sc, const GradScalerState& before, boo
   }
   if (now.scale > before.scale) {
     std::snprintf(b, sizeof b, "%g -> %g", before.scale, now.scale);
-    return "growth " + std::string(b) + " after " + std::to_string(sc.config().growth_interval) + " clean steps";
+    return "growth " + std::string(b) + " after " + std::to_string(sc.config().growth_interval) +
+           " clean steps";
   }
   return "";
 }
@@ -217,9 +223,10 @@ StepRecord TrainingRun::step() {
     for (auto& h : hooks_) h->after_backward(*this, r.step);
     const ScopedPhase phase(r.step, "optimizer update");
     // ZeRO: this rank holds its part of the summed gradients only (train/data_parallel.h).
-    const StepResult s = zero_ != nullptr && world_size() > 1
-                             ? mp_.prepare_step_sharded(params, config_.grad_clip, zero_->partition(), *config_.world)
-                             : mp_.prepare_step(params, config_.grad_clip);
+    const StepResult s =
+        zero_ != nullptr && world_size() > 1
+            ? mp_.prepare_step_sharded(params, config_.grad_clip, zero_->partition(), *config_.world)
+            : mp_.prepare_step(params, config_.grad_clip);
     // The gradients are the same everywhere after the sum, but a rank may still differ (a fault
     // injected on one rank): every rank skips when any found a non-finite value.
     r.found_inf = world_size() > 1 ? config_.world->any(s.found_inf) : s.found_inf;
@@ -239,7 +246,8 @@ StepRecord TrainingRun::step() {
   r.skipped = r.found_inf;
   if (r.skipped) {
     ++summary_.skipped_steps;
-    ++summary_.skips_by_site[r.overflow_site.empty() ? (r.loss_finite ? "(unknown)" : "(loss)") : r.overflow_site];
+    ++summary_.skips_by_site[r.overflow_site.empty() ? (r.loss_finite ? "(unknown)" : "(loss)")
+                                                     : r.overflow_site];
   }
   if (r.found_inf && r.loss_finite) ++summary_.overflows;
   if (mp_.scaler().hit_min_scale()) summary_.hit_min_scale = true;
@@ -313,7 +321,7 @@ TrainSummary TrainingRun::run() {
     summary_.final_train_loss = r.loss;
     bool stop = false;
     for (auto& h : hooks_) stop = h->should_stop(*this, r) || stop;  // every hook sees every step
-    if (world_size() > 1) stop = config_.world->any(stop);  // a signal may reach one rank first
+    if (world_size() > 1) stop = config_.world->any(stop);           // a signal may reach one rank first
     if (stop) break;
   }
   if (start_step_ == config_.steps) {  // resumed from the final step

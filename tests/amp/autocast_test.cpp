@@ -2,6 +2,8 @@
 // and mixed inputs), nesting and thread-local state, and the weight-cast cache (one cast per
 // parameter per region, cleared at the outermost exit, never from no-grad, never stale after an
 // in-place update, gradients reaching the fp32 gradient buffer).
+#include "mixtrain/amp/autocast.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,7 +14,6 @@
 #include <thread>
 #include <vector>
 
-#include "mixtrain/amp/autocast.h"
 #include "autograd/cast_hook.h"
 #include "mixtrain/autograd/functions.h"
 #include "mixtrain/numeric/bf16.h"
@@ -24,7 +25,9 @@ namespace {
 
 int64_t live_bytes(MemCategory c) { return MemoryTracker::global().snapshot().live[static_cast<size_t>(c)]; }
 
-Tensor rnd(const Shape& s, DType t, uint64_t seed) { return Tensor::rand_uniform(s, DType::f32, seed, -1.f, 1.f).to(t); }
+Tensor rnd(const Shape& s, DType t, uint64_t seed) {
+  return Tensor::rand_uniform(s, DType::f32, seed, -1.f, 1.f).to(t);
+}
 
 // One op of the harness: input shapes and a builder; `dtypes` chooses each input's dtype.
 struct OpCase {
@@ -38,35 +41,58 @@ const Tensor kIds = Tensor::from_ints({0, 3, 1, 2, 3, 0}, {2, 3});
 std::vector<OpCase> op_cases() {
   return {
       {OpKind::matmul, {{2, 3, 4}, {2, 4, 5}}, [](const std::vector<Var>& v) { return matmul(v[0], v[1]); }},
-      {OpKind::linear, {{2, 3, 4}, {5, 4}, {5}}, [](const std::vector<Var>& v) { return linear(v[0], v[1], v[2]); }},
+      {OpKind::linear,
+       {{2, 3, 4}, {5, 4}, {5}},
+       [](const std::vector<Var>& v) { return linear(v[0], v[1], v[2]); }},
       {OpKind::add, {{2, 3, 4}, {2, 3, 4}}, [](const std::vector<Var>& v) { return add(v[0], v[1]); }},
       {OpKind::mul, {{2, 3, 4}, {4}}, [](const std::vector<Var>& v) { return mul(v[0], v[1]); }},
       {OpKind::scale, {{2, 3, 4}}, [](const std::vector<Var>& v) { return scale(v[0], 0.5f); }},
       {OpKind::gelu, {{2, 3, 4}}, [](const std::vector<Var>& v) { return gelu(v[0]); }},
-      {OpKind::layer_norm, {{2, 3, 4}, {4}, {4}},
+      {OpKind::layer_norm,
+       {{2, 3, 4}, {4}, {4}},
        [](const std::vector<Var>& v) { return layer_norm(v[0], v[1], v[2], 1e-5f); }},
       {OpKind::embedding, {{4, 5}}, [](const std::vector<Var>& v) { return embedding(v[0], kIds); }},
-      {OpKind::causal_softmax, {{2, 3, 3}}, [](const std::vector<Var>& v) { return causal_softmax(v[0], 0.5f); }},
-      {OpKind::cross_entropy, {{2, 3, 4}},
-       [](const std::vector<Var>& v) { return cross_entropy(v[0], Tensor::from_ints({0, 1, 2, 3, -1, 1}, {2, 3})); }},
-      {OpKind::reshape, {{2, 3, 4}}, [](const std::vector<Var>& v) { return reshape(v[0], {6, 4}); }},
+      {OpKind::causal_softmax,
+       {{2, 3, 3}},
+       [](const std::vector<Var>& v) { return causal_softmax(v[0], 0.5f); }},
+      {OpKind::cross_entropy,
+       {{2, 3, 4}},
+       [](const std::vector<Var>& v) {
+         return cross_entropy(v[0], Tensor::from_ints({0, 1, 2, 3, -1, 1}, {2, 3}));
+       }},
+      {OpKind::reshape,
+       {{2, 3, 4}},
+       [](const std::vector<Var>& v) {
+         return reshape(v[0], {6, 4});
+       }},
       {OpKind::split_heads, {{2, 3, 12}}, [](const std::vector<Var>& v) { return split_heads(v[0], 1, 2); }},
       {OpKind::merge_heads, {{4, 3, 2}}, [](const std::vector<Var>& v) { return merge_heads(v[0], 2); }},
       {OpKind::dropout, {{2, 3, 4}}, [](const std::vector<Var>& v) { return dropout(v[0], 0.25f, 7, 0); }},
       {OpKind::cast, {{2, 3, 4}}, [](const std::vector<Var>& v) { return cast(v[0], DType::f16); }},
-      {OpKind::attention, {{2, 3, 4}, {2, 3, 4}, {2, 3, 4}},
+      {OpKind::attention,
+       {{2, 3, 4}, {2, 3, 4}, {2, 3, 4}},
        [](const std::vector<Var>& v) { return attention(v[0], v[1], v[2], 0.5f); }},
-      {OpKind::attention_qkv, {{2, 3, 12}}, [](const std::vector<Var>& v) { return attention_qkv(v[0], 2, 0.5f); }},
-      {OpKind::checkpoint, {{2, 3, 4}},
-       [](const std::vector<Var>& v) { return checkpoint([](const Var& a) { return scale(a, 2.f); }, v[0]); }},
+      {OpKind::attention_qkv,
+       {{2, 3, 12}},
+       [](const std::vector<Var>& v) { return attention_qkv(v[0], 2, 0.5f); }},
+      {OpKind::checkpoint,
+       {{2, 3, 4}},
+       [](const std::vector<Var>& v) {
+         return checkpoint([](const Var& a) { return scale(a, 2.f); }, v[0]);
+       }},
       {OpKind::gelu_erf, {{2, 3, 4}}, [](const std::vector<Var>& v) { return gelu_erf(v[0]); }},
       {OpKind::tanh, {{2, 3, 4}}, [](const std::vector<Var>& v) { return autograd::tanh(v[0]); }},
       {OpKind::relu, {{2, 3, 4}}, [](const std::vector<Var>& v) { return relu(v[0]); }},
-      {OpKind::masked_softmax, {{4, 3, 3}},
-       [](const std::vector<Var>& v) { return masked_softmax(v[0], Tensor::from_ints({1, 1, 0, 1, 0, 0}, {2, 3}), 0.5f); }},
-      {OpKind::masked_attention, {{4, 3, 2}, {4, 3, 2}, {4, 3, 2}},
+      {OpKind::masked_softmax,
+       {{4, 3, 3}},
        [](const std::vector<Var>& v) {
-         return masked_attention(v[0], v[1], v[2], Tensor::from_ints({1, 1, 0, 1, 0, 0}, {2, 3}), 0.5f, 0.25f, 7, 0);
+         return masked_softmax(v[0], Tensor::from_ints({1, 1, 0, 1, 0, 0}, {2, 3}), 0.5f);
+       }},
+      {OpKind::masked_attention,
+       {{4, 3, 2}, {4, 3, 2}, {4, 3, 2}},
+       [](const std::vector<Var>& v) {
+         return masked_attention(v[0], v[1], v[2], Tensor::from_ints({1, 1, 0, 1, 0, 0}, {2, 3}), 0.5f, 0.25f,
+                                 7, 0);
        }},
   };
 }
@@ -75,15 +101,18 @@ std::vector<OpCase> op_cases() {
 DType expected_dtype(OpKind op, const std::vector<DType>& in, DType ac) {
   if (op == OpKind::cast) return DType::f16;  // the explicit dtype of the harness's cast
   switch (autocast_policy(op)) {
-    case CastPolicy::lower_precision: return ac;
-    case CastPolicy::fp32: return DType::f32;
+    case CastPolicy::lower_precision:
+      return ac;
+    case CastPolicy::fp32:
+      return DType::f32;
     case CastPolicy::promote: {
       DType w = in[0];
       for (DType t : in)
         if (t != w) w = dtype_size(t) != dtype_size(w) ? (dtype_size(t) > dtype_size(w) ? t : w) : DType::f32;
       return w;
     }
-    case CastPolicy::keep: return in[0];
+    case CastPolicy::keep:
+      return in[0];
   }
   return DType::f64;
 }
@@ -106,8 +135,8 @@ void check_case(const OpCase& c, const std::vector<DType>& dtypes, DType ac) {
     out = c.run(in);
   }
   EXPECT_EQ(out.dtype(), expected_dtype(c.op, dtypes, ac))
-      << op_kind_name(c.op) << " (" << cast_policy_name(autocast_policy(c.op)) << ") inputs " << dtypes_str(dtypes)
-      << " under " << dtype_name(ac);
+      << op_kind_name(c.op) << " (" << cast_policy_name(autocast_policy(c.op)) << ") inputs "
+      << dtypes_str(dtypes) << " under " << dtype_name(ac);
 }
 
 }  // namespace
@@ -116,7 +145,8 @@ TEST(Autocast, PolicyTableCoversEveryOpAndFollowsTorchLists) {
   // The table, printed for the log (ctest -V), and pinned op by op.
   for (size_t i = 0; i < kNumOpKinds; ++i) {
     const auto k = static_cast<OpKind>(i);
-    std::printf("  %-15s %s\n", std::string(op_kind_name(k)).c_str(), std::string(cast_policy_name(autocast_policy(k))).c_str());
+    std::printf("  %-15s %s\n", std::string(op_kind_name(k)).c_str(),
+                std::string(cast_policy_name(autocast_policy(k))).c_str());
   }
   EXPECT_EQ(autocast_policy(OpKind::matmul), CastPolicy::lower_precision);
   EXPECT_EQ(autocast_policy(OpKind::linear), CastPolicy::lower_precision);
@@ -128,9 +158,9 @@ TEST(Autocast, PolicyTableCoversEveryOpAndFollowsTorchLists) {
   EXPECT_EQ(autocast_policy(OpKind::cross_entropy), CastPolicy::fp32);
   EXPECT_EQ(autocast_policy(OpKind::add), CastPolicy::promote);
   EXPECT_EQ(autocast_policy(OpKind::mul), CastPolicy::promote);
-  for (OpKind k : {OpKind::scale, OpKind::gelu, OpKind::embedding, OpKind::reshape, OpKind::split_heads,
-                   OpKind::merge_heads, OpKind::dropout, OpKind::cast, OpKind::gelu_erf, OpKind::tanh,
-                   OpKind::relu})
+  for (OpKind k :
+       {OpKind::scale, OpKind::gelu, OpKind::embedding, OpKind::reshape, OpKind::split_heads,
+        OpKind::merge_heads, OpKind::dropout, OpKind::cast, OpKind::gelu_erf, OpKind::tanh, OpKind::relu})
     EXPECT_EQ(autocast_policy(k), CastPolicy::keep) << op_kind_name(k);
   // The harness has one case per op.
   const auto cases = op_cases();
@@ -185,14 +215,16 @@ TEST(Autocast, EnteringARegionRoutesTheOpsThroughAutocast) {
 }
 
 TEST(Autocast, GemmRunsOnRoundedInputsAndGradientsComeBackInTheInputsDtype) {
-  Var x(rnd({3, 4}, DType::f32, 5), true), w(rnd({5, 4}, DType::f32, 6), true), b(rnd({5}, DType::f32, 7), true);
+  Var x(rnd({3, 4}, DType::f32, 5), true), w(rnd({5, 4}, DType::f32, 6), true),
+      b(rnd({5}, DType::f32, 7), true);
   Var y;
   {
     AutocastScope ac(true, DType::bf16);
     y = linear(x, w, b);
   }
   // The same GEMM on explicitly rounded operands, no autocast: bit-identical.
-  Var ref = linear(Var(x.value().to(DType::bf16)), Var(w.value().to(DType::bf16)), Var(b.value().to(DType::bf16)));
+  Var ref =
+      linear(Var(x.value().to(DType::bf16)), Var(w.value().to(DType::bf16)), Var(b.value().to(DType::bf16)));
   ASSERT_EQ(y.dtype(), DType::bf16);
   EXPECT_EQ(y.value().to_floats(), ref.value().to_floats());
   Var loss = cross_entropy(y, Tensor::from_ints({0, 1, 4}, {3}));
@@ -261,20 +293,21 @@ TEST(Autocast, NestingSavesAndRestoresTheState) {
 }
 
 TEST(Autocast, DisabledInsideEnabledRunsInFp32AndCastsOuterActivationsUp) {
-  Var x(rnd({2, 4}, DType::f32, 1)), w(rnd({3, 4}, DType::f32, 2), true), w2(rnd({5, 3}, DType::f32, 3), true);
+  Var x(rnd({2, 4}, DType::f32, 1)), w(rnd({3, 4}, DType::f32, 2), true),
+      w2(rnd({5, 3}, DType::f32, 3), true);
   AutocastScope outer(true, DType::bf16);
   Var h = linear(x, w, Var());  // bf16 activation made in the enabled region
   ASSERT_EQ(h.dtype(), DType::bf16);
   {
     AutocastScope off(false);
     EXPECT_FALSE(autocast_enabled());
-    EXPECT_EQ(linear(x, w, Var()).dtype(), DType::f32);          // f32 in, f32 out
-    Var y = linear(h, w2, Var());                                // bf16 from outside: cast up
+    EXPECT_EQ(linear(x, w, Var()).dtype(), DType::f32);  // f32 in, f32 out
+    Var y = linear(h, w2, Var());                        // bf16 from outside: cast up
     EXPECT_EQ(y.dtype(), DType::f32);
-    EXPECT_EQ(gelu(h).dtype(), DType::bf16);                     // keep: the input's type
+    EXPECT_EQ(gelu(h).dtype(), DType::bf16);  // keep: the input's type
     EXPECT_EQ(add(h, Var(rnd({2, 3}, DType::f32, 4))).dtype(), DType::f32);
     {
-      AutocastScope on_again(true, DType::f16);                  // enabled inside disabled
+      AutocastScope on_again(true, DType::f16);  // enabled inside disabled
       EXPECT_EQ(linear(x, w, Var()).dtype(), DType::f16);
     }
     EXPECT_EQ(linear(h, w2, Var()).dtype(), DType::f32);
@@ -432,11 +465,13 @@ TEST(Autocast, AnInPlaceUpdateWithBumpedVersionIsRecast) {
   const std::vector<float> y_old = linear(x, w, Var()).value().to_floats();
   {
     NoGradGuard ng;  // an optimizer step: p -= 0.5, then the version bump
-    p.copy_from(Tensor::from_floats([&] {
-      std::vector<float> v = p.to_floats();
-      for (float& e : v) e -= 0.5f;
-      return v;
-    }(), p.shape(), DType::f32));
+    p.copy_from(Tensor::from_floats(
+        [&] {
+          std::vector<float> v = p.to_floats();
+          for (float& e : v) e -= 0.5f;
+          return v;
+        }(),
+        p.shape(), DType::f32));
     p.storage()->bump_version();
   }
   const std::vector<float> y_new = linear(x, w, Var()).value().to_floats();

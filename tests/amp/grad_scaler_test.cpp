@@ -33,9 +33,14 @@ struct RefScaler {
   int64_t growth_interval, hysteresis;
 
   explicit RefScaler(const GradScalerConfig& c)
-      : scale(float(c.init_scale)), hysteresis_left(c.hysteresis), growth_factor(c.growth_factor),
-        backoff_factor(c.backoff_factor), min_scale(c.min_scale), max_scale(c.max_scale),
-        growth_interval(c.growth_interval), hysteresis(c.hysteresis) {}
+      : scale(float(c.init_scale)),
+        hysteresis_left(c.hysteresis),
+        growth_factor(c.growth_factor),
+        backoff_factor(c.backoff_factor),
+        min_scale(c.min_scale),
+        max_scale(c.max_scale),
+        growth_interval(c.growth_interval),
+        hysteresis(c.hysteresis) {}
 
   void update(bool found_inf) {
     if (found_inf) {
@@ -135,7 +140,7 @@ TEST(GradScaler, MatchesTorchsRuleOnRandomScripts) {
     int64_t interval;
     double p;
   };
-  const Case cases[] = {{2.0, 0.5, 1, 0.3}, {2.0, 0.5, 2, 0.2}, {2.0, 0.5, 7, 0.05},
+  const Case cases[] = {{2.0, 0.5, 1, 0.3},   {2.0, 0.5, 2, 0.2},     {2.0, 0.5, 7, 0.05},
                         {1.5, 0.25, 3, 0.05}, {1.001, 0.999, 1, 0.5}, {3.0, 0.1, 5, 0.03}};
   uint64_t seed = 1;
   for (const Case& k : cases) {
@@ -445,9 +450,11 @@ TEST(GradScaler, LoadStateValidates) {
     return st;
   };
   expect_throw<ArgumentError>([&] { s.load_state(with([](GradScalerState& t) { t.scale = 0; })); });
-  expect_throw<ArgumentError>([&] { s.load_state(with([](GradScalerState& t) { t.scale = 0.1; })); });  // not fp32
   expect_throw<ArgumentError>(
-      [&] { s.load_state(with([](GradScalerState& t) { t.scale = std::numeric_limits<double>::infinity(); })); });
+      [&] { s.load_state(with([](GradScalerState& t) { t.scale = 0.1; })); });  // not fp32
+  expect_throw<ArgumentError>([&] {
+    s.load_state(with([](GradScalerState& t) { t.scale = std::numeric_limits<double>::infinity(); }));
+  });
   expect_throw<ArgumentError>([&] { s.load_state(with([](GradScalerState& t) { t.growth_tracker = 4; })); });
   expect_throw<ArgumentError>([&] { s.load_state(with([](GradScalerState& t) { t.hysteresis_left = 3; })); });
   expect_throw<ArgumentError>([&] { s.load_state(with([](GradScalerState& t) { t.hysteresis_left = 0; })); });
@@ -464,7 +471,8 @@ TEST(GradScaler, ConfigValidation) {
   };
   EXPECT_NE(bad([](GradScalerConfig& c) { c.growth_factor = 1.0; }).find("growth_factor"), std::string::npos);
   bad([](GradScalerConfig& c) { c.growth_factor = std::nan(""); });
-  EXPECT_NE(bad([](GradScalerConfig& c) { c.backoff_factor = 1.0; }).find("backoff_factor"), std::string::npos);
+  EXPECT_NE(bad([](GradScalerConfig& c) { c.backoff_factor = 1.0; }).find("backoff_factor"),
+            std::string::npos);
   bad([](GradScalerConfig& c) { c.backoff_factor = 0.0; });
   bad([](GradScalerConfig& c) { c.growth_interval = 0; });
   bad([](GradScalerConfig& c) { c.hysteresis = 0; });

@@ -2,8 +2,6 @@
 // the sum of squares) with inf/NaN at the start, middle, end and in the tail after the last full
 // vector; exact fp32 products; the sum of squares against a double sum and against
 // global_norm_f32; thread-count independence; empty buffers.
-#include "kernels/gradient_kernels.h"
-
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -17,6 +15,7 @@
 #include <vector>
 
 #include "core/cpu_features.h"
+#include "kernels/gradient_kernels.h"
 #include "mixtrain/optim/clip.h"
 
 namespace mixtrain {
@@ -41,7 +40,8 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 // Runs both paths on copies of g; expects identical bits everywhere; returns the fast result.
-UnscaleResult check_fast_vs_ref(const std::vector<float>& g, float inv_scale, std::vector<float>* out = nullptr) {
+UnscaleResult check_fast_vs_ref(const std::vector<float>& g, float inv_scale,
+                                std::vector<float>* out = nullptr) {
   std::vector<float> a = g, b = g;
   const UnscaleResult ra = unscale_and_check_ref(a.data(), int64_t(a.size()), inv_scale);
   const UnscaleResult rb = unscale_and_check(b.data(), int64_t(b.size()), inv_scale);
@@ -81,7 +81,7 @@ TEST(Unscale, NonFiniteAnywhereIsFound) {
     const std::vector<float> base = random_grads(n, 100 + uint64_t(n));
     std::vector<int64_t> where = {0, n / 2, n - 1};
     if (n % 16 != 0) where.push_back(n - n % 16 + (n % 16) / 2);  // in the tail after the last full vector
-    if (n > 4096) where.push_back(4096);                           // first element of the second block
+    if (n > 4096) where.push_back(4096);                          // first element of the second block
     for (int64_t pos : where)
       for (float bad : {kInf, -kInf, kNaN}) {
         std::vector<float> g = base;

@@ -19,7 +19,8 @@ namespace {
 // analytic gradient. h = 1e-6 balances truncation error (~h^2 * f''') and rounding error
 // (~1e-16 / h) to about 1e-10 relative for these smooth functions; 1e-6 relative + 1e-8 absolute
 // leaves a wide margin while catching any wrong term (errors of a wrong rule are O(1)).
-void check_gradient(const std::function<Var()>& f, Var& x, const std::string& what, int64_t max_checks = 400) {
+void check_gradient(const std::function<Var()>& f, Var& x, const std::string& what,
+                    int64_t max_checks = 400) {
   Var loss = f();
   loss.backward();
   const std::vector<double> analytic = x.grad().to_doubles();
@@ -112,8 +113,8 @@ TEST(Autograd, FusedAttentionEqualsTheComposedGraph) {
       Var loss = cross_entropy(reshape(mul(y, Var(dy.to(dt))), {6 * 150, 16}),
                                Tensor::from_ints(std::vector<int32_t>(6 * 150, 3), {6 * 150}));
       loss.backward();
-      return std::vector<std::vector<double>>{y.value().to_doubles(), q.grad().to_doubles(), k.grad().to_doubles(),
-                                              v.grad().to_doubles()};
+      return std::vector<std::vector<double>>{y.value().to_doubles(), q.grad().to_doubles(),
+                                              k.grad().to_doubles(), v.grad().to_doubles()};
     };
     const auto fused = run(true), composed = run(false);
     const char* names[] = {"y", "dq", "dk", "dv"};
@@ -147,7 +148,8 @@ TEST(Autograd, MaskedAttentionEqualsTheComposedGraph) {
   for (const Case c : {Case{DType::f32, false}, Case{DType::bf16, false}, Case{DType::f32, true}})
     for (float p : {0.f, 0.1f}) {
       const DType dt = c.dt;
-      Var q(Tensor::randn(s, dt, 1), true), k(Tensor::randn(s, dt, 2), true), v(Tensor::randn(s, dt, 3), true);
+      Var q(Tensor::randn(s, dt, 1), true), k(Tensor::randn(s, dt, 2), true),
+          v(Tensor::randn(s, dt, 3), true);
       const Tensor dy = Tensor::randn(s, dt, 4);
       auto run = [&](bool fused) {
         for (Var* x : {&q, &k, &v}) x->impl()->grad = Tensor();
@@ -160,21 +162,23 @@ TEST(Autograd, MaskedAttentionEqualsTheComposedGraph) {
           if (p != 0.f) att = dropout(att, p, 99, 1234);
           y = matmul(att, v);
         }
-        Var loss = cross_entropy(reshape(mul(y, Var(dy)), {B * H * T, D}),
-                                 Tensor::from_ints(std::vector<int32_t>(static_cast<size_t>(B * H * T), 3), {B * H * T}));
+        Var loss = cross_entropy(
+            reshape(mul(y, Var(dy)), {B * H * T, D}),
+            Tensor::from_ints(std::vector<int32_t>(static_cast<size_t>(B * H * T), 3), {B * H * T}));
         loss.backward();
-        return std::vector<std::vector<double>>{y.value().to_doubles(), q.grad().to_doubles(), k.grad().to_doubles(),
-                                                v.grad().to_doubles()};
+        return std::vector<std::vector<double>>{y.value().to_doubles(), q.grad().to_doubles(),
+                                                k.grad().to_doubles(), v.grad().to_doubles()};
       };
       const auto fused = run(true), composed = run(false);
       const char* names[] = {"y", "dq", "dk", "dv"};
       for (size_t t = 0; t < fused.size(); ++t)
         for (size_t i = 0; i < fused[t].size(); ++i)
-          ASSERT_EQ(fused[t][i], composed[t][i])
-              << dtype_name(dt) << (c.autocast ? " autocast" : "") << " p " << p << " " << names[t] << "[" << i << "]";
+          ASSERT_EQ(fused[t][i], composed[t][i]) << dtype_name(dt) << (c.autocast ? " autocast" : "") << " p "
+                                                 << p << " " << names[t] << "[" << i << "]";
     }
   // The fused op keeps q, k and v only: nothing of size T x T lives past it.
-  Var q(Tensor::randn(s, DType::f32, 1), true), k(Tensor::randn(s, DType::f32, 2), true), v(Tensor::randn(s, DType::f32, 3), true);
+  Var q(Tensor::randn(s, DType::f32, 1), true), k(Tensor::randn(s, DType::f32, 2), true),
+      v(Tensor::randn(s, DType::f32, 3), true);
   const int64_t before = MemoryTracker::current().snapshot().live[size_t(MemCategory::activations)];
   Var y = masked_attention(q, k, v, mask, 0.35f, 0.1f, 99, 0);
   const int64_t after = MemoryTracker::current().snapshot().live[size_t(MemCategory::activations)];
@@ -195,7 +199,9 @@ TEST(Autograd, AttentionQkvEqualsSplitAttendMerge) {
     auto run = [&](bool fused) {
       qkv.impl()->grad = Tensor();
       Var y = fused ? attention_qkv(qkv, H, 0.3f)
-                    : merge_heads(attention(split_heads(qkv, 0, H), split_heads(qkv, 1, H), split_heads(qkv, 2, H), 0.3f), B);
+                    : merge_heads(attention(split_heads(qkv, 0, H), split_heads(qkv, 1, H),
+                                            split_heads(qkv, 2, H), 0.3f),
+                                  B);
       Var loss = cross_entropy(reshape(mul(y, Var(dy.to(dt))), {B * T, C}),
                                Tensor::from_ints(std::vector<int32_t>(B * T, 2), {B * T}));
       loss.backward();
@@ -217,7 +223,8 @@ TEST(Autograd, AttentionQkvMatchesFiniteDifferences) {
   Var qkv(rand64({2, 70, 12}, 21), true), w(rand64({2, 70, 4}, 22), true);
   auto f = [&] {
     Var y = attention_qkv(qkv, 2, 0.6f);  // 70 rows: two query blocks
-    return cross_entropy(reshape(mul(y, w), {140, 4}), Tensor::from_ints(std::vector<int32_t>(140, 1), {140}));
+    return cross_entropy(reshape(mul(y, w), {140, 4}),
+                         Tensor::from_ints(std::vector<int32_t>(140, 1), {140}));
   };
   check_gradient(f, qkv, "qkv");
 }
@@ -230,7 +237,7 @@ TEST(Autograd, ValuesBackwardDoesNotReadAreFreedEarly) {
   };
   Var x(Tensor::randn({64, 256}, DType::f32, 1), true);
   const int64_t bytes = 64 * 64 * 4;
-  Var scores = matmul(x, x, false, true);  // (64, 64): read by nobody's backward below
+  Var scores = matmul(x, x, false, true);   // (64, 64): read by nobody's backward below
   Var probs = causal_softmax(scores, 1.f);  // keeps its output, not its input
   const int64_t with_scores = live_act();
   scores = Var();
@@ -279,7 +286,8 @@ TEST(Autograd, TinyGptMatchesFiniteDifferencesInDouble) {
       const double fm = model.forward(idx, &tgt).loss.value().item();
       p[i] = saved;
       const double numeric = (fp - fm) / (2 * h);
-      EXPECT_NEAR(analytic[static_cast<size_t>(i)], numeric, 1e-8 + 1e-6 * std::fabs(numeric)) << info.name << "[" << j << "]";
+      EXPECT_NEAR(analytic[static_cast<size_t>(i)], numeric, 1e-8 + 1e-6 * std::fabs(numeric))
+          << info.name << "[" << j << "]";
       ++checked;
     }
   }
@@ -337,7 +345,7 @@ TEST(Autograd, ErrorsAreTyped) {
   EXPECT_THROW(c.backward(), ArgumentError);  // nothing requires grad
   EXPECT_THROW(split_heads(a, 0, 2), ShapeError);
   Var qkv(Tensor::zeros({2, 3, 12}, DType::f32), true);
-  EXPECT_THROW(split_heads(qkv, 3, 2), ArgumentError);  // which is 0, 1 or 2
+  EXPECT_THROW(split_heads(qkv, 3, 2), ArgumentError);   // which is 0, 1 or 2
   EXPECT_THROW(attention_qkv(qkv, 3, 1.f), ShapeError);  // C = 4 is not divisible by 3 heads
   EXPECT_THROW(attention_qkv(a, 1, 1.f), ShapeError);    // not (B, T, 3C)
 }
@@ -362,6 +370,8 @@ TEST(Autograd, DropoutIsSeededScaledAndDifferentiable) {
   EXPECT_THROW(dropout(x, 1.0f, 1, 0), ArgumentError);
   // With the mask fixed by (seed, offset), dropout is linear: check its gradient numerically.
   Var y(rand64({6, 7}, 11), true);
-  auto f = [&] { return cross_entropy(dropout(y, 0.3f, 5, 100), Tensor::from_ints({0, 1, 2, 3, 4, 5}, {6})); };
+  auto f = [&] {
+    return cross_entropy(dropout(y, 0.3f, 5, 100), Tensor::from_ints({0, 1, 2, 3, 4, 5}, {6}));
+  };
   check_gradient(f, y, "dropout");
 }

@@ -1,12 +1,13 @@
 // autograd's cast hook: with none installed the ops run in their inputs' dtypes; an installed hook
 // is asked at the top of every op with the op's kind and inputs, may replace them, and binds the
 // recompute of a checkpointed function. (amp's autocast is the real hook: tests/amp.)
+#include "autograd/cast_hook.h"
+
 #include <gtest/gtest.h>
 
 #include <utility>
 #include <vector>
 
-#include "autograd/cast_hook.h"
 #include "mixtrain/autograd/functions.h"
 
 using namespace mixtrain;

@@ -25,7 +25,9 @@ TEST(GradReady, EachParameterOnceWithItsFinalGradient) {
   };
   std::vector<Call> calls;
   {
-    GradReadyScope scope([&](const Tensor& g) { calls.push_back({g.offset() - flat.offset(), g.to_doubles()}); });
+    GradReadyScope scope([&](const Tensor& g) {
+      calls.push_back({g.offset() - flat.offset(), g.to_doubles()});
+    });
     cross_entropy(mul(add(p, p), q), Tensor::from_ints({1}, {1})).backward();
   }
   ASSERT_EQ(calls.size(), 2u);
@@ -58,7 +60,8 @@ TEST(FreshGrad, SecondPassAddsItsOwnGradientWhenFinal) {
     }
     void backward(const Tensor& x) {
       const Var xv(x, false);
-      cross_entropy(add(linear(xv, w, b), linear(xv, w, b)), Tensor::from_ints({0, 1, 2, 3, 1}, {5})).backward();
+      cross_entropy(add(linear(xv, w, b), linear(xv, w, b)), Tensor::from_ints({0, 1, 2, 3, 1}, {5}))
+          .backward();
     }
   };
   Model a(w0, b0), b(w0, b0), fused(w0, b0);
@@ -81,7 +84,8 @@ TEST(FreshGrad, SecondPassAddsItsOwnGradientWhenFinal) {
   ASSERT_EQ(seen.size(), 2u);
   for (const std::vector<double>& g : seen) {
     const bool is_w = g.size() == 28;
-    const std::vector<double> want = is_w ? exact.flat.slice(0, 0, 28).to_doubles() : exact.flat.slice(0, 32, 36).to_doubles();
+    const std::vector<double> want =
+        is_w ? exact.flat.slice(0, 0, 28).to_doubles() : exact.flat.slice(0, 32, 36).to_doubles();
     EXPECT_EQ(g, want);
   }
   // The fused second pass is close to the exact one, and the scope is what made the difference

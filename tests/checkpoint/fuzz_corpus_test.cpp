@@ -5,9 +5,9 @@
 #include <filesystem>
 
 #include "checkpoint/file_io.h"
-#include "mixtrain/checkpoint/load_model.h"
 #include "checkpoint/safetensors.h"
 #include "checkpoint/training_state.h"
+#include "mixtrain/checkpoint/load_model.h"
 #include "models/gpt_config_json.h"
 
 namespace mixtrain {

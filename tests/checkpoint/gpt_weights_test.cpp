@@ -8,9 +8,8 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
-#include "mixtrain/checkpoint/load_model.h"
-
 #include "checkpoint/checkpoint_test_util.h"
+#include "mixtrain/checkpoint/load_model.h"
 
 namespace mixtrain {
 namespace {

@@ -5,8 +5,8 @@
 #include <gtest/gtest.h>
 
 #include "checkpoint/checkpoint_test_util.h"
-#include "mixtrain/checkpoint/load_model.h"
 #include "checkpoint/safetensors.h"
+#include "mixtrain/checkpoint/load_model.h"
 #include "mixtrain/models/gpt.h"
 #include "models/gpt_config_json.h"
 

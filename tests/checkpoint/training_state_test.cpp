@@ -129,7 +129,11 @@ TEST(TrainingState, RefusesCorruptState) {
       {"unknown precision", [](nlohmann::json& j) { j["precision"] = "8-mixed"; }, "not a precision mode"},
       {"precision a number", [](nlohmann::json& j) { j["precision"] = 16; }, "'precision' must be a string"},
       {"model not an object", [](nlohmann::json& j) { j["model"] = 3; }, "must be a JSON object"},
-      {"model an array", [](nlohmann::json& j) { j["model"] = nlohmann::json::array({1, 2}); }, "must be a JSON object"},
+      {"model an array",
+       [](nlohmann::json& j) {
+         j["model"] = nlohmann::json::array({1, 2});
+       },
+       "must be a JSON object"},
       {"model missing", [](nlohmann::json& j) { j.erase("model"); }, "'model' is missing"},
       {"optimizer kind", [](nlohmann::json& j) { j["optimizer"]["kind"] = "lion"; }, "must be adamw or sgd"},
       {"optimizer steps past step", [](nlohmann::json& j) { j["optimizer"]["steps"] = 13; }, "exceeds step"},
@@ -143,13 +147,15 @@ TEST(TrainingState, RefusesCorruptState) {
        "'counters.overflows'"},
       {"flag a number", [](nlohmann::json& j) { j["counters"]["hit_min_scale"] = 1; }, "true or false"},
       {"counters past step", [](nlohmann::json& j) { j["counters"]["skipped_steps"] = 99; }, "more steps"},
-      {"skips by site an array", [](nlohmann::json& j) { j["counters"]["skips_by_site"] = nlohmann::json::array(); },
+      {"skips by site an array",
+       [](nlohmann::json& j) { j["counters"]["skips_by_site"] = nlohmann::json::array(); },
        "'counters.skips_by_site' must be an object"},
       {"skips by site negative", [](nlohmann::json& j) { j["counters"]["skips_by_site"]["(loss)"] = -1; },
        "'counters.skips_by_site.(loss)' must be a non-negative integer"},
       {"skips by site a string", [](nlohmann::json& j) { j["counters"]["skips_by_site"]["(loss)"] = "1"; },
        "'counters.skips_by_site.(loss)' must be a non-negative integer"},
-      {"skips by site past skipped_steps", [](nlohmann::json& j) { j["counters"]["skips_by_site"]["(loss)"] = 1; },
+      {"skips by site past skipped_steps",
+       [](nlohmann::json& j) { j["counters"]["skips_by_site"]["(loss)"] = 1; },
        "adds up to more skips than 'counters.skipped_steps'"},
       {"run not an object", [](nlohmann::json& j) { j["run"] = nlohmann::json::array(); },
        "'run' must be an object"},
@@ -175,8 +181,13 @@ TEST(TrainingState, RefusesCorruptState) {
        "'params' has dtype BF16, expected F32 for 16-mixed"},
       {"wrong size", "optim.exp_avg", [](const Tensor&) { return Tensor::zeros({99}, DType::f32); }, "",
        "'optim.exp_avg' has 99 elements"},
-      {"not 1-D", "params", [](const Tensor& t) { return t.reshape({10, 10}); }, "", "'params' must be 1-D"},
-      {"compensation in fp32", "", nullptr, "optim.compensation", "compensation buffer only exists with 16-bit"},
+      {"not 1-D", "params",
+       [](const Tensor& t) {
+         return t.reshape({10, 10});
+       },
+       "", "'params' must be 1-D"},
+      {"compensation in fp32", "", nullptr, "optim.compensation",
+       "compensation buffer only exists with 16-bit"},
       {"master in fp32", "", nullptr, "optim.master", "fp32 master weights only exist with 16-bit"},
   };
   auto keep = [](nlohmann::json&) {};
@@ -192,7 +203,8 @@ TEST(TrainingState, RefusesCorruptState) {
                                             else if (c.edit)
                                               w.add(e.name, c.edit(f.tensor(e)));
                                           }
-                                          if (!c.extra.empty()) w.add(c.extra, Tensor::zeros({100}, DType::f32));
+                                          if (!c.extra.empty())
+                                            w.add(c.extra, Tensor::zeros({100}, DType::f32));
                                         }),
                                 "ts");
         },

@@ -23,8 +23,10 @@ struct CountSteps final : TrainingHook {
 
 int main() {
   std::string text;
-  for (int i = 0; i < 300; ++i) text += "the quick brown fox jumps over the lazy dog " + std::to_string(i % 7) + "\n";
-  const TextCorpus corpus = TextCorpus::from_bytes(std::vector<uint8_t>(text.begin(), text.end()), "inline text");
+  for (int i = 0; i < 300; ++i)
+    text += "the quick brown fox jumps over the lazy dog " + std::to_string(i % 7) + "\n";
+  const TextCorpus corpus =
+      TextCorpus::from_bytes(std::vector<uint8_t>(text.begin(), text.end()), "inline text");
   GptConfig cfg;
   cfg.n_layer = 1, cfg.n_head = 2, cfg.n_embd = 32, cfg.block_size = 32;
   MixedPrecision mp("bf16-mixed");
@@ -40,7 +42,7 @@ int main() {
   TrainingRun run(model, *opt, mp, data, rc);
   CountSteps& seen = run.add_hook(std::make_unique<CountSteps>());
   const TrainSummary s = run.run();
-  std::printf("consumer: %d steps, loss %.4f -> %.4f, val_loss %.4f, mixtrain %s\n", seen.steps, seen.first, seen.last,
-              s.val_loss, MIXTRAIN_VERSION);
+  std::printf("consumer: %d steps, loss %.4f -> %.4f, val_loss %.4f, mixtrain %s\n", seen.steps, seen.first,
+              seen.last, s.val_loss, MIXTRAIN_VERSION);
   return seen.steps == 12 && seen.last < seen.first && std::isfinite(s.val_loss) ? 0 : 1;
 }

@@ -16,8 +16,8 @@ namespace {
 
 // [PAD]=0 [UNK]=1 [CLS]=2 [SEP]=3 [MASK]=4 a=5 b=6 c=7 d=8
 WordPieceTokenizer tiny_vocab() {
-  return WordPieceTokenizer::from_tokens({"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b", "c", "d"}, "vocab",
-                                         WordPieceTokenizer::Options{});
+  return WordPieceTokenizer::from_tokens({"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b", "c", "d"},
+                                         "vocab", WordPieceTokenizer::Options{});
 }
 
 // Examples "a", "a b", "a b c", ... with labels cycling over {x, y}; test: `n_test` rows.
@@ -43,16 +43,16 @@ TEST(ClassificationBatches, DynamicPaddingAndRealTokens) {
   EXPECT_EQ(data.num_eval_batches(), 2);   // 4 + 1 (and 3 padding rows)
   EXPECT_EQ(data.sequence_length(), 16);
   Batch b;
-  data.eval_batch(0, b);  // test rows 0..3: "a", "a b", "a b c", "a b c d"
+  data.eval_batch(0, b);                       // test rows 0..3: "a", "a b", "a b c", "a b c d"
   ASSERT_EQ(b.inputs.shape(), (Shape{4, 6}));  // the longest: [CLS] a b c d [SEP]
   EXPECT_EQ(b.inputs.to_ints(), (std::vector<int32_t>{2, 5, 3, 0, 0, 0,  //
-                                                       2, 5, 6, 3, 0, 0,  //
-                                                       2, 5, 6, 7, 3, 0,  //
-                                                       2, 5, 6, 7, 8, 3}));
+                                                      2, 5, 6, 3, 0, 0,  //
+                                                      2, 5, 6, 7, 3, 0,  //
+                                                      2, 5, 6, 7, 8, 3}));
   EXPECT_EQ(b.attention_mask.to_ints(), (std::vector<int32_t>{1, 1, 1, 0, 0, 0,  //
-                                                               1, 1, 1, 1, 0, 0,  //
-                                                               1, 1, 1, 1, 1, 0,  //
-                                                               1, 1, 1, 1, 1, 1}));
+                                                              1, 1, 1, 1, 0, 0,  //
+                                                              1, 1, 1, 1, 1, 0,  //
+                                                              1, 1, 1, 1, 1, 1}));
   EXPECT_EQ(b.token_types.to_ints(), std::vector<int32_t>(24, 0));
   EXPECT_EQ(b.targets.to_ints(), (std::vector<int32_t>{1, 0, 0, 1}));
   EXPECT_EQ(b.rows, 4);
@@ -76,9 +76,9 @@ TEST(ClassificationBatches, TruncationAndPairs) {
   ASSERT_EQ(b.inputs.shape(), (Shape{4, 5}));
   // Row 3 ("a b c d" + "d") cut to max_len 5 the longest-first way: [CLS] a [SEP] d [SEP].
   EXPECT_EQ(b.inputs.to_ints(), (std::vector<int32_t>{2, 5, 3, 8, 3, /**/ 2, 5, 3, 8, 3,  //
-                                                       2, 5, 3, 8, 3, /**/ 2, 5, 3, 8, 3}));
+                                                      2, 5, 3, 8, 3, /**/ 2, 5, 3, 8, 3}));
   EXPECT_EQ(b.token_types.to_ints(), (std::vector<int32_t>{0, 0, 0, 1, 1, /**/ 0, 0, 0, 1, 1,  //
-                                                            0, 0, 0, 1, 1, /**/ 0, 0, 0, 1, 1}));
+                                                           0, 0, 0, 1, 1, /**/ 0, 0, 0, 1, 1}));
   EXPECT_EQ(b.real_tokens, 20);
 }
 
@@ -117,10 +117,12 @@ TEST(ClassificationBatches, EpochsShuffleEveryExampleOnceAndArePureFunctionsOfTh
 }
 
 TEST(ClassificationBatches, BaselinesComeFromTheTestSet) {
-  const TextClassificationData train = set_of(10, "train"), test = set_of(6, "test");  // test labels 1,0,0,1,0,0
+  const TextClassificationData train = set_of(10, "train"),
+                               test = set_of(6, "test");  // test labels 1,0,0,1,0,0
   const ClassificationBatches data(train, test, tiny_vocab(), 4, 16, 1);
   EXPECT_DOUBLE_EQ(data.majority_baseline(), 4.0 / 6.0);
-  EXPECT_DOUBLE_EQ(data.baseline_loss(), -(2.0 / 6.0) * std::log(2.0 / 6.0) - (4.0 / 6.0) * std::log(4.0 / 6.0));
+  EXPECT_DOUBLE_EQ(data.baseline_loss(),
+                   -(2.0 / 6.0) * std::log(2.0 / 6.0) - (4.0 / 6.0) * std::log(4.0 / 6.0));
   EXPECT_EQ(data.num_classes(), 2);
 }
 
@@ -143,7 +145,8 @@ TEST(ClassificationBatches, BadArguments) {
   const TextClassificationData train = set_of(4, "train"), test = set_of(4, "test");
   EXPECT_THROW(ClassificationBatches(train, test, tiny_vocab(), 0, 16, 1), ArgumentError);
   EXPECT_THROW(ClassificationBatches(train, test, tiny_vocab(), 4, 1, 1), ArgumentError);
-  EXPECT_THROW(ClassificationBatches(set_of(4, "p", true), set_of(4, "q", true), tiny_vocab(), 4, 2, 1), ArgumentError);
+  EXPECT_THROW(ClassificationBatches(set_of(4, "p", true), set_of(4, "q", true), tiny_vocab(), 4, 2, 1),
+               ArgumentError);
   EXPECT_THROW(ClassificationBatches(set_of(0, "empty"), test, tiny_vocab(), 4, 16, 1), ArgumentError);
   TextClassificationData other_labels = test;
   other_labels.labels = {"x", "y", "z"};

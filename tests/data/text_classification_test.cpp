@@ -42,7 +42,8 @@ std::string error_of(const std::string& content, TextFormat f, const TextColumns
 
 TEST(TextClassification, TsvColumnsByNameAndSortedLabels) {
   const TextClassificationData d = TextClassificationData::parse(
-      "id\tlabel\ttext\r\n1\tpos\tgood stuff\r\n\n2\tneg\tbad \"stuff\"\n3\tpos\t\n", TextFormat::tsv, "d.tsv", cols());
+      "id\tlabel\ttext\r\n1\tpos\tgood stuff\r\n\n2\tneg\tbad \"stuff\"\n3\tpos\t\n", TextFormat::tsv,
+      "d.tsv", cols());
   ASSERT_EQ(d.examples.size(), 3u);
   EXPECT_EQ(d.labels, (std::vector<std::string>{"neg", "pos"}));
   EXPECT_EQ(d.examples[0].text, "good stuff");
@@ -57,10 +58,14 @@ TEST(TextClassification, TsvColumnsByNameAndSortedLabels) {
 }
 
 TEST(TextClassification, TsvBadRows) {
-  EXPECT_EQ(error_of("text\tlabel\na\tb\tc\n", TextFormat::tsv), "d:2: expected 2 fields (as the header), got 3");
-  EXPECT_EQ(error_of("text\tlabel\na\tx\nb\n", TextFormat::tsv), "d:3: expected 2 fields (as the header), got 1");
-  EXPECT_EQ(error_of("txt\tlabel\n", TextFormat::tsv), "d:1: no text column 'text' (the header has 'txt', 'label')");
-  EXPECT_EQ(error_of("text\tlabel\ttext\n", TextFormat::tsv), "d:1: column 'text' appears twice in the header");
+  EXPECT_EQ(error_of("text\tlabel\na\tb\tc\n", TextFormat::tsv),
+            "d:2: expected 2 fields (as the header), got 3");
+  EXPECT_EQ(error_of("text\tlabel\na\tx\nb\n", TextFormat::tsv),
+            "d:3: expected 2 fields (as the header), got 1");
+  EXPECT_EQ(error_of("txt\tlabel\n", TextFormat::tsv),
+            "d:1: no text column 'text' (the header has 'txt', 'label')");
+  EXPECT_EQ(error_of("text\tlabel\ttext\n", TextFormat::tsv),
+            "d:1: column 'text' appears twice in the header");
   EXPECT_EQ(error_of("text\tlabel\na\t\n", TextFormat::tsv), "d:2: empty label");
   EXPECT_EQ(error_of("text\tlabel\na\xFF\tx\n", TextFormat::tsv), "d:2: column 'text' is not valid UTF-8");
   EXPECT_EQ(error_of("", TextFormat::tsv), "data file 'd': no header line (the file is empty)");
@@ -84,7 +89,8 @@ TEST(TextClassification, CsvQuotingPerRfc4180) {
   EXPECT_EQ(d.examples[3].text, "");
   EXPECT_EQ(d.examples[3].label, 1);
   // No final line break.
-  EXPECT_EQ(TextClassificationData::parse("text,label\nx,y", TextFormat::csv, "d", cols()).examples.size(), 1u);
+  EXPECT_EQ(TextClassificationData::parse("text,label\nx,y", TextFormat::csv, "d", cols()).examples.size(),
+            1u);
 }
 
 TEST(TextClassification, CsvBadRows) {
@@ -94,7 +100,8 @@ TEST(TextClassification, CsvBadRows) {
             "d:2: text after the closing quote of a field (RFC 4180: a quote in a field is \"\")");
   EXPECT_EQ(error_of("text,label\nx\"y,a\n", TextFormat::csv),
             "d:2: a quote inside an unquoted field (quote the field, \"\" for a quote)");
-  EXPECT_EQ(error_of("text,label\n\"a\nb\",x\nc\n", TextFormat::csv), "d:4: expected 2 fields (as the header), got 1");
+  EXPECT_EQ(error_of("text,label\n\"a\nb\",x\nc\n", TextFormat::csv),
+            "d:4: expected 2 fields (as the header), got 1");
 }
 
 TEST(TextClassification, JsonlWithPairsAndIntegerLabels) {
@@ -113,15 +120,18 @@ TEST(TextClassification, JsonlWithPairsAndIntegerLabels) {
 }
 
 TEST(TextClassification, JsonlBadRows) {
-  EXPECT_EQ(error_of("{\"text\": \"a\", \"label\": \"x\"}\n[1]\n", TextFormat::jsonl), "d:2: not a JSON object");
-  EXPECT_NE(error_of("{\"text\": \"a\", \"label\": \"x\"}\n{\"text\": \n", TextFormat::jsonl).find("d:2: not valid JSON"),
+  EXPECT_EQ(error_of("{\"text\": \"a\", \"label\": \"x\"}\n[1]\n", TextFormat::jsonl),
+            "d:2: not a JSON object");
+  EXPECT_NE(error_of("{\"text\": \"a\", \"label\": \"x\"}\n{\"text\": \n", TextFormat::jsonl)
+                .find("d:2: not valid JSON"),
             std::string::npos);
   EXPECT_EQ(error_of("{\"label\": \"x\"}\n", TextFormat::jsonl), "d:1: no text field 'text'");
   EXPECT_EQ(error_of("{\"text\": \"a\", \"label\": \"x\", \"deep\": " + std::string(100000, '[') +
                          std::string(100000, ']') + "}\n",
                      TextFormat::jsonl),
             "d:1: JSON nested deeper than 64 levels");
-  EXPECT_EQ(error_of("{\"text\": 3, \"label\": \"x\"}\n", TextFormat::jsonl), "d:1: text field 'text' is not a string");
+  EXPECT_EQ(error_of("{\"text\": 3, \"label\": \"x\"}\n", TextFormat::jsonl),
+            "d:1: text field 'text' is not a string");
   EXPECT_EQ(error_of("{\"text\": \"a\"}\n", TextFormat::jsonl), "d:1: no label field 'label'");
   EXPECT_EQ(error_of("{\"text\": \"a\", \"label\": 0.5}\n", TextFormat::jsonl),
             "d:1: label field 'label' is neither a string nor an integer");
@@ -138,7 +148,8 @@ TEST(TextClassification, GivenLabelListKeepsIdsAndRejectsUnknownLabels) {
   EXPECT_EQ(error_of("text\tlabel\na\tneg\nb\tmeh\n", TextFormat::tsv, cols(), &labels),
             "d:3: label 'meh' is not one of the known labels ('pos', 'neg')");
   const std::vector<std::string> twice = {"a", "a"};
-  EXPECT_THROW(TextClassificationData::parse("text\tlabel\n", TextFormat::tsv, "t", cols(), &twice), ArgumentError);
+  EXPECT_THROW(TextClassificationData::parse("text\tlabel\n", TextFormat::tsv, "t", cols(), &twice),
+               ArgumentError);
 }
 
 TEST(TextClassification, LoadChoosesTheFormatByExtension) {
@@ -192,7 +203,8 @@ TEST(TextClassification, FortunesTopicSplit) {
       const TextExample& e = part->examples[i];
       EXPECT_TRUE(seen.emplace(e.label, e.line).second);
       if (i > 0) {
-        EXPECT_LT(std::make_pair(part->examples[i - 1].label, part->examples[i - 1].line), std::make_pair(e.label, e.line));
+        EXPECT_LT(std::make_pair(part->examples[i - 1].label, part->examples[i - 1].line),
+                  std::make_pair(e.label, e.line));
       }
     }
   }
@@ -208,8 +220,10 @@ TEST(TextClassification, FortunesTopicSplit) {
   ASSERT_EQ(again.test.examples.size(), t.test.examples.size());
   int same = 0, same_other = 0;
   for (size_t i = 0; i < t.test.examples.size(); ++i) {
-    same += again.test.examples[i].line == t.test.examples[i].line && again.test.examples[i].label == t.test.examples[i].label;
-    same_other += other.test.examples[i].line == t.test.examples[i].line && other.test.examples[i].label == t.test.examples[i].label;
+    same += again.test.examples[i].line == t.test.examples[i].line &&
+            again.test.examples[i].label == t.test.examples[i].label;
+    same_other += other.test.examples[i].line == t.test.examples[i].line &&
+                  other.test.examples[i].label == t.test.examples[i].label;
   }
   EXPECT_EQ(same, 786);
   EXPECT_LT(same_other, 200);
@@ -221,7 +235,8 @@ TEST(TextClassification, FortunesEntriesFromAFolder) {
   const fs::path dir = fs::temp_directory_path() / ("mixtrain_fortunes_" + std::to_string(getpid()));
   fs::create_directories(dir);
   for (const char* topic : kFortuneTopics) std::ofstream(dir / topic) << "";
-  std::ofstream(dir / "food") << "  short one  \n%\n\nA fortune about food, long enough.\n\n%\n%\nLast one without a final percent line\n";
+  std::ofstream(dir / "food") << "  short one  \n%\n\nA fortune about food, long enough.\n\n%\n%\nLast one "
+                                 "without a final percent line\n";
   const TextClassificationData d = fortunes_topic_entries(dir.string());
   ASSERT_EQ(d.examples.size(), 2u);
   EXPECT_EQ(d.examples[0].text, "A fortune about food, long enough.");

@@ -23,8 +23,7 @@ class TextCorpusTest : public ::testing::Test {
  protected:
   void SetUp() override {
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() /
-           ("mixtrain_corpus_" + std::to_string(getpid()) + "_" + info->name());
+    dir_ = fs::temp_directory_path() / ("mixtrain_corpus_" + std::to_string(getpid()) + "_" + info->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_);
   }

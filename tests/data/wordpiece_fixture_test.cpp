@@ -39,7 +39,8 @@ std::string xz_decompress(const std::string& path) {
   s << f.rdbuf();
   const std::string in = std::move(s).str();
   lzma_stream z = LZMA_STREAM_INIT;
-  if (lzma_stream_decoder(&z, UINT64_MAX, 0) != LZMA_OK) throw std::runtime_error("lzma_stream_decoder failed");
+  if (lzma_stream_decoder(&z, UINT64_MAX, 0) != LZMA_OK)
+    throw std::runtime_error("lzma_stream_decoder failed");
   std::string out;
   std::vector<uint8_t> buf(1 << 20);
   z.next_in = reinterpret_cast<const uint8_t*>(in.data());
@@ -52,7 +53,8 @@ std::string xz_decompress(const std::string& path) {
     out.append(reinterpret_cast<const char*>(buf.data()), buf.size() - z.avail_out);
   }
   lzma_end(&z);
-  if (r != LZMA_STREAM_END) throw std::runtime_error(path + ": xz data is corrupt (lzma error " + std::to_string(r) + ")");
+  if (r != LZMA_STREAM_END)
+    throw std::runtime_error(path + ": xz data is corrupt (lzma error " + std::to_string(r) + ")");
   return out;
 }
 
@@ -60,7 +62,8 @@ std::string xz_decompress(const std::string& path) {
 const std::map<std::string, Section>& fixture() {
   static const std::map<std::string, Section> sections = [] {
     std::map<std::string, Section> m;
-    std::istringstream in(xz_decompress(std::string(MIXTRAIN_SOURCE_DIR) + "/tests/fixtures/wordpiece_ids.txt.xz"));
+    std::istringstream in(
+        xz_decompress(std::string(MIXTRAIN_SOURCE_DIR) + "/tests/fixtures/wordpiece_ids.txt.xz"));
     std::string line;
     std::getline(in, line);
     if (line != "mixtrain-wordpiece-fixture 1") throw std::runtime_error("wordpiece fixture: bad first line");
@@ -100,8 +103,8 @@ const std::map<std::string, Section>& fixture() {
 }
 
 const WordPieceTokenizer& tok() {
-  static const WordPieceTokenizer t =
-      WordPieceTokenizer::from_vocab_file(builtin_data_path(std::string(kDefaultEncoderModel) + "/vocab.txt"));
+  static const WordPieceTokenizer t = WordPieceTokenizer::from_vocab_file(
+      builtin_data_path(std::string(kDefaultEncoderModel) + "/vocab.txt"));
   return t;
 }
 
@@ -127,11 +130,12 @@ void check_texts(const std::string& section, const std::vector<std::string>& tex
   ASSERT_EQ(s.rows.size(), texts.size()) << section;
   int64_t wrong = 0;
   for (size_t i = 0; i < texts.size(); ++i) {
-    ASSERT_EQ(crc_hex(texts[i]), s.rows[i].key) << section << " text " << i << " is not the text the fixture was made from";
+    ASSERT_EQ(crc_hex(texts[i]), s.rows[i].key)
+        << section << " text " << i << " is not the text the fixture was made from";
     const std::vector<int32_t> got = tok().encode(texts[i], s.max_len).ids;
     if (got != s.rows[i].ids && ++wrong <= 5)
-      ADD_FAILURE() << section << " text " << i << " (" << texts[i].substr(0, 80) << "...):\n  mixtrain: " << ids_str(got)
-                    << "\n  HF:       " << ids_str(s.rows[i].ids);
+      ADD_FAILURE() << section << " text " << i << " (" << texts[i].substr(0, 80)
+                    << "...):\n  mixtrain: " << ids_str(got) << "\n  HF:       " << ids_str(s.rows[i].ids);
   }
   EXPECT_EQ(wrong, 0) << "of " << texts.size() << " texts in " << section;
 }
@@ -171,7 +175,8 @@ TEST(WordPieceFixture, ReviewPairsTruncatedLongestFirst) {
     const Encoding e = tok().encode_pair(test[i], test[i + 1], 64);
     ASSERT_EQ(e.ids.size(), e.type_ids.size());
     if (e.ids != s.rows[i].ids && ++wrong <= 5)
-      ADD_FAILURE() << "pair " << i << ":\n  mixtrain: " << ids_str(e.ids) << "\n  HF:       " << ids_str(s.rows[i].ids);
+      ADD_FAILURE() << "pair " << i << ":\n  mixtrain: " << ids_str(e.ids)
+                    << "\n  HF:       " << ids_str(s.rows[i].ids);
   }
   EXPECT_EQ(wrong, 0) << "of " << test.size() - 1 << " pairs";
 }

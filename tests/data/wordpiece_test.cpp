@@ -24,19 +24,20 @@ using Words = std::vector<std::string>;
 
 // ids: [PAD] 0, [UNK] 1, [CLS] 2, [SEP] 3, [MASK] 4, then the pieces from 5 on.
 WordPieceTokenizer small(WordPieceTokenizer::Options o = {}) {
-  return WordPieceTokenizer::from_tokens({"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]",    // 0-4
-                                          "un", "##aff", "##able", "a", "##a",               // 5-9
-                                          "naive", "cafe", "hello", ",", "world", "!",       // 10-15
-                                          "中", "文", "$", "ab", "x", "y", "##b", "Naïve"},  // 16-23
-                                         "small", o);
+  return WordPieceTokenizer::from_tokens(
+      {"[PAD]", "[UNK]", "[CLS]",  "[SEP]", "[MASK]",                        // 0-4
+       "un",    "##aff", "##able", "a",     "##a",                           // 5-9
+       "naive", "cafe",  "hello",  ",",     "world",  "!",                   // 10-15
+       "中",    "文",    "$",      "ab",    "x",      "y", "##b", "Naïve"},  // 16-23
+      "small", o);
 }
 
 TEST(WordPiece, GreedyLongestMatchWithContinuationPieces) {
   const WordPieceTokenizer t = small();
   EXPECT_EQ(t.tokenize("unaffable"), (Ids{5, 6, 7}));
   EXPECT_EQ(t.tokenize("aaa"), (Ids{8, 9, 9}));
-  EXPECT_EQ(t.tokenize("ab"), (Ids{19}));      // the longest piece first, not a + ##b
-  EXPECT_EQ(t.tokenize("unaffz"), (Ids{1}));   // one position without a piece: the whole word
+  EXPECT_EQ(t.tokenize("ab"), (Ids{19}));     // the longest piece first, not a + ##b
+  EXPECT_EQ(t.tokenize("unaffz"), (Ids{1}));  // one position without a piece: the whole word
   EXPECT_EQ(t.tokenize("hello unaffz world"), (Ids{12, 1, 14}));
   EXPECT_EQ(t.tokenize(""), Ids{});
   EXPECT_EQ(t.tokenize(" \t\n "), Ids{});
@@ -62,10 +63,20 @@ TEST(WordPiece, CleaningAccentsAndCase) {
   // NUL, U+FFFD, controls (including VT and FF, which are not \t \n \r), format characters
   // (soft hyphen U+00AD, zero-width space U+200B) and private use (U+E000) are dropped.
   EXPECT_EQ(t.basic_tokenize(std::string("a\0b", 3)), Words{"ab"});
-  EXPECT_EQ(t.basic_tokenize("a\x01" "b\x0B" "c\x0C" "d\xC2\xAD" "e\xE2\x80\x8B" "f\xEF\xBF\xBD" "g\xEE\x80\x80" "h"),
+  EXPECT_EQ(t.basic_tokenize("a\x01"
+                             "b\x0B"
+                             "c\x0C"
+                             "d\xC2\xAD"
+                             "e\xE2\x80\x8B"
+                             "f\xEF\xBF\xBD"
+                             "g\xEE\x80\x80"
+                             "h"),
             Words{"abcdefgh"});
   // \t \n \r and Unicode spaces (NBSP, ideographic space) separate words.
-  EXPECT_EQ(t.basic_tokenize("a\tb\nc\rd\xC2\xA0" "e\xE3\x80\x80" "f"), (Words{"a", "b", "c", "d", "e", "f"}));
+  EXPECT_EQ(t.basic_tokenize("a\tb\nc\rd\xC2\xA0"
+                             "e\xE3\x80\x80"
+                             "f"),
+            (Words{"a", "b", "c", "d", "e", "f"}));
   // Combining accents written separately are stripped as well.
   EXPECT_EQ(t.basic_tokenize("cafe\xCC\x81"), Words{"cafe"});
   // Without lower casing nothing is stripped or folded.
@@ -80,11 +91,15 @@ TEST(WordPiece, PunctuationAndCjkSplit) {
   EXPECT_EQ(t.tokenize("Hello, world!"), (Ids{12, 13, 14, 15}));
   // ASCII symbols that Unicode does not call punctuation split too; Unicode P* (the em dash,
   // guillemets) split; other symbols (the euro sign) do not.
-  EXPECT_EQ(t.basic_tokenize("a$b+c<d=e>f^g`h|i~j"),
-            (Words{"a", "$", "b", "+", "c", "<", "d", "=", "e", ">", "f", "^", "g", "`", "h", "|", "i", "~", "j"}));
-  EXPECT_EQ(t.basic_tokenize("a\xE2\x80\x94" "b\xC2\xAB" "c"), (Words{"a", "\xE2\x80\x94", "b", "\xC2\xAB", "c"}));
+  EXPECT_EQ(t.basic_tokenize("a$b+c<d=e>f^g`h|i~j"), (Words{"a", "$", "b", "+", "c", "<", "d", "=", "e", ">",
+                                                            "f", "^", "g", "`", "h", "|", "i", "~", "j"}));
+  EXPECT_EQ(t.basic_tokenize("a\xE2\x80\x94"
+                             "b\xC2\xAB"
+                             "c"),
+            (Words{"a", "\xE2\x80\x94", "b", "\xC2\xAB", "c"}));
   EXPECT_EQ(t.basic_tokenize("5\xE2\x82\xAC"), Words{"5\xE2\x82\xAC"});
-  EXPECT_EQ(t.basic_tokenize("x\xE4\xB8\xAD\xE6\x96\x87y"), (Words{"x", "\xE4\xB8\xAD", "\xE6\x96\x87", "y"}));
+  EXPECT_EQ(t.basic_tokenize("x\xE4\xB8\xAD\xE6\x96\x87y"),
+            (Words{"x", "\xE4\xB8\xAD", "\xE6\x96\x87", "y"}));
   EXPECT_EQ(t.tokenize("\xE4\xB8\xAD\xE6\x96\x87"), (Ids{16, 17}));
   // Hiragana is not in the CJK ideograph blocks: it stays in its word.
   EXPECT_EQ(t.basic_tokenize("x\xE3\x81\x82y"), Words{"x\xE3\x81\x82y"});
@@ -159,7 +174,7 @@ TEST(WordPiece, DynamicPaddingToTheLongest) {
 TEST(WordPiece, InvalidUtf8IsAnErrorNamingTheByte) {
   const WordPieceTokenizer t = small();
   for (const std::string& s : {std::string("ok \xFF"), std::string("ok \xC3"), std::string("ok \xED\xA0\x80"),
-                              std::string("ok \xC0\xAF")}) {
+                               std::string("ok \xC0\xAF")}) {
     try {
       t.tokenize(s);
       ADD_FAILURE() << "no error";
@@ -179,8 +194,8 @@ TEST(WordPiece, InvalidUtf8IsAnErrorNamingTheByte) {
 class VocabFile : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("mixtrain_vocab_" + std::to_string(getpid()) + "_" + ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = fs::temp_directory_path() / ("mixtrain_vocab_" + std::to_string(getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::create_directories(dir_);
   }
   void TearDown() override {
@@ -204,7 +219,8 @@ class VocabFile : public ::testing::Test {
 };
 
 TEST_F(VocabFile, IdsAreLineNumbersAndTrailingSpaceIsIgnored) {
-  const WordPieceTokenizer t = WordPieceTokenizer::from_vocab_file(write("[PAD]\r\n[UNK] \n[CLS]\n[SEP]\nhello\t\n"));
+  const WordPieceTokenizer t =
+      WordPieceTokenizer::from_vocab_file(write("[PAD]\r\n[UNK] \n[CLS]\n[SEP]\nhello\t\n"));
   EXPECT_EQ(t.vocab_size(), 5);
   EXPECT_EQ(t.id("hello"), 4);
   EXPECT_EQ(t.id("[MASK]"), -1);
@@ -217,10 +233,12 @@ TEST_F(VocabFile, IdsAreLineNumbersAndTrailingSpaceIsIgnored) {
 TEST_F(VocabFile, BadFilesAreOneLineErrors) {
   EXPECT_NE(message((dir_ / "missing.txt").string()).find("cannot be read"), std::string::npos);
   EXPECT_NE(message(write("")).find("empty"), std::string::npos);
-  EXPECT_NE(message(write("[PAD]\n[UNK]\n[CLS]\n[SEP]\na\na\n")).find(":6: duplicate token 'a' (first on line 5)"),
-            std::string::npos);
+  EXPECT_NE(
+      message(write("[PAD]\n[UNK]\n[CLS]\n[SEP]\na\na\n")).find(":6: duplicate token 'a' (first on line 5)"),
+      std::string::npos);
   EXPECT_NE(message(write("[PAD]\n[UNK]\n\n[CLS]\n[SEP]\n")).find(":3: empty token"), std::string::npos);
-  EXPECT_NE(message(write("[PAD]\n[UNK]\n[CLS]\n[SEP]\n\xFF\n")).find(":5: token is not valid UTF-8"), std::string::npos);
+  EXPECT_NE(message(write("[PAD]\n[UNK]\n[CLS]\n[SEP]\n\xFF\n")).find(":5: token is not valid UTF-8"),
+            std::string::npos);
   EXPECT_NE(message(write("[PAD]\n[CLS]\n[SEP]\n")).find("no [UNK] token"), std::string::npos);
   WordPieceTokenizer::Options o;
   o.max_chars_per_word = 0;

@@ -1,12 +1,13 @@
 // The element-wise sums of the data-parallel reductions: fp32 exact, bf16 and fp16 widened to
 // fp32, added and rounded back to nearest even (ties both ways), inf and NaN carried through.
+#include "dist/reduce_sum.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <limits>
 #include <vector>
 
-#include "dist/reduce_sum.h"
 #include "mixtrain/core/error.h"
 #include "mixtrain/numeric/bf16.h"
 #include "mixtrain/numeric/fp16.h"
@@ -32,8 +33,8 @@ TEST(ReduceSum, Bf16AddsInFp32AndRoundsToNearestEven) {
   std::vector<bf16> io{bf16_from_f32(h), bf16_from_f32(h), bf16_from_f32(-1.f), bf16_from_f32(1.f),
                        bf16_from_f32(1.f)};
   sum_into(in.data(), io.data(), 5, DType::bf16);
-  EXPECT_EQ(f32_from_bf16(io[0]), 1.f);            // tie to the even significand (1.0)
-  EXPECT_EQ(f32_from_bf16(io[1]), 1.f + 4 * h);    // 1 + 3*2^-8: tie to 1 + 2^-6 (even), not 1 + 2^-7
+  EXPECT_EQ(f32_from_bf16(io[0]), 1.f);          // tie to the even significand (1.0)
+  EXPECT_EQ(f32_from_bf16(io[1]), 1.f + 4 * h);  // 1 + 3*2^-8: tie to 1 + 2^-6 (even), not 1 + 2^-7
   EXPECT_EQ(f32_from_bf16(io[2]), 2.f);
   EXPECT_TRUE(std::isinf(f32_from_bf16(io[3])));
   EXPECT_TRUE(std::isnan(f32_from_bf16(io[4])));

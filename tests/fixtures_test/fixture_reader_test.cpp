@@ -27,8 +27,8 @@ constexpr int64_t V = 96, BS = 16, L = 2, C = 32, B = 3, T = 12, kSteps = 10;
 
 // name -> shape for every parameter, in the model's order.
 std::vector<std::pair<std::string, std::vector<int64_t>>> gpt_params() {
-  std::vector<std::pair<std::string, std::vector<int64_t>>> p = {
-      {"transformer.wte.weight", {V, C}}, {"transformer.wpe.weight", {BS, C}}};
+  std::vector<std::pair<std::string, std::vector<int64_t>>> p = {{"transformer.wte.weight", {V, C}},
+                                                                 {"transformer.wpe.weight", {BS, C}}};
   for (int l = 0; l < L; ++l) {
     const std::string h = "transformer.h." + std::to_string(l) + ".";
     p.push_back({h + "ln_1.weight", {C}});
@@ -81,7 +81,8 @@ class FixtureCorrupt : public ::testing::Test {
     return b;
   }
   nlohmann::json good_header() {
-    return nlohmann::json::parse(good_.begin() + 24, good_.begin() + 24 + static_cast<std::ptrdiff_t>(header_len_));
+    return nlohmann::json::parse(good_.begin() + 24,
+                                 good_.begin() + 24 + static_cast<std::ptrdiff_t>(header_len_));
   }
   // Loading `path` throws an IoError whose single-line message names the file and contains `what`.
   static void expect_io_error(const std::string& path, const std::string& what) {

@@ -1,10 +1,11 @@
 // heads_copy and dropout_mask (kernels/attention_ops.h) in the op harness: the CPU kernels
 // (OpenMP) against their serial references, bit for bit (both are copies / one multiply), for
 // 1 and 2 threads; plus the argument checks.
+#include "kernels/attention_ops.h"
+
 #include <gtest/gtest.h>
 
 #include "kernels/op_harness.h"
-#include "kernels/attention_ops.h"
 
 namespace mixtrain::test {
 namespace {
@@ -18,13 +19,15 @@ struct HeadsCopyTest : OpTest {
     std::vector<OpConfig> c;
     for (DType t : {DType::f32, DType::bf16})
       for (int to_heads : {1, 0})
-        for (auto sz : std::vector<std::vector<int64_t>>{{2, 5, 3, 4, 3}, {3, 64, 4, 32, 3}, {1, 7, 2, 8, 1}}) {
+        for (auto sz :
+             std::vector<std::vector<int64_t>>{{2, 5, 3, 4, 3}, {3, 64, 4, 32, 3}, {1, 7, 2, 8, 1}}) {
           OpConfig g;
           g.sizes = sz;
           g.in = g.out = t;
           g.flags = to_heads;
-          g.label = std::string(dtype_name(t)) + (to_heads ? " to heads" : " to rows") + " B=" +
-                    std::to_string(sz[0]) + " T=" + std::to_string(sz[1]) + " n=" + std::to_string(sz[4]);
+          g.label = std::string(dtype_name(t)) + (to_heads ? " to heads" : " to rows") +
+                    " B=" + std::to_string(sz[0]) + " T=" + std::to_string(sz[1]) +
+                    " n=" + std::to_string(sz[4]);
           c.push_back(g);
         }
     return c;
@@ -35,8 +38,9 @@ struct HeadsCopyTest : OpTest {
                             : Tensor::zeros({B, T, n * H * D}, cfg.in);
     std::vector<Tensor> heads;
     for (int64_t i = 0; i < n; ++i)
-      heads.push_back(cfg.flags ? Tensor::zeros({B * H, T, D}, cfg.in)
-                                : Tensor::rand_uniform({B * H, T, D}, cfg.in, cfg.seed + uint64_t(i), -2.f, 2.f));
+      heads.push_back(cfg.flags
+                          ? Tensor::zeros({B * H, T, D}, cfg.in)
+                          : Tensor::rand_uniform({B * H, T, D}, cfg.in, cfg.seed + uint64_t(i), -2.f, 2.f));
     (reference ? ref::heads_copy : mixtrain::heads_copy)(rows, heads, H, cfg.flags != 0);
     std::vector<Tensor> out{rows};
     out.insert(out.end(), heads.begin(), heads.end());
@@ -71,8 +75,8 @@ struct DropoutMaskTest : OpTest {
     return c;
   }
   std::vector<Tensor> run(const OpConfig& cfg, bool reference) const override {
-    const Tensor x =
-        test::make_input(Shape(cfg.sizes.begin(), cfg.sizes.end()), cfg.in, cfg.seed, cfg.non_contiguous, -2.f, 2.f);
+    const Tensor x = test::make_input(Shape(cfg.sizes.begin(), cfg.sizes.end()), cfg.in, cfg.seed,
+                                      cfg.non_contiguous, -2.f, 2.f);
     Tensor out = Tensor::empty(x.shape(), cfg.out);
     (reference ? ref::dropout_mask : mixtrain::dropout_mask)(x, cfg.flags / 100.f, 42, 1000, out);
     return {out};
@@ -108,7 +112,8 @@ TEST(AttentionOps, BadArgumentsAreTypedErrors) {
   Tensor ok = Tensor::empty({4}, DType::f32);
   EXPECT_THROW(dropout_mask(x, 1.f, 1, 0, ok), ArgumentError);
   const Tensor rows = Tensor::zeros({2, 3, 12}, DType::f32);
-  EXPECT_THROW(heads_copy(rows, {Tensor::zeros({4, 3, 5}, DType::f32)}, 2, true), ShapeError);  // D = 6, not 5
+  EXPECT_THROW(heads_copy(rows, {Tensor::zeros({4, 3, 5}, DType::f32)}, 2, true),
+               ShapeError);  // D = 6, not 5
   EXPECT_THROW(heads_copy(rows, {Tensor::zeros({4, 3, 6}, DType::bf16)}, 2, true), ShapeError);  // dtype
   EXPECT_THROW(heads_copy(rows, {Tensor::zeros({4, 3, 6}, DType::f32)}, 5, true), ShapeError);   // 12 % 5
 }

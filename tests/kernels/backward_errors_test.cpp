@@ -8,8 +8,8 @@
 #include <initializer_list>
 #include <string>
 
-#include "mixtrain/core/error.h"
 #include "kernels/ops_backward.h"
+#include "mixtrain/core/error.h"
 
 namespace mixtrain {
 namespace {

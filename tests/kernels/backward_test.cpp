@@ -7,8 +7,8 @@
 #include <cstring>
 #include <sstream>
 
-#include "kernels/op_harness.h"
 #include "kernels/backend.h"
+#include "kernels/op_harness.h"
 #include "kernels/ops_backward.h"
 
 namespace mixtrain::test {

@@ -4,8 +4,8 @@
 #include <cmath>
 #include <cstring>
 
-#include "kernels/op_harness.h"
 #include "kernels/backend.h"
+#include "kernels/op_harness.h"
 
 namespace mixtrain::test {
 namespace {
@@ -63,7 +63,8 @@ struct CrossEntropyTest : OpTest {
     const float r = (cfg.flags & kWide) ? 30.f : 2.f;
     const Tensor logits = make_input(s, cfg.in, cfg.seed, cfg.non_contiguous, -r, r);
     const Shape lead(s.begin(), s.end() - 1);
-    const Tensor targets = Tensor::from_ints(make_targets(lead.numel(), s.back(), cfg.seed, cfg.flags & kIgnore), lead);
+    const Tensor targets =
+        Tensor::from_ints(make_targets(lead.numel(), s.back(), cfg.seed, cfg.flags & kIgnore), lead);
     Tensor losses = Tensor::empty(lead, DType::f32);
     const double mean = (reference ? ref::cross_entropy : mixtrain::cross_entropy)(logits, targets, &losses);
     return {losses, Tensor::from_vector({mean}, {1}, DType::f64)};

@@ -4,16 +4,17 @@
 #include <cmath>
 #include <cstring>
 
-#include "kernels/op_harness.h"
 #include "kernels/backend.h"
+#include "kernels/op_harness.h"
 
 namespace mixtrain::test {
 namespace {
 
 // (in, out) storage pairs: same format, and mixed with f32 both ways.
 const std::vector<std::pair<DType, DType>> kDtypePairs = {
-    {DType::f32, DType::f32},  {DType::bf16, DType::bf16}, {DType::f16, DType::f16}, {DType::bf16, DType::f32},
-    {DType::f32, DType::bf16}, {DType::f16, DType::f32},   {DType::f32, DType::f16}, {DType::bf16, DType::f16}};
+    {DType::f32, DType::f32},  {DType::bf16, DType::bf16}, {DType::f16, DType::f16},
+    {DType::bf16, DType::f32}, {DType::f32, DType::bf16},  {DType::f16, DType::f32},
+    {DType::f32, DType::f16},  {DType::bf16, DType::f16}};
 
 std::string dims_label(const Shape& s) { return s.to_string(); }
 
@@ -81,7 +82,8 @@ ElementwiseInputs make_inputs(const OpConfig& cfg, bool binary) {
   return in;
 }
 
-template <void (*Fast)(const Tensor&, const Tensor&, Tensor&), void (*Ref)(const Tensor&, const Tensor&, Tensor&)>
+template <void (*Fast)(const Tensor&, const Tensor&, Tensor&),
+          void (*Ref)(const Tensor&, const Tensor&, Tensor&)>
 struct BinaryTest : OpTest {
   std::string op;
   explicit BinaryTest(std::string name) : op(std::move(name)) {}

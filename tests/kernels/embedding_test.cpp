@@ -3,8 +3,8 @@
 // copies; thread-count determinism.
 #include <cstring>
 
-#include "kernels/op_harness.h"
 #include "kernels/backend.h"
+#include "kernels/op_harness.h"
 
 namespace mixtrain::test {
 namespace {
@@ -36,14 +36,15 @@ struct EmbeddingTest : OpTest {
       k.non_contiguous = nc;
       k.flags = flags;
       k.seed = seed++;
-      k.label = std::string(dtype_name(in)) + "->" + std::string(dtype_name(out)) + " V=" + std::to_string(V) +
-                " C=" + std::to_string(C) + " R=" + std::to_string(R) + (nc ? " strided" : "") +
-                (flags & kIds2d ? " ids(B,T)" : "") + (flags & kStridedOut ? " strided-out" : "");
+      k.label = std::string(dtype_name(in)) + "->" + std::string(dtype_name(out)) +
+                " V=" + std::to_string(V) + " C=" + std::to_string(C) + " R=" + std::to_string(R) +
+                (nc ? " strided" : "") + (flags & kIds2d ? " ids(B,T)" : "") +
+                (flags & kStridedOut ? " strided-out" : "");
       c.push_back(k);
     };
     const DType ts[] = {DType::f32, DType::bf16, DType::f16};
-    for (auto [V, C, R] : {std::tuple{1, 1, 1}, std::tuple{5, 3, 7}, std::tuple{50, 17, 33}, std::tuple{50, 1003, 12},
-                           std::tuple{7, 4, 0}})
+    for (auto [V, C, R] : {std::tuple{1, 1, 1}, std::tuple{5, 3, 7}, std::tuple{50, 17, 33},
+                           std::tuple{50, 1003, 12}, std::tuple{7, 4, 0}})
       for (DType in : ts)
         for (DType out : ts) push(V, C, R, in, out, false, 0);
     for (DType t : ts) {

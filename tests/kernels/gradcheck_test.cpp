@@ -21,8 +21,8 @@
 #include <string>
 #include <vector>
 
-#include "mixtrain/kernels/ops.h"
 #include "kernels/ops_backward.h"
+#include "mixtrain/kernels/ops.h"
 
 namespace mixtrain {
 namespace {

@@ -5,8 +5,8 @@
 #include <cstring>
 #include <tuple>
 
-#include "kernels/op_harness.h"
 #include "kernels/backend.h"
+#include "kernels/op_harness.h"
 
 namespace mixtrain::test {
 namespace {
@@ -29,12 +29,15 @@ struct LayerNormTest : OpTest {
       k.flags = flags;
       k.seed = seed++;
       k.label = std::string(dtype_name(in)) + "->" + std::string(dtype_name(out)) + " " + s.to_string() +
-                (nc ? " strided" : "") + (flags & kParamsF32 ? " f32-params" : "") + (flags & kOffset ? " offset" : "") +
-                (flags & kFlatStats ? " flat-stats" : "") + (flags & kXhat ? " xhat" : "");
+                (nc ? " strided" : "") + (flags & kParamsF32 ? " f32-params" : "") +
+                (flags & kOffset ? " offset" : "") + (flags & kFlatStats ? " flat-stats" : "") +
+                (flags & kXhat ? " xhat" : "");
       c.push_back(k);
     };
-    const std::pair<DType, DType> pairs[] = {{DType::f32, DType::f32}, {DType::bf16, DType::bf16},
-                                             {DType::f16, DType::f16}, {DType::bf16, DType::f32},
+    const std::pair<DType, DType> pairs[] = {{DType::f32, DType::f32},
+                                             {DType::bf16, DType::bf16},
+                                             {DType::f16, DType::f16},
+                                             {DType::bf16, DType::f32},
                                              {DType::f32, DType::bf16}};
     for (const Shape& s : {Shape{1}, Shape{3, 1}, Shape{7, 17}, Shape{33, 1003}, Shape{2, 3, 5}, Shape{0, 8}})
       for (auto [in, out] : pairs) {
@@ -58,7 +61,8 @@ struct LayerNormTest : OpTest {
     const Shape s = shape_of(cfg);
     const int64_t C = s.back();
     const bool off = cfg.flags & kOffset;
-    const Tensor x = make_input(s, cfg.in, cfg.seed, cfg.non_contiguous, off ? 100.f : -2.f, off ? 104.f : 2.f);
+    const Tensor x =
+        make_input(s, cfg.in, cfg.seed, cfg.non_contiguous, off ? 100.f : -2.f, off ? 104.f : 2.f);
     const DType pt = (cfg.flags & kParamsF32) ? DType::f32 : cfg.in;
     const Tensor w = make_input({C}, pt, cfg.seed + 1, false, 0.5f, 1.5f);
     const Tensor b = make_input({C}, pt, cfg.seed + 2, false, -1.f, 1.f);
@@ -152,7 +156,8 @@ TEST(LayerNormBackward, FromNormalizedInputMatchesFromInput) {
     return Out{dx.to_doubles(), dw.to_doubles(), db.to_doubles()};
   };
   auto near = [](const Out& a, const Out& e, double rel, const char* what) {
-    for (const auto& [ga, ge, name] : {std::tuple{&a.dx, &e.dx, "dx"}, {&a.dw, &e.dw, "dw"}, {&a.db, &e.db, "db"}}) {
+    for (const auto& [ga, ge, name] :
+         {std::tuple{&a.dx, &e.dx, "dx"}, {&a.dw, &e.dw, "dw"}, {&a.db, &e.db, "db"}}) {
       double scale = 0;
       for (double v : *ge) scale = std::max(scale, std::fabs(v));
       for (size_t i = 0; i < ga->size(); ++i)

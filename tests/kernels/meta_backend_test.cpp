@@ -11,8 +11,8 @@
 
 #include "kernels/attention_ops.h"
 #include "kernels/gemm_info.h"
-#include "mixtrain/kernels/ops.h"
 #include "kernels/ops_backward.h"
+#include "mixtrain/kernels/ops.h"
 #include "mixtrain/tensor/tensor.h"
 
 namespace mixtrain {
@@ -139,7 +139,8 @@ TEST(MetaBackend, NormalisationSoftmaxEmbeddingLoss) {
       return [=]() mutable { layer_norm(x, w, b, 1e-5f, out, &mean, &rstd, &xhat); };
     });
     expect_same("layer_norm_backward strided " + d, [=] {
-      Tensor x = strided(24, 16, t), w = rnd({16}, t), mean = rnd({24}, DType::f32), rstd = rnd({24}, DType::f32);
+      Tensor x = strided(24, 16, t), w = rnd({16}, t), mean = rnd({24}, DType::f32),
+             rstd = rnd({24}, DType::f32);
       Tensor dout = strided(24, 16, t), dx = Tensor::empty({16, 24}, t).transpose(0, 1);
       Tensor dw = rnd({16}, t), db = rnd({16}, t);
       return [=]() mutable { layer_norm_backward(x, w, mean, rstd, dout, dx, dw, db); };

@@ -47,8 +47,8 @@ inline Tolerance default_tolerance(DType out, int64_t reduction_len = 1, double 
 inline ::testing::AssertionResult all_close(const Tensor& ref, const Tensor& fast, Tolerance tol,
                                             const std::string& what) {
   if (!(ref.shape() == fast.shape()))
-    return ::testing::AssertionFailure()
-           << what << ": shape mismatch ref " << ref.shape().to_string() << " fast " << fast.shape().to_string();
+    return ::testing::AssertionFailure() << what << ": shape mismatch ref " << ref.shape().to_string()
+                                         << " fast " << fast.shape().to_string();
   const std::vector<double> r = ref.to_doubles();
   const std::vector<double> f = fast.to_doubles();
   double worst_ratio = 0;
@@ -93,8 +93,8 @@ struct OpConfig {
 // Makes a seeded random input of `shape`; when non_contiguous, the returned tensor is a view
 // with a gap of 3 elements after every row of the last dim (a slice of a wider tensor), so
 // kernels must honour strides.
-inline Tensor make_input(const Shape& shape, DType dtype, uint64_t seed, bool non_contiguous,
-                         float lo = -2.f, float hi = 2.f) {
+inline Tensor make_input(const Shape& shape, DType dtype, uint64_t seed, bool non_contiguous, float lo = -2.f,
+                         float hi = 2.f) {
   if (!non_contiguous || shape.size() == 0) return Tensor::rand_uniform(shape, dtype, seed, lo, hi);
   Shape wide = shape;
   wide[wide.size() - 1] += 3;

@@ -4,8 +4,8 @@
 #include <cmath>
 #include <cstring>
 
-#include "kernels/op_harness.h"
 #include "kernels/backend.h"
+#include "kernels/op_harness.h"
 
 namespace mixtrain::test {
 namespace {
@@ -13,10 +13,14 @@ namespace {
 const ReduceOp kOps[] = {ReduceOp::sum, ReduceOp::mean, ReduceOp::max, ReduceOp::sum_squares};
 const char* op_name(ReduceOp op) {
   switch (op) {
-    case ReduceOp::sum: return "sum";
-    case ReduceOp::mean: return "mean";
-    case ReduceOp::max: return "max";
-    case ReduceOp::sum_squares: return "sum_squares";
+    case ReduceOp::sum:
+      return "sum";
+    case ReduceOp::mean:
+      return "mean";
+    case ReduceOp::max:
+      return "max";
+    case ReduceOp::sum_squares:
+      return "sum_squares";
   }
   return "?";
 }
@@ -25,7 +29,8 @@ double term_scale(ReduceOp op) { return op == ReduceOp::sum_squares ? 4.0 : 2.0;
 
 Shape shape_of(const OpConfig& cfg) { return Shape(cfg.sizes.begin(), cfg.sizes.end()); }
 
-OpConfig make_cfg(const Shape& s, DType in, DType out, bool nc, int flags, uint64_t seed, const std::string& what) {
+OpConfig make_cfg(const Shape& s, DType in, DType out, bool nc, int flags, uint64_t seed,
+                  const std::string& what) {
   OpConfig c;
   c.sizes.assign(s.begin(), s.end());
   c.in = in;
@@ -33,8 +38,8 @@ OpConfig make_cfg(const Shape& s, DType in, DType out, bool nc, int flags, uint6
   c.non_contiguous = nc;
   c.flags = flags;
   c.seed = seed;
-  c.label = what + " " + std::string(dtype_name(in)) + "->" + std::string(dtype_name(out)) + " " + s.to_string() +
-            (nc ? " strided" : "");
+  c.label = what + " " + std::string(dtype_name(in)) + "->" + std::string(dtype_name(out)) + " " +
+            s.to_string() + (nc ? " strided" : "");
   return c;
 }
 
@@ -44,12 +49,14 @@ struct ReduceAllTest : OpTest {
   std::vector<OpConfig> configs() const override {
     std::vector<OpConfig> c;
     uint64_t seed = 1;
-    for (const Shape& s : {Shape{1}, Shape{3}, Shape{7, 17}, Shape{33, 1003}, Shape{2, 3, 5}, Shape{256, 4099},
-                           Shape{4096}, Shape{4097}, Shape{2000003}})
+    for (const Shape& s : {Shape{1}, Shape{3}, Shape{7, 17}, Shape{33, 1003}, Shape{2, 3, 5},
+                           Shape{256, 4099}, Shape{4096}, Shape{4097}, Shape{2000003}})
       for (DType t : {DType::f32, DType::bf16, DType::f16})
-        for (int op = 0; op < 4; ++op) c.push_back(make_cfg(s, t, DType::f32, false, op, seed++, op_name(kOps[op])));
+        for (int op = 0; op < 4; ++op)
+          c.push_back(make_cfg(s, t, DType::f32, false, op, seed++, op_name(kOps[op])));
     for (const Shape& s : {Shape{7, 17}, Shape{33, 1003}, Shape{2, 3, 5}})
-      for (int op = 0; op < 4; ++op) c.push_back(make_cfg(s, DType::bf16, DType::f32, true, op, seed++, op_name(kOps[op])));
+      for (int op = 0; op < 4; ++op)
+        c.push_back(make_cfg(s, DType::bf16, DType::f32, true, op, seed++, op_name(kOps[op])));
     return c;
   }
   std::vector<Tensor> run(const OpConfig& cfg, bool reference) const override {
@@ -68,8 +75,8 @@ struct ReduceLastTest : OpTest {
   std::vector<OpConfig> configs() const override {
     std::vector<OpConfig> c;
     uint64_t seed = 100;
-    for (const Shape& s : {Shape{1}, Shape{17}, Shape{7, 17}, Shape{33, 1003}, Shape{2, 3, 5}, Shape{256, 4099},
-                           Shape{3, 20000}, Shape{0, 5}})
+    for (const Shape& s : {Shape{1}, Shape{17}, Shape{7, 17}, Shape{33, 1003}, Shape{2, 3, 5},
+                           Shape{256, 4099}, Shape{3, 20000}, Shape{0, 5}})
       for (DType t : {DType::f32, DType::bf16, DType::f16})
         for (DType o : {DType::f32, t})
           for (int op = 0; op < 4; ++op) {
@@ -79,7 +86,8 @@ struct ReduceLastTest : OpTest {
             c.push_back(make_cfg(s, t, o, false, op, seed++, op_name(kOps[op])));
           }
     for (const Shape& s : {Shape{7, 17}, Shape{33, 1003}, Shape{2, 3, 5}})
-      for (int op = 0; op < 4; ++op) c.push_back(make_cfg(s, DType::f16, DType::f32, true, op, seed++, op_name(kOps[op])));
+      for (int op = 0; op < 4; ++op)
+        c.push_back(make_cfg(s, DType::f16, DType::f32, true, op, seed++, op_name(kOps[op])));
     return c;
   }
   std::vector<Tensor> run(const OpConfig& cfg, bool reference) const override {
@@ -99,8 +107,8 @@ struct SumToRowTest : OpTest {
   std::vector<OpConfig> configs() const override {
     std::vector<OpConfig> c;
     uint64_t seed = 200;
-    for (const Shape& s : {Shape{1}, Shape{17}, Shape{7, 17}, Shape{33, 1003}, Shape{2, 3, 5}, Shape{256, 4099},
-                           Shape{20000, 7}, Shape{9000, 130}, Shape{0, 5}})
+    for (const Shape& s : {Shape{1}, Shape{17}, Shape{7, 17}, Shape{33, 1003}, Shape{2, 3, 5},
+                           Shape{256, 4099}, Shape{20000, 7}, Shape{9000, 130}, Shape{0, 5}})
       for (DType t : {DType::f32, DType::bf16, DType::f16}) {
         c.push_back(make_cfg(s, t, DType::f32, false, 0, seed++, "sum_to_row"));
         if (t != DType::f32) c.push_back(make_cfg(s, t, t, false, 0, seed++, "sum_to_row"));
@@ -129,12 +137,14 @@ struct ArgmaxLastTest : OpTest {
   std::vector<OpConfig> configs() const override {
     std::vector<OpConfig> c;
     uint64_t seed = 300;
-    for (const Shape& s : {Shape{1}, Shape{17}, Shape{7, 17}, Shape{33, 1003}, Shape{2, 3, 5}, Shape{3000, 257},
-                           Shape{0, 5}})
+    for (const Shape& s :
+         {Shape{1}, Shape{17}, Shape{7, 17}, Shape{33, 1003}, Shape{2, 3, 5}, Shape{3000, 257}, Shape{0, 5}})
       for (DType t : {DType::f32, DType::bf16, DType::f16})
-        for (int nan = 0; nan < 2; ++nan) c.push_back(make_cfg(s, t, DType::i32, false, nan, seed++, nan ? "NaN" : ""));
+        for (int nan = 0; nan < 2; ++nan)
+          c.push_back(make_cfg(s, t, DType::i32, false, nan, seed++, nan ? "NaN" : ""));
     for (const Shape& s : {Shape{7, 17}, Shape{33, 1003}, Shape{2, 3, 5}})
-      for (DType t : {DType::f32, DType::bf16}) c.push_back(make_cfg(s, t, DType::i32, true, 0, seed++, "argmax"));
+      for (DType t : {DType::f32, DType::bf16})
+        c.push_back(make_cfg(s, t, DType::i32, true, 0, seed++, "argmax"));
     return c;
   }
   std::vector<Tensor> run(const OpConfig& cfg, bool reference) const override {
@@ -153,7 +163,8 @@ struct ArgmaxLastTest : OpTest {
 };
 
 TEST(ReduceOps, ArgmaxLastIsTorchsArgmax) {
-  const Tensor x = Tensor::from_floats({1, 3, 3, 2, /**/ -1, NAN, 5, NAN, /**/ 0, 0, 0, 0}, {3, 4}, DType::f32);
+  const Tensor x =
+      Tensor::from_floats({1, 3, 3, 2, /**/ -1, NAN, 5, NAN, /**/ 0, 0, 0, 0}, {3, 4}, DType::f32);
   Tensor out = Tensor::empty({3}, DType::i32);
   argmax_last(x, out);
   EXPECT_EQ(out.to_ints(), (std::vector<int32_t>{1, 1, 0}));  // first of ties; first NaN; all equal

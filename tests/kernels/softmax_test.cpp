@@ -4,8 +4,8 @@
 #include <cmath>
 #include <cstring>
 
-#include "kernels/op_harness.h"
 #include "kernels/backend.h"
+#include "kernels/op_harness.h"
 
 namespace mixtrain::test {
 namespace {
@@ -27,13 +27,15 @@ struct SoftmaxTest : OpTest {
       k.flags = flags;
       k.seed = seed++;
       k.label = std::string(dtype_name(in)) + "->" + std::string(dtype_name(out)) + " " + s.to_string() +
-                (nc ? " strided" : "") + (flags & kStridedOut ? " strided-out" : "") + (flags & kWide ? " wide" : "");
+                (nc ? " strided" : "") + (flags & kStridedOut ? " strided-out" : "") +
+                (flags & kWide ? " wide" : "");
       c.push_back(k);
     };
-    const std::pair<DType, DType> pairs[] = {{DType::f32, DType::f32}, {DType::bf16, DType::bf16},
-                                             {DType::f16, DType::f16}, {DType::bf16, DType::f32},
+    const std::pair<DType, DType> pairs[] = {{DType::f32, DType::f32},  {DType::bf16, DType::bf16},
+                                             {DType::f16, DType::f16},  {DType::bf16, DType::f32},
                                              {DType::f32, DType::bf16}, {DType::f16, DType::f32}};
-    for (const Shape& s : {Shape{1}, Shape{3}, Shape{4, 1}, Shape{7, 17}, Shape{33, 1003}, Shape{2, 3, 5}, Shape{0, 4}})
+    for (const Shape& s :
+         {Shape{1}, Shape{3}, Shape{4, 1}, Shape{7, 17}, Shape{33, 1003}, Shape{2, 3, 5}, Shape{0, 4}})
       for (auto [in, out] : pairs) push(s, in, out, false, 0);
     for (const Shape& s : {Shape{7, 17}, Shape{33, 1003}, Shape{2, 3, 5}})
       for (DType t : {DType::f32, DType::bf16}) {
@@ -80,10 +82,12 @@ TEST(SoftmaxOps, ThreadCountDoesNotChangeResults) {
 TEST(SoftmaxRef, KnownValuesF64) {
   // softmax([0, ln 2]) = [1/3, 2/3]; adding a constant changes nothing; a row of equal values is
   // uniform; a huge logit dominates without overflow (max subtraction).
-  const Tensor x = Tensor::from_vector({0.0, std::log(2.0), 1000.0, 1000.0 + std::log(2.0), 5, 5, 5, 5, 800, 0, 0, 0},
-                                       {3, 4}, DType::f64)
-                       .slice(1, 0, 4);
-  const Tensor two = Tensor::from_vector({0.0, std::log(2.0), 1000.0, 1000.0 + std::log(2.0)}, {2, 2}, DType::f64);
+  const Tensor x =
+      Tensor::from_vector({0.0, std::log(2.0), 1000.0, 1000.0 + std::log(2.0), 5, 5, 5, 5, 800, 0, 0, 0},
+                          {3, 4}, DType::f64)
+          .slice(1, 0, 4);
+  const Tensor two =
+      Tensor::from_vector({0.0, std::log(2.0), 1000.0, 1000.0 + std::log(2.0)}, {2, 2}, DType::f64);
   Tensor o2 = Tensor::empty({2, 2}, DType::f64);
   softmax_last(two, o2);
   const std::vector<double> p = o2.to_doubles();

@@ -5,9 +5,9 @@
 
 #include <cstring>
 
-#include "mixtrain/optim/mixed_precision.h"
 #include "mixtrain/autograd/functions.h"
 #include "mixtrain/models/gpt.h"
+#include "mixtrain/optim/mixed_precision.h"
 
 namespace mixtrain {
 namespace {
@@ -35,7 +35,8 @@ Result run(const char* precision, bool checkpointing, float dropout) {
   MemoryTracker::global().reset_peaks();
   const size_t act = static_cast<size_t>(MemCategory::activations);
   const int64_t before = MemoryTracker::global().snapshot().live[act];
-  autograd::Var loss = mp.forward([&] { return model.forward(idx, &idx, /*training=*/true, /*dropout_seed=*/99).loss; });
+  autograd::Var loss =
+      mp.forward([&] { return model.forward(idx, &idx, /*training=*/true, /*dropout_seed=*/99).loss; });
   const int64_t kept = MemoryTracker::global().snapshot().live[act] - before;
   mp.backward(loss);
   return {loss.value().item(), model.params().flat_grads().to_floats(), kept};

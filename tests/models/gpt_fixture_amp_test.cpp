@@ -43,7 +43,6 @@ using test::load_weights;
 
 namespace {
 
-
 constexpr double kLogitK = 1.5;  // logits: 1.5 eps of max|logit|
 constexpr double kGradK = 4.0;   // each gradient tensor: 4 eps of its max element
 
@@ -71,9 +70,9 @@ double rel_err(const std::vector<float>& got, const std::vector<float>& ref) {
 struct RunErrors {
   DType logits_dtype = DType::f32;
   DType loss_dtype = DType::f32;
-  double logits = 0;          // relative to max|ref logit|
-  double logits_abs = 0;      // max |d logit|
-  double loss_abs = 0;        // |d loss|
+  double logits = 0;                                  // relative to max|ref logit|
+  double logits_abs = 0;                              // max |d logit|
+  double loss_abs = 0;                                // |d loss|
   std::vector<std::pair<std::string, double>> grads;  // per parameter
   double worst_grad() const {
     double w = 0;
@@ -115,10 +114,11 @@ void check_against_fixture(DType ac) {
   const double eps = dtype_epsilon(ac);
   const RunErrors f32 = run_with_backward(fx, DType::f32);
   const RunErrors amp = run_with_backward(fx, ac);
-  std::printf("autocast %s (eps %.3g): logits %.3f eps of max|ref| (bound %.1f; fp32 run %.2e eps), "
-              "|d loss| %.3g (bound 2 max|d logit| = %.3g), worst grad %.3f eps (bound %.1f; fp32 run %.2e eps)\n",
-              std::string(dtype_name(ac)).c_str(), eps, amp.logits / eps, kLogitK, f32.logits / eps, amp.loss_abs,
-              2 * amp.logits_abs, amp.worst_grad() / eps, kGradK, f32.worst_grad() / eps);
+  std::printf(
+      "autocast %s (eps %.3g): logits %.3f eps of max|ref| (bound %.1f; fp32 run %.2e eps), "
+      "|d loss| %.3g (bound 2 max|d logit| = %.3g), worst grad %.3f eps (bound %.1f; fp32 run %.2e eps)\n",
+      std::string(dtype_name(ac)).c_str(), eps, amp.logits / eps, kLogitK, f32.logits / eps, amp.loss_abs,
+      2 * amp.logits_abs, amp.worst_grad() / eps, kGradK, f32.worst_grad() / eps);
   for (const auto& [name, err] : amp.grads) std::printf("  grad.%-40s %.3f eps\n", name.c_str(), err / eps);
 
   // It really ran in 16 bits: the GEMM outputs (hence the logits) are 16-bit, and the errors are
@@ -137,13 +137,16 @@ void check_against_fixture(DType ac) {
 
 }  // namespace
 
-TEST(GptFixtureAmp, AutocastBf16LogitsLossAndGradientsWithinBf16Bounds) { check_against_fixture(DType::bf16); }
+TEST(GptFixtureAmp, AutocastBf16LogitsLossAndGradientsWithinBf16Bounds) {
+  check_against_fixture(DType::bf16);
+}
 
 TEST(GptFixtureAmp, AutocastF16LogitsLossAndGradientsWithinF16Bounds) { check_against_fixture(DType::f16); }
 
 TEST(GptFixtureAmp, CastCacheHoldsEachGemmWeightOnceAndIsFreedAfterTheRegion) {
   const test::Fixture fx = test::load_fixture(kGptFixture);
-  const int64_t before = MemoryTracker::global().snapshot().live[static_cast<size_t>(MemCategory::cast_cache)];
+  const int64_t before =
+      MemoryTracker::global().snapshot().live[static_cast<size_t>(MemCategory::cast_cache)];
   Gpt model(fixture_config(fx), 1);
   load_weights(model, fx);
   const Tensor idx = test::fixture_batch(fx).first;

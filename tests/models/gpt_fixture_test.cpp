@@ -31,9 +31,10 @@ using mixtrain::test::load_weights;
 
 namespace {
 
-::testing::AssertionResult close(const std::vector<float>& got, const std::vector<float>& ref, double abs_of_max,
-                                 double rel, const std::string& what) {
-  if (got.size() != ref.size()) return ::testing::AssertionFailure() << what << ": size " << got.size() << " vs " << ref.size();
+::testing::AssertionResult close(const std::vector<float>& got, const std::vector<float>& ref,
+                                 double abs_of_max, double rel, const std::string& what) {
+  if (got.size() != ref.size())
+    return ::testing::AssertionFailure() << what << ": size " << got.size() << " vs " << ref.size();
   double mx = 0;
   for (float r : ref) mx = std::max(mx, static_cast<double>(std::fabs(r)));
   double worst = 0;
@@ -41,14 +42,14 @@ namespace {
   for (size_t i = 0; i < ref.size(); ++i) {
     const double budget = abs_of_max * mx + rel * std::fabs(ref[i]);
     const double ratio = std::fabs(static_cast<double>(got[i]) - ref[i]) / (budget > 0 ? budget : 1e-30);
-    if (!(ratio <= worst) ) {
+    if (!(ratio <= worst)) {
       worst = ratio;
       at = i;
     }
   }
   if (worst > 1.0 || std::isnan(worst))
-    return ::testing::AssertionFailure() << what << ": element " << at << " got " << got[at] << " ref " << ref[at]
-                                         << " uses " << 100 * worst << "% of its budget";
+    return ::testing::AssertionFailure() << what << ": element " << at << " got " << got[at] << " ref "
+                                         << ref[at] << " uses " << 100 * worst << "% of its budget";
   return ::testing::AssertionSuccess() << what << ": worst " << 100 * worst << "% of budget";
 }
 
@@ -68,7 +69,8 @@ TEST(GptFixture, LogitsLossAndEveryGradientMatchPyTorch) {
   out.loss.backward();
   for (size_t i = 0; i < model.params().size(); ++i) {
     const auto& name = model.params().infos()[i].name;
-    EXPECT_TRUE(close(model.params().grad(i).to_floats(), fx.f32("grad." + name), 1e-4, 1e-3, "grad." + name));
+    EXPECT_TRUE(
+        close(model.params().grad(i).to_floats(), fx.f32("grad." + name), 1e-4, 1e-3, "grad." + name));
   }
 }
 
@@ -104,7 +106,8 @@ TEST(GptFixture, TenAdamWStepsWithClippingMatchPyTorch) {
     const auto& ref = fx.f32("final." + name);
     ASSERT_EQ(got.size(), ref.size());
     double worst = 0;
-    for (size_t j = 0; j < ref.size(); ++j) worst = std::max(worst, std::fabs(static_cast<double>(got[j]) - ref[j]));
+    for (size_t j = 0; j < ref.size(); ++j)
+      worst = std::max(worst, std::fabs(static_cast<double>(got[j]) - ref[j]));
     EXPECT_LE(worst, 2e-5) << "final." << name;
   }
 }

@@ -21,11 +21,13 @@ struct Case {
   UpdateRounding rounding;
 };
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
-  return std::string(dtype_name(info.param.dtype)) + "_" + std::string(update_rounding_name(info.param.rounding));
+  return std::string(dtype_name(info.param.dtype)) + "_" +
+         std::string(update_rounding_name(info.param.rounding));
 }
 const Case kCases[] = {
-    {DType::bf16, UpdateRounding::nearest}, {DType::bf16, UpdateRounding::stochastic}, {DType::bf16, UpdateRounding::kahan},
-    {DType::f16, UpdateRounding::nearest},  {DType::f16, UpdateRounding::stochastic},  {DType::f16, UpdateRounding::kahan},
+    {DType::bf16, UpdateRounding::nearest},   {DType::bf16, UpdateRounding::stochastic},
+    {DType::bf16, UpdateRounding::kahan},     {DType::f16, UpdateRounding::nearest},
+    {DType::f16, UpdateRounding::stochastic}, {DType::f16, UpdateRounding::kahan},
 };
 
 AdamWConfig config_for(UpdateRounding r, uint64_t seed = 42) {
@@ -90,7 +92,8 @@ TEST_P(AdamW16Bit, OneStepMatchesDoubleThenRounded) {
     const double x = pd + upd;
     // fp32 rounding in the kernel: a few ulps of each term (and of the rounded scalars).
     const double slack = 8 * eps32 * (std::abs(p) + std::abs(upd));
-    EXPECT_TRUE(is_nearest(k.dtype, lowp_bits(opt.exp_avg(), i), m, 4 * eps32 * std::abs(m))) << "m[" << i << "]";
+    EXPECT_TRUE(is_nearest(k.dtype, lowp_bits(opt.exp_avg(), i), m, 4 * eps32 * std::abs(m)))
+        << "m[" << i << "]";
     EXPECT_TRUE(is_nearest(k.dtype, lowp_bits(opt.exp_avg_sq(), i), v, 4 * eps32 * v)) << "v[" << i << "]";
     const uint16_t got = lowp_bits(s.flat_params(), i);
     if (k.rounding == UpdateRounding::stochastic) {
@@ -113,7 +116,8 @@ INSTANTIATE_TEST_SUITE_P(Modes, AdamW16Bit, ::testing::ValuesIn(kCases), case_na
 TEST(AdamW16BitStochastic, DeterministicForASeedAndSeedDependent) {
   for (DType dt : {DType::bf16, DType::f16}) {
     const Case k{dt, UpdateRounding::stochastic};
-    const Snapshot a = run_adamw(k, false, 2, 7), b = run_adamw(k, false, 1, 7), c = run_adamw(k, false, 2, 8);
+    const Snapshot a = run_adamw(k, false, 2, 7), b = run_adamw(k, false, 1, 7),
+                   c = run_adamw(k, false, 2, 8);
     EXPECT_TRUE(a == b);
     EXPECT_NE(a.p, c.p);    // another stream rounds some elements the other way
     EXPECT_EQ(a.s0, c.s0);  // m and v are rounded to nearest, independent of the seed
@@ -197,8 +201,8 @@ TEST(AdamW16BitErrors, MismatchedDtypes) {
   Tensor m = Tensor::zeros({s.flat_numel()}, DType::bf16), v = Tensor::zeros({s.flat_numel()}, DType::bf16);
   const AdamWScalars sc = adamw_scalars(AdamWConfig{}, 1e-3f, 1);
   expect_throw<ArgumentError>([&] {
-    adamw_update(s.flat_params().data<bf16>(), s.flat_grads().data<bf16>(), m.data<bf16>(), v.data<bf16>(), nullptr,
-                 spans, sc, LowpWrite{UpdateRounding::kahan, 0, 0});
+    adamw_update(s.flat_params().data<bf16>(), s.flat_grads().data<bf16>(), m.data<bf16>(), v.data<bf16>(),
+                 nullptr, spans, sc, LowpWrite{UpdateRounding::kahan, 0, 0});
   });
 }
 

@@ -26,7 +26,8 @@ struct AdamWDouble {
   // Error-analysis magnitudes: the same recurrences over absolute values. Where terms of
   // opposite sign cancel, fp32 rounding errors are relative to these, not to the result.
   std::vector<double> p_mag, m_mag;
-  void step(const std::vector<double>& g, const std::vector<bool>& decay, const AdamWConfig& c, double lr, int t) {
+  void step(const std::vector<double>& g, const std::vector<bool>& decay, const AdamWConfig& c, double lr,
+            int t) {
     const double b1 = c.beta1, b2 = c.beta2, eps = c.eps, wd = c.weight_decay;
     for (size_t i = 0; i < p.size(); ++i) {
       if (decay[i]) p[i] *= 1 - lr * wd, p_mag[i] *= 1 - lr * wd;
@@ -166,7 +167,7 @@ struct BigCase {
       m[i] = nd(rng) * 1e-2f;
       v[i] = std::abs(nd(rng)) * 1e-4f;
     }
-    g[17] = 0.f;        // zero gradient, and tiny ones (subnormal squares)
+    g[17] = 0.f;  // zero gradient, and tiny ones (subnormal squares)
     g[18] = 1e-30f;
     g[19] = -3e-20f;
   }

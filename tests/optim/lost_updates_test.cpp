@@ -97,17 +97,19 @@ void check(const Problem& pb, DType dtype, const char* label) {
 
   // Nearest: every update is rounded away, the parameters never leave their initial values.
   const std::vector<double> nearest = train(pb, dtype, UpdateRounding::nearest);
-  for (int64_t i = 0; i < kN; ++i) ASSERT_EQ(nearest[size_t(i)], initial(i)) << label << " nearest, p[" << i << "]";
+  for (int64_t i = 0; i < kN; ++i)
+    ASSERT_EQ(nearest[size_t(i)], initial(i)) << label << " nearest, p[" << i << "]";
   const Deviation dn = deviation(nearest, ref);
   // The fp32 run did move, by many 16-bit ulps.
   ASSERT_GT(dn.movement, 15 * ulp) << label;
 
   const Deviation dk = deviation(train(pb, dtype, UpdateRounding::kahan), ref);
   const Deviation ds = deviation(train(pb, dtype, UpdateRounding::stochastic), ref);
-  std::printf("[%s] fp32 movement %.4g (%.1f ulps); mean |p - p_fp32| / movement: nearest %.3f, kahan %.4f, "
-              "stochastic %.4f (bias %+.4f)\n",
-              label, dn.movement, dn.movement / ulp, dn.mean_abs / dn.movement, dk.mean_abs / dk.movement,
-              ds.mean_abs / ds.movement, ds.bias / ds.movement);
+  std::printf(
+      "[%s] fp32 movement %.4g (%.1f ulps); mean |p - p_fp32| / movement: nearest %.3f, kahan %.4f, "
+      "stochastic %.4f (bias %+.4f)\n",
+      label, dn.movement, dn.movement / ulp, dn.mean_abs / dn.movement, dk.mean_abs / dk.movement,
+      ds.mean_abs / ds.movement, ds.bias / ds.movement);
   // Kahan: deterministic, the parameter stays within about half an ulp of the fp32 run (the rest
   // sits in the compensation): ~1% of a ~25-ulp movement for SGD.
   EXPECT_LT(dk.mean_abs, pb.systematic * dk.movement) << label << " kahan";

@@ -56,9 +56,11 @@ inline ::testing::AssertionResult is_nearest(DType t, uint16_t got, double d, do
   const uint16_t e = lowp_nearest_bits(t, d);
   if (got == e || (lowp_value(t, got) == 0 && lowp_value(t, e) == 0)) return ::testing::AssertionSuccess();
   const double dg = std::abs(lowp_value(t, got) - d), de = std::abs(lowp_value(t, e) - d);
-  if (std::abs(lowp_ord(got) - lowp_ord(e)) == 1 && std::abs(dg - de) <= 2 * slack) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "got " << lowp_value(t, got) << " (0x" << std::hex << got << std::dec
-                                       << "), expected round-to-nearest of " << d << " = " << lowp_value(t, e);
+  if (std::abs(lowp_ord(got) - lowp_ord(e)) == 1 && std::abs(dg - de) <= 2 * slack)
+    return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure()
+         << "got " << lowp_value(t, got) << " (0x" << std::hex << got << std::dec
+         << "), expected round-to-nearest of " << d << " = " << lowp_value(t, e);
 }
 
 // `got` must be one of the two 16-bit values bracketing d (either neighbour of rn(d) when d is

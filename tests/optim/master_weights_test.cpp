@@ -155,7 +155,8 @@ TEST(MasterWeights, StateRoundTripAndRefusals) {
   d.set_state(s.steps, s.exp_avg, s.exp_avg_sq);
   d.step(copy, 1e-2f);
   EXPECT_EQ(raw_bytes(d.master().to(DType::bf16)), raw_bytes(copy.flat_params()));
-  expect_throw<ShapeError>([&] { d.set_state(1, s.exp_avg, s.exp_avg_sq, {}, Tensor::zeros({7}, DType::f32)); });
+  expect_throw<ShapeError>(
+      [&] { d.set_state(1, s.exp_avg, s.exp_avg_sq, {}, Tensor::zeros({7}, DType::f32)); });
 }
 
 // fp32 stores ignore the rounding (there is nothing to round): no masters are kept.

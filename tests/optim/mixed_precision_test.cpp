@@ -28,7 +28,9 @@ struct Mlp {
     store.param("fc1.weight").copy_from(Tensor::randn({32, 16}, DType::f32, 3, 0.f, 0.3f));
     store.param("fc2.weight").copy_from(Tensor::randn({4, 32}, DType::f32, 4, 0.f, 0.3f));
   }
-  Var loss(const Var& x, const Tensor& y) const { return autograd::cross_entropy(fc2(autograd::gelu(fc1(x))), y); }
+  Var loss(const Var& x, const Tensor& y) const {
+    return autograd::cross_entropy(fc2(autograd::gelu(fc1(x))), y);
+  }
 };
 
 const Tensor kX = Tensor::randn({64, 16}, DType::f32, 1);
@@ -139,7 +141,8 @@ TEST(MixedPrecisionWorkingCopy, StartsAtTheFirstParameterAutocastCasts) {
       // The copy is the arena after the table, element for element the masters rounded.
       const Tensor& copy = with.working_copy();
       ASSERT_EQ(copy.numel(), a.store.flat_params().numel() - table) << mode;
-      EXPECT_EQ(copy.to_floats(), a.store.flat_params().slice(0, table, a.store.flat_params().numel())
+      EXPECT_EQ(copy.to_floats(), a.store.flat_params()
+                                      .slice(0, table, a.store.flat_params().numel())
                                       .to(with.spec().compute_dtype)
                                       .to_floats())
           << mode << " step " << step;
@@ -147,16 +150,26 @@ TEST(MixedPrecisionWorkingCopy, StartsAtTheFirstParameterAutocastCasts) {
     EXPECT_EQ(a.store.flat_params().to_floats(), b.store.flat_params().to_floats()) << mode;
     // A later forward that casts the table (outside the copy) gets it from autocast's cache.
     const int64_t misses = autocast_cache_stats().misses;
-    const double tied = with.forward([&] {
-      return autograd::cross_entropy(autograd::matmul(a.emb(ids), a.emb.weight, false, true),  // (64, 50) tied logits
-                                     Tensor::from_ints(std::vector<int32_t>(64, 1), {64}));
-    }).value().item();
+    const double tied =
+        with.forward([&] {
+              return autograd::cross_entropy(
+                  autograd::matmul(a.emb(ids), a.emb.weight, false, true),  // (64, 50) tied logits
+                  Tensor::from_ints(std::vector<int32_t>(64, 1), {64}));
+            })
+            .value()
+            .item();
     EXPECT_GT(autocast_cache_stats().misses, misses) << mode;
     MixedPrecision fresh(mode);
-    EXPECT_EQ(tied, fresh.forward([&] {
-      return autograd::cross_entropy(autograd::matmul(a.emb(ids), a.emb.weight, false, true),  // (64, 50) tied logits
-                                     Tensor::from_ints(std::vector<int32_t>(64, 1), {64}));
-    }).value().item()) << mode;
+    EXPECT_EQ(tied,
+              fresh
+                  .forward([&] {
+                    return autograd::cross_entropy(
+                        autograd::matmul(a.emb(ids), a.emb.weight, false, true),  // (64, 50) tied logits
+                        Tensor::from_ints(std::vector<int32_t>(64, 1), {64}));
+                  })
+                  .value()
+                  .item())
+        << mode;
   }
 }
 

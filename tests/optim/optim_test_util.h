@@ -38,18 +38,30 @@ inline ParameterStore big_store(DType dtype, DType grad_dtype) {
 // Writes values[i] (fp32, rounded to nearest for 16-bit tensors) into a flat f32/bf16/f16 tensor.
 inline void set_flat(const Tensor& t, int64_t i, float value) {
   switch (t.dtype()) {
-    case DType::f32: t.data<float>()[i] = value; break;
-    case DType::bf16: t.data<bf16>()[i] = bf16_from_f32(value); break;
-    case DType::f16: t.data<fp16>()[i] = fp16_from_f32(value); break;
-    default: FAIL() << "set_flat: unsupported dtype";
+    case DType::f32:
+      t.data<float>()[i] = value;
+      break;
+    case DType::bf16:
+      t.data<bf16>()[i] = bf16_from_f32(value);
+      break;
+    case DType::f16:
+      t.data<fp16>()[i] = fp16_from_f32(value);
+      break;
+    default:
+      FAIL() << "set_flat: unsupported dtype";
   }
 }
 inline float get_flat(const Tensor& t, int64_t i) {
   switch (t.dtype()) {
-    case DType::f32: return t.data<float>()[i];
-    case DType::bf16: return f32_from_bf16(t.data<bf16>()[i]);
-    case DType::f16: return f32_from_fp16(t.data<fp16>()[i]);
-    default: ADD_FAILURE() << "get_flat: unsupported dtype"; return 0.f;
+    case DType::f32:
+      return t.data<float>()[i];
+    case DType::bf16:
+      return f32_from_bf16(t.data<bf16>()[i]);
+    case DType::f16:
+      return f32_from_fp16(t.data<fp16>()[i]);
+    default:
+      ADD_FAILURE() << "get_flat: unsupported dtype";
+      return 0.f;
   }
 }
 // The raw bytes of a tensor, for bit-for-bit comparisons (empty if undefined).
@@ -61,13 +73,16 @@ inline std::vector<unsigned char> raw_bytes(const Tensor& t) {
 
 // Deterministic, varied values (no RNG: easy to reproduce in a few lines of Python).
 inline double param_value(int64_t i) { return 0.5 * std::sin(0.7 * double(i) + 0.3); }
-inline double grad_value(int64_t i, int64_t step) { return 0.1 * std::cos(1.3 * double(i) + 0.9 * double(step)) + 0.01; }
+inline double grad_value(int64_t i, int64_t step) {
+  return 0.1 * std::cos(1.3 * double(i) + 0.9 * double(step)) + 0.01;
+}
 
 // Writes param_value(i) into every parameter element (padding stays zero).
 // Any of f32 / bf16 / f16 (16-bit: the values rounded to nearest).
 inline void fill_params(ParameterStore& s) {
   for (const ParamInfo& info : s.infos())
-    for (int64_t i = info.offset; i < info.offset + info.numel; ++i) set_flat(s.flat_params(), i, float(param_value(i)));
+    for (int64_t i = info.offset; i < info.offset + info.numel; ++i)
+      set_flat(s.flat_params(), i, float(param_value(i)));
 }
 inline void fill_grads(ParameterStore& s, int64_t step) {
   for (const ParamInfo& info : s.infos())

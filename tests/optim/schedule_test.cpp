@@ -15,7 +15,7 @@ using testing_optim::expect_throw;
 
 TEST(LrSchedule, WarmupThenCosine) {
   const LrSchedule s{1.0f, 10, 100, 0.1f};
-  EXPECT_FLOAT_EQ(lr_at(1, s), 0.1f);   // max/warmup at step 1
+  EXPECT_FLOAT_EQ(lr_at(1, s), 0.1f);  // max/warmup at step 1
   EXPECT_FLOAT_EQ(lr_at(5, s), 0.5f);
   EXPECT_FLOAT_EQ(lr_at(10, s), 1.0f);  // max at step warmup
   const double r11 = 1.0 / 90.0;
@@ -61,14 +61,14 @@ TEST(LrSchedule, ConstantAndPartialForms) {
 // what that LambdaLR gives for lr 1.0 (lambda(s) = s / w during warm-up, (n - s) / (n - w) after).
 TEST(LrSchedule, LinearLikeHuggingFace) {
   const LrSchedule s{1.0f, 4, 20, 0.f, ScheduleKind::linear};
-  EXPECT_EQ(lr_at(1, s), 0.f);           // lambda(0) = 0: Hugging Face's first step does nothing
-  EXPECT_FLOAT_EQ(lr_at(2, s), 0.25f);   // lambda(1) = 1/4
+  EXPECT_EQ(lr_at(1, s), 0.f);          // lambda(0) = 0: Hugging Face's first step does nothing
+  EXPECT_FLOAT_EQ(lr_at(2, s), 0.25f);  // lambda(1) = 1/4
   EXPECT_FLOAT_EQ(lr_at(4, s), 0.75f);
-  EXPECT_EQ(lr_at(5, s), 1.0f);          // lambda(4) = (20 - 4) / 16: the peak
+  EXPECT_EQ(lr_at(5, s), 1.0f);  // lambda(4) = (20 - 4) / 16: the peak
   EXPECT_FLOAT_EQ(lr_at(6, s), 15.f / 16.f);
-  EXPECT_FLOAT_EQ(lr_at(13, s), 0.5f);   // lambda(12) = 8 / 16
+  EXPECT_FLOAT_EQ(lr_at(13, s), 0.5f);        // lambda(12) = 8 / 16
   EXPECT_FLOAT_EQ(lr_at(20, s), 1.f / 16.f);  // the last step: lambda(19)
-  EXPECT_EQ(lr_at(21, s), 0.f);          // decayed to 0 after it
+  EXPECT_EQ(lr_at(21, s), 0.f);               // decayed to 0 after it
   EXPECT_EQ(lr_at(1000, s), 0.f);
   for (int64_t t = 5; t < 21; ++t) EXPECT_GT(lr_at(t, s), lr_at(t + 1, s));
   // No warm-up (the fine-tune's default): the full rate first, then straight down.

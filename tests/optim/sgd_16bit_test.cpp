@@ -24,7 +24,9 @@ struct Case {
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   const Case& c = info.param;
   return std::string(dtype_name(c.dtype)) + "_" + std::string(update_rounding_name(c.rounding)) +
-         (c.momentum == 0.f ? "_plain" : c.nesterov ? "_nesterov" : "_momentum");
+         (c.momentum == 0.f ? "_plain"
+          : c.nesterov      ? "_nesterov"
+                            : "_momentum");
 }
 std::vector<Case> all_cases() {
   std::vector<Case> v;
@@ -133,7 +135,8 @@ TEST(SGD16BitState, BuffersAndStateBytes) {
       }
   }
   ParameterStore f = small_store();
-  EXPECT_EQ(SGD(f, config_for({DType::f32, UpdateRounding::kahan, 0.9f, false})).state_bytes(), 4 * f.flat_numel());
+  EXPECT_EQ(SGD(f, config_for({DType::f32, UpdateRounding::kahan, 0.9f, false})).state_bytes(),
+            4 * f.flat_numel());
   EXPECT_EQ(SGD(f, config_for({DType::f32, UpdateRounding::kahan, 0.f, false})).state_bytes(), 0);
 }
 

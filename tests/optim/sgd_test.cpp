@@ -54,9 +54,11 @@ void check_against_double(const SgdConfig& cfg, int steps) {
         EXPECT_EQ(pf[i], 0.f);  // padding untouched
         continue;
       }
-      EXPECT_NEAR(pf[i], p[size_t(i)], 8 * FLT_EPSILON * p_mag[size_t(i)] + 1e-12) << "step " << t << " elem " << i;
+      EXPECT_NEAR(pf[i], p[size_t(i)], 8 * FLT_EPSILON * p_mag[size_t(i)] + 1e-12)
+          << "step " << t << " elem " << i;
       if (cfg.momentum != 0) {
-        EXPECT_NEAR(opt.momentum_buffer().data<float>()[i], buf[size_t(i)], 8 * FLT_EPSILON * buf_mag[size_t(i)] + 1e-12);
+        EXPECT_NEAR(opt.momentum_buffer().data<float>()[i], buf[size_t(i)],
+                    8 * FLT_EPSILON * buf_mag[size_t(i)] + 1e-12);
       }
     }
     EXPECT_EQ(opt.steps(), t);
@@ -135,7 +137,9 @@ TEST(SGD, BadConfigThrowsArgumentError) {
   expect_throw<ArgumentError>([&] { SGD o(s, SgdConfig{-0.1f, 0.f, 0.f, 0.f, false}); });
   expect_throw<ArgumentError>([&] { SGD o(s, SgdConfig{0.1f, -0.9f, 0.f, 0.f, false}); });
   expect_throw<ArgumentError>([&] { SGD o(s, SgdConfig{0.1f, 0.9f, 0.f, -1.f, false}); });
-  const std::string msg = expect_throw<ArgumentError>([&] { SGD o(s, SgdConfig{0.1f, 0.f, 0.f, 0.f, true}); });
+  const std::string msg = expect_throw<ArgumentError>([&] {
+    SGD o(s, SgdConfig{0.1f, 0.f, 0.f, 0.f, true});
+  });
   EXPECT_NE(msg.find("nesterov"), std::string::npos) << msg;
   expect_throw<ArgumentError>([&] { SGD o(s, SgdConfig{0.1f, 0.9f, 0.1f, 0.f, true}); });
   SGD o(s);

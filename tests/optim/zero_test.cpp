@@ -37,7 +37,8 @@ TEST(ZeroPartition, EqualBlockAlignedPartsCoverTheArena) {
           EXPECT_EQ(s.begin, p.shards[size_t(r - 1)].end);
         }
         EXPECT_EQ(s.begin % kGradNormBlock == 0 || s.begin == n, true) << "n " << n << " rank " << r;
-        EXPECT_EQ(s.size(), std::max<int64_t>(0, std::min(S, n - std::min(n, S * r)))) << "n " << n << " rank " << r;
+        EXPECT_EQ(s.size(), std::max<int64_t>(0, std::min(S, n - std::min(n, S * r))))
+            << "n " << n << " rank " << r;
         EXPECT_EQ(p.first_block(r), blocks);
         blocks += p.blocks(r);
       }
@@ -97,7 +98,8 @@ TEST_P(ShardedOptimizer, PartsUpdateAsTheWhole) {
   }
   // The state, concatenated over the parts, is the whole optimizer's.
   const OptimizerState s = opt->state(), s0 = o0->state(), s1 = o1->state();
-  for (auto [w, a, b] : {std::tuple{&s.exp_avg, &s0.exp_avg, &s1.exp_avg}, std::tuple{&s.exp_avg_sq, &s0.exp_avg_sq, &s1.exp_avg_sq},
+  for (auto [w, a, b] : {std::tuple{&s.exp_avg, &s0.exp_avg, &s1.exp_avg},
+                         std::tuple{&s.exp_avg_sq, &s0.exp_avg_sq, &s1.exp_avg_sq},
                          std::tuple{&s.momentum_buffer, &s0.momentum_buffer, &s1.momentum_buffer},
                          std::tuple{&s.compensation, &s0.compensation, &s1.compensation},
                          std::tuple{&s.master, &s0.master, &s1.master}}) {
@@ -137,7 +139,8 @@ TEST(ShardedOptimizerWorkingCopy, ACopyOfTheArenasEndIsWrittenByEachPartAsByTheW
       auto opt = make_optimizer(whole, config);
       auto o0 = make_optimizer(parts, config, p0.mine());
       auto o1 = make_optimizer(parts, config, p1.mine());
-      Tensor w_whole = Tensor::zeros({n - first}, DType::bf16), w_parts = Tensor::zeros({n - first}, DType::bf16);
+      Tensor w_whole = Tensor::zeros({n - first}, DType::bf16),
+             w_parts = Tensor::zeros({n - first}, DType::bf16);
       for (int64_t step = 1; step <= 2; ++step) {
         fill_grads(whole, step);
         fill_grads(parts, step);
@@ -151,7 +154,8 @@ TEST(ShardedOptimizerWorkingCopy, ACopyOfTheArenasEndIsWrittenByEachPartAsByTheW
       const Tensor expected = whole.flat_params().slice(0, first, n).to(DType::bf16);
       for (const ParamInfo& info : whole.infos())
         for (int64_t i = std::max(info.offset, first); i < info.offset + info.numel; ++i)
-          ASSERT_EQ(get_flat(w_whole, i - first), get_flat(expected, i - first)) << "first " << first << " element " << i;
+          ASSERT_EQ(get_flat(w_whole, i - first), get_flat(expected, i - first))
+              << "first " << first << " element " << i;
     }
   }
 }
@@ -175,7 +179,8 @@ OptimizerConfig sgd(UpdateRounding rounding) {
 
 INSTANTIATE_TEST_SUITE_P(
     Zero, ShardedOptimizer,
-    ::testing::Values(Case{"adamw_f32", DType::f32, adamw(), false}, Case{"adamw_f32_working", DType::f32, adamw(), true},
+    ::testing::Values(Case{"adamw_f32", DType::f32, adamw(), false},
+                      Case{"adamw_f32_working", DType::f32, adamw(), true},
                       Case{"adamw_bf16", DType::bf16, adamw(), false},
                       Case{"adamw_bf16_stochastic", DType::bf16, adamw(UpdateRounding::stochastic), false},
                       Case{"adamw_f16_kahan", DType::f16, adamw(UpdateRounding::kahan), false},
@@ -215,10 +220,11 @@ TEST(ZeroGradientNorm, BlockSumsOfThePartsGiveTheWholeNorm) {
     std::vector<float> sums(size_t(p.total_blocks()));
     for (int r = 0; r < 2; ++r) {
       const FlatRange& part = p.shards[size_t(r)];
-      sum_squares_blocks_16(static_cast<const char*>(s.flat_grads().raw_data()) + part.begin * 2, d, part.size(),
-                            sums.data() + p.first_block(r));
+      sum_squares_blocks_16(static_cast<const char*>(s.flat_grads().raw_data()) + part.begin * 2, d,
+                            part.size(), sums.data() + p.first_block(r));
     }
-    EXPECT_EQ(combine_sum_squares_blocks_16(sums.data(), p.total_blocks()), reduce(s.flat_grads(), ReduceOp::sum_squares))
+    EXPECT_EQ(combine_sum_squares_blocks_16(sums.data(), p.total_blocks()),
+              reduce(s.flat_grads(), ReduceOp::sum_squares))
         << dtype_name(d);
   }
   // A non-finite element in one part is found there.
@@ -227,7 +233,8 @@ TEST(ZeroGradientNorm, BlockSumsOfThePartsGiveTheWholeNorm) {
   const ZeroPartition p = zero_partition(s.flat_numel(), 2, 1);
   s.flat_grads().data<float>()[p.mine().begin + 3] = INFINITY;
   std::vector<double> sums(size_t(p.blocks(1)));
-  EXPECT_TRUE(unscale_and_check_blocks(s.flat_grads().data<float>() + p.mine().begin, p.mine().size(), 1.f, sums.data()));
+  EXPECT_TRUE(unscale_and_check_blocks(s.flat_grads().data<float>() + p.mine().begin, p.mine().size(), 1.f,
+                                       sums.data()));
   EXPECT_FALSE(std::isfinite(sum_block_sums(sums.data(), p.blocks(1))));
 }
 

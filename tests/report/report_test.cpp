@@ -19,7 +19,8 @@ json one_run(const std::string& label) {
   json run;
   run["label"] = label;
   run["summary"] = {{"tokens_per_s", 1234.4}, {"peak_bytes", 3 << 20}, {"final_train_loss", 2.5},
-                    {"val_loss", nullptr}, {"skipped_steps", 1}, {"diverged", false}, {"elapsed_s", 1.25}};
+                    {"val_loss", nullptr},    {"skipped_steps", 1},    {"diverged", false},
+                    {"elapsed_s", 1.25}};
   run["steps"] = json::array({{{"step", 1}, {"loss", 3.0}, {"loss_scale", 65536.0}, {"skipped", true}}});
   r["runs"] = json::array({run});
   return r;

@@ -1,11 +1,11 @@
 // Tensor: creation, views (slice, transpose, reshape), copies and casts between every dtype pair,
 // seeded init, and the typed errors for impossible shapes.
+#include "mixtrain/tensor/tensor.h"
+
 #include <gtest/gtest.h>
 #include <omp.h>
 
 #include <cmath>
-
-#include "mixtrain/tensor/tensor.h"
 
 using namespace mixtrain;
 
@@ -86,7 +86,8 @@ TEST(Tensor, StridedCopyAndCast) {
   Tensor c = at.to(DType::bf16);
   EXPECT_TRUE(c.is_contiguous());
   for (int i = 0; i < 7; ++i)
-    for (int j = 0; j < 5; ++j) EXPECT_NEAR(c.at({i, j}), a.at({j, i}), std::fabs(a.at({j, i})) * 0.004 + 1e-6);
+    for (int j = 0; j < 5; ++j)
+      EXPECT_NEAR(c.at({i, j}), a.at({j, i}), std::fabs(a.at({j, i})) * 0.004 + 1e-6);
   // Copy into a strided destination.
   Tensor big = Tensor::zeros({7, 8}, DType::f16);
   Tensor dst = big.slice(1, 2, 7);

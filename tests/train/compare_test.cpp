@@ -11,8 +11,8 @@
 
 #include "checkpoint/checkpoint_test_util.h"
 #include "kernels/backend.h"
-#include "tiny_run.h"
 #include "mixtrain/train/trainer.h"
+#include "tiny_run.h"
 
 namespace mixtrain {
 namespace {
@@ -95,7 +95,8 @@ TEST(ComparePrecisions, EachRunIsTheRunTrainMakesAloneAnd32TrueIsTheBaselineRunF
 }
 
 TEST(ComparePrecisions, WithoutA32TrueRunTheFirstListedIsTheBaseline) {
-  const CompareResult r = compare_precisions(train_test::tiny_run(), parse_compare_entries("bf16-mixed,16-mixed"));
+  const CompareResult r =
+      compare_precisions(train_test::tiny_run(), parse_compare_entries("bf16-mixed,16-mixed"));
   EXPECT_EQ(r.baseline, "bf16-mixed");
   ASSERT_EQ(r.runs.size(), 2u);
   EXPECT_EQ(r.runs[0].speedup, 1.0);
@@ -103,7 +104,8 @@ TEST(ComparePrecisions, WithoutA32TrueRunTheFirstListedIsTheBaseline) {
 }
 
 TEST(ComparePrecisions, ADuplicatedRunIsRefused) {
-  expect_error<ArgumentError>([] { parse_compare_entries("32-true,bf16-mixed,32-true"); }, {"32-true is listed twice"});
+  expect_error<ArgumentError>([] { parse_compare_entries("32-true,bf16-mixed,32-true"); },
+                              {"32-true is listed twice"});
 }
 
 TEST(ComparePrecisions, StepLogsGetTheLabelAsASuffix) {

@@ -3,6 +3,8 @@
 // coverage, overlap with backward and the bf16 path can be checked in one process. The
 // multi-process runs themselves (exactness against grad_accum, agreement on skipped steps, rank 0
 // outputs, a killed rank) are tests/cli/mpi_cli_test.sh.
+#include "mixtrain/train/data_parallel.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -15,9 +17,8 @@
 #include "mixtrain/dist/communicator.h"
 #include "mixtrain/numeric/bf16.h"
 #include "mixtrain/optim/zero.h"
-#include "mixtrain/train/data_parallel.h"
-#include "train/tiny_run.h"
 #include "mixtrain/train/trainer.h"
+#include "train/tiny_run.h"
 
 namespace mixtrain {
 namespace {
@@ -135,7 +136,9 @@ TEST(DataParallel, SumsTheGradientBufferAndRoundsThroughBf16WhenAsked) {
     std::vector<double> summed;
     struct Capture final : TrainingHook {
       std::vector<double>* out = nullptr;
-      void after_backward(TrainingRun& run, int64_t) override { *out = run.model().params().flat_grads().to_doubles(); }
+      void after_backward(TrainingRun& run, int64_t) override {
+        *out = run.model().params().flat_grads().to_doubles();
+      }
     };
     o.add_hooks = [&](TrainingRun& run) {
       auto c = std::make_unique<Capture>();
@@ -155,8 +158,10 @@ TEST(DataParallel, SumsTheGradientBufferAndRoundsThroughBf16WhenAsked) {
       if (f32_from_bf16(bf16_from_f32(half)) == half) ++bf16_values;
     }
     ASSERT_GT(nonzero, 1000);
-    if (reduce == DType::bf16) EXPECT_EQ(bf16_values, nonzero);
-    else EXPECT_LT(bf16_values, nonzero / 2);
+    if (reduce == DType::bf16)
+      EXPECT_EQ(bf16_values, nonzero);
+    else
+      EXPECT_LT(bf16_values, nonzero / 2);
   }
 }
 
@@ -174,7 +179,9 @@ TEST(DataParallel, ZeroReduceScattersEachBucketIntoTheRanksParts) {
   int64_t flat = 0, state_bytes = 0;
   struct Watch final : TrainingHook {
     int64_t* state_bytes = nullptr;
-    void on_run_end(TrainingRun& run, TrainSummary&) override { *state_bytes = run.optimizer().state_bytes(); }
+    void on_run_end(TrainingRun& run, TrainSummary&) override {
+      *state_bytes = run.optimizer().state_bytes();
+    }
   };
   o.add_hooks = [&](TrainingRun& run) {
     grads = static_cast<const char*>(run.model().params().flat_grads().raw_data());
@@ -200,7 +207,8 @@ TEST(DataParallel, ZeroReduceScattersEachBucketIntoTheRanksParts) {
       const auto& k = twins.scattered[step * per_step + b];
       const int64_t begin = (k.data - grads) / 4;
       EXPECT_EQ(begin + k.n, end) << "bucket " << b << " of step " << step + 1;
-      const int64_t mine = std::max<int64_t>(0, std::min(end, part.mine().end) - std::max(begin, part.mine().begin));
+      const int64_t mine =
+          std::max<int64_t>(0, std::min(end, part.mine().end) - std::max(begin, part.mine().begin));
       EXPECT_EQ(twins.all[step * per_step + b].n, mine) << "rank 0's piece of bucket " << b;
       end = begin;
     }
@@ -214,7 +222,8 @@ TEST(DataParallel, ZeroReduceScattersEachBucketIntoTheRanksParts) {
     EXPECT_EQ(twins.gathered[2 * step + 1],
               (std::vector<int64_t>{4 * part.shards[0].size(), 4 * part.shards[1].size()}));
   }
-  EXPECT_EQ(twins.events.find('G'), twins.events.find('W') + 1) << "the norm's gather after the reduce-scatters";
+  EXPECT_EQ(twins.events.find('G'), twins.events.find('W') + 1)
+      << "the norm's gather after the reduce-scatters";
 }
 
 TEST(DataParallel, RefusesBf16SumsOfFp16GradientsNamingTheFlag) {

@@ -8,8 +8,8 @@
 #include <string>
 
 #include "mixtrain/models/model.h"
-#include "train/tiny_run.h"
 #include "mixtrain/train/trainer.h"
+#include "train/tiny_run.h"
 
 namespace mixtrain {
 namespace {
@@ -22,7 +22,8 @@ class FixedLogits final : public Model {
   ParameterStore& params() override { return store_; }
   const ParameterStore& params() const override { return store_; }
   ModelOutput forward_batch(const Batch&, bool, uint64_t) override {
-    return {autograd::Var(logits_), autograd::Var(Tensor::from_floats({static_cast<float>(loss_)}, {}, DType::f32))};
+    return {autograd::Var(logits_),
+            autograd::Var(Tensor::from_floats({static_cast<float>(loss_)}, {}, DType::f32))};
   }
   double flops_per_token(int64_t) const override { return 0; }
   void set_activation_checkpointing(bool) override {}
@@ -37,9 +38,9 @@ class FixedLogits final : public Model {
 
 TEST(Evaluation, TopOneAccuracyOverTheScoredTargets) {
   // (2, 3, 4): argmax per position = 1, 0 (tie: first), 3 | 2, 2, 0
-  const Tensor logits = Tensor::from_floats({0, 5, 1, 2, /**/ 3, 3, 1, 0, /**/ 0, 0, 0, 9,
-                                             1, 2, 8, 3, /**/ 0, 1, 4, 2, /**/ 7, 1, 1, 1},
-                                            {2, 3, 4}, DType::bf16);
+  const Tensor logits = Tensor::from_floats(
+      {0, 5, 1, 2, /**/ 3, 3, 1, 0, /**/ 0, 0, 0, 9, 1, 2, 8, 3, /**/ 0, 1, 4, 2, /**/ 7, 1, 1, 1}, {2, 3, 4},
+      DType::bf16);
   Batch b;
   b.targets = Tensor::from_ints({1, 1, 3, /**/ 2, -1, -1}, {2, 3});
   b.inputs = Tensor::from_ints({0, 0, 0, 0, 0, 0}, {2, 3});

@@ -37,8 +37,8 @@ struct Fixture {
     for (const char* f : {"config.json", "model.safetensors"})
       fs::copy_file(src / f, fs::path(model) / f, fs::copy_options::overwrite_existing);
     std::ofstream v(model + "/vocab.txt");
-    for (const char* t : {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "good", "bad", "meh", "the", "food", "was",
-                          "and", "it", "tasted"})
+    for (const char* t : {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "good", "bad", "meh", "the", "food",
+                          "was", "and", "it", "tasted"})
       v << t << "\n";
     for (int i = 1; i <= 85; ++i) v << "w" << i << "\n";
     write(train, 50, 0);
@@ -99,8 +99,8 @@ TEST(Finetune, TokensPerSecondCountsRealTokensAndEpochsLineUp) {
   // The same batches, read again: each step's tokens are its batch's non-padding tokens.
   const TextClassificationData train = TextClassificationData::load(o.train_path, o.columns);
   const TextClassificationData test = TextClassificationData::load(o.test_path, o.columns, &train.labels);
-  const ClassificationBatches data(train, test, WordPieceTokenizer::from_vocab_file(o.model_dir + "/vocab.txt"), 8, 16,
-                                   o.train.seed);
+  const ClassificationBatches data(
+      train, test, WordPieceTokenizer::from_vocab_file(o.model_dir + "/vocab.txt"), 8, 16, o.train.seed);
   int64_t total = 0, padded = 0;
   for (const StepRecord& r : steps) {
     Batch b;
@@ -146,8 +146,10 @@ TEST(Finetune, MemoryPredictionIsExactInEveryMode) {
     PrecisionMode mode;
     UpdateRounding rounding;
   };
-  for (const Run& r : {Run{PrecisionMode::true32, UpdateRounding::nearest}, Run{PrecisionMode::mixed16, UpdateRounding::nearest},
-                       Run{PrecisionMode::mixed_bf16, UpdateRounding::nearest}, Run{PrecisionMode::true16, UpdateRounding::nearest},
+  for (const Run& r : {Run{PrecisionMode::true32, UpdateRounding::nearest},
+                       Run{PrecisionMode::mixed16, UpdateRounding::nearest},
+                       Run{PrecisionMode::mixed_bf16, UpdateRounding::nearest},
+                       Run{PrecisionMode::true16, UpdateRounding::nearest},
                        Run{PrecisionMode::true_bf16, UpdateRounding::nearest},
                        Run{PrecisionMode::true_bf16, UpdateRounding::master}}) {
     FinetuneOptions o = tiny(r.mode);
@@ -156,7 +158,8 @@ TEST(Finetune, MemoryPredictionIsExactInEveryMode) {
     const MemoryPrediction p = predict_finetune_memory(o);
     // The run's own peaks (TrainSummary::memory: before the GEMM-rate measurement for the MFU).
     const MemorySnapshot measured = finetune(o).run.memory;
-    const std::string mode = std::string(precision_spec(r.mode).name) + " " + std::string(update_rounding_name(r.rounding));
+    const std::string mode =
+        std::string(precision_spec(r.mode).name) + " " + std::string(update_rounding_name(r.rounding));
     EXPECT_EQ(p.peak_bytes, measured.peak_total) << mode;
     for (size_t c = 0; c < kNumMemCategories; ++c)
       EXPECT_EQ(p.peak_by_category[c], measured.peak[c]) << mode << " " << mem_category_name(MemCategory(c));

@@ -14,15 +14,16 @@
 
 #include "mixtrain/core/error.h"
 #include "mixtrain/models/gpt.h"
-#include "train/memory_prediction_util.h"
 #include "mixtrain/train/trainer.h"
+#include "train/memory_prediction_util.h"
 
 namespace mixtrain {
 namespace {
 
 int64_t cat(const MemoryPrediction& p, MemCategory c) { return p.peak_by_category[static_cast<size_t>(c)]; }
 
-TrainOptions opts(PrecisionMode m, int64_t B, int64_t T, bool ckpt = false, const std::string& model = "gpt-nano") {
+TrainOptions opts(PrecisionMode m, int64_t B, int64_t T, bool ckpt = false,
+                  const std::string& model = "gpt-nano") {
   memory_prediction_test::Case c{m, B, T, ckpt, "adamw"};
   c.model = model;
   return memory_prediction_test::options(c);
@@ -70,7 +71,8 @@ TEST(MemoryPrediction, FixedStateFollowsThePrecisionModeAndTheOptimizer) {
         o.update_rounding = r;
         const MemoryPrediction p = predict_train_memory(o);
         const int64_t pb = static_cast<int64_t>(dtype_size(s.param_dtype));
-        const std::string what = std::string(s.name) + " " + optimizer + " " + std::string(update_rounding_name(r));
+        const std::string what =
+            std::string(s.name) + " " + optimizer + " " + std::string(update_rounding_name(r));
         // *-mixed: fp32 masters plus a 16-bit working copy; otherwise the weights themselves, and
         // with master rounding of 16-bit weights the optimizer's fp32 masters.
         const bool opt_master = r == UpdateRounding::master && s.param_dtype != DType::f32;
@@ -85,7 +87,8 @@ TEST(MemoryPrediction, FixedStateFollowsThePrecisionModeAndTheOptimizer) {
         // The first step's casts of the weights (before the working copy exists): every matrix and
         // bias a GEMM reads, not the position embedding or the layer-norm parameters.
         const int64_t C = c.n_embd, L = c.n_layer;
-        EXPECT_EQ(cat(p, MemCategory::cast_cache), mixed ? 2 * (c.vocab_size * C + L * (12 * C * C + 9 * C)) : 0)
+        EXPECT_EQ(cat(p, MemCategory::cast_cache),
+                  mixed ? 2 * (c.vocab_size * C + L * (12 * C * C + 9 * C)) : 0)
             << what;
       }
     }
@@ -102,7 +105,8 @@ TEST(MemoryPrediction, WhatTheBlocksKeepForBackwardIsNamedByModule) {
   const MemoryPrediction p = predict_train_memory(opts(PrecisionMode::mixed_bf16, B, T, false, "gpt-mini"));
   // Peak at the end of the forward pass: every block's GELU input (c_fc's output) and output in
   // bf16, one term per module over all layers ...
-  const std::string shape4 = " (" + std::to_string(B) + ", " + std::to_string(T) + ", " + std::to_string(4 * C) + ") bf16";
+  const std::string shape4 =
+      " (" + std::to_string(B) + ", " + std::to_string(T) + ", " + std::to_string(4 * C) + ") bf16";
   EXPECT_EQ(term_bytes(p, "transformer.h.*.mlp.c_fc linear" + shape4), L * B * T * 4 * C * 2);
   EXPECT_EQ(term_bytes(p, "transformer.h.*.mlp gelu" + shape4), L * B * T * 4 * C * 2);
   // ... the attention's saved tensors in bf16, nothing of it in fp32 ...
@@ -129,7 +133,8 @@ TEST(MemoryPrediction, CheckpointingAnd16BitActivationsLowerThePeak) {
 
 TEST(MemoryPrediction, Gpt2SmallFitsIn24GiBWithCheckpointing) {
   // The memory issue's goal: batch 8, seq 1024, bf16-mixed, checkpointing, within 24 GiB.
-  const MemoryPrediction p = predict_train_memory(opts(PrecisionMode::mixed_bf16, 8, 1024, true, "gpt2-small"));
+  const MemoryPrediction p =
+      predict_train_memory(opts(PrecisionMode::mixed_bf16, 8, 1024, true, "gpt2-small"));
   EXPECT_EQ(p.parameters, 124439808);
   EXPECT_LT(p.peak_bytes, int64_t{24} << 30);
   EXPECT_GT(p.peak_bytes, int64_t{3} << 30);  // ~4 GiB: logits and their gradient (B, T, V) dominate

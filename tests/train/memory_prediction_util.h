@@ -79,7 +79,8 @@ inline void expect_agree(const Compared& r, const std::string& what) {
   const MemoryPrediction& p = r.predicted;
   EXPECT_EQ(p.peak_bytes, r.measured.peak_total) << what << " (predicted peak at " << p.peak_moment << ")";
   for (size_t c = 0; c < kNumMemCategories; ++c)
-    EXPECT_EQ(p.peak_by_category[c], r.measured.peak[c]) << what << ": " << mem_category_name(static_cast<MemCategory>(c));
+    EXPECT_EQ(p.peak_by_category[c], r.measured.peak[c])
+        << what << ": " << mem_category_name(static_cast<MemCategory>(c));
   // What was alive at the predicted peak adds up to the peak.
   int64_t at_peak = 0;
   for (const MemoryTerm& t : p.terms) at_peak += t.bytes;

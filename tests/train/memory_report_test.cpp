@@ -7,8 +7,8 @@
 #include <cmath>
 
 #include "checkpoint/checkpoint_test_util.h"
-#include "tiny_run.h"
 #include "mixtrain/train/trainer.h"
+#include "tiny_run.h"
 
 namespace mixtrain {
 namespace {

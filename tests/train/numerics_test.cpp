@@ -9,15 +9,14 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "mixtrain/train/numerics_advice.h"
 #include "mixtrain/train/numerics_hook.h"
-#include "train/tiny_run.h"
 #include "mixtrain/train/trainer.h"
+#include "train/tiny_run.h"
 
 namespace mixtrain {
 namespace {
@@ -46,7 +45,8 @@ TrainOptions rigged(PrecisionMode mode, float factor, Collected& c) {
   o.steps = 3;
   o.force = true;  // no memory prediction: seconds saved per run
   o.add_hooks = [&c, factor](TrainingRun& run) {
-    if (factor != 1.f) run.add_hook(std::make_unique<ScaleWeightHook>("transformer.h.1.mlp.c_fc.weight", factor));
+    if (factor != 1.f)
+      run.add_hook(std::make_unique<ScaleWeightHook>("transformer.h.1.mlp.c_fc.weight", factor));
     struct Keep final : TrainingHook {
       Collected* c;
       explicit Keep(Collected* c) : c(c) {}
@@ -101,7 +101,8 @@ TEST(OverflowForensics, KeepFp32MovesThenRemovesTheOverflow) {
     o.keep_fp32 = {"*.h.1.mlp"};
     o.max_bad_steps = 100;
     const TrainSummary s = train(o);
-    for (const auto& [site, n] : s.skips_by_site) EXPECT_EQ(site.find("h.1.mlp"), std::string::npos) << sites(s);
+    for (const auto& [site, n] : s.skips_by_site)
+      EXPECT_EQ(site.find("h.1.mlp"), std::string::npos) << sites(s);
     EXPECT_EQ(s.skipped_steps, 0) << sites(s);
   }
 }
@@ -124,10 +125,12 @@ TEST(LossScaleStory, EveryChangeHasItsReason) {
     train(o);
     ASSERT_EQ(c.steps.size(), 3u);
     EXPECT_EQ(c.steps[0].scale_event,
-              "hysteresis consumed at step 1 (1 left): a non-finite loss first seen at transformer.h.1.mlp.c_fc:linear; "
+              "hysteresis consumed at step 1 (1 left): a non-finite loss first seen at "
+              "transformer.h.1.mlp.c_fc:linear; "
               "scale kept");
-    EXPECT_EQ(c.steps[1].scale_event,
-              "backoff 65536 -> 32768 at step 2: a non-finite loss first seen at transformer.h.1.mlp.c_fc:linear");
+    EXPECT_EQ(
+        c.steps[1].scale_event,
+        "backoff 65536 -> 32768 at step 2: a non-finite loss first seen at transformer.h.1.mlp.c_fc:linear");
   }
 }
 
@@ -234,7 +237,8 @@ TEST(NumericsAdvice, ChangesWithTheRig) {
   const NumericsAdvice rig = advise_numerics(o);
   EXPECT_TRUE(lists(rig.fp16_forward, "transformer.h.1.mlp.c_fc")) << rig.text();
   EXPECT_FALSE(rig.modes[0].safe);
-  EXPECT_NE(rig.text().find("16-mixed: fp16 forward overflows at transformer.h.1.mlp.c_fc (linear, amax "), std::string::npos)
+  EXPECT_NE(rig.text().find("16-mixed: fp16 forward overflows at transformer.h.1.mlp.c_fc (linear, amax "),
+            std::string::npos)
       << rig.text();
   EXPECT_TRUE(rig.bf16_any.empty()) << rig.text();
   EXPECT_TRUE(rig.modes[1].safe) << rig.text();  // bf16-mixed

@@ -10,10 +10,10 @@
 #include <vector>
 
 #include "mixtrain/train/tensorboard_hook.h"
+#include "mixtrain/train/trainer.h"
 #include "tiny_run.h"
 #include "train/event_file.h"
 #include "train/tfrecord.h"
-#include "mixtrain/train/trainer.h"
 
 namespace mixtrain {
 namespace {
@@ -59,7 +59,8 @@ TEST(TfRecord, FrameLayout) {
 }
 
 TEST(TfRecord, RoundTripAndEmptyRecord) {
-  const std::string bytes = tfrecord_frame("first") + tfrecord_frame("") + tfrecord_frame(std::string(1000, 'x'));
+  const std::string bytes =
+      tfrecord_frame("first") + tfrecord_frame("") + tfrecord_frame(std::string(1000, 'x'));
   size_t valid = 0;
   const std::vector<std::string> r = tfrecord_parse(bytes, &valid);
   ASSERT_EQ(r.size(), 3u);
@@ -115,7 +116,9 @@ class TempDir : public testing::Test {
 
 using EventFiles = TempDir;
 
-ScalarEvent scalar(int64_t step, float loss) { return ScalarEvent{step, 0, {{"train/loss", loss}, {"amp/skipped", 0}}}; }
+ScalarEvent scalar(int64_t step, float loss) {
+  return ScalarEvent{step, 0, {{"train/loss", loss}, {"amp/skipped", 0}}};
+}
 
 TEST_F(EventFiles, WriteReadTrim) {
   {
@@ -214,9 +217,9 @@ TEST_F(TensorBoardHookTest, OneEventPerStepWithTheStepLogScalars) {
     EXPECT_EQ(ev[i].step, i + 1);
     std::vector<std::string> tags;
     for (const auto& [tag, v] : ev[i].values) tags.push_back(tag);
-    for (const char* want : {"train/loss", "train/lr", "train/grad_norm", "train/tokens_per_s", "amp/loss_scale",
-                             "amp/skipped", "amp/found_inf", "amp/overflows", "memory/parameters_mib",
-                             "memory/total_mib"})
+    for (const char* want :
+         {"train/loss", "train/lr", "train/grad_norm", "train/tokens_per_s", "amp/loss_scale", "amp/skipped",
+          "amp/found_inf", "amp/overflows", "memory/parameters_mib", "memory/total_mib"})
       EXPECT_NE(std::find(tags.begin(), tags.end(), want), tags.end()) << want << " at step " << i + 1;
     const bool has_val = std::find(tags.begin(), tags.end(), "val/loss") != tags.end();
     EXPECT_EQ(has_val, i + 1 == 2 || i + 1 == 3) << "step " << i + 1;

@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "mixtrain/autograd/node.h"
-#include "mixtrain/tensor/tensor.h"
 #include "mixtrain/tensor/dtype.h"
+#include "mixtrain/tensor/tensor.h"
 
 namespace mixtrain {
 
@@ -60,10 +60,10 @@ std::string_view cast_policy_name(CastPolicy p);
 CastPolicy autocast_policy(autograd::OpKind op);
 
 // What autograd's cast hook (autograd/cast_hook.h, installed by the first AutocastScope) runs at
-// the top of every autograd op: when this thread's autocast is active, replaces each defined, floating, non-f64 input by its cast under `op`'s policy.
-// A no-op outside any region. Inputs not eligible (i32, f64, undefined) are left alone.
-// The output dtype of an op whose input has dtype `input`: f32 for the fp32-policy ops on 16-bit
-// inputs inside an autocast region (they widen inside their kernels), else `input`.
+// the top of every autograd op: when this thread's autocast is active, replaces each defined, floating,
+// non-f64 input by its cast under `op`'s policy. A no-op outside any region. Inputs not eligible (i32, f64,
+// undefined) are left alone. The output dtype of an op whose input has dtype `input`: f32 for the fp32-policy
+// ops on 16-bit inputs inside an autocast region (they widen inside their kernels), else `input`.
 DType autocast_output_dtype(autograd::OpKind op, DType input);
 // The output dtype of a promote-policy op (add, mul) on inputs of dtypes a and b inside an active
 // region: the wider (bf16 with f16: f32), computed by the kernel from both storages; else a.

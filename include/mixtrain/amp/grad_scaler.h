@@ -43,15 +43,15 @@
 namespace mixtrain {
 
 struct GradScalerConfig {
-  bool enabled = true;           // false: scale 1, unscale only checks, update changes nothing
-  double init_scale = 65536.0;   // 2^16, as torch / Apex / DeepSpeed's initial_scale_power
+  bool enabled = true;          // false: scale 1, unscale only checks, update changes nothing
+  double init_scale = 65536.0;  // 2^16, as torch / Apex / DeepSpeed's initial_scale_power
   double growth_factor = 2.0;
   double backoff_factor = 0.5;
   int64_t growth_interval = 2000;  // torch 2000; DeepSpeed's loss_scale_window is 1000
-  int64_t hysteresis = 1;        // 1 = torch (back off on every overflow); DeepSpeed uses 2
-  double min_scale = 0.0;        // floor (DeepSpeed min_loss_scale 1); 0 = none
-  double max_scale = INFINITY;   // cap on growth (Apex 2^24); inf = none
-  bool dynamic = true;           // false: static scale = init_scale, never changes
+  int64_t hysteresis = 1;          // 1 = torch (back off on every overflow); DeepSpeed uses 2
+  double min_scale = 0.0;          // floor (DeepSpeed min_loss_scale 1); 0 = none
+  double max_scale = INFINITY;     // cap on growth (Apex 2^24); inf = none
+  bool dynamic = true;             // false: static scale = init_scale, never changes
 
   // Throws ArgumentError (one line) for growth_factor <= 1, backoff_factor outside (0, 1),
   // growth_interval < 1, hysteresis < 1, init_scale not positive and finite in fp32,
@@ -62,11 +62,11 @@ struct GradScalerConfig {
 
 // Everything a checkpoint must save to resume the scaler exactly (huggingface/transformers#11663).
 struct GradScalerState {
-  double scale = 65536.0;        // always an fp32 value
-  int64_t growth_tracker = 0;    // clean iterations since the last growth / overflow
-  int64_t hysteresis_left = 1;   // overflows tolerated before the next backoff (>= 1)
-  int64_t overflows = 0;         // iterations with inf/NaN gradients while enabled
-  int64_t skipped_steps = 0;     // iterations update() saw with found_inf (also while disabled)
+  double scale = 65536.0;       // always an fp32 value
+  int64_t growth_tracker = 0;   // clean iterations since the last growth / overflow
+  int64_t hysteresis_left = 1;  // overflows tolerated before the next backoff (>= 1)
+  int64_t overflows = 0;        // iterations with inf/NaN gradients while enabled
+  int64_t skipped_steps = 0;    // iterations update() saw with found_inf (also while disabled)
 };
 
 class GradScaler {
@@ -93,12 +93,10 @@ class GradScaler {
   // The same for anything that keeps its gradients in one flat buffer, flat_grads() (nn's
   // ParameterStore: call it once per store). A template, so the scaler needs nothing above it.
   template <typename Store>
-    requires requires(const Store& s) {
-      { s.flat_grads() } -> std::convertible_to<const Tensor&>;
-    }
-  bool unscale(Store& store) {
-    return unscale(store.flat_grads());
+  requires requires(const Store& s) {
+    { s.flat_grads() } -> std::convertible_to<const Tensor&>;
   }
+  bool unscale(Store& store) { return unscale(store.flat_grads()); }
 
   // After unscale(): whether this iteration's optimizer steps must be skipped (any store had an
   // inf/NaN gradient). ArgumentError if nothing was unscaled since the last update().
@@ -116,9 +114,9 @@ class GradScaler {
   void update() { update(false); }
 
   // Events of the last update(), for the trainer to report.
-  bool hit_min_scale() const { return hit_min_scale_; }    // a backoff was clamped at min_scale
-  bool growth_capped() const { return growth_capped_; }    // a growth was cut by max_scale / fp32 max
-  float min_scale_fp32() const { return floor_; }          // the floor backoffs are clamped at (> 0)
+  bool hit_min_scale() const { return hit_min_scale_; }  // a backoff was clamped at min_scale
+  bool growth_capped() const { return growth_capped_; }  // a growth was cut by max_scale / fp32 max
+  float min_scale_fp32() const { return floor_; }        // the floor backoffs are clamped at (> 0)
 
   // Checkpointing. load_state validates the state against the config (ArgumentError) and must be
   // called between iterations (not after unscale() and before update()).

@@ -15,13 +15,13 @@ enum class PrecisionMode : uint8_t { true32, mixed16, mixed_bf16, true16, true_b
 
 struct PrecisionSpec {
   PrecisionMode mode;
-  std::string_view name;   // "bf16-mixed"
-  DType param_dtype;       // parameters as stored (the fp32 master in the mixed modes)
-  DType grad_dtype;        // gradients reaching the optimizer
-  DType optim_state_dtype; // AdamW moments / momentum
-  DType compute_dtype;     // dtype of the GEMM family under autocast (f32: no autocast)
-  bool autocast;           // forward runs under autocast
-  bool loss_scaling;       // dynamic loss scaler on by default (16-mixed)
+  std::string_view name;    // "bf16-mixed"
+  DType param_dtype;        // parameters as stored (the fp32 master in the mixed modes)
+  DType grad_dtype;         // gradients reaching the optimizer
+  DType optim_state_dtype;  // AdamW moments / momentum
+  DType compute_dtype;      // dtype of the GEMM family under autocast (f32: no autocast)
+  bool autocast;            // forward runs under autocast
+  bool loss_scaling;        // dynamic loss scaler on by default (16-mixed)
 };
 
 const PrecisionSpec& precision_spec(PrecisionMode m);
@@ -32,6 +32,5 @@ MemCategory weights_category(const PrecisionSpec& spec);
 // Throws ArgumentError "unknown precision 'x' (valid: 32-true, 16-mixed, bf16-mixed, 16-true, bf16-true)".
 PrecisionMode parse_precision(std::string_view s);
 std::vector<PrecisionMode> all_precision_modes();
-
 
 }  // namespace mixtrain

@@ -12,28 +12,28 @@
 namespace mixtrain::autograd {
 
 enum class OpKind : uint8_t {
-  matmul,          // out = op(a) @ op(b), batched
-  linear,          // out = x @ w^T (+ b)
-  add,             // out = a + b (b same shape or a row)
-  mul,             // out = a * b (b same shape or a row)
-  scale,           // out = s * a
-  gelu,            // tanh form
-  layer_norm,      // over the last dim
-  embedding,       // out = weight[ids]
-  causal_softmax,  // softmax(scale * x) with a causal mask, over the last dim
-  cross_entropy,   // mean loss from logits
-  reshape,         // view with another shape
-  split_heads,     // (B, T, 3C) -> one of q, k, v as (B*H, T, D), contiguous
-  merge_heads,     // (B*H, T, D) -> (B, T, C), contiguous
-  dropout,         // out = x * mask / (1 - p)
-  cast,            // out = x in another dtype; backward casts the gradient back
-  attention,       // out = softmax(scale * q k^T, causal) v, batched over heads
-  attention_qkv,   // the same read from qkv (B, T, 3C) in place, written as (B, T, C): no head copies
-  checkpoint,      // out = fn(x), recomputed with gradients in backward (activation checkpointing)
-  gelu_erf,        // exact GELU (BERT), activation kernel
-  tanh,            // tanh (BERT's pooler)
-  relu,            // max(x, 0)
-  masked_softmax,  // softmax(scale * x) over the last dim with a key padding mask (bidirectional)
+  matmul,            // out = op(a) @ op(b), batched
+  linear,            // out = x @ w^T (+ b)
+  add,               // out = a + b (b same shape or a row)
+  mul,               // out = a * b (b same shape or a row)
+  scale,             // out = s * a
+  gelu,              // tanh form
+  layer_norm,        // over the last dim
+  embedding,         // out = weight[ids]
+  causal_softmax,    // softmax(scale * x) with a causal mask, over the last dim
+  cross_entropy,     // mean loss from logits
+  reshape,           // view with another shape
+  split_heads,       // (B, T, 3C) -> one of q, k, v as (B*H, T, D), contiguous
+  merge_heads,       // (B*H, T, D) -> (B, T, C), contiguous
+  dropout,           // out = x * mask / (1 - p)
+  cast,              // out = x in another dtype; backward casts the gradient back
+  attention,         // out = softmax(scale * q k^T, causal) v, batched over heads
+  attention_qkv,     // the same read from qkv (B, T, 3C) in place, written as (B, T, C): no head copies
+  checkpoint,        // out = fn(x), recomputed with gradients in backward (activation checkpointing)
+  gelu_erf,          // exact GELU (BERT), activation kernel
+  tanh,              // tanh (BERT's pooler)
+  relu,              // max(x, 0)
+  masked_softmax,    // softmax(scale * x) over the last dim with a key padding mask (bidirectional)
   masked_attention,  // dropout(masked_softmax(scale * q k^T)) v, nothing T x T kept (recomputed in backward)
   count_,
 };
@@ -43,13 +43,13 @@ std::string_view op_kind_name(OpKind k);
 struct Node {
   OpKind op;
   std::vector<std::shared_ptr<VarImpl>> inputs;  // gradient edges (their values may be released)
-  std::vector<Tensor> in_values;  // in_values[i]: input i's value if backward reads it, else undefined
-  std::vector<Tensor> saved;  // what backward needs (e.g. the GELU input, layer-norm mean/rstd)
-  Tensor ids;                 // integer input (embedding ids, cross-entropy targets)
-  Shape shape;                // e.g. the input shape of a reshape
-  double f = 0;               // scalar attribute (scale, eps, dropout p)
-  int64_t i0 = 0, i1 = 0, i2 = 0;  // integer attributes (heads, which of q/k/v, ...)
-  bool b0 = false, b1 = false;     // flags (transposes)
+  std::vector<Tensor> in_values;      // in_values[i]: input i's value if backward reads it, else undefined
+  std::vector<Tensor> saved;          // what backward needs (e.g. the GELU input, layer-norm mean/rstd)
+  Tensor ids;                         // integer input (embedding ids, cross-entropy targets)
+  Shape shape;                        // e.g. the input shape of a reshape
+  double f = 0;                       // scalar attribute (scale, eps, dropout p)
+  int64_t i0 = 0, i1 = 0, i2 = 0;     // integer attributes (heads, which of q/k/v, ...)
+  bool b0 = false, b1 = false;        // flags (transposes)
   std::function<Var(const Var&)> fn;  // checkpoint: runs the function again, in the forward's autocast state
   const std::string* module = nullptr;  // the nn module that recorded it (names memory in backward), or null
 };

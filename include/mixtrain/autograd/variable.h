@@ -21,16 +21,16 @@ struct Node;
 // Var::Handle): the graph keeps only what backward needs (Node::in_values, Node::saved), so an
 // activation no backward rule reads is freed as soon as the forward pass is done with it.
 struct VarImpl {
-  Tensor value;                    // undefined once released
-  Shape shape;                     // value's shape and dtype, kept after the value is released
+  Tensor value;  // undefined once released
+  Shape shape;   // value's shape and dtype, kept after the value is released
   DType dtype = DType::f32;
-  Tensor grad;                     // undefined until backward reaches it (params: arena view)
+  Tensor grad;  // undefined until backward reaches it (params: arena view)
   bool requires_grad = false;
-  bool grad_is_buffer = false;     // grad is a caller-owned buffer to accumulate into (parameters)
+  bool grad_is_buffer = false;  // grad is a caller-owned buffer to accumulate into (parameters)
   // The 16-bit copy of a parameter that autocast made for one op (the cast's only consumer):
   // backward rules accumulate its gradient straight into the parameter's fp32 buffer.
   bool param_cast = false;
-  std::shared_ptr<Node> grad_fn;   // the op that made value; null for leaves
+  std::shared_ptr<Node> grad_fn;  // the op that made value; null for leaves
 };
 
 class Var {

@@ -55,8 +55,9 @@ class ProfileScope {
     if (!counted_) return;
     --depth_;
     if (outer_)
-      Profiler::add(kind_, std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0_)
-                               .count());
+      Profiler::add(
+          kind_, std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0_)
+                     .count());
   }
   ProfileScope(const ProfileScope&) = delete;
   ProfileScope& operator=(const ProfileScope&) = delete;

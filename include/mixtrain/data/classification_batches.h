@@ -32,7 +32,8 @@ class ClassificationBatches final : public DataSource {
   // The tokenizer is only used here: the encodings are kept, the sets and tokenizer need not
   // outlive this.
   ClassificationBatches(const TextClassificationData& train, const TextClassificationData& test,
-                        const WordPieceTokenizer& tokenizer, int64_t batch_size, int64_t max_len, uint64_t seed);
+                        const WordPieceTokenizer& tokenizer, int64_t batch_size, int64_t max_len,
+                        uint64_t seed);
 
   void train_batch(int64_t position, Batch& out) const override;
   int64_t num_eval_batches() const override;
@@ -54,8 +55,8 @@ class ClassificationBatches final : public DataSource {
 
  private:
   // Fills `out` with the encodings `rows` of `set` (-1: a padding row), targets from `labels`.
-  void fill(const std::vector<Encoding>& set, const std::vector<int32_t>& labels, const std::vector<int64_t>& rows,
-            Batch& out) const;
+  void fill(const std::vector<Encoding>& set, const std::vector<int32_t>& labels,
+            const std::vector<int64_t>& rows, Batch& out) const;
 
   std::vector<Encoding> train_, test_;
   std::vector<int32_t> train_labels_, test_labels_;

@@ -15,11 +15,11 @@ namespace mixtrain {
 // For sequence classification: inputs (B, T) i32 padded to the batch's longest row, targets (B)
 // i32 class ids (-1 for a padding row), token_types and attention_mask (B, T) i32.
 struct Batch {
-  Tensor inputs;          // (B, T) i32 token ids
-  Tensor targets;         // (B, T) i32 next tokens; classification: (B) i32 class ids
-  Tensor token_types;     // (B, T) i32 segment ids (0 / 1); undefined: all 0
-  Tensor attention_mask;  // (B, T) i32, 1 on real tokens, 0 on padding; undefined: all real
-  int64_t rows = 0;       // rows that hold real data (an evaluation batch may be padded)
+  Tensor inputs;            // (B, T) i32 token ids
+  Tensor targets;           // (B, T) i32 next tokens; classification: (B) i32 class ids
+  Tensor token_types;       // (B, T) i32 segment ids (0 / 1); undefined: all 0
+  Tensor attention_mask;    // (B, T) i32, 1 on real tokens, 0 on padding; undefined: all real
+  int64_t rows = 0;         // rows that hold real data (an evaluation batch may be padded)
   int64_t real_tokens = 0;  // tokens that are not padding (tokens/s counts these); 0: B * T
 };
 

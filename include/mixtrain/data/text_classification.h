@@ -40,8 +40,8 @@ struct TextExample {
 };
 
 struct TextClassificationData {
-  std::string path;                  // for messages
-  std::vector<std::string> labels;   // class id -> label name
+  std::string path;                 // for messages
+  std::vector<std::string> labels;  // class id -> label name
   std::vector<TextExample> examples;
 
   // Reads a file. Without `labels`, the class list is the file's label names sorted (byte
@@ -51,7 +51,8 @@ struct TextClassificationData {
                                      const std::vector<std::string>* labels = nullptr);
   // The same from text in memory; `name` stands for the path in messages.
   static TextClassificationData parse(std::string_view content, TextFormat format, const std::string& name,
-                                      const TextColumns& columns, const std::vector<std::string>* labels = nullptr);
+                                      const TextColumns& columns,
+                                      const std::vector<std::string>* labels = nullptr);
 
   // Examples per class id.
   std::vector<int64_t> class_counts() const;
@@ -76,9 +77,9 @@ TextClassificationTask finefoods_task();
 // file order) are shuffled with a Fisher-Yates shuffle driven by counter_rng(seed, i); the first
 // llround(test_fraction * n) form the test set, the rest the training set, each kept in file
 // order. With the package's files: 3,929 entries, 3,143 train / 786 test.
-inline constexpr const char* kFortuneTopics[] = {"computers", "food",     "love",     "politics",
-                                                 "science",   "sports",   "startrek", "medicine",
-                                                 "law",       "pets",     "linux",    "education"};
+inline constexpr const char* kFortuneTopics[] = {"computers", "food",   "love",     "politics",
+                                                 "science",   "sports", "startrek", "medicine",
+                                                 "law",       "pets",   "linux",    "education"};
 inline constexpr const char* kDefaultFortunesDir = "/usr/share/games/fortunes";
 TextClassificationTask fortunes_topic_task(const std::string& fortunes_dir = kDefaultFortunesDir,
                                            uint64_t seed = 0, double test_fraction = 0.2);

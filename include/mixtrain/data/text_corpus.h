@@ -23,7 +23,8 @@ class TextCorpus {
   // file is missing, a directory, unreadable or empty; ArgumentError unless 0 < val_fraction < 1.
   static TextCorpus load(const std::string& path, double val_fraction = 0.1);
   // The same from bytes in memory (tests, tools); `name` stands for the path in messages.
-  static TextCorpus from_bytes(std::vector<uint8_t> bytes, const std::string& name, double val_fraction = 0.1);
+  static TextCorpus from_bytes(std::vector<uint8_t> bytes, const std::string& name,
+                               double val_fraction = 0.1);
 
   // The built-in corpus: $MIXTRAIN_DATA_DIR/fortunes.txt when MIXTRAIN_DATA_DIR is set (and only
   // there); else the first that exists of <directory of the executable>/data/fortunes.txt and

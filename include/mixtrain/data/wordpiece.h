@@ -43,7 +43,7 @@ struct EncodedBatch {
 class WordPieceTokenizer {
  public:
   struct Options {
-    bool lower_case = true;          // also strips accents (tokenizer_config: strip_accents null)
+    bool lower_case = true;  // also strips accents (tokenizer_config: strip_accents null)
     int64_t max_chars_per_word = 100;
   };
 
@@ -51,8 +51,11 @@ class WordPieceTokenizer {
   // Face reads it). IoError for a missing/unreadable file, an empty or duplicate token (naming
   // the line), or a vocabulary without [UNK], [CLS], [SEP] or [PAD].
   static WordPieceTokenizer from_vocab_file(const std::string& path, Options options);
-  static WordPieceTokenizer from_vocab_file(const std::string& path) { return from_vocab_file(path, Options{}); }
-  static WordPieceTokenizer from_tokens(std::vector<std::string> tokens, const std::string& name, Options options);
+  static WordPieceTokenizer from_vocab_file(const std::string& path) {
+    return from_vocab_file(path, Options{});
+  }
+  static WordPieceTokenizer from_tokens(std::vector<std::string> tokens, const std::string& name,
+                                        Options options);
 
   // The words after steps 0-4 (a special token is one word).
   std::vector<std::string> basic_tokenize(std::string_view text) const;
@@ -71,7 +74,7 @@ class WordPieceTokenizer {
 
   int64_t vocab_size() const { return int64_t(tokens_.size()); }
   const std::string& token(int32_t id) const;  // ArgumentError out of range
-  int32_t id(std::string_view token) const;     // -1 when not in the vocabulary
+  int32_t id(std::string_view token) const;    // -1 when not in the vocabulary
   int32_t pad_id() const { return pad_; }
   int32_t unk_id() const { return unk_; }
   int32_t cls_id() const { return cls_; }

@@ -28,7 +28,7 @@ std::string_view update_rounding_name(UpdateRounding r);
 struct FlatSpan {
   int64_t offset = 0;  // in elements, into flat_params() / flat_grads() / the optimizer state
   int64_t numel = 0;
-  bool decay = true;   // ParamInfo::weight_decay
+  bool decay = true;  // ParamInfo::weight_decay
 };
 // The same ranges cut into pieces of at most max_numel elements: the work items an OpenMP
 // static schedule hands out (many small biases and a few large matrices balance out).
@@ -58,13 +58,13 @@ void write_working_copy(const float* p, const WorkingCopyOut& w, int64_t offset,
 
 // The fp32 scalars of one AdamW step, derived in double as torch derives them.
 struct AdamWScalars {
-  float decay_factor;    // 1 - lr*wd       (applied where the span decays)
-  float beta1_weight;    // 1 - beta1       (lerp weight)
-  float beta2;           // beta2
-  float one_minus_beta2; // 1 - beta2
-  float bc2_sqrt;        // sqrt(1 - beta2^t)
-  float eps;             // eps
-  float neg_step_size;   // -lr / (1 - beta1^t)
+  float decay_factor;     // 1 - lr*wd       (applied where the span decays)
+  float beta1_weight;     // 1 - beta1       (lerp weight)
+  float beta2;            // beta2
+  float one_minus_beta2;  // 1 - beta2
+  float bc2_sqrt;         // sqrt(1 - beta2^t)
+  float eps;              // eps
+  float neg_step_size;    // -lr / (1 - beta1^t)
 };
 // The flat kernels. p, g, m, v: (flat_numel) f32; only the elements inside `spans` are read or
 // written. adamw_update_ref is the plain scalar loop (the oracle); adamw_update is the OpenMP
@@ -104,11 +104,11 @@ void adamw_update(fp16* p, const fp16* g, fp16* m, fp16* v, fp16* c, const std::
 
 // The SGD scalars of one step.
 struct SgdScalars {
-  float neg_lr;           // -lr
-  float weight_decay;     // wd (applied where the span decays; 0 disables)
-  float momentum;         // momentum (0: plain SGD, buf unused and may be null)
-  float one_minus_damp;   // 1 - dampening
-  bool first_step;        // buf = d instead of the momentum update
+  float neg_lr;          // -lr
+  float weight_decay;    // wd (applied where the span decays; 0 disables)
+  float momentum;        // momentum (0: plain SGD, buf unused and may be null)
+  float one_minus_damp;  // 1 - dampening
+  bool first_step;       // buf = d instead of the momentum update
   bool nesterov;
 };
 
@@ -117,18 +117,18 @@ struct SgdScalars {
 // (bit-identical: same operations, and the library is built without FMA contraction in
 // baseline x86-64, so a vectorised loop rounds exactly like the scalar one).
 // With a working copy (the *-mixed modes), each updated element is also rounded into it.
-void sgd_update_ref(float* p, const float* g, float* buf, const std::vector<FlatSpan>& spans, const SgdScalars& s,
-                    const WorkingCopyOut& working = {});
+void sgd_update_ref(float* p, const float* g, float* buf, const std::vector<FlatSpan>& spans,
+                    const SgdScalars& s, const WorkingCopyOut& working = {});
 void sgd_update(float* p, const float* g, float* buf, const std::vector<FlatSpan>& spans, const SgdScalars& s,
                 const WorkingCopyOut& working = {});
 // The fp32 master kernels (UpdateRounding::master), as AdamW's: p and buf f32, g 16-bit, the
 // 16-bit parameters written to `working` (g's type) rounded to nearest from the updated master.
-void sgd_update_ref(float* p, const bf16* g, float* buf, const std::vector<FlatSpan>& spans, const SgdScalars& s,
-                    const WorkingCopyOut& working);
+void sgd_update_ref(float* p, const bf16* g, float* buf, const std::vector<FlatSpan>& spans,
+                    const SgdScalars& s, const WorkingCopyOut& working);
 void sgd_update(float* p, const bf16* g, float* buf, const std::vector<FlatSpan>& spans, const SgdScalars& s,
                 const WorkingCopyOut& working);
-void sgd_update_ref(float* p, const fp16* g, float* buf, const std::vector<FlatSpan>& spans, const SgdScalars& s,
-                    const WorkingCopyOut& working);
+void sgd_update_ref(float* p, const fp16* g, float* buf, const std::vector<FlatSpan>& spans,
+                    const SgdScalars& s, const WorkingCopyOut& working);
 void sgd_update(float* p, const fp16* g, float* buf, const std::vector<FlatSpan>& spans, const SgdScalars& s,
                 const WorkingCopyOut& working);
 
@@ -138,11 +138,11 @@ void sgd_update(float* p, const fp16* g, float* buf, const std::vector<FlatSpan>
 // bit-identical to it for any thread count.
 void sgd_update_ref(bf16* p, const bf16* g, bf16* buf, bf16* c, const std::vector<FlatSpan>& spans,
                     const SgdScalars& s, const LowpWrite& w);
-void sgd_update(bf16* p, const bf16* g, bf16* buf, bf16* c, const std::vector<FlatSpan>& spans, const SgdScalars& s,
-                const LowpWrite& w);
+void sgd_update(bf16* p, const bf16* g, bf16* buf, bf16* c, const std::vector<FlatSpan>& spans,
+                const SgdScalars& s, const LowpWrite& w);
 void sgd_update_ref(fp16* p, const fp16* g, fp16* buf, fp16* c, const std::vector<FlatSpan>& spans,
                     const SgdScalars& s, const LowpWrite& w);
-void sgd_update(fp16* p, const fp16* g, fp16* buf, fp16* c, const std::vector<FlatSpan>& spans, const SgdScalars& s,
-                const LowpWrite& w);
+void sgd_update(fp16* p, const fp16* g, fp16* buf, fp16* c, const std::vector<FlatSpan>& spans,
+                const SgdScalars& s, const LowpWrite& w);
 
 }  // namespace mixtrain

@@ -23,7 +23,7 @@ struct ClassifierOptions {
   // hidden states, before the classifier. Replaces config.json's hidden_dropout_prob,
   // attention_probs_dropout_prob and classifier dropout (0 turns all of them off).
   float dropout = 0.1f;
-  uint64_t seed = 1337;             // initialises the head when the directory has none
+  uint64_t seed = 1337;  // initialises the head when the directory has none
 };
 
 // Loads `dir` (config.json + model.safetensors, as Hugging Face writes them: a bare encoder such

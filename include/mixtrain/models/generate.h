@@ -21,7 +21,7 @@ struct GenerateOptions {
   float temperature = 1.0f;  // 0: greedy
   int64_t top_k = 0;         // 0: the whole vocabulary
   uint64_t seed = 0;
-  bool kv_cache = true;      // false: recompute the window for every token
+  bool kv_cache = true;                   // false: recompute the window for every token
   std::function<void(int32_t)> on_token;  // called with each new token as soon as it is drawn
 };
 

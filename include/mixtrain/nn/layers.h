@@ -1,7 +1,7 @@
 // Layers: thin objects that bind named parameters of a ParameterStore to autograd Vars and apply
 // the differentiable ops. Each layer runs under its name (tensor/alloc_site.h), so memory and
-// numerics reports can say which module a tensor belongs to. Two phases: declare(store, ...) registers names and shapes before the
-// store is finalized; bind(store) creates the Vars on the arena views afterwards.
+// numerics reports can say which module a tensor belongs to. Two phases: declare(store, ...) registers names
+// and shapes before the store is finalized; bind(store) creates the Vars on the arena views afterwards.
 //
 // Dimension letters: B batch, T sequence, C channels, H heads, D = C / H, V vocab.
 #pragma once
@@ -23,7 +23,8 @@ struct Linear {
   bool has_bias = true;
   Var weight;  // (OUT, IN)
   Var bias;    // (OUT)
-  void declare(ParameterStore& s, std::string name, int64_t in_features, int64_t out_features, bool bias_ = true);
+  void declare(ParameterStore& s, std::string name, int64_t in_features, int64_t out_features,
+               bool bias_ = true);
   void bind(const ParameterStore& s);
   Var operator()(const Var& x) const;  // (..., IN) -> (..., OUT)
 };
@@ -43,7 +44,7 @@ struct Embedding {
   std::string prefix;
   int64_t num = 0, dim = 0;
   int64_t padding_idx = -1;  // >= 0: this row gets no gradient (torch's padding_idx)
-  Var weight;  // (NUM, C)
+  Var weight;                // (NUM, C)
   void declare(ParameterStore& s, std::string name, int64_t num_embeddings, int64_t channels);
   void bind(const ParameterStore& s);
   Var operator()(const Tensor& ids) const;  // (...) -> (..., C)
@@ -71,8 +72,8 @@ struct DropoutState {
 // with a causal mask; c_proj over the merged heads.
 struct CausalSelfAttention {
   std::string prefix;  // e.g. "transformer.h.0.attn"
-  Linear c_attn;  // C -> 3C
-  Linear c_proj;  // C -> C
+  Linear c_attn;       // C -> 3C
+  Linear c_proj;       // C -> C
   int64_t n_head = 1;
   void declare(ParameterStore& s, const std::string& prefix, int64_t C, int64_t H);
   void bind(const ParameterStore& s);

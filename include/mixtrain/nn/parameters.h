@@ -12,9 +12,9 @@
 namespace mixtrain {
 
 struct ParamInfo {
-  std::string name;     // GPT-2 names: "transformer.h.0.attn.c_attn.weight"
+  std::string name;  // GPT-2 names: "transformer.h.0.attn.c_attn.weight"
   Shape shape;
-  int64_t offset = 0;   // in elements, into the flat buffers
+  int64_t offset = 0;  // in elements, into the flat buffers
   int64_t numel = 0;
   bool weight_decay = true;  // AdamW decays matrices, not biases / layer-norm gains (as nanoGPT)
 };
@@ -31,8 +31,8 @@ class ParameterStore {
 
   const std::vector<ParamInfo>& infos() const { return infos_; }
   size_t size() const { return infos_.size(); }
-  int64_t numel() const;         // sum of parameter sizes (no padding)
-  int64_t flat_numel() const;    // buffer length including alignment padding
+  int64_t numel() const;                                 // sum of parameter sizes (no padding)
+  int64_t flat_numel() const;                            // buffer length including alignment padding
   const ParamInfo& info(const std::string& name) const;  // throws ArgumentError naming the name
 
   Tensor param(size_t i) const;

@@ -71,14 +71,14 @@ class AdamW final : public Optimizer {
 
   OptimizerKind kind() const override { return OptimizerKind::adamw; }
   const AdamWConfig& config() const { return config_; }
-  int64_t steps() const override { return steps_; }  // updates done so far (t of the last update)
+  int64_t steps() const override { return steps_; }      // updates done so far (t of the last update)
   DType param_dtype() const override { return dtype_; }  // f32, bf16 or f16
-  DType state_dtype() const override;  // param_dtype(), or f32 under master rounding
+  DType state_dtype() const override;                    // param_dtype(), or f32 under master rounding
   // (shard size) f32 master weights; undefined unless 16-bit with master rounding.
   const Tensor& master() const { return master_.tensor(); }
   FlatRange shard() const override { return shard_; }
-  const Tensor& exp_avg() const { return m_; }    // (shard size) state_dtype(), m
-  const Tensor& exp_avg_sq() const { return v_; } // (shard size) state_dtype(), v
+  const Tensor& exp_avg() const { return m_; }     // (shard size) state_dtype(), m
+  const Tensor& exp_avg_sq() const { return v_; }  // (shard size) state_dtype(), v
   // (shard size) param_dtype() Kahan compensation; undefined unless 16-bit with kahan rounding.
   const Tensor& compensation() const { return c_; }
   // Bytes of optimizer state: m and v (8 per element in f32, 4 in 16 bits) plus the compensation
@@ -95,8 +95,8 @@ class AdamW final : public Optimizer {
   // when given (same rules), and reset to zero otherwise.
   // Under master rounding the fp32 master weights are copied from `master` when given (same
   // rules), and filled from the parameters at the next step otherwise.
-  void set_state(int64_t steps, const Tensor& exp_avg, const Tensor& exp_avg_sq, const Tensor& compensation = {},
-                 const Tensor& master = {});
+  void set_state(int64_t steps, const Tensor& exp_avg, const Tensor& exp_avg_sq,
+                 const Tensor& compensation = {}, const Tensor& master = {});
 
  private:
   AdamWConfig config_;
@@ -105,9 +105,9 @@ class AdamW final : public Optimizer {
   std::vector<FlatSpan> spans_;  // one per parameter, inside the shard, offsets from its start
   int64_t steps_ = 0;
   DType dtype_ = DType::f32;
-  Tensor m_;  // (shard size) dtype_ first moment
-  Tensor v_;  // (shard size) dtype_ second moment
-  Tensor c_;  // (shard size) dtype_ Kahan compensation, 16-bit kahan only
+  Tensor m_;           // (shard size) dtype_ first moment
+  Tensor v_;           // (shard size) dtype_ second moment
+  Tensor c_;           // (shard size) dtype_ Kahan compensation, 16-bit kahan only
   MasterCopy master_;  // (shard size) f32 master weights, 16-bit master rounding only
 };
 

@@ -16,7 +16,9 @@ namespace mixtrain {
 class MasterCopy {
  public:
   // Whether an optimizer with these parameters and rounding keeps one.
-  static bool wanted(DType param_dtype, UpdateRounding r) { return param_dtype != DType::f32 && r == UpdateRounding::master; }
+  static bool wanted(DType param_dtype, UpdateRounding r) {
+    return param_dtype != DType::f32 && r == UpdateRounding::master;
+  }
   MasterCopy() = default;
   explicit MasterCopy(int64_t n);
   const Tensor& tensor() const { return t_; }  // undefined when not kept

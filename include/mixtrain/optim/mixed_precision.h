@@ -24,8 +24,8 @@
 #include "mixtrain/amp/grad_scaler.h"
 #include "mixtrain/amp/precision.h"
 #include "mixtrain/autograd/variable.h"
-#include "mixtrain/nn/parameters.h"
 #include "mixtrain/dist/communicator.h"
+#include "mixtrain/nn/parameters.h"
 #include "mixtrain/optim/clip.h"  // grad_norm_any_dtype, clip_grad_norm_any_dtype
 #include "mixtrain/optim/zero.h"  // ZeroPartition
 
@@ -42,8 +42,10 @@ class MixedPrecision {
  public:
   // precision: "32-true", "16-mixed", "bf16-mixed", "16-true" or "bf16-true". The scaler runs
   // when the mode uses one (16-mixed) or when force_loss_scaling is set (mixed modes only).
-  explicit MixedPrecision(PrecisionMode precision, GradScalerConfig scaler = {}, bool force_loss_scaling = false);
-  explicit MixedPrecision(std::string_view precision, GradScalerConfig scaler = {}, bool force_loss_scaling = false)
+  explicit MixedPrecision(PrecisionMode precision, GradScalerConfig scaler = {},
+                          bool force_loss_scaling = false);
+  explicit MixedPrecision(std::string_view precision, GradScalerConfig scaler = {},
+                          bool force_loss_scaling = false)
       : MixedPrecision(parse_precision(precision), scaler, force_loss_scaling) {}
 
   const PrecisionSpec& spec() const { return spec_; }
@@ -113,8 +115,8 @@ class MixedPrecision {
 
   const PrecisionSpec& spec_;
   GradScaler scaler_;
-  Tensor working_;         // flat, spec_.compute_dtype
-  Tensor working_arena_;   // the whole fp32 arena, whose end the copy mirrors
+  Tensor working_;        // flat, spec_.compute_dtype
+  Tensor working_arena_;  // the whole fp32 arena, whose end the copy mirrors
   uint64_t working_version_ = 0;
 };
 

@@ -68,8 +68,8 @@ class Optimizer {
   // (fp32 stores only; may be null): the 16-bit working copy to write in the same pass
   // (optim/working_copy.h).
   virtual void step(ParameterStore& store, float lr, Tensor* working = nullptr) = 0;
-  virtual int64_t steps() const = 0;         // updates done so far
-  virtual DType param_dtype() const = 0;     // f32, bf16 or f16
+  virtual int64_t steps() const = 0;      // updates done so far
+  virtual DType param_dtype() const = 0;  // f32, bf16 or f16
   // The moments' dtype: param_dtype(), except f32 under master rounding of 16-bit parameters.
   virtual DType state_dtype() const = 0;
   // Bytes of optimizer state, the fp32 master weights of master rounding included (ZeRO's

@@ -63,7 +63,7 @@ class SGD final : public Optimizer {
   const SgdConfig& config() const { return config_; }
   int64_t steps() const override { return steps_; }
   DType param_dtype() const override { return dtype_; }  // f32, bf16 or f16
-  DType state_dtype() const override;  // param_dtype(), or f32 under master rounding
+  DType state_dtype() const override;                    // param_dtype(), or f32 under master rounding
   // (shard size) f32 master weights; undefined unless 16-bit with master rounding.
   const Tensor& master() const { return master_.tensor(); }
   FlatRange shard() const override { return shard_; }
@@ -93,8 +93,8 @@ class SGD final : public Optimizer {
   std::vector<FlatSpan> spans_;  // inside the shard, offsets from its start
   int64_t steps_ = 0;
   DType dtype_ = DType::f32;
-  Tensor buf_;  // (shard size) dtype_ momentum buffer
-  Tensor c_;    // (shard size) dtype_ Kahan compensation, 16-bit kahan only
+  Tensor buf_;         // (shard size) dtype_ momentum buffer
+  Tensor c_;           // (shard size) dtype_ Kahan compensation, 16-bit kahan only
   MasterCopy master_;  // (shard size) f32 master weights, 16-bit master rounding only
 };
 

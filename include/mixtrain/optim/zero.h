@@ -18,7 +18,8 @@
 //
 // What is sharded: the optimizer state (AdamW m, v; SGD's momentum; the Kahan compensation of
 // the *-true modes; the fp32 master weights of their master rounding, DeepSpeed's layout: a
-// 16-bit model, each rank holding the fp32 masters of its part only) and the update. Not sharded: the weights every forward pass reads. In the
+// 16-bit model, each rank holding the fp32 masters of its part only) and the update. Not sharded: the weights
+// every forward pass reads. In the
 // *-mixed modes those are the fp32 arena itself (autocast's fp32 ops, layer norm, biases and
 // embeddings, read it directly, and its 16-bit working copy feeds the GEMMs), so the fp32
 // masters stay whole on every rank, gathered in fp32 after each update, and the working copy

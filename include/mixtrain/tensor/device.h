@@ -21,9 +21,12 @@ struct Device {
   friend constexpr bool operator==(Device a, Device b) { return a.type == b.type && a.index == b.index; }
   std::string to_string() const {
     switch (type) {
-      case DeviceType::cpu: return "cpu";
-      case DeviceType::meta: return "meta";
-      case DeviceType::cuda: break;
+      case DeviceType::cpu:
+        return "cpu";
+      case DeviceType::meta:
+        return "meta";
+      case DeviceType::cuda:
+        break;
     }
     return "cuda:" + std::to_string(index);
   }

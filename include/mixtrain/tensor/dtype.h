@@ -17,13 +17,20 @@ enum class DType : uint8_t { f32, f16, bf16, f8_e4m3, f8_e5m2, f64, i32 };
 
 constexpr size_t dtype_size(DType t) {
   switch (t) {
-    case DType::f32: return 4;
-    case DType::f16: return 2;
-    case DType::bf16: return 2;
-    case DType::f8_e4m3: return 1;
-    case DType::f8_e5m2: return 1;
-    case DType::f64: return 8;
-    case DType::i32: return 4;
+    case DType::f32:
+      return 4;
+    case DType::f16:
+      return 2;
+    case DType::bf16:
+      return 2;
+    case DType::f8_e4m3:
+      return 1;
+    case DType::f8_e5m2:
+      return 1;
+    case DType::f64:
+      return 8;
+    case DType::i32:
+      return 4;
   }
   return 0;
 }
@@ -38,13 +45,20 @@ constexpr bool is_low_precision(DType t) {
 // tolerances (rtol) and is the unit of "ulp" in reports.
 constexpr double dtype_epsilon(DType t) {
   switch (t) {
-    case DType::f32: return 1.1920928955078125e-07;  // 2^-23
-    case DType::f16: return 9.765625e-04;            // 2^-10
-    case DType::bf16: return 7.8125e-03;             // 2^-7
-    case DType::f8_e4m3: return 0.125;               // 2^-3
-    case DType::f8_e5m2: return 0.25;                // 2^-2
-    case DType::f64: return 2.220446049250313e-16;   // 2^-52
-    case DType::i32: return 0.0;
+    case DType::f32:
+      return 1.1920928955078125e-07;  // 2^-23
+    case DType::f16:
+      return 9.765625e-04;  // 2^-10
+    case DType::bf16:
+      return 7.8125e-03;  // 2^-7
+    case DType::f8_e4m3:
+      return 0.125;  // 2^-3
+    case DType::f8_e5m2:
+      return 0.25;  // 2^-2
+    case DType::f64:
+      return 2.220446049250313e-16;  // 2^-52
+    case DType::i32:
+      return 0.0;
   }
   return 0.0;
 }
@@ -55,14 +69,36 @@ std::string_view dtype_name(DType t);
 DType parse_dtype(std::string_view s);
 
 // C++ type -> DType tag, so typed accessors can check what they are given.
-template <typename T> struct dtype_of;
-template <> struct dtype_of<float> { static constexpr DType value = DType::f32; };
-template <> struct dtype_of<double> { static constexpr DType value = DType::f64; };
-template <> struct dtype_of<int32_t> { static constexpr DType value = DType::i32; };
-template <> struct dtype_of<bf16> { static constexpr DType value = DType::bf16; };
-template <> struct dtype_of<fp16> { static constexpr DType value = DType::f16; };
-template <> struct dtype_of<fp8_e4m3> { static constexpr DType value = DType::f8_e4m3; };
-template <> struct dtype_of<fp8_e5m2> { static constexpr DType value = DType::f8_e5m2; };
+template <typename T>
+struct dtype_of;
+template <>
+struct dtype_of<float> {
+  static constexpr DType value = DType::f32;
+};
+template <>
+struct dtype_of<double> {
+  static constexpr DType value = DType::f64;
+};
+template <>
+struct dtype_of<int32_t> {
+  static constexpr DType value = DType::i32;
+};
+template <>
+struct dtype_of<bf16> {
+  static constexpr DType value = DType::bf16;
+};
+template <>
+struct dtype_of<fp16> {
+  static constexpr DType value = DType::f16;
+};
+template <>
+struct dtype_of<fp8_e4m3> {
+  static constexpr DType value = DType::f8_e4m3;
+};
+template <>
+struct dtype_of<fp8_e5m2> {
+  static constexpr DType value = DType::f8_e5m2;
+};
 
 // Element access through the run-time tag (slow path: reference kernels, tests, strided copies).
 double load_as_f64(const void* base, DType t, int64_t index);

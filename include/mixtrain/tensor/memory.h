@@ -28,7 +28,7 @@ struct MemorySnapshot {
   std::array<int64_t, kNumMemCategories> live{};
   std::array<int64_t, kNumMemCategories> peak{};
   int64_t live_total = 0;
-  int64_t peak_total = 0;  // peak of the sum (not the sum of per-category peaks)
+  int64_t peak_total = 0;   // peak of the sum (not the sum of per-category peaks)
   int64_t allocations = 0;  // number of allocate() calls since start (or since reset_peaks)
 };
 

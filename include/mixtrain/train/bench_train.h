@@ -46,7 +46,7 @@ struct BenchTrainResult {
 // soon as it finished. Throws ArgumentError when o.steps leaves no step after o.profile_warmup,
 // or for bad options.
 BenchTrainResult bench_train(const TrainOptions& o, bool thread_scaling,
-                              const std::function<void(const BenchTrainRun&)>& on_run = {});
+                             const std::function<void(const BenchTrainRun&)>& on_run = {});
 
 // The same for any task: `run` runs it with the given options (train() above; a fine-tune's is
 // bench_finetune, train/finetune.h) and returns its summary.

@@ -16,8 +16,8 @@
 namespace mixtrain {
 
 struct Prediction {
-  std::string label;                 // the most probable class
-  std::vector<double> probabilities; // softmax of the logits, in class-id order (labels())
+  std::string label;                  // the most probable class
+  std::vector<double> probabilities;  // softmax of the logits, in class-id order (labels())
 };
 
 class TextClassifier {

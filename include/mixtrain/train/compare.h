@@ -38,15 +38,15 @@ struct CompareRun {
   CompareEntry entry;
   TrainSummary summary;   // a diverged run too (summary.diverged): a result, not an error
   MemorySnapshot memory;  // the allocator's tracker right after the run: the run's peaks
-  double speedup = 0;  // tokens/s over the baseline run's (CompareResult::baseline)
+  double speedup = 0;     // tokens/s over the baseline run's (CompareResult::baseline)
 };
 
 struct CompareResult {
   // The baseline (32-true when listed, else the first entry) runs first, the others in the
   // entries' order.
   std::vector<CompareRun> runs;
-  std::string baseline;          // the label the speed-ups are relative to
-  int threads = 0;               // the thread count every run used
+  std::string baseline;  // the label the speed-ups are relative to
+  int threads = 0;       // the thread count every run used
   // A stop request (base.stop_signal) ended the comparison during the run of `interrupted_label`:
   // runs holds the modes that finished.
   bool interrupted = false;

@@ -38,7 +38,7 @@ struct DataParallelConfig {
   // 0: every rank receives the whole summed gradient (all-reduce); 1: ZeRO stage 1 (reduce-scatter
   // to the ranks' parts of the arena, optim/zero.h).
   int zero_stage = 0;
-  void validate(DType grad_dtype) const;     // ArgumentError naming grad_reduce_dtype / bucket_bytes / zero
+  void validate(DType grad_dtype) const;  // ArgumentError naming grad_reduce_dtype / bucket_bytes / zero
 };
 
 // How the sums overlapped backward, over the steps so far.
@@ -56,7 +56,7 @@ class DataParallelHook final : public TrainingHook {
   DataParallelHook(Communicator& world, DataParallelConfig config);
   ~DataParallelHook() override;
 
-  void on_run_start(TrainingRun& run) override;     // buckets; rank 0's weights to every rank
+  void on_run_start(TrainingRun& run) override;  // buckets; rank 0's weights to every rank
   void on_step_begin(TrainingRun& run, int64_t step) override;
   void reduce_gradients(TrainingRun& run, int64_t step) override;
   void after_update(TrainingRun& run, const StepRecord& record) override;
@@ -74,14 +74,14 @@ class DataParallelHook final : public TrainingHook {
   void on_grad_ready(const Tensor& grad);
   void start_ready_buckets();  // the next buckets in order whose parameters are all ready
   void start(size_t b);
-  void finish(size_t b);       // bf16: the sum back into the fp32 gradients
+  void finish(size_t b);  // bf16: the sum back into the fp32 gradients
   // ZeRO: how many elements of [begin, end) each rank's part holds (the reduce-scatter's counts).
   std::vector<int64_t> piece_counts(int64_t begin, int64_t end) const;
 
   Communicator& world_;
   DataParallelConfig config_;
   TrainingRun* run_ = nullptr;
-  Tensor grads_;                                  // (flat_numel) the store's gradient buffer
+  Tensor grads_;  // (flat_numel) the store's gradient buffer
   std::vector<Bucket> buckets_;
   std::unordered_map<int64_t, size_t> param_at_;  // gradient offset -> parameter index
   std::vector<size_t> bucket_of_;                 // parameter index -> bucket

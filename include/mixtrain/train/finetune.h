@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "mixtrain/data/text_classification.h"
+#include "mixtrain/models/encoder.h"
 #include "mixtrain/train/bench_train.h"
 #include "mixtrain/train/compare.h"
-#include "mixtrain/models/encoder.h"
 #include "mixtrain/train/memory_prediction.h"
 #include "mixtrain/train/memory_report.h"
 #include "mixtrain/train/train_options.h"
@@ -32,8 +32,8 @@ struct FinetuneOptions {
   // train.model, data, seq_len, min_lr_ratio and max_data_bytes are not used. train.steps: 0 runs
   // every epoch; N > 0 stops after N optimizer steps (the schedule still spans the epochs).
   TrainOptions train = defaults();
-  std::string model_dir;      // config.json + model.safetensors + vocab.txt; empty: the built-in MiniLM
-  std::string task;           // "finefoods" or "fortunes" (a built-in data set); empty: train_path / test_path
+  std::string model_dir;  // config.json + model.safetensors + vocab.txt; empty: the built-in MiniLM
+  std::string task;       // "finefoods" or "fortunes" (a built-in data set); empty: train_path / test_path
   std::string train_path, test_path;  // .tsv, .csv or .jsonl (data/text_classification.h)
   TextColumns columns;
   int64_t train_examples = 0;  // use only the first N training examples; 0: all
@@ -42,7 +42,7 @@ struct FinetuneOptions {
   int64_t epochs = 1;
   Pooling pooling = Pooling::cls;
   float dropout = 0.1f;
-  std::string save_dir;  // write the fine-tuned model here (save_encoder_classifier); empty: not saved
+  std::string save_dir;   // write the fine-tuned model here (save_encoder_classifier); empty: not saved
   void validate() const;  // ArgumentError naming the field
 
   // Hugging Face's TrainingArguments defaults where they differ from train()'s: lr 5e-5, weight
@@ -52,22 +52,22 @@ struct FinetuneOptions {
 
 // One epoch's end (the evaluation after its last step).
 struct FinetuneEpoch {
-  int64_t epoch = 0;            // from 1
-  int64_t step = 0;             // the optimizer step it ended at
-  double train_loss = 0;        // mean of its steps' losses (those run in this process)
+  int64_t epoch = 0;      // from 1
+  int64_t step = 0;       // the optimizer step it ended at
+  double train_loss = 0;  // mean of its steps' losses (those run in this process)
   double test_loss = 0;
   double test_accuracy = 0;
-  double elapsed_s = 0;         // since the run started
+  double elapsed_s = 0;  // since the run started
 };
 
 struct FinetuneSummary {
-  TrainSummary run;                 // val_loss / val_accuracy: the final test loss and accuracy
+  TrainSummary run;  // val_loss / val_accuracy: the final test loss and accuracy
   std::vector<FinetuneEpoch> epochs;
   std::vector<std::string> labels;  // class id -> label
   double majority_baseline = 0;     // the test set's majority-class accuracy
   int64_t train_examples = 0, test_examples = 0;
   int64_t steps_per_epoch = 0;
-  double train_seconds = 0;         // time spent in optimizer steps (no evaluation, no loading)
+  double train_seconds = 0;  // time spent in optimizer steps (no evaluation, no loading)
   double test_accuracy() const { return run.val_accuracy; }
 };
 
@@ -75,7 +75,8 @@ struct FinetuneSummary {
 // set's sizes, labels and majority baseline, the epochs completed, the run's summary.
 class FinetuneDivergedError : public DivergedError {
  public:
-  FinetuneDivergedError(const DivergedError& e, FinetuneSummary s) : DivergedError(e), finetune(std::move(s)) {}
+  FinetuneDivergedError(const DivergedError& e, FinetuneSummary s)
+      : DivergedError(e), finetune(std::move(s)) {}
   FinetuneSummary finetune;  // finetune.run == summary
 };
 

@@ -30,7 +30,7 @@ struct MemoryPrediction {
   int64_t peak_bytes = 0;                                     // peak of the sum over the categories
   std::array<int64_t, kNumMemCategories> peak_by_category{};  // each category's own peak
   std::array<int64_t, kNumMemCategories> at_peak{};           // live bytes per category at the total peak
-  std::string peak_moment;  // e.g. "step 2 backward, transformer.h.3.mlp.c_fc linear"
+  std::string peak_moment;        // e.g. "step 2 backward, transformer.h.3.mlp.c_fc linear"
   std::vector<MemoryTerm> terms;  // what is alive at the total peak, largest first
   int64_t parameters = 0;         // the model's parameter count
   // What was not modelled, for the report (e.g. oneDNN's own memory outside its scratchpad).

@@ -1,7 +1,7 @@
 // `mixtrain memory` as a function: how much memory a training run needs. The prediction: the run
 // made on the meta device (train/memory_prediction.h: no tensor memory held, nothing computed)
-// and, unless only the prediction is asked for, the peaks the allocator's tracker measures over a real run of train() with the
-// same options, with the relative error per category and the process's peak RSS.
+// and, unless only the prediction is asked for, the peaks the allocator's tracker measures over a real run of
+// train() with the same options, with the relative error per category and the process's peak RSS.
 //
 //   TrainOptions o;  // model, precision, batch_size, seq_len, steps, ...
 //   MemoryReport r = memory_report(o, /*predict_only=*/false);
@@ -49,6 +49,7 @@ MemoryReport memory_report(const TrainOptions& o, bool predict_only, int ranks =
 // The same for any task: `run` runs it with the given options (train() for memory_report; a
 // fine-tune's: finetune_memory_report, train/finetune.h) and returns its summary.
 using MemoryTaskRun = std::function<TrainSummary(const TrainOptions&)>;
-MemoryReport task_memory_report(const TrainOptions& o, bool predict_only, int ranks, const MemoryTaskRun& run);
+MemoryReport task_memory_report(const TrainOptions& o, bool predict_only, int ranks,
+                                const MemoryTaskRun& run);
 
 }  // namespace mixtrain

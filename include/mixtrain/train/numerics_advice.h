@@ -25,16 +25,16 @@ struct OverflowingSite {
 };
 
 struct ModeAdvice {
-  std::string mode;                 // "16-mixed", "16-true", "bf16-mixed", "bf16-true"
-  bool safe = true;                 // nothing below calls for a change
-  std::vector<std::string> lines;   // what was measured and what to do
+  std::string mode;                // "16-mixed", "16-true", "bf16-mixed", "bf16-true"
+  bool safe = true;                // nothing below calls for a change
+  std::vector<std::string> lines;  // what was measured and what to do
 };
 
 struct NumericsAdvice {
-  int64_t steps = 0;                            // probed fp32 steps
-  std::vector<OverflowingSite> fp16_forward;    // GEMM-family outputs past 65504
-  std::vector<OverflowingSite> fp16_any;        // any op output past 65504 (16-true)
-  std::vector<OverflowingSite> bf16_any;        // any op output or gradient past bf16's max
+  int64_t steps = 0;                          // probed fp32 steps
+  std::vector<OverflowingSite> fp16_forward;  // GEMM-family outputs past 65504
+  std::vector<OverflowingSite> fp16_any;      // any op output past 65504 (16-true)
+  std::vector<OverflowingSite> bf16_any;      // any op output or gradient past bf16's max
   // Loss scale 2^k for 16-mixed: the smallest k that keeps 99.9% of the weight gradients'
   // magnitude (sum of |g|) >= 2^-14 (what a framework that stores them in fp16 needs), the same for the
   // activation gradients (fp16 under mixtrain's autocast, whose weight gradients accumulate in
@@ -47,7 +47,7 @@ struct NumericsAdvice {
   double bf16_updates_lost = 0;         // updates below half a bf16 ulp of their weight
   double fp16_updates_lost = 0;         // the same in fp16
   std::vector<ModeAdvice> modes;
-  std::string text() const;             // every mode's lines, one per line
+  std::string text() const;  // every mode's lines, one per line
 };
 
 // Runs `opt` (its model, data, batch, optimizer, lr; forced to 32-true, opt.steps steps, no step

@@ -26,9 +26,9 @@ class SiteProbe;
 struct SiteStats;
 
 struct NumericsOptions {
-  std::string path;   // JSONL output; "-" stdout; empty: none (TrainOptions: no probes; a hook
-                      // given an on_sample callback still probes)
-  int64_t every = 1;  // sample steps 1, 1 + every, 1 + 2 * every, ...
+  std::string path;         // JSONL output; "-" stdout; empty: none (TrainOptions: no probes; a hook
+                            // given an on_sample callback still probes)
+  int64_t every = 1;        // sample steps 1, 1 + every, 1 + 2 * every, ...
   bool histograms = false;  // also the exponent histogram of each weight gradient (the advice)
   void validate(bool need_path = true) const;  // ArgumentError naming numerics.every / numerics.path
 };
@@ -53,7 +53,7 @@ class NumericsHook final : public TrainingHook {
   std::unique_ptr<OutputStream> out_;
   std::unique_ptr<SiteTable> table_;
   std::unique_ptr<SiteProbe> probe_;
-  bool active_ = false;   // this step is sampled (the probe is installed until after backward)
+  bool active_ = false;        // this step is sampled (the probe is installed until after backward)
   std::vector<float> before_;  // the flat parameters before the optimizer step, fp32
 };
 

@@ -48,7 +48,8 @@ class Recipe {
   // A new model with its weights in `spec`'s dtypes and `weights` as their memory category (the
   // fp32 master weights in the *-mixed modes): once for the memory prediction on the meta device,
   // once for the run.
-  virtual std::unique_ptr<Model> make_model(const PrecisionSpec& spec, MemCategory weights, const TrainOptions& opt) = 0;
+  virtual std::unique_ptr<Model> make_model(const PrecisionSpec& spec, MemCategory weights,
+                                            const TrainOptions& opt) = 0;
   // The run's length and learning-rate schedule; run_recipe fills in the rest of `rc` from opt
   // (clipping, accumulation, seed, evaluation, divergence, ranks) before calling it.
   virtual void configure(RunConfig& rc, const TrainOptions& opt) const = 0;

@@ -72,7 +72,8 @@ class ProgressHook final : public TrainingHook {
 class FaultInjectionHook final : public TrainingHook {
  public:
   // rank: the data-parallel rank to poison (-1: every rank).
-  explicit FaultInjectionHook(std::vector<int64_t> steps, int rank = -1) : steps_(std::move(steps)), rank_(rank) {}
+  explicit FaultInjectionHook(std::vector<int64_t> steps, int rank = -1)
+      : steps_(std::move(steps)), rank_(rank) {}
   void after_backward(TrainingRun& run, int64_t step) override;
 
  private:

@@ -16,8 +16,8 @@
 #include "mixtrain/core/profiler.h"
 #include "mixtrain/models/gpt.h"
 #include "mixtrain/optim/optimizer.h"
-#include "mixtrain/train/numerics_hook.h"
 #include "mixtrain/train/data_parallel.h"
+#include "mixtrain/train/numerics_hook.h"
 #include "mixtrain/train/training_run.h"
 
 namespace mixtrain {
@@ -38,29 +38,32 @@ struct TrainOptions {
   std::string data;                // text file; empty: the built-in corpus
   int64_t steps = 200;
   int64_t batch_size = 16;
-  int64_t seq_len = 0;             // 0: the model's block_size
+  int64_t seq_len = 0;  // 0: the model's block_size
   float lr = 1e-3f;
-  float min_lr_ratio = 0.1f;       // cosine decay ends at lr * min_lr_ratio
+  float min_lr_ratio = 0.1f;  // cosine decay ends at lr * min_lr_ratio
   int64_t warmup = 0;
   float weight_decay = 0.1f;
   float beta1 = 0.9f;
   float beta2 = 0.99f;
   float eps = 1e-8f;
-  float grad_clip = 1.0f;          // 0 disables
+  float grad_clip = 1.0f;  // 0 disables
   OptimizerKind optimizer = OptimizerKind::adamw;
-  float momentum = 0.9f;           // sgd
+  float momentum = 0.9f;  // sgd
   uint64_t seed = 1337;
-  int64_t eval_every = 0;          // 0: only at the end
+  int64_t eval_every = 0;  // 0: only at the end
   int64_t eval_batches = 8;
-  std::string log_jsonl;           // per-step JSON lines; empty: none; "-": stdout
-  bool overwrite = false;          // replace an existing log_jsonl or numerics.path (without it: refused unless resuming)
-  std::string tensorboard_dir;     // TensorBoard event files in this directory (train/tensorboard_hook.h); empty: none
-  int64_t log_every = 10;          // plain progress lines when stdout is not a terminal
-  bool quiet = false;              // no progress output at all
+  std::string log_jsonl;  // per-step JSON lines; empty: none; "-": stdout
+  bool overwrite =
+      false;  // replace an existing log_jsonl or numerics.path (without it: refused unless resuming)
+  std::string
+      tensorboard_dir;  // TensorBoard event files in this directory (train/tensorboard_hook.h); empty: none
+  int64_t log_every = 10;  // plain progress lines when stdout is not a terminal
+  bool quiet = false;      // no progress output at all
   // Step-time breakdown (core/profiler.h) over the steps after the first profile_warmup ones
   // (which create GEMM primitives and fill the allocator's cache): `mixtrain bench train`.
   bool profile = false;
-  bool checkpoint_activations = false;  // recompute each block in backward (Gpt::set_activation_checkpointing)
+  bool checkpoint_activations =
+      false;  // recompute each block in backward (Gpt::set_activation_checkpointing)
   int64_t profile_warmup = 2;
   // Measure the GEMM rate at the end for the MFU (its 1024^3 operands are workspace allocations
   // after the steps: the memory report turns it off so they stay out of the peaks).
@@ -69,8 +72,9 @@ struct TrainOptions {
   // Precision (see amp/precision.h and README "Precision modes").
   PrecisionMode precision = PrecisionMode::true32;
   UpdateRounding update_rounding = UpdateRounding::nearest;  // *-true modes
-  int64_t grad_accum = 1;          // micro-batches per optimizer step (one loss scale per step)
-  bool exact_grad_accum = false;   // RunConfig::exact_accumulation: micro-batch gradients made apart, then added
+  int64_t grad_accum = 1;  // micro-batches per optimizer step (one loss scale per step)
+  bool exact_grad_accum =
+      false;  // RunConfig::exact_accumulation: micro-batch gradients made apart, then added
   // Loss scaling: on by default in 16-mixed; `force_loss_scaling` turns it on in other modes.
   GradScalerConfig scaler;
   bool force_loss_scaling = false;
@@ -113,7 +117,7 @@ struct TrainOptions {
   // files, checkpoints and progress; every rank reads a checkpoint it resumes from.
   Communicator* world = nullptr;
   DataParallelConfig data_parallel;
-  void validate() const;           // throws ArgumentError
+  void validate() const;  // throws ArgumentError
   // The optimizer these options describe (kind, lr, betas, eps, momentum, weight decay, update
   // rounding, seed), for make_optimizer.
   OptimizerConfig optimizer_config() const;

@@ -17,11 +17,9 @@ constexpr int kExitDiverged = 3;
 
 TrainSummary train(const TrainOptions& opt);
 
-
 // The run train(o) makes, predicted (train/memory_prediction.h): train(o) on meta, quietly, with
 // no files written (no checkpoints, logs or resume) and without the final GEMM-rate measurement.
 // Throws what train(o) throws for bad options.
 MemoryPrediction predict_train_memory(const TrainOptions& o);
-
 
 }  // namespace mixtrain

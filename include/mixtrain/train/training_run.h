@@ -46,12 +46,12 @@
 #include <string>
 #include <vector>
 
-#include "mixtrain/optim/mixed_precision.h"
 #include "mixtrain/core/error.h"
 #include "mixtrain/core/profiler.h"
 #include "mixtrain/data/data_source.h"
 #include "mixtrain/dist/communicator.h"
 #include "mixtrain/models/model.h"
+#include "mixtrain/optim/mixed_precision.h"
 #include "mixtrain/optim/optimizer.h"
 #include "mixtrain/optim/schedule.h"
 #include "mixtrain/tensor/memory.h"
@@ -59,10 +59,10 @@
 namespace mixtrain {
 
 struct RunConfig {
-  int64_t steps = 200;          // the last optimizer step
-  LrSchedule schedule;          // the learning rate at each step (optim/schedule.h)
-  double grad_clip = 1.0;       // global gradient norm limit; 0 disables
-  int64_t grad_accum = 1;       // micro-batches per optimizer step
+  int64_t steps = 200;     // the last optimizer step
+  LrSchedule schedule;     // the learning rate at each step (optim/schedule.h)
+  double grad_clip = 1.0;  // global gradient norm limit; 0 disables
+  int64_t grad_accum = 1;  // micro-batches per optimizer step
   // How micro-batches' gradients add up. false (fused, the default): each backward adds straight
   // into the gradient buffers (GEMM with beta = 1, in-kernel sums), as Megatron-LM's gradient-
   // accumulation fusion does: no extra memory. true: each micro-batch's gradients are made from
@@ -72,12 +72,12 @@ struct RunConfig {
   // embedding, for the whole backward); then N ranks with grad_accum 1 and one process with
   // grad_accum N add the same gradients in the same order, and their runs agree bit for bit.
   bool exact_accumulation = false;
-  uint64_t seed = 1337;         // the dropout stream (the data source has its own)
-  int64_t eval_every = 0;       // evaluate every N steps (and always after the last); 0: only then
-  int64_t eval_batches = 8;     // evaluation batches, spread evenly over the data source's; 0: all
-  int64_t max_bad_steps = 20;   // non-finite losses in a row before the run is declared diverged
+  uint64_t seed = 1337;           // the dropout stream (the data source has its own)
+  int64_t eval_every = 0;         // evaluate every N steps (and always after the last); 0: only then
+  int64_t eval_batches = 8;       // evaluation batches, spread evenly over the data source's; 0: all
+  int64_t max_bad_steps = 20;     // non-finite losses in a row before the run is declared diverged
   Communicator* world = nullptr;  // the data-parallel ranks (not owned); null: one process
-  void validate() const;        // ArgumentError naming the field
+  void validate() const;          // ArgumentError naming the field
 };
 
 // The profiled steps' time per step: each kind of work, "other" (the rest of the step: autograd
@@ -92,28 +92,28 @@ struct TrainSummary {
   int64_t steps = 0;
   double final_train_loss = 0;
   double val_loss = 0;
-  double val_accuracy = 0;         // top-1 accuracy of the final evaluation (Model::evaluate_batch)
-  double unigram_baseline = 0;     // the data source's baseline loss (byte frequencies for text)
+  double val_accuracy = 0;      // top-1 accuracy of the final evaluation (Model::evaluate_batch)
+  double unigram_baseline = 0;  // the data source's baseline loss (byte frequencies for text)
   double tokens_per_s = 0;
   double model_flops_per_s = 0;
-  double gemm_flops_per_s = 0;     // measured on this machine for the model's dtype
+  double gemm_flops_per_s = 0;  // measured on this machine for the model's dtype
   double mfu = 0;
   int64_t parameters = 0;
   double elapsed_s = 0;
   std::string precision = "32-true";
-  int64_t skipped_steps = 0;       // optimizer steps not applied (non-finite gradients or loss)
-  int64_t overflows = 0;           // steps whose gradients held inf/NaN
+  int64_t skipped_steps = 0;  // optimizer steps not applied (non-finite gradients or loss)
+  int64_t overflows = 0;      // steps whose gradients held inf/NaN
   bool diverged = false;
   double final_loss_scale = 1.0;
-  bool hit_min_scale = false;      // the loss scale was clamped at its minimum at least once
+  bool hit_min_scale = false;  // the loss scale was clamped at its minimum at least once
   // Skipped steps by the site where the overflow forensics (train/numerics_hook.h) found the
   // first non-finite value: "transformer.h.3.mlp.c_fc:linear (backward)"; "(loss)" for a
   // non-finite loss, "(unknown)" when nothing looked or the re-run stayed finite.
   std::map<std::string, int64_t> skips_by_site;
   // A stop request (InterruptHook, train/run_hooks.h) ended the run after step `steps`.
   bool interrupted = false;
-  int stop_signal = 0;             // the signal that asked for it (SIGINT, SIGTERM)
-  std::string checkpoint_path;     // the newest checkpoint this run saved ("" for none)
+  int stop_signal = 0;          // the signal that asked for it (SIGINT, SIGTERM)
+  std::string checkpoint_path;  // the newest checkpoint this run saved ("" for none)
   // Data parallelism (train/data_parallel.h), on rank 0: ranks, gradient buckets per step, the
   // share of them started during backward, per step the time from the first bucket's start to
   // the end of backward (the window communication could hide in) and the wait for the sums
@@ -133,12 +133,12 @@ struct TrainSummary {
   MemorySnapshot memory;
   // With profiling (ProfileHook): the profiled (steady-state) steps only.
   int64_t profiled_steps = 0;
-  double profiled_seconds = 0;                 // their total step time
-  int64_t profiled_tokens = 0;                 // the tokens their batches held (no padding)
+  double profiled_seconds = 0;                    // their total step time
+  int64_t profiled_tokens = 0;                    // the tokens their batches held (no padding)
   std::array<double, kNumWorkKinds> breakdown{};  // seconds per kind of work over them
-  int64_t profiled_system_allocations = 0;     // blocks taken from the system during them
-  StepBreakdown breakdown_per_step() const;    // zeros without profiled steps
-  double system_allocations_per_step() const;  // 0 without profiled steps
+  int64_t profiled_system_allocations = 0;        // blocks taken from the system during them
+  StepBreakdown breakdown_per_step() const;       // zeros without profiled steps
+  double system_allocations_per_step() const;     // 0 without profiled steps
 };
 
 // The loss stayed non-finite for max_bad_steps steps in a row: the run stops; the step log up to
@@ -146,7 +146,8 @@ struct TrainSummary {
 class DivergedError : public Error {
  public:
   // overflow_site (StepRecord::overflow_site) is named in the message when not empty.
-  DivergedError(int64_t step, double loss, int64_t bad_steps, TrainSummary summary, const std::string& overflow_site = "");
+  DivergedError(int64_t step, double loss, int64_t bad_steps, TrainSummary summary,
+                const std::string& overflow_site = "");
   // Stopped for another reason that no further step can fix (a loss scale stuck at its minimum).
   DivergedError(int64_t step, const std::string& message, TrainSummary summary);
   int64_t step;
@@ -156,29 +157,29 @@ class DivergedError : public Error {
 // What one optimizer step did.
 struct StepRecord {
   int64_t step = 0;
-  double loss = NAN;            // mean over the micro-batches (NaN / inf when non-finite)
+  double loss = NAN;  // mean over the micro-batches (NaN / inf when non-finite)
   float lr = 0;
-  double grad_norm = NAN;       // of the unscaled gradients, before clipping (NaN when skipped)
-  double loss_scale = 1.0;      // the scale this step's losses were multiplied by
+  double grad_norm = NAN;   // of the unscaled gradients, before clipping (NaN when skipped)
+  double loss_scale = 1.0;  // the scale this step's losses were multiplied by
   bool loss_finite = true;
-  bool found_inf = false;       // a gradient (or the loss) was non-finite
-  bool skipped = false;         // the optimizer step was not applied
-  bool diverged = false;        // this step ended the run (max_bad_steps non-finite losses in a row)
-  double seconds = 0;           // the step's wall time (forward, backward, update)
-  int64_t tokens = 0;           // tokens the step's batches held (Batch::real_tokens: no padding)
-  double tokens_per_s = 0;      // tokens / seconds
-  double elapsed_s = 0;         // since run() started
-  bool evaluated = false;       // val_loss holds an evaluation made after this step
+  bool found_inf = false;   // a gradient (or the loss) was non-finite
+  bool skipped = false;     // the optimizer step was not applied
+  bool diverged = false;    // this step ended the run (max_bad_steps non-finite losses in a row)
+  double seconds = 0;       // the step's wall time (forward, backward, update)
+  int64_t tokens = 0;       // tokens the step's batches held (Batch::real_tokens: no padding)
+  double tokens_per_s = 0;  // tokens / seconds
+  double elapsed_s = 0;     // since run() started
+  bool evaluated = false;   // val_loss holds an evaluation made after this step
   double val_loss = NAN;
-  double val_accuracy = NAN;    // with val_loss: top-1 accuracy over the evaluation targets
+  double val_accuracy = NAN;  // with val_loss: top-1 accuracy over the evaluation targets
   // Overflow forensics (a hook's on_nonfinite): the first op whose output went non-finite, as
   // "module:op" plus " (backward)" when its backward rule did; "" when none was found.
   std::string overflow_site;
   // The same in words for the progress line: "first non-finite value at SITE (OP backward, N
   // elements), input amax A, loss scale S", or why nothing was found.
   std::string overflow_detail;
-  std::string scale_event;      // why the scaler changed the scale this step ("" when it did not)
-  std::string stop_reason;      // with diverged: why, when not the non-finite loss itself
+  std::string scale_event;  // why the scaler changed the scale this step ("" when it did not)
+  std::string stop_reason;  // with diverged: why, when not the non-finite loss itself
 };
 
 class TrainingRun;
@@ -208,7 +209,8 @@ class TrainingRun {
  public:
   // The model's store must be finalized with mp's dtypes and the optimizer built on it. All four
   // must outlive the run.
-  TrainingRun(Model& model, Optimizer& optimizer, MixedPrecision& mp, const DataSource& data, RunConfig config);
+  TrainingRun(Model& model, Optimizer& optimizer, MixedPrecision& mp, const DataSource& data,
+              RunConfig config);
 
   template <typename H>
   H& add_hook(std::unique_ptr<H> hook) {
@@ -236,7 +238,7 @@ class TrainingRun {
   MixedPrecision& mp() { return mp_; }
   const DataSource& data() const { return data_; }
   const RunConfig& config() const { return config_; }
-  TrainSummary& summary() { return summary_; }   // counters live here while running
+  TrainSummary& summary() { return summary_; }  // counters live here while running
   int64_t& bad_in_a_row() { return bad_in_a_row_; }
   int64_t completed_steps() const { return step_; }
   int64_t micro_batch() const { return micro_; }  // the micro-batch of this rank being run (0 .. K-1)
@@ -268,16 +270,16 @@ class TrainingRun {
   RunConfig config_;
   std::vector<std::unique_ptr<TrainingHook>> hooks_;
   TrainSummary summary_;
-  int64_t step_ = 0;          // completed optimizer steps
+  int64_t step_ = 0;  // completed optimizer steps
   int64_t start_step_ = 0;
-  int64_t bad_in_a_row_ = 0;  // consecutive non-finite losses
-  bool in_nonfinite_ = false; // hooks' on_nonfinite runs (replay_step allowed)
-  bool replaying_ = false;    // inside replay_step
-  int64_t micro_ = 0;         // the micro-batch being run
-  double train_time_ = 0;     // seconds inside step() since the start
-  int64_t train_tokens_ = 0;  // tokens read by step() since the start
-  double run_start_ = 0;      // steady-clock seconds at run()
-  Batch batch_;               // the training batch, reused
+  int64_t bad_in_a_row_ = 0;   // consecutive non-finite losses
+  bool in_nonfinite_ = false;  // hooks' on_nonfinite runs (replay_step allowed)
+  bool replaying_ = false;     // inside replay_step
+  int64_t micro_ = 0;          // the micro-batch being run
+  double train_time_ = 0;      // seconds inside step() since the start
+  int64_t train_tokens_ = 0;   // tokens read by step() since the start
+  double run_start_ = 0;       // steady-clock seconds at run()
+  Batch batch_;                // the training batch, reused
 };
 
 }  // namespace mixtrain

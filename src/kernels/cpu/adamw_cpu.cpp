@@ -8,9 +8,9 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/cpu_features.h"
 #include "kernels/cpu/adamw_span.h"
 #include "kernels/cpu/cpu_backend.h"
-#include "core/cpu_features.h"
 #include "kernels/cpu/lowp_span.h"
 #include "mixtrain/kernels/optimizer_kernels.h"
 
@@ -93,8 +93,8 @@ namespace {
 
 // The oracle: one element at a time, in flat order.
 template <class T>
-void adamw_lowp_ref(T* p, const T* g, T* m, T* v, T* c, const std::vector<FlatSpan>& spans, const AdamWScalars& s,
-                    const LowpWrite& w) {
+void adamw_lowp_ref(T* p, const T* g, T* m, T* v, T* c, const std::vector<FlatSpan>& spans,
+                    const AdamWScalars& s, const LowpWrite& w) {
   optim_detail::check_lowp_write(c, w, "adamw_update_ref");
   const bool small_w = optim_detail::lerp_weight_small(s.beta1_weight);
   for (const FlatSpan& sp : spans) {
@@ -113,14 +113,15 @@ void adamw_lowp_ref(T* p, const T* g, T* m, T* v, T* c, const std::vector<FlatSp
 
 // OpenMP over fixed pieces; each piece in fp32 chunks through the SSE2 span kernel.
 template <class T>
-void adamw_lowp_fast(T* p, const T* g, T* m, T* v, T* c, const std::vector<FlatSpan>& spans, const AdamWScalars& s,
-                     const LowpWrite& w) {
+void adamw_lowp_fast(T* p, const T* g, T* m, T* v, T* c, const std::vector<FlatSpan>& spans,
+                     const AdamWScalars& s, const LowpWrite& w) {
   optim_detail::check_lowp_write(c, w, "adamw_update");
   const bool small_w = optim_detail::lerp_weight_small(s.beta1_weight);
   optim_detail::for_each_piece(spans, [&](const FlatSpan& sp) {
-    optim_detail::lowp_span_fast(p, g, m, v, c, sp, w, [&](float* pf, const float* gf, float* mf, float* vf, int64_t n) {
-      optim_detail::adamw_span_fast_f32(pf, gf, mf, vf, n, sp.decay, small_w, s);
-    });
+    optim_detail::lowp_span_fast(p, g, m, v, c, sp, w,
+                                 [&](float* pf, const float* gf, float* mf, float* vf, int64_t n) {
+                                   optim_detail::adamw_span_fast_f32(pf, gf, mf, vf, n, sp.decay, small_w, s);
+                                 });
   });
 }
 
@@ -154,8 +155,8 @@ void adamw_master(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const std::v
 }
 
 template <class T>
-void adamw_lowp(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, Tensor& c, const std::vector<FlatSpan>& spans,
-                const AdamWScalars& s, const LowpWrite& w) {
+void adamw_lowp(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, Tensor& c,
+                const std::vector<FlatSpan>& spans, const AdamWScalars& s, const LowpWrite& w) {
   T* cc = c.defined() ? c.data<T>() : nullptr;
   if (force_reference())
     adamw_update_ref(p.data<T>(), g.data<T>(), m.data<T>(), v.data<T>(), cc, spans, s, w);
@@ -172,9 +173,11 @@ void CpuBackend::adamw_update(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, 
       if (g.dtype() == DType::bf16) return adamw_master<bf16>(p, g, m, v, spans, s, working);
       if (g.dtype() == DType::f16) return adamw_master<fp16>(p, g, m, v, spans, s, working);
       if (force_reference())
-        adamw_update_ref(p.data<float>(), g.data<float>(), m.data<float>(), v.data<float>(), spans, s, working);
+        adamw_update_ref(p.data<float>(), g.data<float>(), m.data<float>(), v.data<float>(), spans, s,
+                         working);
       else
-        mixtrain::adamw_update(p.data<float>(), g.data<float>(), m.data<float>(), v.data<float>(), spans, s, working);
+        mixtrain::adamw_update(p.data<float>(), g.data<float>(), m.data<float>(), v.data<float>(), spans, s,
+                               working);
       return;
     case DType::bf16:
       return adamw_lowp<bf16>(p, g, m, v, c, spans, s, w);

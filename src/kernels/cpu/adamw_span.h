@@ -78,8 +78,8 @@ inline void adamw_span_fast_f32(float* p, const float* g, float* m, float* v, in
                                 bool small_w, const AdamWScalars& s) {
   adamw_dispatch(decay, small_w, [&]<bool D, bool W>() { adamw_span_fast<D, W>(p, g, m, v, n, s); });
 }
-inline void adamw_span_ref_f32(float* p, const float* g, float* m, float* v, int64_t n, bool decay, bool small_w,
-                               const AdamWScalars& s) {
+inline void adamw_span_ref_f32(float* p, const float* g, float* m, float* v, int64_t n, bool decay,
+                               bool small_w, const AdamWScalars& s) {
   adamw_dispatch(decay, small_w, [&]<bool D, bool W>() { adamw_span_ref<D, W>(p, g, m, v, n, s); });
 }
 

@@ -4,9 +4,9 @@
 #include <cstring>
 #include <type_traits>
 
+#include "kernels/attention_ops.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/cpu_rows.h"
-#include "kernels/attention_ops.h"
 #include "mixtrain/numeric/stochastic.h"
 
 namespace mixtrain {

@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
+#include "core/cpu_features.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/cpu_rows.h"
-#include "core/cpu_features.h"
 #include "kernels/ops_backward.h"
 
 namespace mixtrain {
@@ -115,7 +115,6 @@ MIXTRAIN_SIMD_CLONES void ln_dx(const float* g, const float* xh, float mean_g, f
   for (int64_t i = 0; i < n; ++i) o[i] = rs * (g[i] - mean_g - xh[i] * mean_gx);
 }
 
-
 // Number of keys row r of a (..., Tq, Tk) tensor attends to (all C when not causal).
 inline int64_t allowed(int64_t r, int64_t Tq, int64_t Tk, bool causal) {
   return causal ? (r % Tq) + (Tk - Tq) + 1 : Tk;
@@ -198,15 +197,16 @@ void CpuBackend::layer_norm_backward(const Tensor& x, const Tensor& weight, cons
                                      const Tensor& rstd, const Tensor& dout, Tensor& dx, Tensor& dweight,
                                      Tensor& dbias) {
   const bool normalized = !mean.defined();  // x holds x-hat already (see ops_backward.h)
-  if (!cpu::all_fast({&x, &weight, &dout, &dx, &dweight, &dbias}) || (!normalized && mean.dtype() != DType::f32) ||
-      rstd.dtype() != DType::f32)
+  if (!cpu::all_fast({&x, &weight, &dout, &dx, &dweight, &dbias}) ||
+      (!normalized && mean.dtype() != DType::f32) || rstd.dtype() != DType::f32)
     return ref::layer_norm_backward(x, weight, mean, rstd, dout, dx, dweight, dbias);
   cpu::RowView xv, gv, ov;
   const Tensor xk = cpu::rows_or_copy(x, xv), gk = cpu::rows_or_copy(dout, gv);
   Tensor o = cpu::rows_for_output(dx, ov);
   const int64_t R = xv.rows, C = xv.cols;
   const std::vector<float> w = cpu::vec_f32(weight), rs = cpu::vec_f32(rstd);
-  const std::vector<float> mu = normalized ? std::vector<float>(static_cast<size_t>(R), 0.f) : cpu::vec_f32(mean);
+  const std::vector<float> mu =
+      normalized ? std::vector<float>(static_cast<size_t>(R), 0.f) : cpu::vec_f32(mean);
   // Parameter gradients: one fp32 partial row per fixed group of kLnGroupRows rows (rows added in
   // order), then the group partials added pairwise per column. Thread count only decides who
   // computes which group.

@@ -9,7 +9,8 @@ namespace mixtrain {
 // What CpuBackend::gemm allocates for these arguments (its per-thread scratch buffers, grown and
 // trimmed as a real call would), without computing: the meta backend's GEMM. The buffers are
 // the meta device's own when the operands are meta tensors.
-void gemm_workspace_only(const Tensor& a, const Tensor& b, Tensor& c, const GemmOptions& opt, const Tensor* bias);
+void gemm_workspace_only(const Tensor& a, const Tensor& b, Tensor& c, const GemmOptions& opt,
+                         const Tensor* bias);
 
 class CpuBackend final : public Backend {
  public:
@@ -49,8 +50,9 @@ class CpuBackend final : public Backend {
   void add_inplace(Tensor& acc, const Tensor& x) override;
 
   // adamw_cpu.cpp, sgd_cpu.cpp
-  void adamw_update(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, Tensor& c, const std::vector<FlatSpan>& spans,
-                    const AdamWScalars& s, const LowpWrite& w, const WorkingCopyOut& working) override;
+  void adamw_update(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, Tensor& c,
+                    const std::vector<FlatSpan>& spans, const AdamWScalars& s, const LowpWrite& w,
+                    const WorkingCopyOut& working) override;
   void sgd_update(Tensor& p, const Tensor& g, Tensor& buf, Tensor& c, const std::vector<FlatSpan>& spans,
                   const SgdScalars& s, const LowpWrite& w, const WorkingCopyOut& working) override;
 

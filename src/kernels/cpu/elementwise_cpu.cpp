@@ -2,9 +2,9 @@
 // (row, column chunk) work items; 16-bit chunks are staged through fp32 stack buffers, the math is
 // a vectorised fp32 loop, and each result is rounded once into out. Each element's value depends
 // only on its inputs, so results are identical for any thread count.
+#include "core/cpu_features.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/cpu_rows.h"
-#include "core/cpu_features.h"
 
 namespace mixtrain {
 namespace cpu {
@@ -29,7 +29,6 @@ MIXTRAIN_SIMD_CLONES void gelu_f32(const float* x, float* o, int64_t n) {
     o[i] = v / (1.f + exp_f32(-2.f * u));
   }
 }
-
 
 // add/mul: b has a's shape or is a row (C) broadcast over a's rows.
 template <typename F>
@@ -87,7 +86,8 @@ void CpuBackend::scale(const Tensor& a, float s, Tensor& out) {
   cpu::RowView in[1], ov;
   const Tensor ak = cpu::rows_or_copy(a, in[0]);
   Tensor o = cpu::rows_for_output(out, ov);
-  cpu::elementwise<1>(in, ov, [s](const float* const* p, float* dst, int64_t n) { cpu::scale_f32(p[0], s, dst, n); });
+  cpu::elementwise<1>(in, ov,
+                      [s](const float* const* p, float* dst, int64_t n) { cpu::scale_f32(p[0], s, dst, n); });
   cpu::finish_output(o, out);
 }
 
@@ -96,7 +96,8 @@ void CpuBackend::gelu(const Tensor& x, Tensor& out) {
   cpu::RowView in[1], ov;
   const Tensor xk = cpu::rows_or_copy(x, in[0]);
   Tensor o = cpu::rows_for_output(out, ov);
-  cpu::elementwise<1>(in, ov, [](const float* const* p, float* dst, int64_t n) { cpu::gelu_f32(p[0], dst, n); });
+  cpu::elementwise<1>(in, ov,
+                      [](const float* const* p, float* dst, int64_t n) { cpu::gelu_f32(p[0], dst, n); });
   cpu::finish_output(o, out);
 }
 

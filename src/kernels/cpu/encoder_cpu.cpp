@@ -4,9 +4,9 @@
 // so results are identical for any thread count.
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstdint>
 #include <vector>
-#include <cmath>
 
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/cpu_rows.h"
@@ -64,7 +64,8 @@ void act_grad_f32(Activation k, const float* x, const float* g, float* o, int64_
 // s[j] = scale * p[j] where m[j] != 0, else -inf; returns the largest s (NaN when one is NaN, as
 // max_f32), in 16 lanes. Compiled for AVX-512 like the other row loops: in masked_softmax's own
 // body (built for the baseline ISA) this loop was scalar and a third of the kernel.
-MIXTRAIN_SIMD_CLONES float masked_scale_max(const float* p, const int32_t* m, float scale, float* s, int64_t n) {
+MIXTRAIN_SIMD_CLONES float masked_scale_max(const float* p, const int32_t* m, float scale, float* s,
+                                            int64_t n) {
   constexpr int kLanes = 16;
   float mx[kLanes];
   for (int j = 0; j < kLanes; ++j) mx[j] = -INFINITY;

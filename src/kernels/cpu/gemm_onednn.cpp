@@ -27,8 +27,8 @@
 #include <utility>
 #include <vector>
 
-#include "kernels/cpu/cpu_backend.h"
 #include "core/cpu_features.h"
+#include "kernels/cpu/cpu_backend.h"
 #include "kernels/gemm_info.h"
 
 namespace mixtrain {
@@ -191,7 +191,8 @@ class ScratchBuffer {
   void* get(size_t bytes) {
     if (!buf_.defined() || buf_.nbytes() < bytes) {
       buf_ = Tensor();  // free first: peak memory is the new size, not old + new
-      buf_ = Tensor::empty({static_cast<int64_t>((bytes + 3) / 4 + 16)}, DType::f32, MemCategory::workspace, device_);
+      buf_ = Tensor::empty({static_cast<int64_t>((bytes + 3) / 4 + 16)}, DType::f32, MemCategory::workspace,
+                           device_);
     }
     return buf_.raw_data();
   }
@@ -538,7 +539,8 @@ void CpuBackend::gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmOpt
   gemm_impl(a, b, c, opt, bias, true);
 }
 
-void gemm_workspace_only(const Tensor& a, const Tensor& b, Tensor& c, const GemmOptions& opt, const Tensor* bias) {
+void gemm_workspace_only(const Tensor& a, const Tensor& b, Tensor& c, const GemmOptions& opt,
+                         const Tensor* bias) {
   gemm_impl(a, b, c, opt, bias, false);
 }
 

@@ -3,17 +3,16 @@
 // only by run-time dispatch) and the OpenMP driver over fixed blocks. Both paths do the same fp32
 // operations on the same lanes in the same order, so they agree bit for bit; the blocking is
 // global_norm_f32's (below).
-#include "kernels/gradient_kernels.h"
-
 #include <immintrin.h>
 
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
+#include "core/cpu_features.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/cpu_rows.h"
-#include "core/cpu_features.h"
+#include "kernels/gradient_kernels.h"
 
 // GCC 12's masked AVX-512 intrinsics trip a false -Wmaybe-uninitialized (GCC PR 105593).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"

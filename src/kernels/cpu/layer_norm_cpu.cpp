@@ -4,21 +4,21 @@
 #include <cmath>
 #include <vector>
 
+#include "core/cpu_features.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/cpu_rows.h"
-#include "core/cpu_features.h"
 
 namespace mixtrain {
 namespace cpu {
 namespace {
-MIXTRAIN_SIMD_CLONES void normalize_affine(const float* x, float mu, float rs, const float* w, const float* b, float* o,
-                                           int64_t n) {
+MIXTRAIN_SIMD_CLONES void normalize_affine(const float* x, float mu, float rs, const float* w, const float* b,
+                                           float* o, int64_t n) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) o[i] = (x[i] - mu) * rs * w[i] + b[i];
 }
 // The same, also writing x-hat = (x - mu) * rs (the value o is computed from) into h.
-MIXTRAIN_SIMD_CLONES void normalize_affine_xhat(const float* x, float mu, float rs, const float* w, const float* b,
-                                                float* o, float* h, int64_t n) {
+MIXTRAIN_SIMD_CLONES void normalize_affine_xhat(const float* x, float mu, float rs, const float* w,
+                                                const float* b, float* o, float* h, int64_t n) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) {
     const float xh = (x[i] - mu) * rs;

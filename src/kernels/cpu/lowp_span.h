@@ -12,9 +12,9 @@
 #include <cstring>
 #include <vector>
 
+#include "mixtrain/kernels/optimizer_kernels.h"
 #include "mixtrain/numeric/convert.h"
 #include "mixtrain/numeric/stochastic.h"
-#include "mixtrain/kernels/optimizer_kernels.h"
 
 namespace mixtrain::optim_detail {
 
@@ -82,7 +82,8 @@ constexpr int64_t kLowpChunk = 512;
 // nearest; the parameters per w, with c the compensation for kahan). s0 / s1 may be null (then
 // the kernel gets null too).
 template <class T, class Kernel>
-void lowp_span_fast(T* p, const T* g, T* s0, T* s1, T* c, const FlatSpan& sp, const LowpWrite& w, Kernel&& kernel) {
+void lowp_span_fast(T* p, const T* g, T* s0, T* s1, T* c, const FlatSpan& sp, const LowpWrite& w,
+                    Kernel&& kernel) {
   alignas(64) float pf[kLowpChunk], old[kLowpChunk], gf[kLowpChunk], f0[kLowpChunk], f1[kLowpChunk];
   for (int64_t off = 0; off < sp.numel; off += kLowpChunk) {
     const int64_t i0 = sp.offset + off, n = std::min(kLowpChunk, sp.numel - off);

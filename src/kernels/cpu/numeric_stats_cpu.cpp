@@ -34,10 +34,10 @@ constexpr Bounds bounds(float min_sub, float min_normal, float max, float half_u
   return {bits(min_sub / 2), bits(min_normal - min_sub / 2), bits(max + half_ulp_max) + (max_odd ? 0u : 1u)};
 }
 constexpr Bounds kBounds[kNumProbeFormats] = {
-    bounds(0x1p-24f, 0x1p-14f, 65504.f, 16.f, true),                       // fp16 1/5/10
-    bounds(0x1p-133f, 0x1p-126f, 0x1.fep127f, 0x1p119f, true),             // bf16 1/8/7
-    bounds(0x1p-9f, 0x1p-6f, 448.f, 16.f, false),                          // E4M3: 448 = 1.110b x 2^8
-    bounds(0x1p-16f, 0x1p-14f, 57344.f, 4096.f, true),                     // E5M2: 57344 = 1.11b x 2^15
+    bounds(0x1p-24f, 0x1p-14f, 65504.f, 16.f, true),            // fp16 1/5/10
+    bounds(0x1p-133f, 0x1p-126f, 0x1.fep127f, 0x1p119f, true),  // bf16 1/8/7
+    bounds(0x1p-9f, 0x1p-6f, 448.f, 16.f, false),               // E4M3: 448 = 1.110b x 2^8
+    bounds(0x1p-16f, 0x1p-14f, 57344.f, 4096.f, true),          // E5M2: 57344 = 1.11b x 2^15
 };
 static_assert(kBounds[0].overflow_min == 0x477ff000u);  // 65520
 static_assert(kBounds[2].overflow_min == 0x43e80001u);  // just above 464
@@ -57,9 +57,9 @@ template <int F>
   constexpr Bounds b = kBounds[F];
   uint32_t flush = 0, sub = 0, over = 0;
   for (int64_t i = 0; i < n; ++i) {
-    flush += (a[i] - 1u) < b.flush_max;                              // 0 < a <= flush_max
+    flush += (a[i] - 1u) < b.flush_max;                                    // 0 < a <= flush_max
     sub += (a[i] - b.flush_max - 1u) < (b.normal_min - b.flush_max - 1u);  // flush_max < a < normal_min
-    over += (a[i] - b.overflow_min) < (kInfBits - b.overflow_min);   // overflow_min <= a < inf
+    over += (a[i] - b.overflow_min) < (kInfBits - b.overflow_min);         // overflow_min <= a < inf
   }
   c.flush[F] = flush, c.sub[F] = sub, c.over[F] = over;
 }
@@ -165,7 +165,9 @@ void add_log2_histogram(const float* x, int64_t n, Log2Histogram& hist) {
 int64_t count_below_half_ulp(const float* u, const float* w, int64_t n, DType storage) {
   if (force_reference() || (storage != DType::f32 && storage != DType::bf16 && storage != DType::f16))
     return count_below_half_ulp_ref(u, w, n, storage);
-  const UlpFormat fmt = storage == DType::f16 ? UlpFormat{10, -14} : storage == DType::bf16 ? UlpFormat{7, -126} : UlpFormat{23, -126};
+  const UlpFormat fmt = storage == DType::f16    ? UlpFormat{10, -14}
+                        : storage == DType::bf16 ? UlpFormat{7, -126}
+                                                 : UlpFormat{23, -126};
   const int nt = cpu::threads_for(n);
   int64_t lost = 0;
 #pragma omp parallel for num_threads(nt) schedule(static) reduction(+ : lost) if (nt > 1)

@@ -6,9 +6,9 @@
 #include <limits>
 #include <vector>
 
+#include "core/cpu_features.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/cpu_rows.h"
-#include "core/cpu_features.h"
 #include "kernels/ref/ref_util.h"
 
 namespace mixtrain {
@@ -152,10 +152,13 @@ float finish(ReduceOp op, float acc, int64_t n) {
 // Reduces one contiguous fp32 row.
 float reduce_row(const float* p, int64_t n, ReduceOp op) {
   switch (op) {
-    case ReduceOp::max: return max_f32(p, n);
-    case ReduceOp::sum_squares: return sum_sq_dev_f32(p, n, 0.f);
+    case ReduceOp::max:
+      return max_f32(p, n);
+    case ReduceOp::sum_squares:
+      return sum_sq_dev_f32(p, n, 0.f);
     case ReduceOp::sum:
-    case ReduceOp::mean: return finish(op, sum_f32(p, n), n);
+    case ReduceOp::mean:
+      return finish(op, sum_f32(p, n), n);
   }
   return 0.f;
 }
@@ -193,7 +196,7 @@ double CpuBackend::reduce(const Tensor& x_in, ReduceOp op) {
     const int64_t i0 = b * cpu::kSumBlock, len = std::min(cpu::kSumBlock, n - i0);
     float buf[cpu::kSumBlock];
     const float* p = cpu::load_row(base + i0 * static_cast<int64_t>(es), x.dtype(), len, buf);
-    part[static_cast<size_t>(b)] = op == ReduceOp::max ? cpu::max_f32(p, len)
+    part[static_cast<size_t>(b)] = op == ReduceOp::max           ? cpu::max_f32(p, len)
                                    : op == ReduceOp::sum_squares ? cpu::sum_sq_dev_f32(p, len, 0.f)
                                                                  : cpu::sum_f32(p, len);
   }
@@ -203,7 +206,8 @@ double CpuBackend::reduce(const Tensor& x_in, ReduceOp op) {
 
 void CpuBackend::reduce_last(const Tensor& x, ReduceOp op, Tensor& out) {
   cpu::RowView xv;
-  if (force_reference() || !cpu::fast_dtype(x.dtype()) || !cpu::fast_dtype(out.dtype()) || !cpu::as_rows(x, xv))
+  if (force_reference() || !cpu::fast_dtype(x.dtype()) || !cpu::fast_dtype(out.dtype()) ||
+      !cpu::as_rows(x, xv))
     return ref::reduce_last(x, op, out);
   const int64_t R = xv.rows, C = xv.cols;
   Tensor o = out.is_contiguous() ? out : Tensor::empty(out.shape(), out.dtype(), MemCategory::workspace);
@@ -220,7 +224,8 @@ void CpuBackend::reduce_last(const Tensor& x, ReduceOp op, Tensor& out) {
 
 void CpuBackend::argmax_last(const Tensor& x, Tensor& out) {
   cpu::RowView xv;
-  if (force_reference() || !cpu::fast_dtype(x.dtype()) || !cpu::as_rows(x, xv)) return ref::argmax_last(x, out);
+  if (force_reference() || !cpu::fast_dtype(x.dtype()) || !cpu::as_rows(x, xv))
+    return ref::argmax_last(x, out);
   const int64_t R = xv.rows, C = xv.cols;
   auto* o = static_cast<int32_t*>(out.raw_data());
   const bool dense = out.is_contiguous();
@@ -241,7 +246,8 @@ void CpuBackend::argmax_last(const Tensor& x, Tensor& out) {
 
 void CpuBackend::sum_to_row(const Tensor& x, Tensor& out) {
   cpu::RowView xv;
-  if (force_reference() || !cpu::fast_dtype(x.dtype()) || !cpu::fast_dtype(out.dtype()) || !cpu::as_rows(x, xv))
+  if (force_reference() || !cpu::fast_dtype(x.dtype()) || !cpu::fast_dtype(out.dtype()) ||
+      !cpu::as_rows(x, xv))
     return ref::sum_to_row(x, out);
   // Rows in three levels of 16 (runs of 16 rows -> blocks of 256 -> groups of 4096), then the
   // group partial rows added pairwise: no fp32 accumulator takes more than 16 additions per level.
@@ -294,7 +300,8 @@ void CpuBackend::sum_to_row(const Tensor& x, Tensor& out) {
   if (out.stride(0) == 1 || C <= 1) {
     cpu::store_row(partial.data(), out.raw_data(), out.dtype(), C);
   } else {
-    for (int64_t c = 0; c < C; ++c) store_from_f32(out.raw_data(), out.dtype(), c * out.stride(0), partial[static_cast<size_t>(c)]);
+    for (int64_t c = 0; c < C; ++c)
+      store_from_f32(out.raw_data(), out.dtype(), c * out.stride(0), partial[static_cast<size_t>(c)]);
   }
 }
 

@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "kernels/cpu/cpu_backend.h"
 #include "core/cpu_features.h"
+#include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/lowp_span.h"
 #include "kernels/cpu/sgd_span.h"
 #include "mixtrain/kernels/optimizer_kernels.h"
@@ -23,8 +23,8 @@ void sgd_one_span(float* p, const float* g, float* buf, const FlatSpan& sp, cons
 }
 }  // namespace
 
-void sgd_update_ref(float* p, const float* g, float* buf, const std::vector<FlatSpan>& spans, const SgdScalars& s,
-                    const WorkingCopyOut& working) {
+void sgd_update_ref(float* p, const float* g, float* buf, const std::vector<FlatSpan>& spans,
+                    const SgdScalars& s, const WorkingCopyOut& working) {
   for (const FlatSpan& sp : spans) sgd_one_span(p, g, buf, sp, s, working);
 }
 
@@ -52,8 +52,8 @@ void sgd_master_ref(float* p, const T* g, float* buf, const std::vector<FlatSpan
 }
 
 template <class T>
-void sgd_master_fast(float* p, const T* g, float* buf, const std::vector<FlatSpan>& spans, const SgdScalars& s,
-                     const WorkingCopyOut& working) {
+void sgd_master_fast(float* p, const T* g, float* buf, const std::vector<FlatSpan>& spans,
+                     const SgdScalars& s, const WorkingCopyOut& working) {
   optim_detail::check_master_out(working, dtype_of<T>::value, "sgd_update");
   optim_detail::for_each_piece(spans, [&](const FlatSpan& sp) {
     optim_detail::master_span_fast(g, sp, [&](const float* gf, int64_t i0, int64_t n) {
@@ -65,16 +65,16 @@ void sgd_master_fast(float* p, const T* g, float* buf, const std::vector<FlatSpa
 
 }  // namespace
 
-void sgd_update_ref(float* p, const bf16* g, float* buf, const std::vector<FlatSpan>& spans, const SgdScalars& s,
-                    const WorkingCopyOut& working) {
+void sgd_update_ref(float* p, const bf16* g, float* buf, const std::vector<FlatSpan>& spans,
+                    const SgdScalars& s, const WorkingCopyOut& working) {
   sgd_master_ref(p, g, buf, spans, s, working);
 }
 void sgd_update(float* p, const bf16* g, float* buf, const std::vector<FlatSpan>& spans, const SgdScalars& s,
                 const WorkingCopyOut& working) {
   sgd_master_fast(p, g, buf, spans, s, working);
 }
-void sgd_update_ref(float* p, const fp16* g, float* buf, const std::vector<FlatSpan>& spans, const SgdScalars& s,
-                    const WorkingCopyOut& working) {
+void sgd_update_ref(float* p, const fp16* g, float* buf, const std::vector<FlatSpan>& spans,
+                    const SgdScalars& s, const WorkingCopyOut& working) {
   sgd_master_ref(p, g, buf, spans, s, working);
 }
 void sgd_update(float* p, const fp16* g, float* buf, const std::vector<FlatSpan>& spans, const SgdScalars& s,
@@ -119,23 +119,23 @@ void sgd_update_ref(bf16* p, const bf16* g, bf16* buf, bf16* c, const std::vecto
                     const SgdScalars& s, const LowpWrite& w) {
   sgd_lowp_ref(p, g, buf, c, spans, s, w);
 }
-void sgd_update(bf16* p, const bf16* g, bf16* buf, bf16* c, const std::vector<FlatSpan>& spans, const SgdScalars& s,
-                const LowpWrite& w) {
+void sgd_update(bf16* p, const bf16* g, bf16* buf, bf16* c, const std::vector<FlatSpan>& spans,
+                const SgdScalars& s, const LowpWrite& w) {
   sgd_lowp_fast(p, g, buf, c, spans, s, w);
 }
 void sgd_update_ref(fp16* p, const fp16* g, fp16* buf, fp16* c, const std::vector<FlatSpan>& spans,
                     const SgdScalars& s, const LowpWrite& w) {
   sgd_lowp_ref(p, g, buf, c, spans, s, w);
 }
-void sgd_update(fp16* p, const fp16* g, fp16* buf, fp16* c, const std::vector<FlatSpan>& spans, const SgdScalars& s,
-                const LowpWrite& w) {
+void sgd_update(fp16* p, const fp16* g, fp16* buf, fp16* c, const std::vector<FlatSpan>& spans,
+                const SgdScalars& s, const LowpWrite& w) {
   sgd_lowp_fast(p, g, buf, c, spans, s, w);
 }
 
 namespace {
 template <class T>
-void sgd_master(Tensor& p, const Tensor& g, float* buf, const std::vector<FlatSpan>& spans, const SgdScalars& s,
-                const WorkingCopyOut& working) {
+void sgd_master(Tensor& p, const Tensor& g, float* buf, const std::vector<FlatSpan>& spans,
+                const SgdScalars& s, const WorkingCopyOut& working) {
   if (force_reference())
     sgd_update_ref(p.data<float>(), g.data<T>(), buf, spans, s, working);
   else
@@ -154,8 +154,9 @@ void sgd_lowp(Tensor& p, const Tensor& g, Tensor& buf, Tensor& c, const std::vec
 }
 }  // namespace
 
-void CpuBackend::sgd_update(Tensor& p, const Tensor& g, Tensor& buf, Tensor& c, const std::vector<FlatSpan>& spans,
-                            const SgdScalars& s, const LowpWrite& w, const WorkingCopyOut& working) {
+void CpuBackend::sgd_update(Tensor& p, const Tensor& g, Tensor& buf, Tensor& c,
+                            const std::vector<FlatSpan>& spans, const SgdScalars& s, const LowpWrite& w,
+                            const WorkingCopyOut& working) {
   switch (p.dtype()) {
     case DType::f32: {
       float* b = buf.defined() ? buf.data<float>() : nullptr;

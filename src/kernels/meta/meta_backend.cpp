@@ -8,8 +8,8 @@
 // prediction tests fail until it is.
 #include "kernels/meta/meta_backend.h"
 
-#include "kernels/cpu/cpu_backend.h"
 #include "core/cpu_features.h"
+#include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/cpu_rows.h"
 #include "mixtrain/kernels/ops.h"
 
@@ -64,7 +64,8 @@ MetaBackend& MetaBackend::instance() {
   return backend;
 }
 
-void MetaBackend::gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmOptions& opt, const Tensor* bias) {
+void MetaBackend::gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmOptions& opt,
+                       const Tensor* bias) {
   gemm_workspace_only(a, b, c, opt, bias);  // gemm_onednn.cpp: the CPU GEMM's plan and buffers
 }
 
@@ -91,7 +92,8 @@ double MetaBackend::reduce(const Tensor& x, ReduceOp) {  // reduce_cpu.cpp
 
 void MetaBackend::reduce_last(const Tensor& x, ReduceOp, Tensor& out) {  // reduce_cpu.cpp
   cpu::RowView xv;
-  if (force_reference() || !cpu::fast_dtype(x.dtype()) || !cpu::fast_dtype(out.dtype()) || !cpu::as_rows(x, xv))
+  if (force_reference() || !cpu::fast_dtype(x.dtype()) || !cpu::fast_dtype(out.dtype()) ||
+      !cpu::as_rows(x, xv))
     return;
   Tensor o = out.is_contiguous() ? out : Tensor::empty(out.shape(), out.dtype(), MemCategory::workspace);
   if (o.raw_data() != out.raw_data()) out.copy_from(o);
@@ -134,7 +136,8 @@ void MetaBackend::embedding(const Tensor& weight, const Tensor& ids, Tensor& out
 
 double MetaBackend::cross_entropy(const Tensor& logits, const Tensor& targets, Tensor* losses) {
   // cross_entropy_cpu.cpp
-  if (force_reference() || !cpu::fast_dtype(logits.dtype()) || (losses && losses->dtype() != DType::f32)) return 0.0;
+  if (force_reference() || !cpu::fast_dtype(logits.dtype()) || (losses && losses->dtype() != DType::f32))
+    return 0.0;
   cpu::RowView xv;
   const Tensor xk = cpu::rows_or_copy(logits, xv);
   const Tensor tk = targets.contiguous();
@@ -151,7 +154,8 @@ void MetaBackend::activation_backward(Activation, const Tensor& x, const Tensor&
   if (all_fast({&x, &dout, &dx})) binary_rows(x, dout, dx);  // encoder_cpu.cpp
 }
 
-void MetaBackend::masked_softmax(const Tensor& x, const Tensor& key_mask, float, Tensor& y) {  // encoder_cpu.cpp
+void MetaBackend::masked_softmax(const Tensor& x, const Tensor& key_mask, float,
+                                 Tensor& y) {  // encoder_cpu.cpp
   if (all_fast({&x, &y}) && key_mask.is_contiguous()) unary_rows(x, y);
 }
 
@@ -167,8 +171,9 @@ void MetaBackend::softmax_last_backward(const Tensor& y, const Tensor& dy, Tenso
   if (all_fast({&y, &dy, &dx})) binary_rows(y, dy, dx);
 }
 
-void MetaBackend::layer_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& mean, const Tensor& rstd,
-                                      const Tensor& dout, Tensor& dx, Tensor& dweight, Tensor& dbias) {
+void MetaBackend::layer_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& mean,
+                                      const Tensor& rstd, const Tensor& dout, Tensor& dx, Tensor& dweight,
+                                      Tensor& dbias) {
   const bool normalized = !mean.defined();  // backward_cpu.cpp
   if (!all_fast({&x, &weight, &dout, &dx, &dweight, &dbias}) || (!normalized && mean.dtype() != DType::f32) ||
       rstd.dtype() != DType::f32)
@@ -176,14 +181,16 @@ void MetaBackend::layer_norm_backward(const Tensor& x, const Tensor& weight, con
   binary_rows(x, dout, dx);
 }
 
-void MetaBackend::embedding_backward(const Tensor& ids, const Tensor& dout, Tensor& dweight) {  // backward_cpu.cpp
+void MetaBackend::embedding_backward(const Tensor& ids, const Tensor& dout,
+                                     Tensor& dweight) {  // backward_cpu.cpp
   cpu::RowView wv, gv;
   if (!all_fast({&dout, &dweight}) || !cpu::as_rows(dweight, wv)) return;
   const Tensor gk = cpu::rows_or_copy(dout, gv);
   const Tensor idc = ids.contiguous();
 }
 
-void MetaBackend::cross_entropy_backward(const Tensor& logits, const Tensor& targets, float, Tensor& dlogits) {
+void MetaBackend::cross_entropy_backward(const Tensor& logits, const Tensor& targets, float,
+                                         Tensor& dlogits) {
   if (!all_fast({&logits, &dlogits})) return;  // backward_cpu.cpp
   cpu::RowView xv, ov;
   const Tensor xk = cpu::rows_or_copy(logits, xv);
@@ -203,15 +210,17 @@ void MetaBackend::add_inplace(Tensor& acc, const Tensor& x) {  // backward_cpu.c
 }
 
 // adamw_cpu.cpp, sgd_cpu.cpp, gradient_cpu.cpp, attention_cpu.cpp heads_copy: no tensors.
-void MetaBackend::adamw_update(Tensor&, const Tensor&, Tensor&, Tensor&, Tensor&, const std::vector<FlatSpan>&,
-                               const AdamWScalars&, const LowpWrite&, const WorkingCopyOut&) {}
-void MetaBackend::sgd_update(Tensor&, const Tensor&, Tensor&, Tensor&, const std::vector<FlatSpan>&, const SgdScalars&,
-                             const LowpWrite&, const WorkingCopyOut&) {}
+void MetaBackend::adamw_update(Tensor&, const Tensor&, Tensor&, Tensor&, Tensor&,
+                               const std::vector<FlatSpan>&, const AdamWScalars&, const LowpWrite&,
+                               const WorkingCopyOut&) {}
+void MetaBackend::sgd_update(Tensor&, const Tensor&, Tensor&, Tensor&, const std::vector<FlatSpan>&,
+                             const SgdScalars&, const LowpWrite&, const WorkingCopyOut&) {}
 UnscaleResult MetaBackend::unscale_and_check(Tensor&, float) { return {}; }
 double MetaBackend::global_norm(const Tensor&) { return 0.0; }
 void MetaBackend::heads_copy(const Tensor&, const std::vector<Tensor>&, int64_t, bool) {}
 
-void MetaBackend::dropout_mask(const Tensor& x, float, uint64_t, uint64_t, Tensor& out) {  // attention_cpu.cpp
+void MetaBackend::dropout_mask(const Tensor& x, float, uint64_t, uint64_t,
+                               Tensor& out) {  // attention_cpu.cpp
   if (all_fast({&x, &out})) unary_rows(x, out);
 }
 

@@ -41,12 +41,14 @@ class MetaBackend final : public Backend {
   void layer_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& mean, const Tensor& rstd,
                            const Tensor& dout, Tensor& dx, Tensor& dweight, Tensor& dbias) override;
   void embedding_backward(const Tensor& ids, const Tensor& dout, Tensor& dweight) override;
-  void cross_entropy_backward(const Tensor& logits, const Tensor& targets, float dloss, Tensor& dlogits) override;
+  void cross_entropy_backward(const Tensor& logits, const Tensor& targets, float dloss,
+                              Tensor& dlogits) override;
   void sum_to_row_accumulate(const Tensor& x, Tensor& out) override;
   void add_inplace(Tensor& acc, const Tensor& x) override;
 
-  void adamw_update(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, Tensor& c, const std::vector<FlatSpan>& spans,
-                    const AdamWScalars& s, const LowpWrite& w, const WorkingCopyOut& working) override;
+  void adamw_update(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, Tensor& c,
+                    const std::vector<FlatSpan>& spans, const AdamWScalars& s, const LowpWrite& w,
+                    const WorkingCopyOut& working) override;
   void sgd_update(Tensor& p, const Tensor& g, Tensor& buf, Tensor& c, const std::vector<FlatSpan>& spans,
                   const SgdScalars& s, const LowpWrite& w, const WorkingCopyOut& working) override;
   // A meta gradient holds no values: finite, zero norm (so a meta run never skips a step).

@@ -1,8 +1,8 @@
 // The scalar references of heads_copy and dropout_mask (kernels/attention_ops.h): one element at
 // a time through the dtype-generic accessors, written from the definitions rather than from the
 // CPU kernels (which copy whole head rows and work on contiguous fp32 copies).
-#include "kernels/ref/ref_util.h"
 #include "kernels/attention_ops.h"
+#include "kernels/ref/ref_util.h"
 #include "mixtrain/numeric/stochastic.h"
 
 namespace mixtrain::ref {

@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
+#include "kernels/ops_backward.h"
 #include "kernels/ref/ref_util.h"
 #include "mixtrain/core/error.h"
-#include "kernels/ops_backward.h"
 
 namespace mixtrain::ref {
 namespace {
@@ -101,7 +101,8 @@ void layer_norm_backward_t(const Tensor& x, const Tensor& weight, const Tensor& 
   for (int64_t r = 0; r < R; ++r) {
     const int64_t xb = row_offset(x, r), gb = row_offset(dout, r), ob = row_offset(dx, r);
     const bool normalized = !mean.defined();  // x holds x-hat already
-    const T mu = normalized ? T(0) : load<T>(mean, elem_offset(mean, r)), rs = load<T>(rstd, elem_offset(rstd, r));
+    const T mu = normalized ? T(0) : load<T>(mean, elem_offset(mean, r)),
+            rs = load<T>(rstd, elem_offset(rstd, r));
     KahanSum<T> sum_g, sum_gx;
     for (int64_t c = 0; c < C; ++c) {
       const size_t k = static_cast<size_t>(c);

@@ -4,9 +4,9 @@
 #include <limits>
 #include <string>
 
+#include "kernels/ref/ref_util.h"
 #include "mixtrain/core/error.h"
 #include "mixtrain/kernels/ops.h"
-#include "kernels/ref/ref_util.h"
 
 namespace mixtrain::ref {
 namespace {

@@ -2,8 +2,8 @@
 // the run-time dtype, at any strides, in fp32 (double for f64 tensors).
 #include <cmath>
 
-#include "mixtrain/kernels/ops.h"
 #include "kernels/ref/ref_util.h"
+#include "mixtrain/kernels/ops.h"
 
 namespace mixtrain::ref {
 namespace {

@@ -2,9 +2,9 @@
 // (values pass through the compute type, so each is rounded once, to out's dtype).
 #include <string>
 
+#include "kernels/ref/ref_util.h"
 #include "mixtrain/core/error.h"
 #include "mixtrain/kernels/ops.h"
-#include "kernels/ref/ref_util.h"
 
 namespace mixtrain::ref {
 namespace {
@@ -20,7 +20,8 @@ void embedding_t(const Tensor& weight, const Tensor& ids, Tensor& out) {
                           " is outside [0, " + std::to_string(V) + ")");
     const int64_t ob = detail::row_offset(out, r);
     for (int64_t c = 0; c < C; ++c)
-      detail::store<T>(out, ob + c * os, detail::load<T>(weight, v * weight.stride(0) + c * weight.stride(1)));
+      detail::store<T>(out, ob + c * os,
+                       detail::load<T>(weight, v * weight.stride(0) + c * weight.stride(1)));
   }
 }
 }  // namespace

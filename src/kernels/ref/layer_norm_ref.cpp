@@ -3,8 +3,8 @@
 // (double for f64).
 #include <cmath>
 
-#include "mixtrain/kernels/ops.h"
 #include "kernels/ref/ref_util.h"
+#include "mixtrain/kernels/ops.h"
 
 namespace mixtrain::ref {
 namespace {
@@ -12,8 +12,8 @@ using detail::load;
 using detail::store;
 
 template <typename T>
-void layer_norm_t(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps, Tensor& out, Tensor* mean,
-                  Tensor* rstd, Tensor* xhat) {
+void layer_norm_t(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps, Tensor& out,
+                  Tensor* mean, Tensor* rstd, Tensor* xhat) {
   const int64_t R = detail::num_rows(x), C = detail::last_dim(x);
   const int64_t xs = detail::last_stride(x), os = detail::last_stride(out);
   const int64_t ws = weight.stride(0), bs = bias.stride(0);
@@ -40,8 +40,8 @@ void layer_norm_t(const Tensor& x, const Tensor& weight, const Tensor& bias, flo
 }
 }  // namespace
 
-void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps, Tensor& out, Tensor* mean,
-                Tensor* rstd, Tensor* xhat) {
+void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps, Tensor& out,
+                Tensor* mean, Tensor* rstd, Tensor* xhat) {
   if (detail::any_f64({&x, &weight, &bias, &out, mean, rstd, xhat}))
     layer_norm_t<double>(x, weight, bias, eps, out, mean, rstd, xhat);
   else

@@ -48,10 +48,15 @@ struct Format {
 };
 Format format_of(DType d) {
   switch (d) {
-    case DType::f16: return {10, -14};
-    case DType::bf16: return {7, -126};
-    case DType::f32: return {23, -126};
-    default: throw DTypeError("count_below_half_ulp: storage must be f32, bf16 or f16, got " + std::string(dtype_name(d)));
+    case DType::f16:
+      return {10, -14};
+    case DType::bf16:
+      return {7, -126};
+    case DType::f32:
+      return {23, -126};
+    default:
+      throw DTypeError("count_below_half_ulp: storage must be f32, bf16 or f16, got " +
+                       std::string(dtype_name(d)));
   }
 }
 float round_to(float w, DType d) {
@@ -78,10 +83,17 @@ NumericStats numeric_stats_ref(const float* x, int64_t n) {
     s.amax = std::max(s.amax, std::fabs(v));
     for (size_t f = 0; f < kNumProbeFormats; ++f) {
       switch (classify(v, static_cast<ProbeFormat>(f))) {
-        case Kind::subnormal: ++s.formats[f].subnormal; break;
-        case Kind::zero: ++s.formats[f].flushed; break;
-        case Kind::overflow: ++s.formats[f].overflow; break;
-        case Kind::normal: break;
+        case Kind::subnormal:
+          ++s.formats[f].subnormal;
+          break;
+        case Kind::zero:
+          ++s.formats[f].flushed;
+          break;
+        case Kind::overflow:
+          ++s.formats[f].overflow;
+          break;
+        case Kind::normal:
+          break;
       }
     }
   }

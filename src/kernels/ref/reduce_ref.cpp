@@ -4,9 +4,9 @@
 #include <cmath>
 #include <limits>
 
+#include "kernels/ref/ref_util.h"
 #include "mixtrain/core/error.h"
 #include "mixtrain/kernels/ops.h"
-#include "kernels/ref/ref_util.h"
 
 namespace mixtrain::ref {
 namespace {
@@ -61,7 +61,8 @@ void sum_to_row_t(const Tensor& x, Tensor& out) {
 }  // namespace
 
 double reduce(const Tensor& x, ReduceOp op) {
-  if (op == ReduceOp::max && x.numel() == 0) throw ArgumentError("reduce: max of an empty tensor " + x.to_string());
+  if (op == ReduceOp::max && x.numel() == 0)
+    throw ArgumentError("reduce: max of an empty tensor " + x.to_string());
   return x.dtype() == DType::f64 ? reduce_t<double>(x, op) : reduce_t<float>(x, op);
 }
 

@@ -40,7 +40,9 @@ inline int64_t row_offset(const Tensor& x, int64_t r) {
   return off;
 }
 
-inline int64_t num_rows(const Tensor& x) { return x.dim() == 0 ? 1 : x.numel() / std::max<int64_t>(x.size(-1), 1); }
+inline int64_t num_rows(const Tensor& x) {
+  return x.dim() == 0 ? 1 : x.numel() / std::max<int64_t>(x.size(-1), 1);
+}
 inline int64_t last_dim(const Tensor& x) { return x.dim() == 0 ? 1 : x.size(-1); }
 inline int64_t last_stride(const Tensor& x) { return x.dim() == 0 ? 1 : x.stride(-1); }
 

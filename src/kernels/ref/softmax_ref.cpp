@@ -3,8 +3,8 @@
 #include <cmath>
 #include <limits>
 
-#include "mixtrain/kernels/ops.h"
 #include "kernels/ref/ref_util.h"
+#include "mixtrain/kernels/ops.h"
 
 namespace mixtrain::ref {
 namespace {
@@ -21,7 +21,8 @@ void softmax_t(const Tensor& x, Tensor& out) {
     for (int64_t c = 0; c < C; ++c) m = std::max(m, load<T>(x, xb + c * xs));
     detail::KahanSum<T> sum;
     for (int64_t c = 0; c < C; ++c) sum.add(std::exp(load<T>(x, xb + c * xs) - m));
-    for (int64_t c = 0; c < C; ++c) store<T>(out, ob + c * os, std::exp(load<T>(x, xb + c * xs) - m) / sum.value());
+    for (int64_t c = 0; c < C; ++c)
+      store<T>(out, ob + c * os, std::exp(load<T>(x, xb + c * xs) - m) / sum.value());
   }
 }
 }  // namespace
