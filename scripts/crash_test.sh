@@ -74,9 +74,9 @@ while :; do
   if [ "$attempts" -gt $((KILLS * 5 + 20)) ]; then echo "crash test: gave up after $attempts attempts"; exit 1; fi
   # A checkpoint every step while kills remain; the last run (no more kills) saves only at the
   # end (--save-every does not shape the trajectory, so it may change between resumes).
-  every=1
-  [ "$kills" -ge "$KILLS" ] && every=0
-  "${RUN[@]}" --log-jsonl "$W/run.jsonl" --checkpoint-dir "$CK" --save-every "$every" --keep 3 --resume "$CK" \
+  every=(--save-every 1)
+  [ "$kills" -ge "$KILLS" ] && every=()
+  "${RUN[@]}" --log-jsonl "$W/run.jsonl" --checkpoint-dir "$CK" "${every[@]}" --keep 3 --resume "$CK" \
     >"$W/out.$attempts" 2>"$W/err.$attempts" &
   pid=$!
   if [ "$kills" -lt "$KILLS" ]; then

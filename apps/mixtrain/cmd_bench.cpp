@@ -1,5 +1,6 @@
 // `mixtrain bench gemm|convert`: speed figures measured side by side in one run (mixtrain vs
 // oneDNN called directly; bf16 vs fp32; conversion vs memcpy bandwidth).
+#include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
@@ -27,6 +28,9 @@ void register_bench(CLI::App& app, GlobalOptions& g, std::vector<Command>& comma
                       [&g, gemm_opts, gemm] {
                         apply_global_options(g);
                         gemm_opts->json = json_output(*gemm, gemm_opts->json);
+                        if (!std::isfinite(gemm_opts->min_seconds))  // CLI::Range lets NaN through
+                          throw ArgumentError("--min-seconds must be a number in [0.01, 60], got " +
+                                              std::to_string(gemm_opts->min_seconds));
                         if (!gemm_opts->json.empty()) check_output_path(gemm_opts->json, "--json");
                         const auto results =
                             run_gemm_bench(default_gemm_bench_shapes(), gemm_opts->min_seconds);

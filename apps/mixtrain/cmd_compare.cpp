@@ -32,8 +32,10 @@ void print_header(const std::string& baseline) {
 
 void print_row(const CompareRun& run) {
   const TrainSummary& s = run.summary;
-  std::printf("%-18s %10.0f %7.2fx %10s %12s %10.4f %10.4f %8lld %9s\n", run.entry.label.c_str(),
-              s.tokens_per_s, run.speedup, mib(run.memory.peak_total).c_str(),
+  char speedup[32] = "-";  // none for a diverged run
+  if (std::isfinite(run.speedup)) std::snprintf(speedup, sizeof speedup, "%.2fx", run.speedup);
+  std::printf("%-18s %10.0f %8s %10s %12s %10.4f %10.4f %8lld %9s\n", run.entry.label.c_str(), s.tokens_per_s,
+              speedup, mib(run.memory.peak_total).c_str(),
               mib(run.memory.peak[static_cast<size_t>(MemCategory::activations)]).c_str(), s.final_train_loss,
               s.val_loss, static_cast<long long>(s.skipped_steps), s.diverged ? "yes" : "no");
   std::fflush(stdout);
@@ -127,7 +129,7 @@ nlohmann::ordered_json to_json(const CompareResult& result, const TrainOptions& 
   out["runs"] = runs_json(result, [&](nlohmann::ordered_json& row, const CompareRun& run) {
     const TrainSummary& s = run.summary;
     row["tokens_per_s"] = s.tokens_per_s;
-    row["speedup"] = run.speedup;
+    row["speedup"] = finite_or_null(run.speedup);
     add_peaks(row, run);
     row["final_train_loss"] = finite_or_null(s.final_train_loss);
     row["val_loss"] = finite_or_null(s.val_loss);
@@ -183,7 +185,7 @@ nlohmann::ordered_json classify_json(const CompareResult& result, const Finetune
     row["test_accuracy"] = finite_or_null(s.val_accuracy);
     row["test_loss"] = finite_or_null(s.val_loss);
     row["tokens_per_s"] = s.tokens_per_s;
-    row["speedup"] = run.speedup;
+    row["speedup"] = finite_or_null(run.speedup);
     add_health(row, s);
   });
   return out;

@@ -47,7 +47,8 @@ nlohmann::ordered_json finetune_json(const FinetuneSummary& s, const FinetuneOpt
 }
 
 int run_finetune(FinetuneFlags& f, const std::string& json_path, const CLI::App& sub) {
-  if (!json_path.empty()) check_output_path(json_path, "--json");
+  // Checked with the run's inputs (the data, the model directory's files) and outputs before it loads.
+  if (!json_path.empty() && json_path != "-") f.opt.train.also_writes.push_back({"--json", json_path});
   if (json_path == "-") f.opt.train.quiet = true;
   install_stop_handlers();
   f.opt.train.stop_signal = &g_stop_signal;
@@ -63,7 +64,8 @@ int run_finetune(FinetuneFlags& f, const std::string& json_path, const CLI::App&
     std::fprintf(stderr, "mixtrain: error: %s\n", error_message(e, sub).c_str());
     code = kExitDiverged;
   }
-  if (!rank0) return s.run.interrupted ? 128 + s.run.stop_signal : 0;
+  if (!rank0) return s.run.interrupted ? 128 + s.run.stop_signal : s.run.diverged ? kExitDiverged : 0;
+  if (code == 0 && s.run.diverged) code = report_divergence(s.run);
   if (s.run.interrupted) {
     std::fprintf(stderr, "mixtrain: interrupted at step %lld by %s%s%s\n",
                  static_cast<long long>(s.run.steps), s.run.stop_signal == SIGINT ? "SIGINT" : "SIGTERM",

@@ -63,39 +63,44 @@ void register_sample(CLI::App& app, GlobalOptions& g, std::vector<Command>& comm
   sub->add_option(
       "--logits-json", f->logits_json,
       "Also write the prompt's fp32 logits, (T, V), as JSON to FILE (tools/check_torch_interop.py)");
-  commands.push_back({[sub] { return sub->parsed(); },
-                      [&g, f, sub] {
-                        apply_global_options(g);
-                        f->gen.kv_cache = !f->no_kv_cache;
-                        if (f->prompt.empty()) throw ArgumentError("--prompt must not be empty");
-                        auto warn = [sub](const std::string& line) {
-                          // The library says its fields (n_head); the user typed flags (--n-head).
-                          std::fprintf(stderr, "mixtrain: warning: %s\n",
-                                       error_message(ArgumentError({"n_head"}, line), *sub).c_str());
-                        };
-                        if (f->gen.temperature == 0.f && f->gen.top_k > 0)
-                          warn("--top-k has no effect at --temperature 0 (greedy)");
-                        InferenceModel m = load_gpt_for_inference(f->checkpoint, f->n_head, warn);
-                        std::vector<int32_t> prompt;
-                        for (unsigned char c : f->prompt) prompt.push_back(c);
-                        if (!f->logits_json.empty()) write_logits(*m.model, prompt, f->logits_json);
-                        // Streamed: the prompt, then each token as soon as it is drawn.
-                        std::fwrite(f->prompt.data(), 1, f->prompt.size(), stdout);
-                        std::fflush(stdout);
-                        f->gen.on_token = [](int32_t t) {
-                          if (t < 256)
-                            std::fputc(t, stdout);
-                          else
-                            std::printf("<|%d|>", static_cast<int>(t));
-                          std::fflush(stdout);
-                        };
-                        generate(*m.model, prompt, f->gen);
-                        std::printf("\n");
-                        if (std::fflush(stdout) != 0 || std::ferror(stdout))
-                          throw IoError(std::string("cannot write the sample to stdout: ") +
-                                        std::strerror(errno));
-                        return 0;
-                      }});
+  commands.push_back(
+      {[sub] { return sub->parsed(); },
+       [&g, f, sub] {
+         apply_global_options(g);
+         f->gen.kv_cache = !f->no_kv_cache;
+         if (f->prompt.empty()) throw ArgumentError("--prompt must not be empty");
+         auto warn = [sub](const std::string& line) {
+           // The library says its fields (n_head); the user typed flags (--n-head).
+           std::fprintf(stderr, "mixtrain: warning: %s\n",
+                        error_message(ArgumentError({"n_head"}, line), *sub).c_str());
+         };
+         if (f->gen.temperature == 0.f && f->gen.top_k > 0)
+           warn("--top-k has no effect at --temperature 0 (greedy)");
+         InferenceModel m = load_gpt_for_inference(f->checkpoint, f->n_head, warn);
+         if (m.nonfinite_weights > 0)
+           throw ArgumentError(
+               "--checkpoint " + m.source + ": " + std::to_string(m.nonfinite_weights) + " of " +
+               std::to_string(m.model->params().flat_params().numel()) +
+               " weights are inf or NaN (the run that saved them diverged): nothing to sample");
+         std::vector<int32_t> prompt;
+         for (unsigned char c : f->prompt) prompt.push_back(c);
+         if (!f->logits_json.empty()) write_logits(*m.model, prompt, f->logits_json);
+         // Streamed: the prompt, then each token as soon as it is drawn.
+         std::fwrite(f->prompt.data(), 1, f->prompt.size(), stdout);
+         std::fflush(stdout);
+         f->gen.on_token = [](int32_t t) {
+           if (t < 256)
+             std::fputc(t, stdout);
+           else
+             std::printf("<|%d|>", static_cast<int>(t));
+           std::fflush(stdout);
+         };
+         generate(*m.model, prompt, f->gen);
+         std::printf("\n");
+         if (std::fflush(stdout) != 0 || std::ferror(stdout))
+           throw IoError(std::string("cannot write the sample to stdout: ") + std::strerror(errno));
+         return 0;
+       }});
 }
 
 }  // namespace mixtrain::cli

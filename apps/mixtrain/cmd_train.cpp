@@ -7,7 +7,6 @@
 #include "commands.h"
 #include "mixtrain/dist/communicator.h"
 #include "mixtrain/train/trainer.h"
-#include "train/output_paths.h"
 #include "train/summary_json.h"
 #include "train_options.h"
 
@@ -30,19 +29,15 @@ void register_train(CLI::App& app, GlobalOptions& g, std::vector<Command>& comma
          if (json == "-") f->opt.quiet = true;
          if (json == "-" && f->opt.log_jsonl == "-")
            throw ArgumentError("--json and --log-jsonl - both write to stdout");
-         if (!json.empty() && json != "-") {
-           // Checked with the run's inputs and outputs before it trains.
-           RunPaths paths = train_run_paths(f->opt);
-           paths.outputs.push_back({"--json", json});
-           check_run_paths(paths);
-         }
+         if (!json.empty() && json != "-")  // checked with the run's inputs and outputs before it trains
+           f->opt.also_writes.push_back({"--json", json});
          install_stop_handlers();
          f->opt.stop_signal = &g_stop_signal;
          f->opt.world = &world();                       // MPI's ranks under mpirun, else this process
          const bool rank0 = f->opt.world->rank() == 0;  // the only one that reports
          try {
            const TrainSummary s = train(f->opt);
-           if (!rank0) return s.interrupted ? 128 + s.stop_signal : 0;
+           if (!rank0) return s.interrupted ? 128 + s.stop_signal : s.diverged ? kExitDiverged : 0;
            if (s.interrupted) {
              // Said on stderr too, so a --json consumer sees why the run is short.
              std::fprintf(stderr, "mixtrain: interrupted at step %lld by %s%s%s\n",
@@ -52,6 +47,8 @@ void register_train(CLI::App& app, GlobalOptions& g, std::vector<Command>& comma
            if (!json.empty()) write_file_atomic(json, summary_to_json(s).dump(2) + "\n");
            if (json == "-") {
              // The JSON is all stdout carries.
+           } else if (s.diverged) {
+             // The one-line error below says it.
            } else if (s.interrupted) {
              std::printf(
                  "interrupted at step %lld (%s): %lld of %lld steps, train loss %.4f, %.0f tokens/s%s%s\n",
@@ -69,6 +66,7 @@ void register_train(CLI::App& app, GlobalOptions& g, std::vector<Command>& comma
            }
            if (std::fflush(stdout) != 0 || std::ferror(stdout))
              throw IoError("cannot write the summary to stdout: " + std::string(std::strerror(errno)));
+           if (s.diverged) return report_divergence(s);
            return s.interrupted ? 128 + s.stop_signal : 0;
          } catch (const DivergedError& e) {
            if (!rank0) return kExitDiverged;

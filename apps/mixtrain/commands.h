@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "mixtrain/core/error.h"
+#include "mixtrain/train/training_run.h"
 
 namespace mixtrain {
 struct NumericsAdvice;
@@ -23,7 +24,10 @@ struct Command {
   std::function<int()> run;
 };
 
-// Applies --threads (to OpenMP and oneDNN) before a command runs.
+// --threads' range (and OMP_NUM_THREADS's, when it sets the count).
+constexpr int kMaxThreads = 4096;
+// Applies --threads (to OpenMP and oneDNN) before a command runs; without it, refuses an
+// OMP_NUM_THREADS outside [1, kMaxThreads] (ArgumentError).
 void apply_global_options(const GlobalOptions& g);
 // Writes text to path whole: "-" is stdout, a device or FIFO is written through, a regular file
 // (at a symlink's target) is replaced atomically (never half-written); every write checked.
@@ -37,6 +41,10 @@ void check_output_path(const std::string& path, const std::string& flag);
 // json_output(sub, path) after parsing: path, "-" when the flag was given bare, "" when not given.
 CLI::Option* add_json_option(CLI::App* sub, std::string& path, const std::string& what);
 std::string json_output(const CLI::App& sub, const std::string& path);
+
+// A run that returned diverged (TrainSummary::divergence: its final loss is not finite): the
+// one-line error on stderr, as for a run stopped by --max-bad-steps. Returns kExitDiverged.
+int report_divergence(const TrainSummary& s);
 
 // The command the user ran: the innermost parsed subcommand of app (app itself if none).
 const CLI::App& selected_command(const CLI::App& app);

@@ -11,15 +11,38 @@
 #include "commands.h"
 #include "kernels/backend.h"
 #include "mixtrain/core/error.h"
+#include "mixtrain/train/trainer.h"
 #include "train/output_paths.h"
 
 namespace mixtrain::cli {
+
+namespace {
+
+// OMP_NUM_THREADS, when it decides the thread count (no --threads), is held to --threads' range:
+// OpenMP would try to start what it says (100000 threads: a crash; 20000: a hang). Its first
+// entry is the count (a list sets nested levels, which mixtrain does not use).
+void check_omp_num_threads() {
+  const char* env = std::getenv("OMP_NUM_THREADS");
+  if (env == nullptr) return;
+  const std::string all(env);
+  const std::string first = all.substr(0, all.find(','));
+  const bool digits =
+      !first.empty() && first.size() <= 9 &&
+      std::all_of(first.begin(), first.end(), [](unsigned char c) { return std::isdigit(c); });
+  const long n = digits ? std::stol(first) : 0;
+  if (n < 1 || n > kMaxThreads)
+    throw ArgumentError("OMP_NUM_THREADS='" + all + "' must be a thread count in [1, " +
+                        std::to_string(kMaxThreads) + "], as --threads (which overrides it)");
+}
+
+}  // namespace
 
 void apply_global_options(const GlobalOptions& g) {
   if (g.threads > 0) {
     set_num_threads(g.threads);
     return;
   }
+  check_omp_num_threads();
   // Under mpirun the ranks on one machine share its cores: without --threads or OMP_NUM_THREADS
   // each takes its share (at least one), instead of every rank taking all of them.
   const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
@@ -38,6 +61,15 @@ void check_output_path(const std::string& path, const std::string& flag) {
   RunPaths p;
   p.outputs.push_back({flag, path});
   check_run_paths(p);
+}
+
+int report_divergence(const TrainSummary& s) {
+  std::fprintf(
+      stderr,
+      "mixtrain: error: training diverged: %s; lower --lr, enable --grad-clip, or use a precision with "
+      "loss scaling or fp32 master weights\n",
+      s.divergence.c_str());
+  return kExitDiverged;
 }
 
 CLI::Option* add_json_option(CLI::App* sub, std::string& path, const std::string& what) {

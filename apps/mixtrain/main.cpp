@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <charconv>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -34,6 +36,33 @@ void prefer_bounded_openmp_wait(char** argv) {
   // Not re-executed (no /proc): run as is, with the runtime's default policy.
 }
 
+// An integer flag's value must fit 64 bits: CLI11 clamps 99999999999999999999 to INT64_MAX
+// (`--steps` then ran "forever"). Added to every option CLI11 types as INT or UINT.
+void refuse_integer_overflow(CLI::App& app) {
+  for (CLI::Option* o : app.get_options()) {
+    const std::string type = o->get_type_name();  // "INT", or "INT:<its validators>"
+    const bool is_unsigned = type.rfind("UINT", 0) == 0;
+    if (type.rfind("INT", 0) != 0 && !is_unsigned) continue;
+    o->check(CLI::Validator(
+        [is_unsigned](std::string& v) -> std::string {
+          const char* b = v.data();
+          const char* e = b + v.size();
+          std::from_chars_result r;
+          if (is_unsigned) {
+            uint64_t x = 0;
+            r = std::from_chars(b, e, x);
+          } else {
+            int64_t x = 0;
+            r = std::from_chars(b, e, x);
+          }
+          if (r.ec == std::errc::result_out_of_range) return "value " + v + " does not fit in 64 bits";
+          return "";
+        },
+        ""));
+  }
+  for (CLI::App* sub : app.get_subcommands({})) refuse_integer_overflow(*sub);
+}
+
 }  // namespace
 
 int run_main(int argc, char** argv);
@@ -52,7 +81,7 @@ int run_main(int argc, char** argv) {
   app.fallthrough();  // global options (--threads) may follow the subcommand
   GlobalOptions global;
   app.add_option("--threads", global.threads, "Threads for every kernel (default: all cores)")
-      ->check(CLI::Range(1, 4096));
+      ->check(CLI::Range(1, kMaxThreads));
 
   std::vector<Command> commands;
   register_info(app, global, commands);
@@ -65,6 +94,7 @@ int run_main(int argc, char** argv) {
   register_numerics(app, global, commands);
   register_finetune(app, global, commands);
 
+  refuse_integer_overflow(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -66,7 +66,8 @@ void add_train_flags(CLI::App* sub, TrainFlags& f, bool with_precision) {
       ->capture_default_str();
   sub->add_option("--log-jsonl", o.log_jsonl, "Write one JSON line per step to FILE (-: stdout)");
   sub->add_flag("--overwrite", o.overwrite,
-                "Replace an existing --log-jsonl or --numerics file (a resumed run appends to it)");
+                "Replace an existing --log-jsonl or --numerics file (a resumed run appends to it), or "
+                "finetune's --save directory");
   sub->add_option(
       "--max-data-bytes", o.max_data_bytes,
       "Refuse --data larger than this (default 4 GiB); needed to read a stream: - (stdin) or a FIFO");
@@ -169,6 +170,15 @@ void TrainFlags::finish(const std::vector<PrecisionMode>& precisions) {
   if (given("--seq-len") && opt.seq_len <= 0)
     throw ArgumentError("--seq-len must be positive, got " + std::to_string(opt.seq_len) +
                         " (leave it out for the model's block size)");
+  // A given 0 is not "unset": it is refused with what omitting the flag does.
+  if (given("--save-every") && opt.checkpoint.save_every <= 0)
+    throw ArgumentError("--save-every must be a step count >= 1, got " +
+                        std::to_string(opt.checkpoint.save_every) +
+                        " (without it a checkpoint is saved at the last step only)");
+  if (given("--max-data-bytes") && opt.max_data_bytes <= 0)
+    throw ArgumentError("--max-data-bytes must be a byte count >= 1, got " +
+                        std::to_string(opt.max_data_bytes) +
+                        " (without it --data may be a regular file of up to 4 GiB)");
   if (given("--stop-after") && opt.checkpoint.stop_after <= 0)
     throw ArgumentError("--stop-after must be a step >= 1, got " + std::to_string(opt.checkpoint.stop_after));
   if (given("--stop-after") && opt.checkpoint.stop_after >= opt.steps)

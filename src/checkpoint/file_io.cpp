@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 
@@ -45,11 +46,21 @@ void fsync_directory(const std::string& dir) {
 
 void write_file_durable(const std::string& path, const void* data, size_t n) {
   const std::filesystem::path target(path);
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw IoError("cannot write " + path + ": cannot create " + tmp + ": " + errno_text());
-  bool ok = write_all(fd, data, n);
-  std::string why = ok ? "" : "write failed: " + errno_text();
+  // The temporary file beside the target, under a name nobody can predict, created new
+  // (mkostemp: O_CREAT | O_EXCL, so never through a link or over a file planted there).
+  std::string tmp = path + ".tmp.XXXXXX";
+  const int fd = ::mkostemp(tmp.data(), O_CLOEXEC);
+  if (fd < 0)
+    throw IoError("cannot write " + path + ": cannot create a temporary file beside it: " + errno_text());
+  bool ok = true;
+  std::string why;
+  if (::fchmod(fd, 0644) != 0) {  // mkostemp makes it 0600; the files written are 0644
+    ok = false;
+    why = "chmod failed: " + errno_text();
+  } else if (!write_all(fd, data, n)) {
+    ok = false;
+    why = "write failed: " + errno_text();
+  }
   if (ok && ::fsync(fd) != 0) {
     ok = false;
     why = "fsync failed: " + errno_text();

@@ -7,6 +7,7 @@
 #include "checkpoint/file_io.h"
 #include "checkpoint/gpt_weights.h"
 #include "checkpoint/json_input.h"
+#include "kernels/numeric_stats.h"
 #include "mixtrain/core/error.h"
 #include "models/gpt_config_json.h"
 
@@ -92,6 +93,7 @@ InferenceModel load_gpt_for_inference(const std::string& path, int64_t n_head,
     }
     out.model = build_and_load(cfg, f);
     out.source = path;
+    out.nonfinite_weights = numeric_stats(out.model->params().flat_params()).nonfinite;
     return out;
   }
   // A checkpoint or a directory of them: the config is the manifest's, the weights model.safetensors.
@@ -109,6 +111,7 @@ InferenceModel load_gpt_for_inference(const std::string& path, int64_t n_head,
   n_head_unused("the checkpoint's manifest");
   out.source = c->path;
   out.step = c->step;
+  out.nonfinite_weights = numeric_stats(out.model->params().flat_params()).nonfinite;
   return out;
 }
 

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "checkpoint/file_io.h"
+#include "checkpoint/json_input.h"
 #include "core/cpu_features.h"
 #include "mixtrain/core/error.h"
 #include "report/report.h"
@@ -17,10 +18,14 @@
 namespace mixtrain {
 namespace {
 namespace fs = std::filesystem;
+// What report_from_inputs records as it reads (the caller's, or a local one).
+thread_local ReportRead* g_read = nullptr;
+void note_file(const std::string& path) { g_read->files.push_back(path); }
 using json = nlohmann::ordered_json;
 constexpr uint64_t kMaxInputBytes = uint64_t{1} << 30;
 
 std::string read_text(const std::string& path) {
+  note_file(path);
   const std::vector<uint8_t> b = read_file_bounded(path, kMaxInputBytes, "report input");
   return std::string(b.begin(), b.end());
 }
@@ -34,17 +39,24 @@ json step_of(const json& line) {
   return s;
 }
 
-// A step log: one JSON object with an integer "step" per line.
+// A step log: one JSON object with an integer "step" per line. Read as every untrusted input is
+// (a regular file of at most kMaxInputBytes: not a FIFO that never ends or /dev/zero; each line
+// at most 64 levels deep, no duplicate keys), also when a compare JSON names it.
 std::vector<json> read_step_log(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw IoError("cannot read step log " + path);
+  note_file(path);
+  const std::vector<uint8_t> bytes = read_file_bounded(path, kMaxInputBytes, "step log");
+  const std::string_view text(reinterpret_cast<const char*>(bytes.data()), bytes.size());
   std::vector<json> lines;
-  std::string line;
-  for (int64_t n = 1; std::getline(in, line); ++n) {
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    json j = json::parse(line, nullptr, false);
-    if (j.is_discarded() || !j.is_object() || !j.contains("step") || !j["step"].is_number_integer())
-      throw IoError("step log " + path + " line " + std::to_string(n) + ": not a step-log JSON object");
+  size_t at = 0;
+  for (int64_t n = 1; at < text.size(); ++n) {
+    const size_t end = std::min(text.find('\n', at), text.size());
+    const std::string_view line = text.substr(at, end - at);
+    at = end + 1;
+    if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
+    const std::string where = "step log " + path + " line " + std::to_string(n);
+    json j = parse_untrusted_ordered_json(line, where);
+    if (!j.is_object() || !j.contains("step") || !j["step"].is_number_integer())
+      throw IoError(where + ": not a step-log JSON object");
     lines.push_back(std::move(j));
   }
   return lines;
@@ -91,7 +103,8 @@ std::vector<json> log_lines_from_events(const std::string& dir, json& memory_mib
                                                             {"amp/skipped", "skipped"},
                                                             {"train/tokens_per_s", "tokens_per_s"}};
   std::vector<json> lines;
-  for (const ScalarEvent& e : read_scalar_events(dir)) {
+  for (const std::string& f : list_event_files(dir)) note_file(f);
+  for (const ScalarEvent& e : read_scalar_events(dir, &g_read->warnings)) {
     json l;
     l["step"] = e.step;
     for (const auto& [tag, v] : e.values) {
@@ -147,8 +160,8 @@ void add_compare(json& report, const std::string& path, const json& cmp) {
       if (fs::exists(log))
         run["steps"] = report_steps_from_log_lines(read_step_log(log));
       else
-        std::fprintf(stderr, "mixtrain: warning: report: no curves for %s: its step log %s is missing\n",
-                     label.c_str(), log.c_str());
+        g_read->warnings.push_back("report: no curves for " + printable(label) + ": its step log " +
+                                   printable(log, 200) + " is missing");
     }
     report["runs"].push_back(run);
   }
@@ -190,7 +203,12 @@ json report_steps_from_log_lines(const std::vector<json>& lines) {
   return steps;
 }
 
-json report_from_inputs(const std::vector<std::string>& paths) {
+json report_from_inputs(const std::vector<std::string>& paths, ReportRead* read) {
+  ReportRead local;
+  g_read = read != nullptr ? read : &local;
+  struct Reset {
+    ~Reset() { g_read = nullptr; }
+  } reset;
   json report;
   report["title"] = "mixtrain report";
   report["sources"] = paths;
@@ -217,10 +235,15 @@ json report_from_inputs(const std::vector<std::string>& paths) {
       continue;
     }
     const std::string text = read_text(path);
-    const json whole = json::parse(text, nullptr, false);
-    if (!whole.is_discarded() && whole.is_object() && whole.contains("runs")) {
-      add_compare(report, path, whole);
-      continue;
+    // A compare JSON (one object with "runs"), else a step log (one object a line). Both through
+    // the bounded parser (depth, duplicate keys); json::accept only checks the syntax, building
+    // nothing (a deep tree would overflow the stack when freed).
+    if (json::accept(text)) {
+      const json whole = parse_untrusted_ordered_json(text, "report input " + path);
+      if (whole.is_object() && whole.contains("runs")) {
+        add_compare(report, path, whole);
+        continue;
+      }
     }
     std::vector<json> lines = read_step_log(path);
     if (lines.empty()) throw IoError("report input " + path + ": no step in it");

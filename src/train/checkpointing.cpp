@@ -179,6 +179,7 @@ bool CheckpointHook::should_stop(TrainingRun& r, const StepRecord& rec) {
     nlohmann::ordered_json info;
     info["precision"] = std::string(precision_spec(opt_.precision).name);
     info["model"] = manifest_model(r);
+    if (nlohmann::json t = task_state(); !t.is_null()) info["task_state"] = std::move(t);
     const std::string saved = write_checkpoint(c.dir, step, files, info);
     prune_checkpoints(c.dir, c.keep);
     r.summary().checkpoint_path = saved;
@@ -294,6 +295,7 @@ int64_t CheckpointHook::restore(TrainingRun& r) {
   } catch (const ArgumentError& e) {
     throw IoError(bad + "loss scaler state: " + e.what());
   }
+  restore_task_state(found->info.contains("task_state") ? found->info["task_state"] : nlohmann::json());
   Tensor flat = store.flat_params();  // shares the storage
   flat.copy_from(s.params);
   store.flat_params().storage()->bump_version();  // cached autocast copies are stale

@@ -75,6 +75,10 @@ class CheckpointHook : public TrainingHook {
   virtual nlohmann::json manifest_model(TrainingRun& run) const = 0;
   // A run without resume, before the directory is prepared (GPT: the weights of init_from).
   virtual void start_fresh() {}
+  // The task's own state at the step (the manifest's "task_state"; null: none), and its restore
+  // from a checkpoint's (null for one saved without it).
+  virtual nlohmann::json task_state() const { return nullptr; }
+  virtual void restore_task_state(const nlohmann::json&) {}
 
   int64_t restore(TrainingRun& run);
   void prepare_directory(int64_t start) const;

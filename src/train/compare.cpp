@@ -2,6 +2,7 @@
 #include "mixtrain/train/compare.h"
 
 #include <algorithm>
+#include <cmath>
 #include <sstream>
 
 #include "kernels/backend.h"
@@ -92,8 +93,8 @@ CompareResult compare_precisions(const TrainOptions& base, const std::vector<Com
     o.quiet = true;
     o.log_jsonl = compare_log_path(base.log_jsonl, e);
     o.numerics.path = compare_log_path(base.numerics.path, e);  // one numerics log per mode
-    if (!o.tensorboard_dir
-             .empty()) {  // one TensorBoard run per mode (appended in two: GCC 12 warns, falsely)
+    // One TensorBoard run per mode (appended in two: GCC 12 warns, falsely).
+    if (!o.tensorboard_dir.empty()) {
       o.tensorboard_dir += '/';
       o.tensorboard_dir += tag_of(e);
     }
@@ -112,7 +113,8 @@ CompareResult compare_precisions(const TrainOptions& base, const std::vector<Com
     }
     run.memory = run.summary.memory;  // this run's (its set-up reset the peaks)
     if (result.runs.empty()) base_tok_s = run.summary.tokens_per_s;
-    run.speedup = base_tok_s > 0 ? run.summary.tokens_per_s / base_tok_s : 0.0;
+    // No speed-up for a run that diverged: its steps were skipped, which is cheap.
+    run.speedup = run.summary.diverged ? NAN : base_tok_s > 0 ? run.summary.tokens_per_s / base_tok_s : 0.0;
     result.runs.push_back(run);
     if (on_run) on_run(result.runs.back());
   }

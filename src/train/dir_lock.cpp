@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -18,9 +19,19 @@ DirectoryLock::DirectoryLock(const std::string& dir, const std::string& what) {
   std::filesystem::create_directories(dir, ec);
   if (ec) throw IoError({what}, what + ": cannot create directory " + dir + ": " + ec.message());
   const std::string path = (std::filesystem::path(dir) / ".lock").string();
-  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  // Never through a symbolic link (one planted at DIR/.lock would make the run truncate its
+  // target) and only a regular file (O_NONBLOCK: a FIFO there must not hang the open).
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
+  if (fd_ < 0 && errno == ELOOP)
+    throw IoError({what}, what + ": the lock file " + path + " is a symbolic link: refused (remove it)");
   if (fd_ < 0)
     throw IoError({what}, what + ": cannot create the lock file " + path + ": " + std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd_);
+    fd_ = -1;
+    throw IoError({what}, what + ": the lock file " + path + " is not a regular file: refused (remove it)");
+  }
   if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;
     char buf[32] = {};

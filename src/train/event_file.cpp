@@ -143,10 +143,19 @@ int64_t trim_event_files(const std::string& dir, int64_t step) {
   return dropped;
 }
 
-std::vector<ScalarEvent> read_scalar_events(const std::string& dir) {
+std::vector<ScalarEvent> read_scalar_events(const std::string& dir, std::vector<std::string>* warnings) {
   std::vector<ScalarEvent> out;
   for (const std::string& path : list_event_files(dir)) {
-    for (const std::string& r : tfrecord_parse(read_whole(path))) {
+    const std::string bytes = read_whole(path);
+    size_t valid = 0;
+    const std::vector<std::string> records = tfrecord_parse(bytes, &valid);
+    if (valid < bytes.size() && warnings != nullptr)
+      warnings->push_back("event file " + printable(path, 200) + ": the record at byte " +
+                          std::to_string(valid) +
+                          " is corrupt or torn (its length or CRC does not match): the " +
+                          std::to_string(bytes.size() - valid) + " bytes from there are dropped, the " +
+                          std::to_string(records.size()) + " records before it kept");
+    for (const std::string& r : records) {
       tensorboard::Event e;
       if (!e.ParseFromString(r))
         throw IoError("event file " + path + ": a record is not a TensorBoard Event");

@@ -45,7 +45,10 @@ class EventFileWriter {
 int64_t trim_event_files(const std::string& dir, int64_t step);
 
 // Every scalar in the event files of `dir`, in reading order: IoError naming a file that cannot
-// be read or a record that is not an Event.
-std::vector<ScalarEvent> read_scalar_events(const std::string& dir);
+// be read or a record that is not an Event. A file whose records stop at a corrupt one (a CRC
+// that does not match, a bogus length, a torn tail) keeps the records before it; `warnings`, when
+// given, gets one line for it naming the file, the byte offset and the bytes dropped.
+std::vector<ScalarEvent> read_scalar_events(const std::string& dir,
+                                            std::vector<std::string>* warnings = nullptr);
 
 }  // namespace mixtrain

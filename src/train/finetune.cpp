@@ -52,6 +52,19 @@ void FinetuneOptions::validate() const {
     throw ArgumentError({"train_path", "test_path"}, "train_path and test_path go together");
   if (train.steps < 0) bad("steps", " must be >= 0 (0: every epoch), got " + std::to_string(train.steps));
   if (train.eval_batches < 0) bad("eval_batches", " must be >= 0 (0: the whole test set)");
+  if (!save_dir.empty()) {
+    // The save never replaces the pretrained model, nor silently an earlier save.
+    std::error_code ec;
+    const std::string model = model_dir.empty() ? builtin_data_path(kDefaultEncoderModel) : model_dir;
+    if (fs::exists(save_dir, ec) && fs::equivalent(save_dir, model, ec))
+      throw ArgumentError({"save_dir", "model_dir"}, "save_dir " + save_dir + " is the model_dir " + model +
+                                                         ": saving would replace the pretrained model");
+    if (fs::is_directory(save_dir, ec) && !fs::is_empty(save_dir, ec) && !train.overwrite)
+      throw ArgumentError({"save_dir", "overwrite"},
+                          "save_dir " + save_dir +
+                              " exists and is not empty (an earlier save?): choose "
+                              "another directory, or overwrite to replace it");
+  }
   if (!train.checkpoint.init_from.empty())
     throw ArgumentError({"checkpoint.init_from"},
                         "checkpoint.init_from does not apply to a fine-tune (model_dir is the start)");
@@ -111,39 +124,40 @@ std::string data_checksum(const ClassificationBatches& d) {
 // prints a line for it.
 class EpochHook final : public TrainingHook {
  public:
-  EpochHook(FinetuneSummary& out, int64_t steps_per_epoch, int64_t epochs, bool quiet)
-      : out_(out), per_epoch_(steps_per_epoch), epochs_(epochs), quiet_(quiet) {}
+  EpochHook(FinetuneSummary& out, EpochSums& sums, int64_t steps_per_epoch, int64_t epochs, bool quiet)
+      : out_(out), sums_(sums), per_epoch_(steps_per_epoch), epochs_(epochs), quiet_(quiet) {}
   void on_step_end(TrainingRun& run, const StepRecord& r) override {
-    loss_sum_ += r.loss;
-    ++steps_;
+    sums_.loss_sum += r.loss;
+    ++sums_.steps;
     out_.train_seconds += r.seconds;
     const bool end = r.step % per_epoch_ == 0 || r.step == run.config().steps;
     if (!r.evaluated || !end) return;
     FinetuneEpoch e;
     e.epoch = (r.step + per_epoch_ - 1) / per_epoch_;
     e.step = r.step;
-    e.train_loss = loss_sum_ / double(steps_);
+    e.train_loss = sums_.loss_sum / double(sums_.steps);
     e.test_loss = r.val_loss;
     e.test_accuracy = r.val_accuracy;
     e.elapsed_s = r.elapsed_s;
     out_.epochs.push_back(e);
-    loss_sum_ = 0;
-    steps_ = 0;
+    sums_ = EpochSums{};
     if (quiet_) return;
+    char accuracy[32] = "none (non-finite loss)";
+    if (std::isfinite(e.test_accuracy))
+      std::snprintf(accuracy, sizeof accuracy, "%.2f%%", 100 * e.test_accuracy);
     std::printf(
-        "epoch %lld/%lld (step %lld): train loss %.4f, test loss %.4f, test accuracy %.2f%% (majority "
-        "%.2f%%), %.0f s\n",
+        "epoch %lld/%lld (step %lld): train loss %.4f, test loss %.4f, test accuracy %s (majority %.2f%%), "
+        "%.0f s\n",
         static_cast<long long>(e.epoch), static_cast<long long>(epochs_), static_cast<long long>(e.step),
-        e.train_loss, e.test_loss, 100 * e.test_accuracy, 100 * out_.majority_baseline, e.elapsed_s);
+        e.train_loss, e.test_loss, accuracy, 100 * out_.majority_baseline, e.elapsed_s);
     std::fflush(stdout);
   }
 
  private:
   FinetuneSummary& out_;
+  EpochSums& sums_;  // the recipe's: the checkpoint saves and restores it
   int64_t per_epoch_, epochs_;
   bool quiet_;
-  double loss_sum_ = 0;
-  int64_t steps_ = 0;
 };
 
 // Sequence classification: a pretrained encoder with a new head (models/encoder.h) on labelled
@@ -157,6 +171,11 @@ class ClassificationRecipe final : public Recipe {
 
   std::vector<RecipePath> inputs(const TrainOptions&) const override {
     std::vector<RecipePath> p{{"model_dir", dir_}};
+    // Each file of the model directory (config.json, model.safetensors, vocab.txt, ...): no output
+    // may replace one.
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(dir_, ec))
+      if (e.is_regular_file(ec)) p.push_back({"model_dir", e.path().string()});
     if (!o_.train_path.empty()) p.push_back({"train_path", o_.train_path});
     if (!o_.test_path.empty()) p.push_back({"test_path", o_.test_path});
     return p;
@@ -216,12 +235,13 @@ class ClassificationRecipe final : public Recipe {
     run_options["epochs"] = o_.epochs;
     run_options["pooling"] = o_.pooling == Pooling::cls ? "cls" : "mean";
     run_options["dropout"] = o_.dropout;
-    return std::make_unique<FinetuneCheckpointing>(one_process, std::move(run_options));
+    return std::make_unique<FinetuneCheckpointing>(one_process, std::move(run_options), epoch_);
   }
   void add_hooks(TrainingRun& run, const TrainOptions& t) override {
     out_.epochs.clear();  // this run's (a memory prediction runs first)
     out_.train_seconds = 0;
-    run.add_hook(std::make_unique<EpochHook>(out_, out_.steps_per_epoch, o_.epochs, t.quiet));
+    epoch_ = EpochSums{};  // a resumed run's checkpoint restores the sums of its epoch
+    run.add_hook(std::make_unique<EpochHook>(out_, epoch_, out_.steps_per_epoch, o_.epochs, t.quiet));
     if (t.quiet) return;
     std::printf(
         "fine-tuning %s on %s: %lld train / %lld test examples, %zu labels, %lld steps (%lld per epoch), "
@@ -245,6 +265,7 @@ class ClassificationRecipe final : public Recipe {
   std::unique_ptr<WordPieceTokenizer> tokenizer_;
   std::unique_ptr<ClassificationBatches> data_;
   FinetuneSummary out_;
+  EpochSums epoch_;
 };
 
 }  // namespace

@@ -2,6 +2,8 @@
 // (train/finetune_checkpointing.h); saving and resuming are CheckpointHook's.
 #include "train/finetune_checkpointing.h"
 
+#include <cstdlib>
+
 #include "checkpoint/gpt_weights.h"
 
 namespace mixtrain {
@@ -37,8 +39,25 @@ nlohmann::json with_shared(nlohmann::json run_options, const TrainOptions& opt) 
 
 }  // namespace
 
-FinetuneCheckpointing::FinetuneCheckpointing(const TrainOptions& opt, nlohmann::json run_options)
-    : CheckpointHook(opt, with_shared(std::move(run_options), opt), "the run's last step") {}
+FinetuneCheckpointing::FinetuneCheckpointing(const TrainOptions& opt, nlohmann::json run_options,
+                                             EpochSums& epoch)
+    : CheckpointHook(opt, with_shared(std::move(run_options), opt), "the run's last step"), epoch_(epoch) {}
+
+nlohmann::json FinetuneCheckpointing::task_state() const {
+  return {{"epoch_loss_sum", json_number(epoch_.loss_sum)}, {"epoch_steps", epoch_.steps}};
+}
+
+void FinetuneCheckpointing::restore_task_state(const nlohmann::json& s) {
+  if (s.is_null()) return;  // saved before the epoch's sums were kept: the mean covers this part
+  const auto& sum = s.value("epoch_loss_sum", nlohmann::json());
+  const auto& steps = s.value("epoch_steps", nlohmann::json());
+  const bool ok =
+      (sum.is_number() || sum.is_string()) && steps.is_number_integer() && steps.get<int64_t>() >= 0;
+  if (!ok) throw IoError("checkpoint manifest: task_state is not {epoch_loss_sum, epoch_steps}");
+  epoch_.loss_sum =
+      sum.is_number() ? sum.get<double>() : std::strtod(sum.get<std::string>().c_str(), nullptr);
+  epoch_.steps = steps.get<int64_t>();
+}
 
 std::vector<uint8_t> FinetuneCheckpointing::weights_file(TrainingRun& r) const {
   return model_safetensors_writer(r.model()).serialize();

@@ -17,16 +17,27 @@
 
 namespace mixtrain {
 
+// The running sums of the epoch in progress (its train_loss is their mean), kept in a checkpoint
+// so that a resumed epoch's mean covers the steps before the resume too.
+struct EpochSums {
+  double loss_sum = 0;
+  int64_t steps = 0;
+};
+
 class FinetuneCheckpointing final : public CheckpointHook {
  public:
   // opt: the run's shared options (checkpoint, seed, quiet, ...); run_options: everything else
   // that shapes the trajectory (model config, data checksum, max_len, epochs, ...), compared on
   // resume together with the optimizer, precision and scaler options of `opt`.
-  FinetuneCheckpointing(const TrainOptions& opt, nlohmann::json run_options);
+  // epoch: the EpochSums the run's epoch hook adds to (saved and restored with the checkpoint).
+  FinetuneCheckpointing(const TrainOptions& opt, nlohmann::json run_options, EpochSums& epoch);
 
  private:
   std::vector<uint8_t> weights_file(TrainingRun& run) const override;
   nlohmann::json manifest_model(TrainingRun& run) const override;
+  nlohmann::json task_state() const override;
+  void restore_task_state(const nlohmann::json& state) override;
+  EpochSums& epoch_;
 };
 
 }  // namespace mixtrain

@@ -152,6 +152,7 @@ TrainSummary run_recipe(Recipe& recipe, const TrainOptions& opt_in) {
     // Every path checked, and the checkpoint directory locked, before anything is loaded or trained.
     RunPaths paths = train_run_paths(opt);
     for (const RecipePath& p : recipe.inputs(opt)) paths.inputs.push_back({p.what, p.path});
+    for (const TrainOptions::OutputFile& f : opt.also_writes) paths.outputs.push_back({f.what, f.path});
     if (ranks.world == nullptr || ranks.world->rank() == 0)  // the rank that writes
       for (const RecipePath& p : recipe.output_dirs(opt)) paths.output_dirs.push_back({p.what, p.path});
     check_run_paths(paths);

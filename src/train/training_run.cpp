@@ -124,6 +124,8 @@ TrainingRun::Evaluation TrainingRun::evaluate() {
   Evaluation e;
   if (sums.rows > 0) e.loss = sums.loss_sum / static_cast<double>(sums.rows);
   if (sums.scored > 0) e.accuracy = static_cast<double>(sums.correct) / static_cast<double>(sums.scored);
+  // The arg max of non-finite logits is no prediction: a non-finite loss has no accuracy.
+  if (!std::isfinite(e.loss)) e.accuracy = NAN;
   return e;
 }
 
@@ -332,6 +334,17 @@ TrainSummary TrainingRun::run() {
     summary_.val_loss = summary_.val_accuracy = NAN;
   }
   finish_summary();
+  if (summary_.steps == config_.steps && !summary_.interrupted && !std::isfinite(summary_.val_loss)) {
+    // Ended short of max_bad_steps non-finite steps in a row, but with a non-finite final loss:
+    // its results mean nothing, and its speed is that of skipped steps. Returned (the summary is
+    // the result), flagged as diverged: the CLI exits 3 on it, compare claims no speed-up.
+    summary_.diverged = true;
+    summary_.val_accuracy = NAN;
+    summary_.divergence = "the final evaluation's loss is " +
+                          std::string(std::isnan(summary_.val_loss) ? "NaN" : "infinite") + " (" +
+                          std::to_string(summary_.skipped_steps) + " of " + std::to_string(summary_.steps) +
+                          " steps skipped)";
+  }
   for (auto& h : hooks_) h->on_run_end(*this, summary_);
   return summary_;
 }

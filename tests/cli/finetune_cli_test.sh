@@ -33,8 +33,19 @@ PY
 # Stopped after step 17 (inside epoch 2), resumed: the same step log, value for value.
 CK="$TMP/ck"
 expect_exit 0 "first part" -- "${FT[@]}" --log-jsonl "$TMP/resumed.jsonl" --checkpoint-dir "$CK" --stop-after 17
-expect_exit 0 "resumed part" -- "${FT[@]}" --log-jsonl "$TMP/resumed.jsonl" --checkpoint-dir "$CK" --resume "$CK"
+expect_exit 0 "resumed part" -- "${FT[@]}" --log-jsonl "$TMP/resumed.jsonl" --checkpoint-dir "$CK" --resume "$CK" \
+  --json "$TMP/r.json"
 if msg=$(same_log "$TMP/straight.jsonl" "$TMP/resumed.jsonl"); then pass; else fail "resumed run differs from the straight one: $msg"; fi
+# ... and each epoch's train loss is the straight run's, the one the resume cut too (its sums
+# travel in the checkpoint: the mean was of the steps after the resume only).
+python3 - "$TMP/s.json" "$TMP/r.json" <<'PY' && pass || fail "the resumed run's epoch train losses"
+import json, sys
+straight = {e["epoch"]: e for e in json.load(open(sys.argv[1]))["epochs"]}
+resumed = json.load(open(sys.argv[2]))["epochs"]
+assert [e["epoch"] for e in resumed] == [2, 3, 4], resumed
+for e in resumed:
+    assert e["train_loss"] == straight[e["epoch"]]["train_loss"], (e, straight[e["epoch"]])
+PY
 [ "$(wc -l <"$TMP/straight.jsonl")" = 48 ] && pass || fail "straight step log has $(wc -l <"$TMP/straight.jsonl") lines, expected 48"
 expect_exit 2 "resume with another weight decay" -- "${FT[@]}" --weight-decay 0.02 --checkpoint-dir "$CK" --resume "$CK"
 expect_stderr_has "options differ" "resume with another weight decay"
@@ -127,6 +138,33 @@ expect_exit 0 "numerics --task classify probes" -- "$MIXTRAIN" --threads 1 numer
 [ -s "$TMP/probes.jsonl" ] && pass || fail "numerics --task classify wrote no probes"
 expect_exit 2 "memory --task lm with a fine-tune flag" -- "$MIXTRAIN" memory --task lm --max-len 16
 expect_stderr_has "--max-len applies to --task classify, not lm" "memory --task lm with a fine-tune flag"
+
+# A fine-tune whose weights end non-finite (16-true at lr 10) is diverged (exit 3) and claims no
+# test accuracy (it printed 50.00% beside a NaN test loss).
+expect_exit 3 "fine-tune ending non-finite" -- "$MIXTRAIN" --threads 1 finetune --model "$M" --train "$TMP/train.tsv" \
+  --test "$TMP/test.tsv" --max-len 16 --batch-size 8 --epochs 1 --precision 16-true --lr 10 --json "$TMP/nan.json"
+expect_stderr_has "the final evaluation's loss is NaN" "fine-tune ending non-finite"
+grep -q "test accuracy none (non-finite loss)" "$TMP/out" && pass || fail "epoch line of a NaN fine-tune: $(grep epoch "$TMP/out")"
+python3 - "$TMP/nan.json" <<'PY' && pass || fail "the JSON of a fine-tune ending non-finite"
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["diverged"] is True and j["val_accuracy"] is None and j["epochs"][-1]["test_accuracy"] is None, j["epochs"]
+PY
+
+# No output over an input: --json over the training file or a file of the model directory, --save
+# into the model directory; an earlier save is replaced only with --overwrite.
+cp "$M/config.json" "$TMP/config.orig"
+cp "$TMP/train.tsv" "$TMP/train.orig"
+expect_exit 2 "--json over the model's config.json" -- "${FT[@]}" --steps 1 --json "$M/config.json"
+expect_stderr_has "is the same file as the --model input" "--json over the model's config.json"
+expect_exit 2 "--json over --train" -- "${FT[@]}" --steps 1 --json "$TMP/train.tsv"
+expect_stderr_has "is the same file as the --train input" "--json over --train"
+expect_exit 2 "--save into --model" -- "${FT[@]}" --steps 1 --save "$M"
+expect_stderr_has "is the --model $M: saving would replace the pretrained model" "--save into --model"
+cmp -s "$M/config.json" "$TMP/config.orig" && cmp -s "$TMP/train.tsv" "$TMP/train.orig" && pass || fail "an input was changed"
+expect_exit 2 "--save over an earlier save" -- "${FT[@]}" --steps 1 --save "$TMP/saved"
+expect_stderr_has "exists and is not empty (an earlier save?)" "--save over an earlier save"
+expect_exit 0 "--save over an earlier save with --overwrite" -- "${FT[@]}" --steps 1 --save "$TMP/saved" --overwrite
 
 # compare --task classify: the reference table, one row per mode, and its JSON.
 expect_exit 0 "compare --task classify" -- "$MIXTRAIN" --threads 1 compare --task classify --model "$M" \

@@ -54,6 +54,23 @@ expect_exit 2 "over --memory-limit" -- "${TRAIN[@]}" --steps 2 --memory-limit 40
 expect_stderr_has "(predicted peak) but --memory-limit allows 4096 bytes; --force tries anyway" "over --memory-limit"
 expect_exit 0 "--memory-limit above the peak" -- "${TRAIN[@]}" --steps 2 --memory-limit 1000000000000
 
+# OMP_NUM_THREADS, when it sets the thread count, is checked as --threads is (100000 crashed,
+# 20000 hung); --threads overrides it.
+NOTHREADS=("$MIXTRAIN" train --model "$TMP/tiny.json" --batch-size 4 --seq-len 16 --data "$TMP/text.txt" --steps 1)
+for v in 100000 20000; do
+  OMP_NUM_THREADS="$v" expect_exit 2 "OMP_NUM_THREADS=$v" -- timeout 60 "${NOTHREADS[@]}"
+  expect_stderr_has "OMP_NUM_THREADS='$v' must be a thread count in [1, 4096]" "OMP_NUM_THREADS=$v"
+done
+# (libgomp itself warns about these on stderr before mixtrain starts, and would ignore them.)
+for v in 0 abc -3; do
+  OMP_NUM_THREADS="$v" timeout 60 "${NOTHREADS[@]}" >"$TMP/out" 2>"$TMP/err"
+  rc=$?
+  [ "$rc" = 2 ] && grep -qF "mixtrain: error: OMP_NUM_THREADS='$v' must be a thread count" "$TMP/err" && pass ||
+    fail "OMP_NUM_THREADS=$v: exit $rc: $(head -c 300 "$TMP/err")"
+done
+OMP_NUM_THREADS=100000 expect_exit 0 "OMP_NUM_THREADS=100000 with --threads 2" -- timeout 60 "${NOTHREADS[@]}" --threads 2
+OMP_NUM_THREADS=2,1 expect_exit 0 "OMP_NUM_THREADS=2,1 (a nested list)" -- timeout 60 "${NOTHREADS[@]}"
+
 # --resume of a named checkpoint missing its manifest: exit 2, not a fresh start.
 expect_exit 0 "a checkpoint" -- "${TRAIN[@]}" --steps 2 --checkpoint-dir "$TMP/ck"
 rm "$TMP/ck/step-000002/manifest.json"
@@ -70,6 +87,17 @@ for flag in --checkpoint-dir --log-jsonl --data --resume --init-from; do
   expect_exit 2 "$flag ''" -- "${cmd[@]}" --steps 1
   expect_stderr_has "$flag: empty path" "$flag ''"
 done
+# ... and the ones that meant "unset" or were clamped: --save-every 0, --max-data-bytes 0, an
+# integer past 64 bits (it became INT64_MAX steps), --min-seconds nan.
+expect_exit 2 "--save-every 0" -- "${TRAIN[@]}" --steps 2 --checkpoint-dir "$TMP/ck0" --save-every 0
+expect_stderr_has "--save-every must be a step count >= 1, got 0" "--save-every 0"
+expect_exit 2 "--max-data-bytes 0" -- "${TRAIN[@]}" --steps 1 --max-data-bytes 0
+expect_stderr_has "--max-data-bytes must be a byte count >= 1, got 0" "--max-data-bytes 0"
+expect_exit 2 "--steps past 64 bits" -- timeout 60 "${TRAIN[@]}" --steps 99999999999999999999
+expect_stderr_has "99999999999999999999 does not fit in 64 bits" "--steps past 64 bits"
+expect_exit 2 "--seed past 64 bits" -- "${TRAIN[@]}" --steps 1 --seed 99999999999999999999
+expect_exit 2 "bench gemm --min-seconds nan" -- "$MIXTRAIN" bench gemm --min-seconds nan
+expect_stderr_has "--min-seconds must be a number in [0.01, 60]" "bench gemm --min-seconds nan"
 expect_exit 2 "--seed -1" -- "${TRAIN[@]}" --steps 1 --seed -1
 expect_stderr_has "--seed" "--seed -1"
 expect_exit 2 "--beta2 2" -- "${TRAIN[@]}" --steps 1 --beta2 2

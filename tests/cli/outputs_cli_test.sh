@@ -109,4 +109,29 @@ kill -9 "$holder"
 wait "$holder" 2>/dev/null
 expect_exit 0 "the lock dies with its holder" -- "${TRAIN[@]}" --steps 2 --checkpoint-dir "$TMP/locked" --resume "$TMP/locked"
 
+# A planted symlink at DIR/.lock (the lock is opened as root too): refused without following it,
+# its target untouched; a FIFO there is refused as well, without hanging.
+mkdir -p "$TMP/linklock"
+echo precious >"$TMP/victim"
+cp "$TMP/victim" "$TMP/victim.orig"
+ln -s "$TMP/victim" "$TMP/linklock/.lock"
+expect_exit 2 "a symlink at DIR/.lock" -- "${TRAIN[@]}" --steps 1 --checkpoint-dir "$TMP/linklock"
+expect_stderr_has ".lock is a symbolic link: refused" "a symlink at DIR/.lock"
+unchanged "$TMP/victim" "$TMP/victim.orig" "a symlink at DIR/.lock"
+rm "$TMP/linklock/.lock" && mkfifo "$TMP/linklock/.lock"
+expect_exit 2 "a FIFO at DIR/.lock" -- timeout 20 "${TRAIN[@]}" --steps 1 --checkpoint-dir "$TMP/linklock"
+expect_stderr_has ".lock is not a regular file: refused" "a FIFO at DIR/.lock"
+
+# An atomic write's temporary file has a name nobody can predict and is created new: a symlink
+# planted at the old name (FILE.tmp.<pid>, the pid the command runs as) is neither followed nor
+# renamed over FILE.
+(
+  ln -s "$TMP/victim" "$TMP/conv.json.tmp.$BASHPID"
+  exec "$MIXTRAIN" --threads 1 bench convert --mib 1 --json "$TMP/conv.json" >/dev/null 2>&1
+) && pass || fail "bench convert --json with a planted temporary name"
+unchanged "$TMP/victim" "$TMP/victim.orig" "a symlink planted at FILE.tmp.<pid>"
+[ -f "$TMP/conv.json" ] && [ ! -L "$TMP/conv.json" ] && grep -q gbytes_per_s "$TMP/conv.json" && pass ||
+  fail "the JSON is not a regular file of its own: $(ls -l "$TMP/conv.json")"
+[ -z "$(find "$TMP" -maxdepth 1 -name 'conv.json.tmp.??????')" ] && pass || fail "a temporary file was left behind"
+
 finish

@@ -97,4 +97,24 @@ expect_exit 0 "compare with divergence" -- "$MIXTRAIN" --threads 2 compare --mod
   --json "$TMP/div_cmp.json"
 python3 -c "import json,sys; j=json.load(open(sys.argv[1])); assert all(r['diverged'] for r in j['runs']), j['runs']; assert all(r['tokens_per_s'] > 0 for r in j['runs'])" "$TMP/div_cmp.json" && pass || fail "compare rows of diverged modes"
 
+# A run that ends with non-finite weights short of --max-bad-steps (16-true at lr 10: pure fp16
+# AdamW) is diverged: exit 3, no accuracy (null, not 0), diverged true; compare flags its row
+# and credits it no speed-up (its skipped steps are cheap), and goes on.
+expect_exit 3 "16-true at lr 10" -- "$MIXTRAIN" --threads 2 train --precision 16-true --lr 10 --steps 5 --json
+expect_stderr_has "the final evaluation's loss is NaN" "16-true at lr 10"
+python3 - "$TMP/out" <<'PY' && pass || fail "the summary of a run ending non-finite"
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["diverged"] is True and j["val_accuracy"] is None and j["val_loss"] is None, j
+PY
+expect_exit 0 "compare with a mode ending non-finite" -- "$MIXTRAIN" --threads 2 compare --precisions 32-true,16-true \
+  --lr 10 --steps 5 --json "$TMP/nonfinite.json"
+grep -qE '^16-true:nearest +[0-9]+ +- .* yes$' "$TMP/out" && pass || fail "compare row of a diverged mode: $(cat "$TMP/out")"
+python3 - "$TMP/nonfinite.json" <<'PY' && pass || fail "compare JSON of a diverged mode"
+import json, sys
+runs = {r["precision"]: r for r in json.load(open(sys.argv[1]))["runs"]}
+assert runs["16-true"]["diverged"] is True and runs["16-true"]["speedup"] is None, runs["16-true"]
+assert runs["32-true"]["speedup"] == 1.0 and runs["32-true"]["diverged"] is False, runs["32-true"]
+PY
+
 finish

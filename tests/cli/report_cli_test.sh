@@ -129,4 +129,52 @@ expect_exit 2 "directory without event files" -- "$MIXTRAIN" report "$TMP/empty"
 [ ! -e "$TMP/x.html" ] && pass || fail "a refused report wrote $TMP/x.html"
 expect_exit 2 "output in a missing directory" -- "$MIXTRAIN" report "$TMP/cmp.json" -o "$TMP/no/such/dir/r.html"
 
+# 5. Hostile inputs go through the bounded reader: nesting past 64 levels (a report of it used to
+# segfault), duplicate keys, and a step log that is no regular file (a FIFO blocked forever,
+# /dev/zero grew without end), also where a compare JSON names it.
+python3 -c "print('[' * 100000 + ']' * 100000)" >"$TMP/deep.json"
+expect_exit 2 "report of JSON nested 100000 deep" -- timeout 60 "$MIXTRAIN" report "$TMP/deep.json" -o "$TMP/x.html"
+expect_stderr_has "nests deeper than 64 levels" "report of JSON nested 100000 deep"
+python3 -c "print('{\"step\": 1, \"loss\": 1.0}'); print('{\"step\": 2, \"x\": ' + '[' * 100000 + ']' * 100000 + '}')" >"$TMP/deep.jsonl"
+expect_exit 2 "a step-log line nested 100000 deep" -- timeout 60 "$MIXTRAIN" report "$TMP/deep.jsonl" -o "$TMP/x.html"
+expect_stderr_has "$TMP/deep.jsonl line 2 nests deeper than 64 levels" "a step-log line nested deep"
+printf '{"step": 1, "loss": 2.0}\n{"step": 2, "loss": 1.0, "loss": 3.0}\n' >"$TMP/dup.jsonl"
+expect_exit 2 "a step log with a duplicate key" -- "$MIXTRAIN" report "$TMP/dup.jsonl" -o "$TMP/x.html"
+expect_stderr_has "line 2 has duplicate key 'loss'" "a step log with a duplicate key"
+mkfifo "$TMP/fifo.jsonl"
+python3 - "$TMP/cmp.json" "$TMP/cmp-fifo.json" "$TMP/fifo.jsonl" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+j["runs"][0]["log_jsonl"] = sys.argv[3]
+json.dump(j, open(sys.argv[2], "w"))
+PY
+expect_exit 2 "a compare JSON naming a FIFO as a step log" -- timeout 60 "$MIXTRAIN" report "$TMP/cmp-fifo.json" -o "$TMP/x.html"
+expect_stderr_has "not a regular file" "a compare JSON naming a FIFO"
+expect_exit 2 "a step log that is /dev/zero" -- timeout 60 "$MIXTRAIN" report /dev/zero -o "$TMP/x.html"
+[ ! -e "$TMP/x.html" ] && pass || fail "a refused report wrote $TMP/x.html"
+
+# 6. A corrupt TensorBoard record (a byte flipped mid-file): the records before it are kept, with a
+# warning naming the file and the offset (it was dropped silently); --strict refuses the input.
+cp -r "$TMP/tb/32-true" "$TMP/tb-bad"
+ev="$(ls "$TMP/tb-bad"/events.out.tfevents.* | head -n 1)"
+python3 - "$ev" <<'PY'
+import sys
+b = bytearray(open(sys.argv[1], "rb").read())
+b[len(b) * 3 // 5] ^= 0xFF
+open(sys.argv[1], "wb").write(b)
+PY
+expect_exit 0 "report of a corrupt event file" -- "$MIXTRAIN" report "$TMP/tb-bad" -o "$TMP/bad-tb.html"
+expect_stderr_has "mixtrain: warning: event file $ev: the record at byte" "report of a corrupt event file"
+expect_stderr_has "records before it kept" "report of a corrupt event file"
+rm -f "$TMP/x.html"
+expect_exit 2 "report --strict of a corrupt event file" -- "$MIXTRAIN" report --strict "$TMP/tb-bad" -o "$TMP/x.html"
+[ ! -e "$TMP/x.html" ] && pass || fail "report --strict wrote a report"
+
+# 7. -o over one of its own inputs, or over a step log a compare JSON names: refused, kept.
+cp "$TMP/logs/c.32-true.jsonl" "$TMP/log.orig"
+expect_exit 2 "report -o over its step-log input" -- "$MIXTRAIN" report "$TMP/logs/c.32-true.jsonl" -o "$TMP/logs/c.32-true.jsonl"
+expect_stderr_has "same file as the report input" "report -o over its step-log input"
+expect_exit 2 "report -o over a step log the compare JSON names" -- "$MIXTRAIN" report "$TMP/cmp.json" -o "$TMP/logs/c.32-true.jsonl"
+cmp -s "$TMP/logs/c.32-true.jsonl" "$TMP/log.orig" && pass || fail "report -o changed its input"
+
 finish

@@ -161,4 +161,19 @@ if [ $? = 0 ] && grep -q "skipping invalid checkpoint: checkpoint $C/step-000020
 expect_exit 2 "corrupt checkpoint named" -- "${SAMPLE[@]}" --checkpoint "$C/step-000020"
 expect_stderr_has "CRC-32" "corrupt checkpoint named"
 
+# Weights that are inf or NaN (a diverged run's): refused with a word, not sampled into 0xFF bytes.
+python3 - "$C/step-000020/model.safetensors" "$TMP/nan.safetensors" <<'PY'
+import json, struct, sys
+b = bytearray(open(sys.argv[1], "rb").read())
+n = struct.unpack("<Q", b[:8])[0]
+head = json.loads(b[8:8 + n])
+name, t = next((k, v) for k, v in head.items() if k != "__metadata__" and v["dtype"] == "F32")
+start = 8 + n + t["data_offsets"][0]
+b[start:start + 8] = struct.pack("<ff", float("nan"), float("inf"))
+open(sys.argv[2], "wb").write(b)
+PY
+expect_exit 2 "sample from NaN weights" -- "${SAMPLE[@]}" --checkpoint "$TMP/nan.safetensors"
+expect_stderr_has "2 of " "sample from NaN weights"
+expect_stderr_has "weights are inf or NaN (the run that saved them diverged)" "sample from NaN weights"
+
 finish

@@ -38,8 +38,14 @@ golden_record() {
     set -- $line
     local name="$1"
     shift
-    "$bin" "${GOLDEN_COMMON[@]}" "$@" --log-jsonl "$tmp/$name.jsonl" >"$tmp/$name.out" 2>&1 ||
-      { echo "golden run $name failed: $(tail -n 3 "$tmp/$name.out")" >&2; rm -rf "$tmp"; return 1; }
+    # Exit 3 (diverged: 16-true's weights end non-finite) is a result too: its log is recorded.
+    local rc=0
+    "$bin" "${GOLDEN_COMMON[@]}" "$@" --log-jsonl "$tmp/$name.jsonl" >"$tmp/$name.out" 2>&1 || rc=$?
+    if [ "$rc" != 0 ] && [ "$rc" != 3 ]; then
+      echo "golden run $name failed (exit $rc): $(tail -n 3 "$tmp/$name.out")" >&2
+      rm -rf "$tmp"
+      return 1
+    fi
     python3 - "$name" "$tmp/$name.jsonl" >>"$out" <<'PY'
 import json, sys
 keep = ("step", "loss", "grad_norm", "loss_scale", "skipped", "found_inf", "overflows", "lr", "val_loss")

@@ -16,6 +16,9 @@ struct InferenceModel {
   std::unique_ptr<Gpt> model;
   std::string source;  // the checkpoint directory or file actually loaded
   int64_t step = -1;   // the checkpoint's step (-1 for a bare file)
+  // Weights that are inf or NaN (a diverged run saved them): nothing sensible comes out of such a
+  // model, and `mixtrain sample` refuses it.
+  int64_t nonfinite_weights = 0;
 };
 
 // IoError / ShapeError / DTypeError / ArgumentError (one line naming the file) for anything

@@ -38,7 +38,7 @@ struct CompareRun {
   CompareEntry entry;
   TrainSummary summary;   // a diverged run too (summary.diverged): a result, not an error
   MemorySnapshot memory;  // the allocator's tracker right after the run: the run's peaks
-  double speedup = 0;     // tokens/s over the baseline run's (CompareResult::baseline)
+  double speedup = 0;  // tokens/s over the baseline run's (CompareResult::baseline); NaN for a diverged run
 };
 
 struct CompareResult {

@@ -53,8 +53,16 @@ struct TrainOptions {
   int64_t eval_every = 0;  // 0: only at the end
   int64_t eval_batches = 8;
   std::string log_jsonl;  // per-step JSON lines; empty: none; "-": stdout
-  bool overwrite =
-      false;  // replace an existing log_jsonl or numerics.path (without it: refused unless resuming)
+  // Replace an existing log_jsonl or numerics.path (without it: refused unless resuming), or a
+  // fine-tune's existing save directory.
+  bool overwrite = false;
+  // Files the caller writes when the run ends (the CLI's --json FILE): checked with the run's own
+  // paths before anything is loaded (not an input, not inside a checkpoint, writable), by what
+  // names them ("--json").
+  struct OutputFile {
+    std::string what, path;
+  };
+  std::vector<OutputFile> also_writes;
   std::string
       tensorboard_dir;  // TensorBoard event files in this directory (train/tensorboard_hook.h); empty: none
   int64_t log_every = 10;  // plain progress lines when stdout is not a terminal

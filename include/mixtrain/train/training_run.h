@@ -104,6 +104,10 @@ struct TrainSummary {
   int64_t skipped_steps = 0;  // optimizer steps not applied (non-finite gradients or loss)
   int64_t overflows = 0;      // steps whose gradients held inf/NaN
   bool diverged = false;
+  // Why, for a run that returned diverged (its final loss is not finite; one stopped by
+  // max_bad_steps throws DivergedError instead), e.g. "the final evaluation's loss is NaN (3 of 5
+  // steps skipped)".
+  std::string divergence;
   double final_loss_scale = 1.0;
   bool hit_min_scale = false;  // the loss scale was clamped at its minimum at least once
   // Skipped steps by the site where the overflow forensics (train/numerics_hook.h) found the
