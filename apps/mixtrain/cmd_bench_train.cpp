@@ -89,17 +89,11 @@ void register_bench_train(CLI::App* bench, GlobalOptions& g, std::vector<Command
                         o->json = json_output(*sub, o->json);
                         if (!o->json.empty()) check_output_path(o->json, "--json");
                         BenchTrainResult r;
-                        if (task->lm()) {
-                          task->refuse_finetune_flags();
+                        // A fine-tune of a benchmark's length: --steps (8), --eval-batches (1).
+                        if (const std::optional<FinetuneOptions> fo = task->short_finetune(*f))
+                          r = bench_finetune(*fo, o->thread_scaling, print_run);
+                        else
                           r = bench_train(f->opt, o->thread_scaling, print_run);
-                        } else {
-                          // The fine-tune's defaults, but a benchmark's length: --steps (8) steps,
-                          // --eval-batches (1).
-                          FinetuneOptions fo = task->finetune_options(*f);
-                          fo.train.steps = f->opt.steps;
-                          fo.train.eval_batches = f->opt.eval_batches;
-                          r = bench_finetune(fo, o->thread_scaling, print_run);
-                        }
                         if (r.thread_scaling)
                           std::printf("thread scaling 1 -> %d threads: %.2fx\n", r.run.threads,
                                       r.thread_scaling->speedup);

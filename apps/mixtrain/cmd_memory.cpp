@@ -199,15 +199,7 @@ void register_memory(CLI::App& app, GlobalOptions& g, std::vector<Command>& comm
          apply_global_options(g);
          m->json = json_output(*sub, m->json);
          f->finish();
-         std::optional<FinetuneOptions> fo;
-         if (task->lm()) {
-           task->refuse_finetune_flags();
-         } else {
-           // The fine-tune's defaults, but this command's length: --steps (3), --eval-batches (1).
-           fo = task->finetune_options(*f);
-           fo->train.steps = f->opt.steps;
-           fo->train.eval_batches = f->opt.eval_batches;
-         }
+         std::optional<FinetuneOptions> fo = task->short_finetune(*f);  // --steps 3, --eval-batches 1
          // --json checked with the run's own outputs before the prediction and the measured run
          // (otherwise an unwritable path would be found after both).
          if (!m->json.empty()) {

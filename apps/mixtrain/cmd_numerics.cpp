@@ -78,15 +78,8 @@ void register_numerics(CLI::App& app, GlobalOptions& g, std::vector<Command>& co
          if (!f->given("--steps")) f->opt.steps = 3;
          if (!f->given("--warmup")) f->opt.warmup = 0;
          f->opt.quiet = true;
-         std::optional<FinetuneOptions> fo;
-         if (task->lm()) {
-           task->refuse_finetune_flags();
-         } else {
-           // The fine-tune's defaults, but this command's length (--steps, 3).
-           fo = task->finetune_options(*f);
-           fo->train.steps = f->opt.steps;
-           fo->train.quiet = true;
-         }
+         std::optional<FinetuneOptions> fo = task->short_finetune(*f);  // --steps 3
+         if (fo) fo->train.quiet = true;
          if (!*advise) {
            if (!json.empty()) throw ArgumentError("--json needs --advise");
            if (f->opt.numerics.path.empty())

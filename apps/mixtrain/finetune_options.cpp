@@ -89,6 +89,17 @@ void TaskFlags::refuse_finetune_flags() const {
     if (app->count(flag) > 0) throw ArgumentError(std::string(flag) + " applies to --task classify, not lm");
 }
 
+std::optional<FinetuneOptions> TaskFlags::short_finetune(const TrainFlags& given) {
+  if (lm()) {
+    refuse_finetune_flags();
+    return std::nullopt;
+  }
+  FinetuneOptions o = finetune_options(given);
+  o.train.steps = given.opt.steps;
+  o.train.eval_batches = given.opt.eval_batches;
+  return o;
+}
+
 FinetuneOptions TaskFlags::finetune_options(const TrainFlags& given) {
   finetune_from_compare_flags(finetune, given, task);
   return finetune.opt;

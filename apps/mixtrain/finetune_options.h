@@ -3,6 +3,7 @@
 // data, model and epoch flags of FinetuneOptions (train/finetune.h).
 #pragma once
 #include <CLI/CLI.hpp>
+#include <optional>
 #include <string>
 
 #include "mixtrain/train/finetune.h"
@@ -40,6 +41,10 @@ struct TaskFlags {
   // fine-tune flag that was given.
   FinetuneOptions finetune_options(const TrainFlags& given);
   void refuse_finetune_flags() const;
+  // For a command that runs a few steps of any task (memory, numerics, bench train): none for lm
+  // (refusing a fine-tune flag), else the fine-tune's options with the command's own run length
+  // (given.opt.steps, eval_batches: its defaults, not a whole epoch and test set).
+  std::optional<FinetuneOptions> short_finetune(const TrainFlags& given);
 };
 void add_task_flags(CLI::App* sub, TaskFlags& t);
 

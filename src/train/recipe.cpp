@@ -99,7 +99,8 @@ TrainSummary run_prepared(Recipe& recipe, const TrainOptions& opt, const RankSet
   }
   sum.memory = MemoryTracker::current().snapshot();
   const bool meta = default_device().is_meta();
-  if (!meta && !sum.interrupted && (ranks.world == nullptr || ranks.world->rank() == 0))
+  // Not for a run that ends diverged (its weights are what made the loss non-finite).
+  if (!meta && !sum.interrupted && !sum.diverged && (ranks.world == nullptr || ranks.world->rank() == 0))
     recipe.finish(*model, sum, opt);
   // MFU against this machine's GEMM rate for the dtype the model's GEMMs run in, measured now.
   if (opt.measure_gemm_rate && !sum.interrupted && !meta) {

@@ -142,7 +142,9 @@ expect_stderr_has "--max-len applies to --task classify, not lm" "memory --task 
 # A fine-tune whose weights end non-finite (16-true at lr 10) is diverged (exit 3) and claims no
 # test accuracy (it printed 50.00% beside a NaN test loss).
 expect_exit 3 "fine-tune ending non-finite" -- "$MIXTRAIN" --threads 1 finetune --model "$M" --train "$TMP/train.tsv" \
-  --test "$TMP/test.tsv" --max-len 16 --batch-size 8 --epochs 1 --precision 16-true --lr 10 --json "$TMP/nan.json"
+  --test "$TMP/test.tsv" --max-len 16 --batch-size 8 --epochs 1 --precision 16-true --lr 10 --json "$TMP/nan.json" \
+  --save "$TMP/nan_save"
+[ ! -e "$TMP/nan_save" ] && pass || fail "a diverged fine-tune saved its model"
 expect_stderr_has "the final evaluation's loss is NaN" "fine-tune ending non-finite"
 grep -q "test accuracy none (non-finite loss)" "$TMP/out" && pass || fail "epoch line of a NaN fine-tune: $(grep epoch "$TMP/out")"
 python3 - "$TMP/nan.json" <<'PY' && pass || fail "the JSON of a fine-tune ending non-finite"

@@ -59,8 +59,8 @@ class Recipe {
   virtual std::unique_ptr<TrainingHook> checkpointing(const TrainOptions& one_process, Model& model) = 0;
   // Hooks after the standard ones (and before TrainOptions::add_hooks); once per run.
   virtual void add_hooks(TrainingRun&, const TrainOptions&) {}
-  // After the run returned (not interrupted, not on the meta device), on the rank that writes
-  // (rank 0): e.g. saving the trained model.
+  // After the run returned (not interrupted, not diverged, not on the meta device), on the rank
+  // that writes (rank 0): e.g. saving the trained model.
   virtual void finish(Model&, const TrainSummary&, const TrainOptions&) {}
 };
 
