@@ -3,6 +3,7 @@
 // TensorBoard event file (a directory holding it). The report model must build and render, or
 // throw mixtrain::Error; a deep or hostile JSON text must not crash it (it did: issue 31).
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstddef>
