@@ -269,6 +269,12 @@ TextFormat text_format_from_path(const std::string& path) {
   if (ext == ".tsv") return TextFormat::tsv;
   if (ext == ".csv") return TextFormat::csv;
   if (ext == ".jsonl") return TextFormat::jsonl;
+  std::error_code ec;
+  if (fs::is_directory(path, ec))  // ".", "data/": a directory, not a format without a name
+    throw ArgumentError("data file '" + path + "' is a directory, not a .tsv, .csv or .jsonl file");
+  if (ext.empty())
+    throw ArgumentError("data file '" + path +
+                        "' has no extension to tell its format: name it .tsv, .csv or .jsonl");
   throw ArgumentError("data file '" + path + "': unknown format '" + ext + "' (use .tsv, .csv or .jsonl)");
 }
 

@@ -168,6 +168,13 @@ expect_exit 2 "--save over an earlier save" -- "${FT[@]}" --steps 1 --save "$TMP
 expect_stderr_has "exists and is not empty (an earlier save?)" "--save over an earlier save"
 expect_exit 0 "--save over an earlier save with --overwrite" -- "${FT[@]}" --steps 1 --save "$TMP/saved" --overwrite
 
+# A directory or a name without an extension as --train is named as such ("unknown format ''").
+expect_exit 2 "--train ." -- "$MIXTRAIN" finetune --model "$M" --train . --test "$TMP/test.tsv"
+expect_stderr_has "data file '.' is a directory, not a .tsv, .csv or .jsonl file" "--train ."
+cp "$TMP/train.tsv" "$TMP/train_noext"
+expect_exit 2 "--train without an extension" -- "$MIXTRAIN" finetune --model "$M" --train "$TMP/train_noext" --test "$TMP/test.tsv"
+expect_stderr_has "has no extension to tell its format" "--train without an extension"
+
 # compare --task classify: the reference table, one row per mode, and its JSON.
 expect_exit 0 "compare --task classify" -- "$MIXTRAIN" --threads 1 compare --task classify --model "$M" \
   --train "$TMP/train.tsv" --test "$TMP/test.tsv" --max-len 16 --batch-size 8 --lr 1e-2 --pooling mean --epochs 4 \
