@@ -18,14 +18,11 @@
 namespace mixtrain {
 namespace {
 namespace fs = std::filesystem;
-// What report_from_inputs records as it reads (the caller's, or a local one).
-thread_local ReportRead* g_read = nullptr;
-void note_file(const std::string& path) { g_read->files.push_back(path); }
 using json = nlohmann::ordered_json;
 constexpr uint64_t kMaxInputBytes = uint64_t{1} << 30;
 
-std::string read_text(const std::string& path) {
-  note_file(path);
+std::string read_text(const std::string& path, ReportRead& read) {
+  read.files.push_back(path);
   const std::vector<uint8_t> b = read_file_bounded(path, kMaxInputBytes, "report input");
   return std::string(b.begin(), b.end());
 }
@@ -42,8 +39,8 @@ json step_of(const json& line) {
 // A step log: one JSON object with an integer "step" per line. Read as every untrusted input is
 // (a regular file of at most kMaxInputBytes: not a FIFO that never ends or /dev/zero; each line
 // at most 64 levels deep, no duplicate keys), also when a compare JSON names it.
-std::vector<json> read_step_log(const std::string& path) {
-  note_file(path);
+std::vector<json> read_step_log(const std::string& path, ReportRead& read) {
+  read.files.push_back(path);
   const std::vector<uint8_t> bytes = read_file_bounded(path, kMaxInputBytes, "step log");
   const std::string_view text(reinterpret_cast<const char*>(bytes.data()), bytes.size());
   std::vector<json> lines;
@@ -94,7 +91,7 @@ json run_from_log(const std::string& label, const std::vector<json>& lines) {
 }
 
 // One TensorBoard run directory, as step-log lines (the tags mapped back to the log's fields).
-std::vector<json> log_lines_from_events(const std::string& dir, json& memory_mib) {
+std::vector<json> log_lines_from_events(const std::string& dir, json& memory_mib, ReportRead& read) {
   static const std::map<std::string, std::string> kField = {{"train/loss", "loss"},
                                                             {"val/loss", "val_loss"},
                                                             {"train/lr", "lr"},
@@ -103,8 +100,8 @@ std::vector<json> log_lines_from_events(const std::string& dir, json& memory_mib
                                                             {"amp/skipped", "skipped"},
                                                             {"train/tokens_per_s", "tokens_per_s"}};
   std::vector<json> lines;
-  for (const std::string& f : list_event_files(dir)) note_file(f);
-  for (const ScalarEvent& e : read_scalar_events(dir, &g_read->warnings)) {
+  for (const std::string& f : list_event_files(dir)) read.files.push_back(f);
+  for (const ScalarEvent& e : read_scalar_events(dir, &read.warnings)) {
     json l;
     l["step"] = e.step;
     for (const auto& [tag, v] : e.values) {
@@ -122,9 +119,9 @@ std::vector<json> log_lines_from_events(const std::string& dir, json& memory_mib
   return lines;
 }
 
-json run_from_events(const std::string& label, const std::string& dir) {
+json run_from_events(const std::string& label, const std::string& dir, ReportRead& read) {
   json memory = json::object();
-  const std::vector<json> lines = log_lines_from_events(dir, memory);
+  const std::vector<json> lines = log_lines_from_events(dir, memory, read);
   json run = run_from_log(label, lines);
   json by_cat = json::object();
   double total = 0;
@@ -137,7 +134,7 @@ json run_from_events(const std::string& label, const std::string& dir) {
   return run;
 }
 
-void add_compare(json& report, const std::string& path, const json& cmp) {
+void add_compare(json& report, const std::string& path, const json& cmp, ReportRead& read) {
   if (!cmp["runs"].is_array()) throw IoError("comparison " + path + ": \"runs\" is not an array");
   if (cmp.contains("config") && report["config"].is_null()) report["config"] = cmp["config"];
   if (cmp.contains("machine") && report["machine"].is_null()) report["machine"] = cmp["machine"];
@@ -158,10 +155,10 @@ void add_compare(json& report, const std::string& path, const json& cmp) {
         if (fs::exists(beside)) log = beside.string();
       }
       if (fs::exists(log))
-        run["steps"] = report_steps_from_log_lines(read_step_log(log));
+        run["steps"] = report_steps_from_log_lines(read_step_log(log, read));
       else
-        g_read->warnings.push_back("report: no curves for " + printable(label) + ": its step log " +
-                                   printable(log, 200) + " is missing");
+        read.warnings.push_back("report: no curves for " + printable(label) + ": its step log " +
+                                printable(log, 200) + " is missing");
     }
     report["runs"].push_back(run);
   }
@@ -203,12 +200,9 @@ json report_steps_from_log_lines(const std::vector<json>& lines) {
   return steps;
 }
 
-json report_from_inputs(const std::vector<std::string>& paths, ReportRead* read) {
+json report_from_inputs(const std::vector<std::string>& paths, ReportRead* read_out) {
   ReportRead local;
-  g_read = read != nullptr ? read : &local;
-  struct Reset {
-    ~Reset() { g_read = nullptr; }
-  } reset;
+  ReportRead& read = read_out != nullptr ? *read_out : local;
   json report;
   report["title"] = "mixtrain report";
   report["sources"] = paths;
@@ -220,7 +214,7 @@ json report_from_inputs(const std::vector<std::string>& paths, ReportRead* read)
     if (fs::is_directory(path, ec)) {
       if (!list_event_files(path).empty()) {
         report["runs"].push_back(
-            run_from_events(fs::path(path).lexically_normal().filename().string(), path));
+            run_from_events(fs::path(path).lexically_normal().filename().string(), path, read));
         continue;
       }
       std::vector<std::string> subdirs;
@@ -231,21 +225,21 @@ json report_from_inputs(const std::vector<std::string>& paths, ReportRead* read)
         throw IoError("report input " + path + ": a directory without TensorBoard event files");
       std::sort(subdirs.begin(), subdirs.end());
       for (const std::string& d : subdirs)
-        report["runs"].push_back(run_from_events(fs::path(d).filename().string(), d));
+        report["runs"].push_back(run_from_events(fs::path(d).filename().string(), d, read));
       continue;
     }
-    const std::string text = read_text(path);
+    const std::string text = read_text(path, read);
     // A compare JSON (one object with "runs"), else a step log (one object a line). Both through
     // the bounded parser (depth, duplicate keys); json::accept only checks the syntax, building
     // nothing (a deep tree would overflow the stack when freed).
     if (json::accept(text)) {
       const json whole = parse_untrusted_ordered_json(text, "report input " + path);
       if (whole.is_object() && whole.contains("runs")) {
-        add_compare(report, path, whole);
+        add_compare(report, path, whole, read);
         continue;
       }
     }
-    std::vector<json> lines = read_step_log(path);
+    std::vector<json> lines = read_step_log(path, read);
     if (lines.empty()) throw IoError("report input " + path + ": no step in it");
     report["runs"].push_back(run_from_log(fs::path(path).stem().string(), lines));
   }

@@ -282,16 +282,27 @@ FinetuneSummary finetune(const FinetuneOptions& o) {
   return recipe.summary();
 }
 
+namespace {
+
+// The fine-tune `o` with the shared options `t` (a compare row's, a benchmark's, a measured run's)
+// and nothing saved: the run function compare, bench and memory hand the engine.
+std::function<TrainSummary(const TrainOptions&)> finetune_with(const FinetuneOptions& o) {
+  return [&o](const TrainOptions& t) {
+    FinetuneOptions f = o;
+    f.train = t;
+    f.save_dir.clear();
+    return finetune(f).run;
+  };
+}
+
+}  // namespace
+
 CompareResult compare_finetune(const FinetuneOptions& base, const std::vector<CompareEntry>& entries,
                                const std::function<void(const CompareRun&)>& on_run,
                                double* majority_baseline) {
   base.validate();
   if (majority_baseline) *majority_baseline = load_task(base).test.majority_baseline();
-  return compare_precisions(base.train, entries, on_run, [&](const TrainOptions& t) {
-    FinetuneOptions o = base;
-    o.train = t;
-    return finetune(o).run;
-  });
+  return compare_precisions(base.train, entries, on_run, finetune_with(base));
 }
 
 MemoryPrediction predict_finetune_memory(const FinetuneOptions& o) {
@@ -309,12 +320,7 @@ MemoryPrediction predict_finetune_memory(const FinetuneOptions& o) {
 
 MemoryReport finetune_memory_report(const FinetuneOptions& o, bool predict_only, int ranks) {
   o.validate();
-  return task_memory_report(o.train, predict_only, ranks, [&](const TrainOptions& t) {
-    FinetuneOptions f = o;
-    f.train = t;
-    f.save_dir.clear();
-    return finetune(f).run;
-  });
+  return task_memory_report(o.train, predict_only, ranks, finetune_with(o));
 }
 
 BenchTrainResult bench_finetune(const FinetuneOptions& o, bool thread_scaling,
@@ -322,15 +328,7 @@ BenchTrainResult bench_finetune(const FinetuneOptions& o, bool thread_scaling,
   o.validate();
   if (o.train.steps == 0)
     throw ArgumentError({"steps"}, "steps must be given (more than profile_warmup) to measure a fine-tune");
-  return bench_task(
-      o.train,
-      [&](const TrainOptions& t) {
-        FinetuneOptions f = o;
-        f.train = t;
-        f.save_dir.clear();
-        return finetune(f).run;
-      },
-      thread_scaling, on_run);
+  return bench_task(o.train, finetune_with(o), thread_scaling, on_run);
 }
 
 }  // namespace mixtrain
