@@ -88,12 +88,20 @@ void register_bench_train(CLI::App* bench, GlobalOptions& g, std::vector<Command
                         f->finish();
                         o->json = json_output(*sub, o->json);
                         if (!o->json.empty()) check_output_path(o->json, "--json");
+                        // Checked again with the run's inputs (--data, --model, --train, ...).
+                        const auto also = [&](TrainOptions& t) {
+                          if (!o->json.empty() && o->json != "-")
+                            t.also_writes.push_back({"--json", o->json});
+                        };
                         BenchTrainResult r;
                         // A fine-tune of a benchmark's length: --steps (8), --eval-batches (1).
-                        if (const std::optional<FinetuneOptions> fo = task->short_finetune(*f))
+                        if (std::optional<FinetuneOptions> fo = task->short_finetune(*f)) {
+                          also(fo->train);
                           r = bench_finetune(*fo, o->thread_scaling, print_run);
-                        else
+                        } else {
+                          also(f->opt);
                           r = bench_train(f->opt, o->thread_scaling, print_run);
+                        }
                         if (r.thread_scaling)
                           std::printf("thread scaling 1 -> %d threads: %.2fx\n", r.run.threads,
                                       r.thread_scaling->speedup);

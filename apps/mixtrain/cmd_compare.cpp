@@ -196,8 +196,8 @@ int run_classify_compare(FinetuneFlags& ff, const std::vector<CompareEntry>& ent
                          const std::string& json_path) {
   if (!json_path.empty()) check_output_path(json_path, "--json");
   install_stop_handlers();
-  ff.opt.train.stop_signal = &g_stop_signal;
-  ff.opt.train.world = &world();                       // under mpirun every mode's fine-tune is data parallel
+  make_interruptible(ff.opt.train);
+  ff.opt.train.world = &join_world("compare");         // under mpirun every mode's fine-tune is data parallel
   const bool rank0 = ff.opt.train.world->rank() == 0;  // the only one that reports
   bool header = false;
   double majority = 0;  // known once the first run loaded the data, before its row is printed
@@ -278,8 +278,8 @@ void register_compare(CLI::App& app, GlobalOptions& g, std::vector<Command>& com
              run.add_hook(std::make_unique<StepCollector>(steps->back()));
            };
          install_stop_handlers();
-         f->opt.stop_signal = &g_stop_signal;
-         f->opt.world = &world();                       // under mpirun every mode's run is data parallel
+         make_interruptible(f->opt);
+         f->opt.world = &join_world("compare");         // under mpirun every mode's run is data parallel
          const bool rank0 = f->opt.world->rank() == 0;  // the only one that reports
          // The header waits for the first row: compare_precisions checks every path first.
          bool header = false;

@@ -51,8 +51,8 @@ int run_finetune(FinetuneFlags& f, const std::string& json_path, const CLI::App&
   if (!json_path.empty() && json_path != "-") f.opt.train.also_writes.push_back({"--json", json_path});
   if (json_path == "-") f.opt.train.quiet = true;
   install_stop_handlers();
-  f.opt.train.stop_signal = &g_stop_signal;
-  f.opt.train.world = &world();                       // MPI's ranks under mpirun, else this process
+  make_interruptible(f.opt.train);
+  f.opt.train.world = &join_world("finetune");        // MPI's ranks under mpirun, else this process
   const bool rank0 = f.opt.train.world->rank() == 0;  // the only one that reports
   FinetuneSummary s;
   int code = 0;
@@ -86,21 +86,80 @@ int run_finetune(FinetuneFlags& f, const std::string& json_path, const CLI::App&
 }
 
 // The texts of --file: one a line (empty lines skipped); "-" is stdin.
-std::vector<std::string> read_lines(const std::string& path) {
-  std::ifstream file;
-  if (path != "-") {
-    file.open(path);
-    if (!file) throw IoError("--file " + path + ": cannot be read (" + std::strerror(errno) + ")");
+// One text to classify and where it came from, for a message about it ("--file F:12", "--text 2").
+struct Input {
+  std::string text;
+  std::string where;
+};
+
+void print_predictions(const TextClassifier& c, const std::vector<Input>& batch,
+                       std::optional<int64_t> max_len, bool as_json) {
+  std::vector<std::string> texts;
+  for (const Input& in : batch) texts.push_back(in.text);
+  std::vector<Prediction> preds;
+  try {
+    preds = c.classify(texts, max_len);
+  } catch (const ArgumentError&) {
+    for (const Input& in : batch) try {  // which one: the batch's texts alone
+        c.classify({in.text}, max_len);
+      } catch (const ArgumentError& e) {
+        throw ArgumentError(e.fields(), in.where + ": " + e.what());
+      }
+    throw;
   }
-  std::istream& in = path == "-" ? std::cin : file;
-  std::vector<std::string> out;
-  std::string line;
-  while (std::getline(in, line)) {
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (!line.empty()) out.push_back(line);
+  for (const Prediction& p : preds) {
+    if (as_json) {
+      nlohmann::ordered_json j;
+      j["label"] = p.label;
+      for (size_t k = 0; k < p.probabilities.size(); ++k)
+        j["probabilities"][c.labels()[k]] = p.probabilities[k];
+      std::printf("%s\n", j.dump().c_str());
+      continue;
+    }
+    // The labels hold no tab, newline or other control character (TextClassifier::load).
+    std::printf("%s", p.label.c_str());
+    for (size_t k = 0; k < p.probabilities.size(); ++k)
+      std::printf("\t%s=%.4f", c.labels()[k].c_str(), p.probabilities[k]);
+    std::printf("\n");
   }
-  if (in.bad()) throw IoError("--file " + path + ": read error");
-  return out;
+  if (std::fflush(stdout) != 0 || std::ferror(stdout))
+    throw IoError("cannot write to stdout: " + std::string(std::strerror(errno)));
+}
+
+// Classifies --text's texts, or --file's lines (blank ones skipped; "-": stdin) as they are read,
+// in batches printed as each is done: a long file or a pipe shows results at once, in bounded
+// memory.
+void classify_inputs(const TextClassifier& c, const std::vector<std::string>& texts, const std::string& path,
+                     std::optional<int64_t> max_len, bool as_json) {
+  constexpr size_t kBatch = 16;
+  if (max_len && *max_len > c.max_positions())  // before any input is read
+    throw ArgumentError({"max_len"}, "max_len " + std::to_string(*max_len) + " exceeds the model's " +
+                                         std::to_string(c.max_positions()) + " positions");
+  std::vector<Input> batch;
+  const auto add = [&](Input in) {
+    batch.push_back(std::move(in));
+    if (batch.size() == kBatch) {
+      print_predictions(c, batch, max_len, as_json);
+      batch.clear();
+    }
+  };
+  if (path.empty()) {
+    for (size_t i = 0; i < texts.size(); ++i) add({texts[i], "--text " + std::to_string(i + 1)});
+  } else {
+    std::ifstream file;
+    if (path != "-") {
+      file.open(path);
+      if (!file) throw IoError("--file " + path + ": cannot be read (" + std::strerror(errno) + ")");
+    }
+    std::istream& in = path == "-" ? std::cin : file;
+    std::string line;
+    for (int64_t number = 1; std::getline(in, line); ++number) {
+      if (!line.empty() && line.back() == '\r') line.pop_back();
+      if (!line.empty()) add({line, "--file " + path + ":" + std::to_string(number)});
+    }
+    if (in.bad()) throw IoError("--file " + path + ": read error");
+  }
+  if (!batch.empty()) print_predictions(c, batch, max_len, as_json);
 }
 
 }  // namespace
@@ -169,38 +228,20 @@ void register_finetune(CLI::App& app, GlobalOptions& g, std::vector<Command>& co
   auto dir = std::make_shared<std::string>();
   auto texts = std::make_shared<std::vector<std::string>>();
   auto file = std::make_shared<std::string>();
-  auto max_len = std::make_shared<int64_t>(512);
+  auto max_len = std::make_shared<std::optional<int64_t>>();
   auto as_json = std::make_shared<bool>(false);
   cls->add_option("--checkpoint", *dir, "The model directory (finetune --save DIR)")->required();
   cls->add_option("--text", *texts, "A text to classify (repeatable)");
   cls->add_option("--file", *file, "Classify each line of FILE (-: stdin)");
-  cls->add_option("--max-len", *max_len, "Tokens per text with [CLS]/[SEP]")->capture_default_str();
+  cls->add_option("--max-len", *max_len, "Tokens per text with [CLS]/[SEP] (default: the model's positions)");
   cls->add_flag("--json", *as_json, "One JSON object per text instead of text lines");
   commands.push_back({[cls] { return cls->parsed(); },
                       [&g, dir, texts, file, max_len, as_json] {
                         apply_global_options(g);
                         if (texts->empty() == file->empty())
                           throw ArgumentError("classify needs --text or --file (one of them)");
-                        const std::vector<std::string> in = file->empty() ? *texts : read_lines(*file);
                         const TextClassifier c = TextClassifier::load(*dir);
-                        const std::vector<Prediction> preds = c.classify(in, *max_len);
-                        for (size_t i = 0; i < preds.size(); ++i) {
-                          const Prediction& p = preds[i];
-                          if (*as_json) {
-                            nlohmann::ordered_json j;
-                            j["label"] = p.label;
-                            for (size_t k = 0; k < p.probabilities.size(); ++k)
-                              j["probabilities"][c.labels()[k]] = p.probabilities[k];
-                            std::printf("%s\n", j.dump().c_str());
-                            continue;
-                          }
-                          std::printf("%s", p.label.c_str());
-                          for (size_t k = 0; k < p.probabilities.size(); ++k)
-                            std::printf("\t%s=%.4f", c.labels()[k].c_str(), p.probabilities[k]);
-                          std::printf("\n");
-                        }
-                        if (std::fflush(stdout) != 0 || std::ferror(stdout))
-                          throw IoError("cannot write to stdout: " + std::string(std::strerror(errno)));
+                        classify_inputs(c, *texts, *file, *max_len, *as_json);
                         return 0;
                       }});
 }

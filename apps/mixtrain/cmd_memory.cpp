@@ -216,7 +216,7 @@ void register_memory(CLI::App& app, GlobalOptions& g, std::vector<Command>& comm
            throw ArgumentError("--ranks must be in [1, 1048576], got " + std::to_string(m->ranks));
          // Under mpirun -np N the measured run is data parallel too, and rank 0 reports; without
          // it a prediction for N > 1 ranks cannot be measured here.
-         f->opt.world = &world();
+         f->opt.world = &join_world("memory");
          const bool rank0 = f->opt.world->rank() == 0;
          if (f->opt.world->size() > 1 && f->opt.world->size() != m->ranks)
            throw ArgumentError("--ranks " + std::to_string(m->ranks) + " differs from mpirun's " +

@@ -37,7 +37,7 @@ void register_report(CLI::App& app, GlobalOptions& g, std::vector<Command>& comm
                                              : "") +
                                         ": no report written");
                         for (const std::string& w : read.warnings)
-                          std::fprintf(stderr, "mixtrain: warning: %s\n", w.c_str());
+                          std::fprintf(stderr, "mixtrain: warning: %s\n", one_line(w).c_str());
                         // The output is none of the files read (a compare JSON, the step logs it
                         // names, event files), by device and inode: checked before it is written.
                         RunPaths paths;

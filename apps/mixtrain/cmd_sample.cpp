@@ -72,10 +72,12 @@ void register_sample(CLI::App& app, GlobalOptions& g, std::vector<Command>& comm
          auto warn = [sub](const std::string& line) {
            // The library says its fields (n_head); the user typed flags (--n-head).
            std::fprintf(stderr, "mixtrain: warning: %s\n",
-                        error_message(ArgumentError({"n_head"}, line), *sub).c_str());
+                        one_line(error_message(ArgumentError({"n_head"}, line), *sub)).c_str());
          };
          if (f->gen.temperature == 0.f && f->gen.top_k > 0)
            warn("--top-k has no effect at --temperature 0 (greedy)");
+         if (!f->logits_json.empty())  // never over the model it reads, nor inside a checkpoint
+           check_output_path(f->logits_json, "--logits-json", {{"--checkpoint", f->checkpoint}});
          InferenceModel m = load_gpt_for_inference(f->checkpoint, f->n_head, warn);
          if (m.nonfinite_weights > 0)
            throw ArgumentError(

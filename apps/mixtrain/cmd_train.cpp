@@ -32,8 +32,8 @@ void register_train(CLI::App& app, GlobalOptions& g, std::vector<Command>& comma
          if (!json.empty() && json != "-")  // checked with the run's inputs and outputs before it trains
            f->opt.also_writes.push_back({"--json", json});
          install_stop_handlers();
-         f->opt.stop_signal = &g_stop_signal;
-         f->opt.world = &world();                       // MPI's ranks under mpirun, else this process
+         make_interruptible(f->opt);
+         f->opt.world = &join_world("train");           // MPI's ranks under mpirun, else this process
          const bool rank0 = f->opt.world->rank() == 0;  // the only one that reports
          try {
            const TrainSummary s = train(f->opt);

@@ -35,6 +35,13 @@ void write_file_atomic(const std::string& path, const std::string& text);
 // Refuses an output path before any work (a directory, unwritable, a missing directory):
 // ArgumentError naming `flag`. Called for a flag the command was given, before it runs.
 void check_output_path(const std::string& path, const std::string& flag);
+// The same, and not over any of `inputs` (flag, path: files or directories the command reads).
+void check_output_path(const std::string& path, const std::string& flag,
+                       const std::vector<std::pair<std::string, std::string>>& inputs);
+// The ranks of this process (MPI's under mpirun), after every rank has agreed that it runs
+// `command` (one rank running train and another compare would deadlock or drift apart):
+// ArgumentError on every rank otherwise (dist/rank_agreement.h).
+Communicator& join_world(const std::string& command);
 
 // `--json [FILE]`, as every command spells it: the JSON goes to FILE, replaced atomically; `-`
 // or `--json` alone (the flag it was in `train`, `info` and `numerics`) is stdout.
@@ -45,6 +52,11 @@ std::string json_output(const CLI::App& sub, const std::string& path);
 // A run that returned diverged (TrainSummary::divergence: its final loss is not finite): the
 // one-line error on stderr, as for a run stopped by --max-bad-steps. Returns kExitDiverged.
 int report_divergence(const TrainSummary& s);
+
+// A message made one line for the terminal: control characters (a newline or an escape sequence
+// in a path or a label) shown as \n, \t, \r or \xNN, so an error stays one line and cannot
+// rewrite the screen; other bytes (UTF-8) are kept.
+std::string one_line(const std::string& text);
 
 // The command the user ran: the innermost parsed subcommand of app (app itself if none).
 const CLI::App& selected_command(const CLI::App& app);

@@ -11,6 +11,7 @@
 #include "commands.h"
 #include "kernels/backend.h"
 #include "mixtrain/core/error.h"
+#include "mixtrain/dist/rank_agreement.h"
 #include "mixtrain/train/trainer.h"
 #include "train/output_paths.h"
 
@@ -58,9 +59,43 @@ void write_file_atomic(const std::string& path, const std::string& text) {
 }
 
 void check_output_path(const std::string& path, const std::string& flag) {
+  check_output_path(path, flag, {});
+}
+
+void check_output_path(const std::string& path, const std::string& flag,
+                       const std::vector<std::pair<std::string, std::string>>& inputs) {
   RunPaths p;
   p.outputs.push_back({flag, path});
+  for (const auto& [what, in] : inputs)
+    if (!in.empty()) p.inputs.push_back({what, in});
   check_run_paths(p);
+}
+
+std::string one_line(const std::string& text) {
+  std::string out;
+  for (const char ch : text) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c >= 0x20 && c != 0x7f) {
+      out += ch;
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else {
+      char buf[5];
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      out += buf;
+    }
+  }
+  return out;
+}
+
+Communicator& join_world(const std::string& command) {
+  Communicator& w = world();
+  check_ranks_agree(w, {{"command " + command, ""}});  // in the name: "different commands or tasks"
+  return w;
 }
 
 int report_divergence(const TrainSummary& s) {
@@ -97,6 +132,10 @@ std::string flag_for_field(const std::string& field) {
       {"test_path", "--test"},
       {"model_dir", "--model"},
       {"save_dir", "--save"},
+      {"data_parallel.zero_stage", "--zero"},  // the ranks' agreement (dist/rank_agreement.h)
+      {"data_parallel.reduce_dtype", "--grad-reduce-dtype"},
+      {"data_parallel.bucket_bytes", "--bucket-mb"},
+      {"overflow_forensics", "--no-overflow-forensics"},
   };
   if (const auto it = kIrregular.find(field); it != kIrregular.end()) return it->second;
   std::string name = field.substr(field.rfind('.') + 1);

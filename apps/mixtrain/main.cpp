@@ -104,7 +104,7 @@ int run_main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "mixtrain: error: %s (see mixtrain --help)\n", e.what());
+    std::fprintf(stderr, "mixtrain: error: %s (see mixtrain --help)\n", one_line(e.what()).c_str());
     return 2;
   }
 
@@ -115,13 +115,13 @@ int run_main(int argc, char** argv) {
     return 2;
   } catch (const mixtrain::Error& e) {
     // The library names its options as the C++ API spells them; say the flags the user typed.
-    std::fprintf(stderr, "mixtrain: error: %s\n", error_message(e, selected_command(app)).c_str());
+    std::fprintf(stderr, "mixtrain: error: %s\n", one_line(error_message(e, selected_command(app))).c_str());
     return 2;
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "mixtrain: error: out of memory\n");
     return 2;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "mixtrain: error: %s\n", e.what());
+    std::fprintf(stderr, "mixtrain: error: %s\n", one_line(e.what()).c_str());
     return 2;
   }
 }

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <sstream>
 
+#include "commands.h"
 #include "train/output_paths.h"
 
 namespace mixtrain::cli {
@@ -15,12 +16,34 @@ namespace mixtrain::cli {
 volatile std::sig_atomic_t g_stop_signal = 0;
 
 namespace {
+volatile std::sig_atomic_t g_training = 0;  // a run's first step has begun
+constexpr unsigned kStartupGraceSeconds = 2;
+
 extern "C" void on_stop_signal(int sig) {
   if (g_stop_signal != 0) _exit(128 + sig);  // the second signal: at once
   g_stop_signal = sig;
+  // During start-up the run stops at its first step, unless start-up is still going after the
+  // grace period (a read blocked on a FIFO with no writer, a long tokenization): then at once.
+  if (g_training == 0) alarm(kStartupGraceSeconds);
 }
 
-void warn(const std::string& line) { std::fprintf(stderr, "mixtrain: warning: %s\n", line.c_str()); }
+extern "C" void on_startup_alarm(int) {
+  if (g_training == 0) _exit(128 + g_stop_signal);
+}
+
+// Ends start-up when the run's first step begins (after resuming and opening its logs).
+class TrainingStartedHook final : public TrainingHook {
+ public:
+  void on_step_begin(TrainingRun&, int64_t) override {
+    if (g_training != 0) return;
+    g_training = 1;
+    alarm(0);  // a stop requested during start-up is taken at this step's end
+  }
+};
+
+void warn(const std::string& line) {
+  std::fprintf(stderr, "mixtrain: warning: %s\n", one_line(line).c_str());
+}
 }  // namespace
 
 void install_stop_handlers() {
@@ -30,6 +53,18 @@ void install_stop_handlers() {
   sa.sa_flags = SA_RESTART;  // the step in progress finishes; its I/O is not cut short
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
+  struct sigaction alarm_sa {};
+  alarm_sa.sa_handler = on_startup_alarm;
+  sigemptyset(&alarm_sa.sa_mask);
+  sigaction(SIGALRM, &alarm_sa, nullptr);
+}
+
+void make_interruptible(TrainOptions& o) {
+  o.stop_signal = &g_stop_signal;
+  o.add_hooks = [inner = std::move(o.add_hooks)](TrainingRun& run) {
+    if (inner) inner(run);
+    run.add_hook(std::make_unique<TrainingStartedHook>());
+  };
 }
 
 void add_train_flags(CLI::App* sub, TrainFlags& f, bool with_precision) {

@@ -36,8 +36,15 @@ struct TrainFlags {
 void add_train_flags(CLI::App* sub, TrainFlags& f, bool with_precision);
 // The stop request of SIGINT / SIGTERM: the signal number, set by the handler and nothing else
 // (a second signal exits at once with 128 + signal). install_stop_handlers() before training.
+// A signal during start-up (before a run's first step: reading data, tokenizing, the memory
+// prediction) stops the run at its first step, as any other; but when start-up is still going 2 s
+// later (a read blocked on a FIFO with no writer blocks forever), the process ends at once with
+// 128 + signal: nothing has been written then that a stop could save.
 extern volatile std::sig_atomic_t g_stop_signal;
 void install_stop_handlers();
+// Makes the run of `o` stop at a step boundary on g_stop_signal, and marks the end of start-up
+// when its first step begins.
+void make_interruptible(TrainOptions& o);
 
 // Adds --checkpoint-dir, --save-every, --keep, --resume and --stop-after (train only: compare
 // runs several modes, which one directory of checkpoints cannot hold).

@@ -9,7 +9,8 @@
 
 #include "checkpoint/checksum.h"
 #include "checkpoint/file_io.h"
-#include "checkpoint/json_input.h"
+#include "core/json_input.h"
+#include "core/printable.h"
 #include "mixtrain/core/error.h"
 
 namespace fs = std::filesystem;

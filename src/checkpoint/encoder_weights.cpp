@@ -7,8 +7,9 @@
 #include <map>
 
 #include "checkpoint/file_io.h"
-#include "checkpoint/json_input.h"
 #include "checkpoint/safetensors.h"
+#include "core/json_input.h"
+#include "core/printable.h"
 #include "mixtrain/core/error.h"
 #include "mixtrain/models/encoder.h"
 #include "models/encoder_model.h"

@@ -22,8 +22,4 @@ void fsync_directory(const std::string& dir);
 // file, unreadable, or larger than max_bytes (checked before anything is allocated).
 std::vector<uint8_t> read_file_bounded(const std::string& path, uint64_t max_bytes, const std::string& what);
 
-// `s` made safe to quote in a one-line message: bytes outside printable ASCII as \xNN, and cut
-// to max_len characters with "..." (names from hostile files end up in error messages).
-std::string printable(const std::string& s, size_t max_len = 80);
-
 }  // namespace mixtrain

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/file_io.h"
+#include "core/printable.h"
 #include "mixtrain/core/error.h"
 
 namespace mixtrain {

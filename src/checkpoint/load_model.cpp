@@ -1,12 +1,13 @@
 // Loading a GPT for inference from a checkpoint, a directory of them, or a safetensors file.
 #include "mixtrain/checkpoint/load_model.h"
 
+#include <algorithm>
 #include <filesystem>
 
 #include "checkpoint/checkpoint_dir.h"
 #include "checkpoint/file_io.h"
 #include "checkpoint/gpt_weights.h"
-#include "checkpoint/json_input.h"
+#include "core/json_input.h"
 #include "kernels/numeric_stats.h"
 #include "mixtrain/core/error.h"
 #include "models/gpt_config_json.h"
@@ -16,7 +17,26 @@ namespace fs = std::filesystem;
 namespace mixtrain {
 namespace {
 
-std::unique_ptr<Gpt> build_and_load(const GptConfig& cfg, const SafetensorsFile& f) {
+// The parameters a config describes (embeddings, L blocks of 12 C^2 + 13 C, the final norm; the
+// output head is tied), in double: a hostile config's sizes must not overflow.
+double gpt_parameters(const GptConfig& c) {
+  const double C = double(c.n_embd);
+  return double(c.vocab_size) * C + double(c.block_size) * C + double(c.n_layer) * (12 * C * C + 13 * C) +
+         2 * C;
+}
+
+std::unique_ptr<Gpt> build_and_load(const GptConfig& cfg, const SafetensorsFile& f,
+                                    const std::string& where) {
+  // The config is checked against the weights before the model is allocated: sizes that no file
+  // holds (a hostile or mistaken config) are an error naming both, not an allocation that fails.
+  double values = 0;
+  for (const SafetensorsEntry& e : f.entries()) values += double(e.numel);
+  if (gpt_parameters(cfg) > values)
+    throw IoError(where + ": the weights hold " + std::to_string(int64_t(values)) +
+                  " values, fewer than the " + std::to_string(int64_t(std::min(gpt_parameters(cfg), 9e18))) +
+                  " parameters expected by its model config (" + std::to_string(cfg.n_layer) +
+                  " layers, n_embd " + std::to_string(cfg.n_embd) + ", vocab_size " +
+                  std::to_string(cfg.vocab_size) + ", block_size " + std::to_string(cfg.block_size) + ")");
   auto model = std::make_unique<Gpt>(cfg, 0, DType::f32, DType::f32);
   load_gpt_safetensors(f, *model);
   return model;
@@ -91,7 +111,7 @@ InferenceModel load_gpt_for_inference(const std::string& path, int64_t n_head,
                                 " carries no configuration: give n_head (or a config.json beside it)");
       cfg = infer_gpt_config(f, n_head);
     }
-    out.model = build_and_load(cfg, f);
+    out.model = build_and_load(cfg, f, path);
     out.source = path;
     out.nonfinite_weights = numeric_stats(out.model->params().flat_params()).nonfinite;
     return out;
@@ -104,7 +124,8 @@ InferenceModel load_gpt_for_inference(const std::string& path, int64_t n_head,
         config_from_json_text(c.info["model"].dump(), "checkpoint " + c.path + " model config");
     const auto it = c.files.find("model.safetensors");
     if (it == c.files.end()) throw IoError("checkpoint " + c.path + ": no model.safetensors");
-    out.model = build_and_load(cfg, SafetensorsFile::parse(it->second, c.path + "/model.safetensors"));
+    out.model =
+        build_and_load(cfg, SafetensorsFile::parse(it->second, c.path + "/model.safetensors"), c.path);
   };
   const std::optional<LoadedCheckpoint> c = resolve_checkpoint(path, check, warn);
   if (!c) throw IoError("no checkpoint in " + path);

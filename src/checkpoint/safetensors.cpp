@@ -7,7 +7,8 @@
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/file_io.h"
-#include "checkpoint/json_input.h"
+#include "core/json_input.h"
+#include "core/printable.h"
 #include "mixtrain/core/error.h"
 
 namespace mixtrain {

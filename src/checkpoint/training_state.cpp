@@ -4,8 +4,9 @@
 #include <cmath>
 
 #include "checkpoint/file_io.h"
-#include "checkpoint/json_input.h"
 #include "checkpoint/safetensors.h"
+#include "core/json_input.h"
+#include "core/printable.h"
 #include "mixtrain/amp/precision.h"
 #include "mixtrain/core/error.h"
 #include "models/gpt_config_json.h"

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "core/json_input.h"
 #include "mixtrain/core/error.h"
 #include "mixtrain/data/builtin_data.h"
 #include "mixtrain/numeric/stochastic.h"
@@ -224,18 +225,9 @@ std::vector<RawExample> parse_jsonl(std::string_view text, const TextColumns& wa
     if (blank(l)) continue;
     const int64_t number = line_number;  // (clang 14 cannot capture a structured binding)
     nlohmann::json j;
-    bool too_deep = false;
-    try {
-      // Refused past 64 levels of nesting, as every JSON mixtrain reads (a deep value would
-      // only cost stack).
-      j = nlohmann::json::parse(l, [&](int depth, nlohmann::json::parse_event_t, nlohmann::json&) {
-        if (depth > 64) too_deep = true;
-        return !too_deep;
-      });
-    } catch (const nlohmann::json::exception& e) {
-      row_error(name, number, std::string("not valid JSON (") + e.what() + ")");
-    }
-    if (too_deep) row_error(name, number, "JSON nested deeper than 64 levels");
+    // Depth-limited and without duplicate keys, as every JSON mixtrain reads (core/json_input.h).
+    if (const std::string problem = parse_untrusted_json_line(l, j); !problem.empty())
+      row_error(name, number, problem);
     if (!j.is_object()) row_error(name, number, "not a JSON object");
     const auto text_of = [&](const std::string& col, const char* role) -> std::string {
       const auto it = j.find(col);

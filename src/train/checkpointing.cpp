@@ -14,7 +14,7 @@
 #include "checkpoint/checksum.h"
 #include "checkpoint/file_io.h"
 #include "checkpoint/gpt_weights.h"
-#include "checkpoint/json_input.h"
+#include "core/json_input.h"
 #include "mixtrain/amp/grad_scaler.h"
 #include "mixtrain/checkpoint/load_model.h"
 #include "mixtrain/data/text_corpus.h"

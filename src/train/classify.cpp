@@ -6,7 +6,11 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 
+#include "checkpoint/file_io.h"
+#include "core/json_input.h"
+#include "core/printable.h"
 #include "mixtrain/autograd/variable.h"
 #include "mixtrain/core/error.h"
 #include "mixtrain/models/encoder.h"
@@ -17,11 +21,13 @@ namespace fs = std::filesystem;
 WordPieceTokenizer tokenizer_from_model_dir(const std::string& dir) {
   WordPieceTokenizer::Options opt;
   const fs::path config = fs::path(dir) / "tokenizer_config.json";
-  std::ifstream f(config);
-  if (f) {
-    const nlohmann::json j = nlohmann::json::parse(f, nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded()) throw IoError(config.string() + ": not valid JSON");
-    if (j.contains("do_lower_case") && j["do_lower_case"].is_boolean())
+  std::error_code ec;
+  if (fs::exists(config, ec)) {
+    // Bounded and depth-limited, as every JSON read from a model directory.
+    const std::vector<uint8_t> bytes = read_file_bounded(config.string(), 1 << 20, "tokenizer config");
+    const nlohmann::json j = parse_untrusted_json(
+        std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()), config.string());
+    if (j.is_object() && j.contains("do_lower_case") && j["do_lower_case"].is_boolean())
       opt.lower_case = j["do_lower_case"].get<bool>();
   }
   return WordPieceTokenizer::from_vocab_file((fs::path(dir) / "vocab.txt").string(), opt);
@@ -38,19 +44,38 @@ TextClassifier TextClassifier::load(const std::string& dir) {
   if (co.labels.size() < 2)
     throw IoError(dir +
                   "/config.json: no id2label with at least 2 labels (not a model saved by finetune --save)");
+  // A label is printed as a field of classify's text output: no control character (a tab or a
+  // newline in one would forge fields or lines), no two alike (a prediction must say one class).
+  std::set<std::string> seen;
+  for (size_t i = 0; i < co.labels.size(); ++i) {
+    const std::string& l = co.labels[i];
+    if (l.empty() ||
+        std::any_of(l.begin(), l.end(), [](char c) { return (unsigned char)c < 0x20 || c == 0x7f; }))
+      throw IoError(dir + "/config.json: id2label " + std::to_string(i) + " '" + printable(l) +
+                    "' is empty or holds a control character (tab, newline, escape)");
+    if (!seen.insert(l).second)
+      throw IoError(dir + "/config.json: id2label names '" + printable(l) + "' twice");
+  }
   WordPieceTokenizer tok = tokenizer_from_model_dir(dir);
   std::vector<std::string> labels = co.labels;
   std::unique_ptr<Model> model = load_encoder_classifier(dir, co);
   return TextClassifier(std::move(labels), std::move(tok), std::move(model));
 }
 
-std::vector<Prediction> TextClassifier::classify(const std::vector<std::string>& texts, int64_t max_len,
+int64_t TextClassifier::max_positions() const { return encoder_info(*model_).max_positions; }
+
+std::vector<Prediction> TextClassifier::classify(const std::vector<std::string>& texts,
+                                                 std::optional<int64_t> max_len_opt,
                                                  int64_t batch_size) const {
+  const int64_t positions = max_positions();
+  const int64_t max_len = max_len_opt.value_or(positions);
   if (max_len < 2)
-    throw ArgumentError("classify: max_len must be at least 2, got " + std::to_string(max_len));
+    throw ArgumentError({"max_len"}, "max_len must be at least 2, got " + std::to_string(max_len));
   if (batch_size < 1)
     throw ArgumentError("classify: batch_size must be positive, got " + std::to_string(batch_size));
-  max_len = std::min(max_len, encoder_info(*model_).max_positions);  // the model's learned positions
+  if (max_len > positions)
+    throw ArgumentError({"max_len"}, "max_len " + std::to_string(max_len) + " exceeds the model's " +
+                                         std::to_string(positions) + " positions");
   std::vector<Prediction> out;
   const autograd::NoGradGuard no_grad;
   const int64_t K = int64_t(labels_.size());

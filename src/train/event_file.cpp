@@ -12,6 +12,7 @@
 #include <filesystem>
 
 #include "checkpoint/file_io.h"
+#include "core/printable.h"
 #include "event.pb.h"
 #include "mixtrain/core/error.h"
 #include "train/tfrecord.h"

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/checksum.h"
+#include "checkpoint/file_io.h"
 #include "mixtrain/data/builtin_data.h"
 #include "mixtrain/data/classification_batches.h"
 #include "mixtrain/data/wordpiece.h"
@@ -197,6 +198,26 @@ class ClassificationRecipe final : public Recipe {
     // that reads its last.
     const int64_t per_step = t.grad_accum * ranks;
     out_.steps_per_epoch = (data_->batches_per_epoch() + per_step - 1) / per_step;
+  }
+  std::vector<AgreedField> agreement(const TrainOptions&) const override {
+    std::string labels;
+    for (const std::string& l : task_.train.labels) labels += l + "\n";
+    std::string config;
+    try {
+      const auto bytes = read_file_bounded((fs::path(dir_) / "config.json").string(), 1 << 20, "config");
+      config = fingerprint(bytes.data(), bytes.size());
+    } catch (const IoError&) {
+      config = "unreadable";  // the model's loading says why, on every rank
+    }
+    return {{"task", task_.name},
+            {"model_dir", config},
+            {"max_len", std::to_string(o_.max_len)},
+            {"epochs", std::to_string(o_.epochs)},
+            {"pooling", o_.pooling == Pooling::cls ? "cls" : "mean"},
+            {"dropout", std::to_string(o_.dropout)},
+            {"labels", labels},
+            {"train_path", data_checksum(*data_) + " " + std::to_string(out_.train_examples) + " " +
+                               std::to_string(out_.test_examples)}};
   }
   const DataSource& data() const override { return *data_; }
   std::unique_ptr<Model> make_model(const PrecisionSpec& spec, MemCategory weights,

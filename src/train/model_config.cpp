@@ -2,7 +2,7 @@
 #include "train/model_config.h"
 
 #include "checkpoint/file_io.h"
-#include "checkpoint/json_input.h"
+#include "core/json_input.h"
 #include "models/gpt_config_json.h"
 
 namespace mixtrain {

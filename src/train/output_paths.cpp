@@ -2,9 +2,11 @@
 #include "train/output_paths.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -58,6 +60,61 @@ bool inside_checkpoint(const fs::path& p, const fs::path& dir) {
          first == ".lock";
 }
 
+// The name of a directory a checkpoint directory's code writes: step-NNNNNN, .step-NNNNNN (being
+// written), abandoned-step-NNNNNN.
+bool checkpoint_name(const std::string& name) {
+  std::string_view n = name;
+  if (n.starts_with("."))
+    n.remove_prefix(1);
+  else if (n.starts_with("abandoned-"))
+    n.remove_prefix(10);
+  if (!n.starts_with("step-") || n.size() == 5) return false;
+  n.remove_prefix(5);
+  return std::all_of(n.begin(), n.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+// `dir` holds a checkpoint: its manifest.json names the checkpoint format (checkpoint_dir.cpp).
+bool is_checkpoint(const fs::path& dir) {
+  std::error_code ec;
+  const fs::path manifest = dir / "manifest.json";
+  if (!fs::is_regular_file(manifest, ec)) return false;
+  std::FILE* f = std::fopen(manifest.c_str(), "rb");
+  if (f == nullptr) return false;
+  char head[4096];
+  const size_t n = std::fread(head, 1, sizeof(head), f);
+  std::fclose(f);
+  return std::string_view(head, n).find("\"mixtrain-checkpoint\"") != std::string_view::npos;
+}
+
+// The checkpoint `p` (resolved) lies in, itself or an ancestor: a directory that holds a checkpoint
+// or is named as one; empty when none. Any run that saves or resumes it reads, replaces and
+// deletes its files, so no output of any run may lie there.
+fs::path enclosing_checkpoint(const fs::path& p) {
+  for (fs::path a = p; !a.empty(); a = a.parent_path()) {
+    if (checkpoint_name(a.filename().string()) || is_checkpoint(a)) return a;
+    if (a == a.root_path()) break;
+  }
+  return {};
+}
+
+void check_not_in_checkpoint(const RunPaths::Entry& out, bool is_dir) {
+  if (out.path == "-") return;
+  const fs::path r = resolved(out.path);
+  const fs::path c = enclosing_checkpoint(is_dir ? r : r.parent_path());
+  if (c.empty()) return;
+  throw ArgumentError({out.what}, out.what + ": " + out.path + " is inside a checkpoint (" + c.string() +
+                                      "), whose files the runs that save or resume it replace and delete");
+}
+
+// A log another process holds the lock of (OutputStream): found before the run loads anything.
+bool locked_by_another(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return false;
+  const bool locked = ::flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+  ::close(fd);
+  return locked;
+}
+
 void check_output_file(const RunPaths::Entry& out) {
   check_nonempty_path(out.path, out.what);
   if (out.path == "-") return;
@@ -66,6 +123,9 @@ void check_output_file(const RunPaths::Entry& out) {
       throw ArgumentError({out.what}, out.what + ": " + out.path + " is a directory, not a file");
     if (::access(out.path.c_str(), W_OK) != 0)
       throw ArgumentError({out.what}, out.what + ": " + out.path + " is not writable: " + errno_text());
+    if (S_ISREG(st->st_mode) && locked_by_another(out.path))
+      throw ArgumentError({out.what},
+                          out.what + ": " + out.path + " is being written by another run (it is locked)");
     return;
   }
   const fs::path parent = resolved(out.path).parent_path();
@@ -99,6 +159,21 @@ void check_run_paths(const RunPaths& p) {
   dirs.insert(dirs.end(), p.output_dirs.begin(), p.output_dirs.end());
   for (const auto& in : p.inputs)
     if (const auto st = stat_of(in.path); st && S_ISDIR(st->st_mode)) dirs.push_back(in);
+  // An output directory inside what another's checkpoint code owns (--tensorboard DIR/step-000010,
+  // which a save's rename would replace); the same directory is fine (the files beside the
+  // checkpoints are the user's).
+  for (const auto& out : p.output_dirs) {
+    const fs::path o = resolved(out.path);
+    for (const auto& d : dirs) {
+      const fs::path r = resolved(d.path);
+      if (!d.path.empty() && o != r && inside_checkpoint(o, r))
+        throw ArgumentError({out.what, d.what}, out.what + ": " + out.path + " is inside a checkpoint of " +
+                                                    d.what + " " + d.path +
+                                                    ", whose files the run reads, replaces and deletes");
+    }
+  }
+  for (const auto& out : p.outputs) check_not_in_checkpoint(out, /*is_dir=*/false);
+  for (const auto& out : p.output_dirs) check_not_in_checkpoint(out, /*is_dir=*/true);
   for (const auto& out : p.outputs) {
     if (out.path == "-") continue;
     const fs::path o = resolved(out.path);
@@ -151,6 +226,7 @@ RunPaths train_run_paths(const TrainOptions& o) {
     p.input_dirs.push_back({"checkpoint.resume", c.resume});
   }
   if (!c.dir.empty()) p.output_dirs.push_back({"checkpoint.dir", c.dir});
+  if (!o.tensorboard_dir.empty()) p.output_dirs.push_back({"tensorboard_dir", o.tensorboard_dir});
   // The logs: an existing one is continued by a resumed run, replaced only with overwrite.
   auto log = [&](const std::string& what, const std::string& path) {
     if (path.empty()) return;
@@ -170,11 +246,17 @@ OutputStream::OutputStream(std::string path, std::string what, bool append)
     return;
   }
   const auto st = stat_of(path_);
-  int flags = O_WRONLY | O_CREAT | O_CLOEXEC;
-  if (!st || S_ISREG(st->st_mode)) flags |= append ? O_APPEND : O_TRUNC;  // devices, FIFOs: as they are
-  fd_ = ::open(path_.c_str(), flags, 0644);
+  const bool regular = !st || S_ISREG(st->st_mode);  // devices, FIFOs: written as they are
+  fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | (regular && append ? O_APPEND : 0), 0644);
   if (fd_ < 0) fail(errno_text());
   owned_ = true;
+  if (!regular) return;
+  // One writer per log: locked before it is truncated, so a second run (even with --overwrite)
+  // cannot tear or empty the log of a run still writing it. The kernel drops the lock at exit.
+  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0)
+    fail(errno == EWOULDBLOCK ? "another run is writing it (it is locked)"
+                              : "cannot lock it: " + errno_text());
+  if (!append && ::ftruncate(fd_, 0) != 0) fail(errno_text());
 }
 
 OutputStream::~OutputStream() {

@@ -3,7 +3,9 @@
 // output path is checked up front: not a directory where a file is meant, writable (or its
 // directory is), not the same file as any input or other output (device and inode, after
 // symlinks), not inside a checkpoint (step-NNNNNN/ and the other names a checkpoint directory's
-// code owns: its files are read, replaced and deleted by the run).
+// code owns, and any directory holding a checkpoint's manifest, this run's or another's: its files
+// are read, replaced and deleted by the runs that save and resume it), not a log another run is
+// writing (locked).
 //
 // Writing follows what the path is: "-" is stdout; a regular file (or a new one) is replaced
 // atomically (temporary file + rename, at the symlink's target when the path is a symlink);
@@ -41,7 +43,9 @@ void check_run_paths(const RunPaths& p);
 RunPaths train_run_paths(const TrainOptions& o);
 
 // A file opened for streaming output (the step log): "-" is stdout; otherwise opened for writing
-// at the symlink's target (appending or truncating), devices and FIFOs written through. Every
+// at the symlink's target (appending or truncating), devices and FIFOs written through. A regular
+// file is locked (flock) first and truncated after: a second writer fails ("another run is
+// writing it") instead of tearing the log. Every
 // write is checked: IoError "cannot write <what> <path>: <reason>".
 class OutputStream {
  public:

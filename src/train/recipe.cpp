@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "kernels/gemm_info.h"
+#include "mixtrain/dist/rank_agreement.h"
 #include "mixtrain/kernels/ops.h"
 #include "mixtrain/optim/mixed_precision.h"
 #include "mixtrain/tensor/allocator.h"
@@ -55,6 +56,65 @@ std::string gib(int64_t bytes) {
 
 // One run of the prepared recipe with these ranks: the model, the precision mode, the optimizer,
 // the loop and its hooks; at most max_steps optimizer steps (the memory check's first two).
+std::string num(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
+// Every option that shapes the trajectory or the collectives (not where the outputs go, nor how
+// often progress is printed): ranks that differ in one would deadlock, abort or drift apart.
+std::vector<AgreedField> trajectory_fields(const TrainOptions& o) {
+  const auto i = [](int64_t v) { return std::to_string(v); };
+  std::string inject;
+  for (const int64_t s : o.inject_nonfinite) inject += i(s) + ",";
+  std::string keep;
+  for (const std::string& k : o.keep_fp32) keep += k + ",";
+  const GradScalerConfig& g = o.scaler;
+  const CheckpointOptions& c = o.checkpoint;
+  return {
+      {"steps", i(o.steps)},
+      {"batch_size", i(o.batch_size)},
+      {"seq_len", i(o.seq_len)},
+      {"lr", num(o.lr)},
+      {"min_lr_ratio", num(o.min_lr_ratio)},
+      {"warmup", i(o.warmup)},
+      {"weight_decay", num(o.weight_decay)},
+      {"beta1", num(o.beta1)},
+      {"beta2", num(o.beta2)},
+      {"eps", num(o.eps)},
+      {"grad_clip", num(o.grad_clip)},
+      {"optimizer", std::string(optimizer_kind_name(o.optimizer))},
+      {"momentum", num(o.momentum)},
+      {"seed", std::to_string(o.seed)},
+      {"eval_every", i(o.eval_every)},
+      {"eval_batches", i(o.eval_batches)},
+      {"precision", std::string(precision_spec(o.precision).name)},
+      {"update_rounding", i(static_cast<int>(o.update_rounding))},
+      {"grad_accum", i(o.grad_accum)},
+      {"exact_grad_accum", i(o.exact_grad_accum)},
+      {"loss_scale", i(g.enabled) + " " + i(g.dynamic) + " " + num(g.init_scale) + " " +
+                         num(g.growth_factor) + " " + num(g.backoff_factor) + " " + i(g.growth_interval) +
+                         " " + i(g.hysteresis) + " " + num(g.min_scale) + " " + num(g.max_scale) + " " +
+                         i(o.force_loss_scaling)},
+      {"inject_nonfinite", inject + " rank " + i(o.inject_nonfinite_rank)},
+      {"max_bad_steps", i(o.max_bad_steps)},
+      {"keep_fp32", keep},
+      {"checkpoint_activations", i(o.checkpoint_activations)},
+      {"checkpoint.save_every", i(c.dir.empty() ? -1 : c.save_every)},
+      {"checkpoint.stop_after", i(c.stop_after)},
+      {"checkpoint.resume", c.resume.empty() ? "no" : "yes"},
+      {"checkpoint.init_from", c.init_from.empty() ? "no" : "yes"},
+      {"numerics.every", i(o.numerics.path.empty() ? -1 : o.numerics.every)},
+      {"overflow_forensics", i(o.overflow_forensics)},
+      {"profile", i(o.profile)},
+      {"data_parallel.zero_stage", i(o.data_parallel.zero_stage)},
+      {"data_parallel.reduce_dtype", std::string(dtype_name(o.data_parallel.reduce_dtype))},
+      {"data_parallel.bucket_bytes", i(o.data_parallel.bucket_bytes)},
+      {"data_parallel.verify_replicas", i(o.data_parallel.verify_replicas)},
+  };
+}
+
 TrainSummary run_prepared(Recipe& recipe, const TrainOptions& opt, const RankSetup& ranks,
                           int64_t max_steps = INT64_MAX) {
   const PrecisionSpec& spec = precision_spec(opt.precision);
@@ -144,7 +204,9 @@ TrainOptions measured_run_options(TrainOptions m) {
 TrainSummary run_recipe(Recipe& recipe, const TrainOptions& opt_in) {
   TrainOptions opt = opt_in;
   if (opt.log_jsonl == "-") opt.quiet = true;  // stdout carries the log
-  const RankSetup ranks = setup_ranks(opt);    // rank 0 alone writes what a run writes
+  // What the ranks must agree on, before setup_ranks clears the other ranks' outputs.
+  std::vector<AgreedField> agreed = trajectory_fields(opt);
+  const RankSetup ranks = setup_ranks(opt);  // rank 0 alone writes what a run writes
   // On the meta device (a prediction) nothing is read beyond the inputs or written, and predictions
   // are serialized: a nested one would wait for itself.
   const bool meta = default_device().is_meta();
@@ -160,6 +222,11 @@ TrainSummary run_recipe(Recipe& recipe, const TrainOptions& opt_in) {
     if (!opt.checkpoint.dir.empty()) lock = DirectoryLock(opt.checkpoint.dir, "checkpoint.dir");
   }
   recipe.prepare(opt, ranks.ranks());
+  if (ranks.world != nullptr && !meta) {
+    // Before the first collective: the ranks run one trajectory, on the same data.
+    for (AgreedField& f : recipe.agreement(opt)) agreed.push_back(std::move(f));
+    check_ranks_agree(*ranks.world, agreed);
+  }
   if (!opt.force && !meta) {
     const int64_t system = available_memory_bytes();
     const bool limited = opt.memory_limit && (system <= 0 || *opt.memory_limit < system);

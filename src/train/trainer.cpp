@@ -151,6 +151,14 @@ class LmRecipe final : public Recipe {
       throw ArgumentError("model vocab_size " + std::to_string(cfg_.vocab_size) +
                           " is smaller than the 256 byte tokens");
   }
+  std::vector<AgreedField> agreement(const TrainOptions&) const override {
+    const auto i = [](int64_t v) { return std::to_string(v); };
+    return {
+        {"model", i(cfg_.vocab_size) + " " + i(cfg_.block_size) + " " + i(cfg_.n_layer) + " " +
+                      i(cfg_.n_head) + " " + i(cfg_.n_embd) + " " + std::to_string(cfg_.dropout) + " " +
+                      std::to_string(cfg_.ln_eps)},
+        {"data", fingerprint(corpus_->train_bytes(), size_t(corpus_->train_size() + corpus_->val_size()))}};
+  }
   const DataSource& data() const override { return *data_; }
   std::unique_ptr<Model> make_model(const PrecisionSpec& spec, MemCategory weights,
                                     const TrainOptions& opt) override {

@@ -1,11 +1,12 @@
 // JSON from untrusted files: deep nesting and duplicate keys refused, messages one line even for
 // hostile values (nested containers, keys with newlines).
-#include "checkpoint/json_input.h"
+#include "core/json_input.h"
 
 #include <gtest/gtest.h>
 
 #include "checkpoint/checkpoint_test_util.h"
 #include "checkpoint/safetensors.h"
+#include "core/printable.h"
 #include "mixtrain/checkpoint/load_model.h"
 #include "mixtrain/models/gpt.h"
 #include "models/gpt_config_json.h"

@@ -217,4 +217,39 @@ expect_stderr_has "score" "unknown label column"
 expect_exit 2 "classify without text" -- "$MIXTRAIN" classify --checkpoint "$TMP/saved"
 expect_exit 2 "classify a bare encoder" -- "$MIXTRAIN" classify --checkpoint "$M/none" --text x
 
+
+# classify: --max-len past the model's positions is refused (it was clamped), as finetune does;
+# invalid UTF-8 is named by file and line; labels that would forge output fields or lines, or name
+# one class twice, are refused at load; --file streams (the first batch is printed before the
+# input ends).
+expect_exit 2 "classify --max-len past the positions" -- "$MIXTRAIN" classify --checkpoint "$TMP/saved" --max-len 1000000 --text x
+expect_stderr_has "--max-len 1000000 exceeds" "classify --max-len past the positions"
+printf 'good\n\nbad \xff\xfe food\n' >"$TMP/bad-utf8.txt"
+expect_exit 2 "classify invalid UTF-8" -- "$MIXTRAIN" classify --checkpoint "$TMP/saved" --file "$TMP/bad-utf8.txt"
+expect_stderr_has "bad-utf8.txt:3: " "classify invalid UTF-8"
+for label in 'pos\tfake=1.0' 'pos\nforged' 'negative'; do
+  rm -rf "$TMP/spoof" && cp -r "$TMP/saved" "$TMP/spoof"
+  python3 - "$TMP/spoof/config.json" "$label" <<'PY'
+import json, sys
+p, label = sys.argv[1], sys.argv[2].encode().decode("unicode_escape")
+c = json.load(open(p))
+first = sorted(c["id2label"], key=int)[-1]
+c["id2label"][first] = label
+json.dump(c, open(p, "w"))
+PY
+  expect_exit 2 "classify with label '$label'" -- "$MIXTRAIN" classify --checkpoint "$TMP/spoof" --text x
+  expect_stderr_has "id2label" "classify with label '$label'"
+done
+for i in $(seq 1 20); do echo "the food was good $i"; done >"$TMP/stream.txt"
+mkfifo "$TMP/stream.fifo"
+"$MIXTRAIN" --threads 1 classify --checkpoint "$TMP/saved" --file "$TMP/stream.fifo" >"$TMP/stream.out" 2>"$TMP/stream.err" &
+reader=$!
+exec 7>"$TMP/stream.fifo"
+head -n 16 "$TMP/stream.txt" >&7
+for _ in $(seq 1 600); do [ "$(wc -l <"$TMP/stream.out")" -ge 16 ] && break; sleep 0.05; done
+[ "$(wc -l <"$TMP/stream.out")" = 16 ] && pass || fail "classify --file: the first batch was not printed before the input ended"
+tail -n 4 "$TMP/stream.txt" >&7
+exec 7>&-
+wait "$reader" && [ "$(wc -l <"$TMP/stream.out")" = 20 ] && pass || fail "classify --file stream: $(cat "$TMP/stream.err")"
+
 finish

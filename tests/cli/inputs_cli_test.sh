@@ -140,4 +140,12 @@ want = [1e-3, 1e-4 + 0.5 * (1 + math.cos(math.pi / 3)) * 9e-4, 1e-4 + 0.5 * (1 +
 assert all(abs(a - b) <= 1e-6 * b for a, b in zip(lr, want)) and len(lr) == 4, (lr, want)
 PY
 
+
+# A path with a newline or an escape sequence is printed escaped: the error stays one line and
+# cannot rewrite the terminal.
+expect_exit 2 "a path with a newline and ESC" -- "$MIXTRAIN" --threads 2 train --model "$TMP/tiny.json" --steps 1 \
+  --data "$TMP/no"$'\n'"such"$'\e'"[2J.txt"
+expect_stderr_has 'no\nsuch\x1b[2J.txt' "a path with a newline and ESC"
+grep -q $'\e' "$TMP/err" && fail "an ESC byte reached stderr" || pass
+
 finish

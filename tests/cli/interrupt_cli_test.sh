@@ -95,4 +95,25 @@ wait "$pid"
 code=$?
 [ "$code" = 130 ] && pass || fail "double SIGINT: exit $code, expected 130 at once"
 
+
+# One signal during a start-up that cannot end (the data a FIFO nobody writes) ends the run with
+# 128 + signal after the 2 s grace, having written nothing (it blocked for ever before).
+mkfifo "$TMP/nodata.fifo"
+timeout 60 "$MIXTRAIN" --threads 2 train --model "$TMP/tiny.json" --batch-size 4 --seq-len 16 --steps 10 \
+  --data "$TMP/nodata.fifo" --max-data-bytes 100000 --log-jsonl "$TMP/nodata.jsonl" \
+  >"$TMP/nodata.out" 2>"$TMP/nodata.err" &
+pid=$!
+for _ in $(seq 1 100); do
+  mp=$(pgrep -P "$pid" | head -n 1)
+  [ -n "$mp" ] && grep -q fifo "/proc/$mp/wchan" 2>/dev/null && break
+  sleep 0.05
+done
+t0=$SECONDS
+kill -TERM "$mp"
+wait "$pid"
+code=$?
+[ "$code" = 143 ] && pass || fail "SIGTERM while reading a FIFO with no writer: exit $code, expected 143"
+[ $((SECONDS - t0)) -le 10 ] && pass || fail "SIGTERM while reading a FIFO: ended after $((SECONDS - t0)) s"
+[ ! -e "$TMP/nodata.jsonl" ] && pass || fail "a step log was written by a run that never started"
+
 finish

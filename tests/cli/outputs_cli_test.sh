@@ -134,4 +134,51 @@ unchanged "$TMP/victim" "$TMP/victim.orig" "a symlink planted at FILE.tmp.<pid>"
   fail "the JSON is not a regular file of its own: $(ls -l "$TMP/conv.json")"
 [ -z "$(find "$TMP" -maxdepth 1 -name 'conv.json.tmp.??????')" ] && pass || fail "a temporary file was left behind"
 
+
+# Any output inside any checkpoint (not only the one being resumed) is refused, for every command,
+# and so is a --checkpoint-dir inside one; --tensorboard may be the checkpoint directory itself
+# (its event files beside the checkpoints survive the saves) but not a checkpoint's name in it.
+expect_exit 2 "log inside another run's checkpoint" -- "${TRAIN[@]}" --steps 1 --log-jsonl "$TMP/ck/step-000002/log.jsonl"
+expect_stderr_has "inside a checkpoint" "log inside another run's checkpoint"
+[ ! -e "$TMP/ck/step-000002/log.jsonl" ] && pass || fail "a log was written into a checkpoint"
+expect_exit 2 "memory --json inside a checkpoint" -- "$MIXTRAIN" memory --model "$TMP/tiny.json" --batch-size 4 \
+  --seq-len 16 --predict-only --json "$TMP/ck/step-000002/memory.json"
+expect_stderr_has "--json" "memory --json inside a checkpoint"
+expect_exit 2 "checkpoint dir inside a checkpoint" -- "${TRAIN[@]}" --steps 1 --checkpoint-dir "$TMP/ck/step-000002/nested"
+expect_stderr_has "--checkpoint-dir" "checkpoint dir inside a checkpoint"
+[ ! -e "$TMP/ck/step-000002/nested" ] && pass || fail "a checkpoint directory was created inside a checkpoint"
+expect_exit 2 "tensorboard at a checkpoint's name" -- "${TRAIN[@]}" --steps 4 --save-every 2 --checkpoint-dir "$TMP/ck2" \
+  --tensorboard "$TMP/ck2/step-000004"
+expect_stderr_has "--tensorboard" "tensorboard at a checkpoint's name"
+expect_exit 0 "tensorboard in the checkpoint directory" -- "${TRAIN[@]}" --steps 4 --save-every 2 --keep 1 \
+  --checkpoint-dir "$TMP/ck3" --tensorboard "$TMP/ck3"
+[ -n "$(find "$TMP/ck3" -maxdepth 1 -name 'events.out.tfevents.*')" ] && [ -d "$TMP/ck3/step-000004" ] && pass ||
+  fail "the event file or the checkpoint is missing: $(ls -a "$TMP/ck3")"
+
+# One writer per log: a second run on a log another is writing is refused, even with --overwrite,
+# and the first run's log is neither emptied nor torn.
+"${TRAIN[@]}" --steps 1000000 --log-jsonl "$TMP/busy.jsonl" >/dev/null 2>&1 &
+writer=$!
+for _ in $(seq 1 400); do [ -s "$TMP/busy.jsonl" ] && break; sleep 0.05; done
+expect_exit 2 "second writer of a log" -- "${TRAIN[@]}" --steps 2 --log-jsonl "$TMP/busy.jsonl" --overwrite
+expect_stderr_has "another run" "second writer of a log"
+kill -9 "$writer"
+wait "$writer" 2>/dev/null
+python3 -c "
+import json, sys
+L = [json.loads(l) for l in open(sys.argv[1]) if l.endswith('\\n')]
+assert L and [l['step'] for l in L] == list(range(1, len(L) + 1)), [l.get('step') for l in L][:10]
+" "$TMP/busy.jsonl" && pass || fail "the first run's log was emptied or torn: $(head -c 300 "$TMP/busy.jsonl")"
+expect_exit 0 "the log's lock dies with its writer" -- "${TRAIN[@]}" --steps 2 --log-jsonl "$TMP/busy.jsonl" --overwrite
+
+
+# bench train --json over its --data or --model: refused, the inputs intact.
+expect_exit 2 "bench train --json over the data" -- "$MIXTRAIN" --threads 2 bench train --model "$TMP/tiny.json" \
+  --data "$TMP/text.txt" --batch-size 4 --seq-len 16 --steps 3 --json "$TMP/text.txt"
+expect_stderr_has "same file as the --data input" "bench train --json over the data"
+unchanged "$TMP/text.txt" "$TMP/text.orig" "bench train --json over the data"
+expect_exit 2 "bench train --json over the model" -- "$MIXTRAIN" --threads 2 bench train --model "$TMP/tiny.json" \
+  --data "$TMP/text.txt" --batch-size 4 --seq-len 16 --steps 3 --json "$TMP/tiny.json"
+unchanged "$TMP/tiny.json" "$TMP/tiny.orig" "bench train --json over the model"
+
 finish

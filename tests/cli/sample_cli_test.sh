@@ -176,4 +176,27 @@ expect_exit 2 "sample from NaN weights" -- "${SAMPLE[@]}" --checkpoint "$TMP/nan
 expect_stderr_has "2 of " "sample from NaN weights"
 expect_stderr_has "weights are inf or NaN (the run that saved them diverged)" "sample from NaN weights"
 
+
+# A hostile mixtrain_config (sizes no file holds) is refused naming the file, not an allocation
+# that ends in "out of memory"; a logits JSON over the checkpoint it reads is refused.
+python3 - "$C/step-000020/model.safetensors" "$TMP/huge.safetensors" <<'PY'
+import json, struct, sys
+raw = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+h = json.loads(raw[8:8 + n])
+cfg = json.loads(h["__metadata__"]["mixtrain_config"])
+cfg["n_layer"] = 4096  # within the config's limits; 3 * 10^12 parameters
+cfg["n_embd"] = 8192
+h["__metadata__"]["mixtrain_config"] = json.dumps(cfg)
+t = json.dumps(h).encode()
+t += b" " * (-len(t) % 8)
+open(sys.argv[2], "wb").write(struct.pack("<Q", len(t)) + t + raw[8 + n:])
+PY
+expect_exit 2 "a hostile mixtrain_config" -- "${SAMPLE[@]}" --checkpoint "$TMP/huge.safetensors"
+expect_stderr_has "huge.safetensors: the weights hold" "a hostile mixtrain_config"
+cp "$C/step-000020/model.safetensors" "$TMP/model.orig"
+expect_exit 2 "logits JSON over the checkpoint" -- "$MIXTRAIN" --threads 1 sample --prompt "line 1" --tokens 0 \
+  --checkpoint "$C/step-000020/model.safetensors" --logits-json "$C/step-000020/model.safetensors"
+cmp -s "$TMP/model.orig" "$C/step-000020/model.safetensors" && pass || fail "sample --logits-json replaced the checkpoint"
+
 finish

@@ -119,6 +119,14 @@ TEST(TextClassification, JsonlWithPairsAndIntegerLabels) {
   EXPECT_EQ(d.examples[1].line, 3);
 }
 
+// A repeated key would be collapsed to its last value by a plain parser: which text was meant?
+TEST(TextClassification, JsonlDuplicateKeyRefused) {
+  EXPECT_EQ(
+      error_of("{\"text\": \"a\", \"label\": \"x\"}\n{\"text\": \"a\", \"label\": \"x\", \"text\": \"b\"}\n",
+               TextFormat::jsonl),
+      "d:2: duplicate key 'text'");
+}
+
 TEST(TextClassification, JsonlBadRows) {
   EXPECT_EQ(error_of("{\"text\": \"a\", \"label\": \"x\"}\n[1]\n", TextFormat::jsonl),
             "d:2: not a JSON object");

@@ -6,6 +6,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,11 +25,14 @@ class TextClassifier {
  public:
   // IoError naming the file for a directory without config.json / id2label / vocab.txt / weights.
   static TextClassifier load(const std::string& dir);
-  // One prediction per text, in batches of `batch_size`, each cut to max_len tokens (at most the
+  // One prediction per text, in batches of `batch_size`, each cut to max_len tokens (unset: the
+  // model's positions; more than those: ArgumentError naming max_len) (at most the
   // model's positions).
-  std::vector<Prediction> classify(const std::vector<std::string>& texts, int64_t max_len = 512,
+  std::vector<Prediction> classify(const std::vector<std::string>& texts,
+                                   std::optional<int64_t> max_len = std::nullopt,
                                    int64_t batch_size = 16) const;
   const std::vector<std::string>& labels() const { return labels_; }
+  int64_t max_positions() const;  // the longest text in tokens the model takes
 
  private:
   TextClassifier(std::vector<std::string> labels, WordPieceTokenizer tokenizer, std::unique_ptr<Model> model);

@@ -1,10 +1,10 @@
 // A Recipe is what makes a task a task: its data, its model (built or loaded), the length and
 // schedule of its run, what a checkpoint holds beyond the engine's state, and any hooks of its
 // own. Everything else about a run is the same for every task and is done once, by run_recipe():
-// the data-parallel ranks, the output-path checks and the checkpoint directory's lock, the
-// predicted-memory check (TrainOptions::force skips it), the precision mode, the optimizer (ZeRO's
-// part under mpirun), the RunConfig, the standard hooks (interrupt, data parallel, fault injection,
-// numerics, step log, TensorBoard, progress), the MFU.
+// the data-parallel ranks (and their agreement on the options and the data), the output-path checks and the
+// checkpoint directory's lock, the predicted-memory check (TrainOptions::force skips it), the precision mode,
+// the optimizer (ZeRO's part under mpirun), the RunConfig, the standard hooks (interrupt, data parallel,
+// fault injection, numerics, step log, TensorBoard, progress), the MFU.
 //
 // Built in: language-model pre-training (train(), trainer.h: GPT on a text corpus) and sequence
 // classification (finetune(), finetune.h: a pretrained encoder on labelled text).
@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "mixtrain/amp/precision.h"
+#include "mixtrain/dist/rank_agreement.h"
 #include "mixtrain/models/model.h"
 #include "mixtrain/train/train_options.h"
 #include "mixtrain/train/training_run.h"
@@ -43,6 +44,9 @@ class Recipe {
   // Loads the data, once per run_recipe() (the memory prediction reuses it): `ranks` data-parallel
   // ranks train together. ArgumentError / IoError naming the option or the file.
   virtual void prepare(const TrainOptions& opt, int ranks) = 0;
+  // What the data-parallel ranks must agree on besides the options every task shares (after
+  // prepare): the recipe's own options and a fingerprint of its data (dist/rank_agreement.h).
+  virtual std::vector<AgreedField> agreement(const TrainOptions&) const { return {}; }
   // The data source (after prepare).
   virtual const DataSource& data() const = 0;
   // A new model with its weights in `spec`'s dtypes and `weights` as their memory category (the

@@ -17,6 +17,11 @@ constexpr int kMaxJsonDepth = 64;
 nlohmann::json parse_untrusted_json(std::string_view text, const std::string& what);
 nlohmann::ordered_json parse_untrusted_ordered_json(std::string_view text, const std::string& what);
 
+// The same checks for one record of a file read record by record (a JSONL line), whose messages
+// name the file and line themselves: "" with `out` set, or the problem ("not valid JSON (...)",
+// "JSON nested deeper than 64 levels", "duplicate key 'k'").
+std::string parse_untrusted_json_line(std::string_view text, nlohmann::json& out);
+
 // A value for a one-line message: scalars as JSON (cut to max_len), containers by kind.
 std::string json_excerpt(const nlohmann::json& v, size_t max_len = 60);
 std::string json_excerpt(const nlohmann::ordered_json& v, size_t max_len = 60);
