@@ -2,7 +2,7 @@
 # Builds the libFuzzer targets with clang (build-fuzz/, ASan + UBSan + fuzzer coverage) and runs
 # each for a bounded time from the committed seed corpus. Usage: scripts/fuzz.sh [SECONDS] [TARGET...]
 #   SECONDS (default 60) per target; targets: safetensors_fuzz training_state_fuzz config_fuzz text_fuzz
-#   report_fuzz.
+#   report_fuzz vocab_fuzz encoder_config_fuzz.
 # New corpus entries go to build-fuzz/corpus/<target>/ (the committed fuzz/corpus/ is only read);
 # a crash leaves its input in build-fuzz/ and makes this script exit non-zero.
 set -euo pipefail
@@ -10,7 +10,8 @@ cd "$(dirname "$0")/.."
 seconds="${1:-60}"
 shift || true
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(safetensors_fuzz training_state_fuzz config_fuzz text_fuzz report_fuzz)
+[ ${#targets[@]} -eq 0 ] && targets=(safetensors_fuzz training_state_fuzz config_fuzz text_fuzz report_fuzz vocab_fuzz
+  encoder_config_fuzz)
 GEN=()
 if command -v ninja >/dev/null 2>&1 && [ ! -f build-fuzz/CMakeCache.txt ]; then GEN=(-G Ninja); fi
 CC=clang CXX=clang++ cmake -S . -B build-fuzz "${GEN[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMIXTRAIN_FUZZ=ON \

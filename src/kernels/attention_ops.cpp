@@ -114,11 +114,19 @@ void attention_chunk_backward(const Tensor& q, const Tensor& k, const Tensor& v,
 }
 }  // namespace
 
+// On the meta device (a memory prediction) the chunks are alike and free their temporaries before
+// the next, so the first alone gives the peak: the prediction's cost does not grow with the batch.
+namespace {
+int64_t chunked_end(const Tensor& q, int64_t n, int64_t chunk) {
+  return q.is_meta() ? std::min(n, chunk) : n;
+}
+}  // namespace
+
 void attention_heads_forward(const Tensor& q, const Tensor& k, const Tensor& v, float scale,
                              const std::vector<Tensor>& probs, Tensor& y) {
   const int64_t BH = q.size(0), T = q.size(1);
   const int64_t chunk = attention_heads_per_chunk(T, attention_query_block(T));
-  for (int64_t h0 = 0; h0 < BH; h0 += chunk) {
+  for (int64_t h0 = 0; h0 < chunked_end(q, BH, chunk); h0 += chunk) {
     const int64_t h1 = std::min(BH, h0 + chunk);
     Tensor yc = y.slice(0, h0, h1);
     attention_chunk_forward(q.slice(0, h0, h1), k.slice(0, h0, h1), v.slice(0, h0, h1), scale,
@@ -134,7 +142,7 @@ void attention_heads_backward(const Tensor& q, const Tensor& k, const Tensor& v,
   const auto part = [](const Tensor& t, int64_t h0, int64_t h1) {
     return t.defined() ? t.slice(0, h0, h1) : Tensor();
   };
-  for (int64_t h0 = 0; h0 < BH; h0 += chunk) {
+  for (int64_t h0 = 0; h0 < chunked_end(q, BH, chunk); h0 += chunk) {
     const int64_t h1 = std::min(BH, h0 + chunk);
     attention_chunk_backward(q.slice(0, h0, h1), k.slice(0, h0, h1), v.slice(0, h0, h1),
                              attention_prob_slices(probs, h0, h1), g.slice(0, h0, h1), scale,
@@ -187,7 +195,7 @@ void masked_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
   check_masked_attention(q, k, v, key_mask, p);
   const int64_t B = key_mask.size(0), H = q.size(0) / B, T = q.size(1);
   const int64_t rows = masked_attention_rows_per_chunk(H, T);
-  for (int64_t b0 = 0; b0 < B; b0 += rows) {
+  for (int64_t b0 = 0; b0 < chunked_end(q, B, rows); b0 += rows) {
     const int64_t b1 = std::min(B, b0 + rows), h0 = b0 * H, h1 = b1 * H;
     Tensor probs;
     const Tensor pd = chunk_probabilities(q.slice(0, h0, h1), k.slice(0, h0, h1), key_mask.slice(0, b0, b1),
@@ -205,7 +213,7 @@ void masked_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v
   const int64_t rows = masked_attention_rows_per_chunk(H, T);
   GemmOptions ta;
   ta.trans_a = true;
-  for (int64_t b0 = 0; b0 < B; b0 += rows) {
+  for (int64_t b0 = 0; b0 < chunked_end(q, B, rows); b0 += rows) {
     const int64_t b1 = std::min(B, b0 + rows), h0 = b0 * H, h1 = b1 * H;
     const uint64_t first = offset + uint64_t(h0 * T * T);
     const Tensor qc = q.slice(0, h0, h1), kc = k.slice(0, h0, h1), vc = v.slice(0, h0, h1),

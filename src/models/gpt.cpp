@@ -216,9 +216,12 @@ Gpt::Output Gpt::forward(const Tensor& idx, const Tensor* targets, bool training
   nn::DropoutState drop{cfg_.dropout, training, dropout_seed, 0};
   // Positions 0..T-1 for every row: a gather of the first T rows of wpe per batch row, so the
   // backward scatter-add sums the position gradient over the batch.
-  std::vector<int32_t> pos(static_cast<size_t>(B * T));
-  for (int64_t i = 0; i < B * T; ++i) pos[static_cast<size_t>(i)] = static_cast<int32_t>(i % T);
-  const Tensor pos_ids = Tensor::from_ints(pos, {B, T});
+  // On the meta device (a memory prediction) the same tensor without host values.
+  Tensor pos_ids = Tensor::empty({B, T}, DType::i32, MemCategory::data);
+  if (!pos_ids.is_meta()) {
+    int32_t* pos = pos_ids.data<int32_t>();
+    for (int64_t i = 0; i < B * T; ++i) pos[i] = static_cast<int32_t>(i % T);
+  }
   Var tok = wte_(idx);     // (B, T, C)
   Var pe = wpe_(pos_ids);  // (B, T, C)
   Var x = add(tok, pe);

@@ -17,6 +17,7 @@ EvalSums Model::evaluate_batch(const Batch& batch) {
                      batch.targets.to_string() + " (override evaluate_batch for this model)");
   Tensor predicted = Tensor::empty(lead, DType::i32, MemCategory::activations, logits.device());
   argmax_last(logits, predicted);
+  if (predicted.is_meta()) return s;  // a memory prediction: no values to score
   const std::vector<int32_t> p = predicted.to_ints(), t = batch.targets.to_ints();
   for (size_t i = 0; i < t.size(); ++i) {
     if (t[i] == -1) continue;

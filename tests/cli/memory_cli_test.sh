@@ -102,4 +102,20 @@ expect_exit 2 "memory --json over its model config" -- "$MIXTRAIN" --threads 2 m
   --batch-size 4 --seq-len 32 --steps 2 --json "$TMP/tiny.json"
 cmp -s "$TMP/tiny.json" "$TMP/tiny.before" && pass || fail "memory --json over the model config changed it"
 
+
+# The prediction's own cost does not grow with the batch (no per-row host work or metadata on the
+# meta device): batch 65536 of gpt2-small answers in seconds (it took minutes and gigabytes), and
+# its activations are 256 times those of batch 256 (to 1e-6: a few buffers do not scale).
+start=$(date +%s)
+expect_exit 0 "predict-only batch 65536" -- "$MIXTRAIN" memory --model gpt2-small --batch-size 65536 --seq-len 1024 \
+  --predict-only --json "$TMP/big.json"
+[ $(($(date +%s) - start)) -lt 15 ] && pass || fail "--predict-only at batch 65536 took $(($(date +%s) - start)) s"
+expect_exit 0 "predict-only batch 256" -- "$MIXTRAIN" memory --model gpt2-small --batch-size 256 --seq-len 1024 \
+  --predict-only --json "$TMP/small.json"
+python3 - "$TMP/small.json" "$TMP/big.json" <<'PY' && pass || fail "the batch-65536 prediction does not scale"
+import json, sys
+a, b = (json.load(open(p))["predicted"]["by_category"] for p in sys.argv[1:3])
+assert abs(b["activations"] / a["activations"] - 256) < 1e-6, (a["activations"], b["activations"])
+PY
+
 finish
