@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <sstream>
 
 #include "commands.h"
@@ -197,6 +198,9 @@ void add_data_parallel_flags(CLI::App* sub, TrainFlags& f) {
 }
 
 void TrainFlags::finish(const std::vector<PrecisionMode>& precisions) {
+  // First: the warnings below compare other flags with the run's length.
+  if (given("--steps") && opt.steps < 1)
+    throw ArgumentError("--steps must be positive, got " + std::to_string(opt.steps));
   // A given empty path or a given 0 would silently mean "unset": refused, naming the flag.
   for (const char* flag :
        {"--data", "--model", "--log-jsonl", "--checkpoint-dir", "--resume", "--init-from", "--numerics"})
@@ -236,6 +240,8 @@ void TrainFlags::finish(const std::vector<PrecisionMode>& precisions) {
       }
       if (used != loss_scale.size() || !(v > 0) || !std::isfinite(v))
         throw ArgumentError("--loss-scale must be 'dynamic' or a positive number, got '" + loss_scale + "'");
+      if (v > std::numeric_limits<float>::max())  // the scale multiplies an fp32 loss
+        throw ArgumentError("--loss-scale must be finite in fp32 (at most 3.4e38), got '" + loss_scale + "'");
       opt.scaler.dynamic = false;
       opt.scaler.init_scale = v;
     }

@@ -98,6 +98,10 @@ TextClassificationTask load_task(const FinetuneOptions& o) {
   } else {
     t.name = o.train_path;
     t.train = TextClassificationData::load(o.train_path, o.columns);
+    // Before the test set, which is read with the training set's labels: a training file without
+    // examples is what is wrong, not the test file's first label.
+    if (t.train.examples.empty())
+      throw ArgumentError("training set " + t.train.path + " holds no examples (a header alone?)");
     t.test = TextClassificationData::load(o.test_path, o.columns, &t.train.labels);
   }
   keep_first(t.train, o.train_examples);

@@ -252,4 +252,11 @@ tail -n 4 "$TMP/stream.txt" >&7
 exec 7>&-
 wait "$reader" && [ "$(wc -l <"$TMP/stream.out")" = 20 ] && pass || fail "classify --file stream: $(cat "$TMP/stream.err")"
 
+
+# A training file with a header alone is named as the problem (the test file was blamed).
+head -n 1 "$TMP/train.tsv" >"$TMP/header-only.tsv"
+expect_exit 2 "header-only training file" -- "$MIXTRAIN" --threads 1 finetune --model "$M" --train "$TMP/header-only.tsv" \
+  --test "$TMP/test.tsv" --max-len 16
+expect_stderr_has "header-only.tsv holds no examples" "header-only training file"
+
 finish

@@ -148,4 +148,14 @@ expect_exit 2 "a path with a newline and ESC" -- "$MIXTRAIN" --threads 2 train -
 expect_stderr_has 'no\nsuch\x1b[2J.txt' "a path with a newline and ESC"
 grep -q $'\e' "$TMP/err" && fail "an ESC byte reached stderr" || pass
 
+
+# The real error alone: no warning about --eval-every before "--steps must be positive"; a static
+# loss scale past fp32 is named as --loss-scale (it was blamed on --init-scale).
+expect_exit 2 "--steps -1" -- "${TRAIN[@]}" --steps -1
+grep -q "warning" "$TMP/err" && fail "--steps -1: a warning before the error: $(cat "$TMP/err")" || pass
+expect_stderr_has "--steps must be positive" "--steps -1"
+expect_exit 2 "--loss-scale past fp32" -- "${TRAIN[@]}" --steps 1 --precision 16-mixed --loss-scale 1e39
+expect_stderr_has "--loss-scale must be finite in fp32" "--loss-scale past fp32"
+grep -q -- "--init-scale" "$TMP/err" && fail "--loss-scale 1e39 blamed on --init-scale" || pass
+
 finish
