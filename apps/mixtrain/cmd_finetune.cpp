@@ -215,7 +215,10 @@ void register_finetune(CLI::App& app, GlobalOptions& g, std::vector<Command>& co
            if (sub->count("--precision") > 0)
              std::fprintf(stderr,
                           "mixtrain: warning: --precision has no effect with --advise (it runs 32-true)\n");
-           if (!json->empty() && *json != "-") check_output_path(*json, "--json");
+           if (!json->empty() && *json != "-") {
+             check_output_path(*json, "--json");
+             f->opt.train.also_writes.push_back({"--json", *json});  // and against the trial's inputs
+           }
            print_numerics_advice(advise_finetune_numerics(f->opt), *json);
            return 0;
          }

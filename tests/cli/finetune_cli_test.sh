@@ -259,4 +259,17 @@ expect_exit 2 "header-only training file" -- "$MIXTRAIN" --threads 1 finetune --
   --test "$TMP/test.tsv" --max-len 16
 expect_stderr_has "header-only.tsv holds no examples" "header-only training file"
 
+
+# --json of the advice and of compare --task over the training file: refused, the file intact.
+cp "$TMP/train.tsv" "$TMP/train.orig"
+expect_exit 2 "finetune --advise --json over --train" -- "${FT[@]}" --advise --json "$TMP/train.tsv"
+expect_stderr_has "same file as the --train input" "finetune --advise --json over --train"
+expect_exit 2 "numerics --advise --json over --train" -- "$MIXTRAIN" --threads 1 numerics --advise --task classify \
+  --model "$M" --train "$TMP/train.tsv" --test "$TMP/test.tsv" --max-len 16 --json "$TMP/train.tsv"
+expect_stderr_has "same file as the --train input" "numerics --advise --json over --train"
+expect_exit 2 "compare --task --json over --test" -- "$MIXTRAIN" --threads 1 compare --task classify --model "$M" \
+  --train "$TMP/train.tsv" --test "$TMP/test.tsv" --max-len 16 --precisions 32-true --json "$TMP/test.tsv"
+expect_stderr_has "same file as the --test input" "compare --task --json over --test"
+cmp -s "$TMP/train.tsv" "$TMP/train.orig" && pass || fail "the training file was changed"
+
 finish
