@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/cpu_features.h"
+#include "mixtrain/core/cpu_features.h"
 #include "mixtrain/numeric/convert.h"
 #include "mixtrain/numeric/stochastic.h"
 

@@ -3,7 +3,7 @@
 // table with the bf16/fp32 ratio is `mixtrain bench gemm`.
 #include <benchmark/benchmark.h>
 
-#include "bench/gemm_bench_run.h"
+#include "direct_onednn_matmul.h"
 #include "mixtrain/kernels/ops.h"
 
 namespace {

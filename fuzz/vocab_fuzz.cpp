@@ -1,9 +1,9 @@
 // libFuzzer target: the WordPiece vocabulary reader (a model directory's vocab.txt:
 // WordPieceTokenizer::from_vocab_file, which reads lines and trims them before from_tokens checks
 // the tokens), on any bytes written to a file as a user hands it over. A vocabulary that loads
-// then tokenizes a few fixed texts (specials written literally, pieces, accents, CJK, an overlong
-// word, pairs with truncation, padding), so WordPiece runs over hostile tokens. Inputs must load
-// or throw mixtrain::Error; every id that comes out must be in the vocabulary.
+// then tokenizes a few fixed texts (specials written literally, pieces, accents, CJK, a word past
+// 100 characters, pairs with truncation, padding), so WordPiece runs over hostile tokens. Inputs
+// must load or throw mixtrain::Error; every id that comes out must be in the vocabulary.
 #include <stdlib.h>
 
 #include <cstddef>
@@ -42,8 +42,8 @@ const char* const kTexts[] = {
     "Hello, World! The caf\xC3\xA9 was na\xC3\xAFve: unaffable ##s ## [CLS]x[SEP][MASK]y [unused0]",
     "\xE4\xB8\xAD\xE6\x96\x87 \xE6\x97\xA5\xE6\x9C\xAC\xE8\xAA\x9E \xED\x95\x9C\xEA\xB5\xAD\xEC\x96\xB4 "
     "\xC3\x85ngstr\xC3\xB6m\xC2\xAD\xE2\x80\x8B a\tb\nc [PAD][UNK][PAD [",
-    "supercalifragilisticexpialidocious-supercalifragilisticexpialidocious-"
-    "supercalifragilisticexpialidocious-x 1,234.5% $x^2 \xE2\x80\x94 "
+    "supercalifragilisticexpialidocioussupercalifragilisticexpialidocious"
+    "supercalifragilisticexpialidocious 1,234.5% $x^2 \xE2\x80\x94 "
     "\xD0\xBF\xD1\x80\xD0\xB8\xD0\xB2\xD0\xB5\xD1\x82",
     "",
 };

@@ -4,9 +4,9 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
-#include "bench/convert_bench.h"
-#include "bench/gemm_bench.h"
 #include "commands.h"
+#include "convert_bench.h"
+#include "gemm_bench.h"
 
 namespace mixtrain::cli {
 

@@ -10,8 +10,8 @@
 #include "finetune_options.h"
 #include "mixtrain/dist/communicator.h"
 #include "mixtrain/train/compare.h"
+#include "mixtrain/train/output_paths.h"
 #include "report/report.h"
-#include "train/output_paths.h"
 #include "train/summary_json.h"
 #include "train_options.h"
 

@@ -4,9 +4,9 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
-#include "core/cpu_features.h"
-#include "kernels/backend.h"
-#include "kernels/gemm_info.h"
+#include "mixtrain/core/cpu_features.h"
+#include "mixtrain/kernels/gemm_info.h"
+#include "mixtrain/kernels/threads.h"
 #include "mixtrain/numeric/convert.h"
 
 namespace mixtrain::cli {

@@ -12,8 +12,8 @@
 #include "mixtrain/dist/communicator.h"
 #include "mixtrain/train/finetune.h"
 #include "mixtrain/train/memory_report.h"
+#include "mixtrain/train/output_paths.h"
 #include "models/gpt_config_json.h"
-#include "train/output_paths.h"
 #include "train/summary_json.h"
 #include "train_options.h"
 

@@ -4,8 +4,8 @@
 
 #include "commands.h"
 #include "mixtrain/core/error.h"
+#include "mixtrain/train/output_paths.h"
 #include "report/report.h"
-#include "train/output_paths.h"
 
 namespace mixtrain::cli {
 

@@ -9,11 +9,11 @@
 #include <thread>
 
 #include "commands.h"
-#include "kernels/backend.h"
 #include "mixtrain/core/error.h"
 #include "mixtrain/dist/rank_agreement.h"
+#include "mixtrain/kernels/threads.h"
+#include "mixtrain/train/output_paths.h"
 #include "mixtrain/train/trainer.h"
-#include "train/output_paths.h"
 
 namespace mixtrain::cli {
 

@@ -10,7 +10,7 @@
 #include <sstream>
 
 #include "commands.h"
-#include "train/output_paths.h"
+#include "mixtrain/train/output_paths.h"
 
 namespace mixtrain::cli {
 

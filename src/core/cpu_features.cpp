@@ -1,6 +1,6 @@
 // CPU feature detection (GCC's __builtin_cpu_supports plus an explicit XCR0 check that the OS
 // saves the wider register state) and the force-reference switch.
-#include "core/cpu_features.h"
+#include "mixtrain/core/cpu_features.h"
 
 #include <cpuid.h>
 

@@ -1,6 +1,9 @@
 // EncoderConfig from Hugging Face's BertConfig / DistilBertConfig JSON.
 #include "models/encoder_config.h"
 
+#include <cmath>
+#include <limits>
+
 #include "mixtrain/core/error.h"
 
 namespace mixtrain {
@@ -20,7 +23,10 @@ struct Reader {
     const auto it = j.find(key);
     if (it == j.end() || it->is_null()) return fallback;
     if (!it->is_number()) throw ArgumentError(where + ": '" + key + "' must be a number");
-    return it->get<float>();
+    const double v = it->get<double>();  // a double past float's range would convert undefined
+    if (!(std::fabs(v) <= std::numeric_limits<float>::max()))
+      throw ArgumentError(where + ": '" + key + "' is not a finite fp32 number");
+    return static_cast<float>(v);
   }
   std::string text(const char* key, const std::string& fallback) const {
     const auto it = j.find(key);
@@ -90,6 +96,10 @@ EncoderConfig EncoderConfig::from_hf_json(const nlohmann::json& j, const std::st
     throw ArgumentError(where + ": hidden size " + std::to_string(c.hidden) + " is not divisible by " +
                         std::to_string(c.heads) + " heads");
   if (!(c.layer_norm_eps > 0.f)) throw ArgumentError(where + ": 'layer_norm_eps' must be positive");
+  if (!(c.initializer_range >= 0.f)) throw ArgumentError(where + ": 'initializer_range' must be >= 0");
+  // Per-layer tensors cost metadata however small they are: a config of 65,000 one-wide layers
+  // built 2 GB of them before the weights were found missing. GPT's configs have the same cap.
+  if (c.layers > 4096) throw ArgumentError(where + ": " + std::to_string(c.layers) + " layers: at most 4096");
   check_probability(c.hidden_dropout, where, "hidden dropout");
   check_probability(c.attention_dropout, where, "attention dropout");
   return c;

@@ -3,7 +3,7 @@
 // on every call so it can be flipped mid-run.
 #include "mixtrain/numeric/convert.h"
 
-#include "core/cpu_features.h"
+#include "mixtrain/core/cpu_features.h"
 #include "numeric/bulk.h"
 
 namespace mixtrain {

@@ -9,9 +9,9 @@
 #include <thread>
 
 #include "checkpoint/file_io.h"
-#include "core/cpu_features.h"
 #include "core/json_input.h"
 #include "core/printable.h"
+#include "mixtrain/core/cpu_features.h"
 #include "mixtrain/core/error.h"
 #include "report/report.h"
 #include "train/event_file.h"

@@ -7,9 +7,9 @@
 
 #include "kernels/backend.h"
 #include "mixtrain/core/error.h"
+#include "mixtrain/train/output_paths.h"
 #include "mixtrain/train/tensorboard_hook.h"
 #include "mixtrain/train/trainer.h"
-#include "train/output_paths.h"
 
 namespace mixtrain {
 namespace {

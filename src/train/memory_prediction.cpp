@@ -11,7 +11,7 @@
 #include <mutex>
 #include <unordered_map>
 
-#include "kernels/gemm_info.h"
+#include "mixtrain/kernels/gemm_info.h"
 #include "mixtrain/tensor/device.h"
 #include "tensor/alloc_site.h"
 #include "tensor/meta.h"

@@ -4,9 +4,9 @@
 #include <cmath>
 #include <cstdio>
 
+#include "mixtrain/train/output_paths.h"
 #include "train/checkpointing.h"
 #include "train/numerics_sites.h"
-#include "train/output_paths.h"
 
 namespace mixtrain {
 

@@ -1,5 +1,5 @@
 // Output paths checked before a run, and checked writes (train/output_paths.h).
-#include "train/output_paths.h"
+#include "mixtrain/train/output_paths.h"
 
 #include <fcntl.h>
 #include <sys/file.h>

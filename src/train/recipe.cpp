@@ -7,17 +7,17 @@
 #include <cstdio>
 #include <fstream>
 
-#include "kernels/gemm_info.h"
 #include "mixtrain/dist/rank_agreement.h"
+#include "mixtrain/kernels/gemm_info.h"
 #include "mixtrain/kernels/ops.h"
 #include "mixtrain/optim/mixed_precision.h"
 #include "mixtrain/tensor/allocator.h"
 #include "mixtrain/tensor/device.h"
 #include "mixtrain/train/memory_prediction.h"
+#include "mixtrain/train/output_paths.h"
 #include "mixtrain/train/run_hooks.h"
 #include "train/dir_lock.h"
 #include "train/observer_hooks.h"
-#include "train/output_paths.h"
 #include "train/rank_setup.h"
 
 namespace mixtrain {

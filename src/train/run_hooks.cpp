@@ -8,8 +8,8 @@
 
 #include "mixtrain/kernels/ops.h"
 #include "mixtrain/tensor/allocator.h"
+#include "mixtrain/train/output_paths.h"
 #include "train/checkpointing.h"
-#include "train/output_paths.h"
 #include "train/summary_json.h"
 
 namespace mixtrain {

@@ -14,8 +14,8 @@
 #include <random>
 #include <vector>
 
-#include "core/cpu_features.h"
 #include "kernels/gradient_kernels.h"
+#include "mixtrain/core/cpu_features.h"
 #include "mixtrain/optim/clip.h"
 
 namespace mixtrain {

@@ -8,9 +8,9 @@
 #include <limits>
 #include <thread>
 
-#include "core/cpu_features.h"
-#include "kernels/gemm_info.h"
 #include "kernels/op_harness.h"
+#include "mixtrain/core/cpu_features.h"
+#include "mixtrain/kernels/gemm_info.h"
 #include "mixtrain/kernels/ops.h"
 
 namespace mixtrain::test {

@@ -10,8 +10,8 @@
 #include <string>
 
 #include "kernels/attention_ops.h"
-#include "kernels/gemm_info.h"
 #include "kernels/ops_backward.h"
+#include "mixtrain/kernels/gemm_info.h"
 #include "mixtrain/kernels/ops.h"
 #include "mixtrain/tensor/tensor.h"
 

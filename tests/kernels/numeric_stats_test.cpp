@@ -12,7 +12,7 @@
 #include <random>
 #include <vector>
 
-#include "core/cpu_features.h"
+#include "mixtrain/core/cpu_features.h"
 #include "mixtrain/kernels/threads.h"
 
 namespace mixtrain {

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "convert_variants.h"
-#include "core/cpu_features.h"
+#include "mixtrain/core/cpu_features.h"
 
 namespace mixtrain {
 namespace {

@@ -3,7 +3,7 @@
 #pragma once
 #include <vector>
 
-#include "core/cpu_features.h"
+#include "mixtrain/core/cpu_features.h"
 #include "mixtrain/numeric/convert.h"
 
 namespace mixtrain::test {

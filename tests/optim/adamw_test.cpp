@@ -10,7 +10,7 @@
 #include <cstring>
 #include <random>
 
-#include "core/cpu_features.h"
+#include "mixtrain/core/cpu_features.h"
 #include "optim/optim_test_util.h"
 
 namespace mixtrain {

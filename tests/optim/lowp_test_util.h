@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/cpu_features.h"
+#include "mixtrain/core/cpu_features.h"
 #include "mixtrain/numeric/bf16.h"
 #include "mixtrain/numeric/fp16.h"
 #include "optim/optim_test_util.h"

@@ -7,7 +7,7 @@
 
 #include <gtest/gtest.h>
 
-#include "core/cpu_features.h"
+#include "mixtrain/core/cpu_features.h"
 #include "mixtrain/optim/adamw.h"
 #include "mixtrain/optim/sgd.h"
 #include "optim/lowp_test_util.h"

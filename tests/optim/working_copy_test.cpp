@@ -5,7 +5,7 @@
 
 #include <gtest/gtest.h>
 
-#include "core/cpu_features.h"
+#include "mixtrain/core/cpu_features.h"
 #include "mixtrain/optim/adamw.h"
 #include "mixtrain/optim/sgd.h"
 #include "optim/optim_test_util.h"

@@ -8,10 +8,10 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/cpu_features.h"
 #include "kernels/cpu/adamw_span.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/lowp_span.h"
+#include "mixtrain/core/cpu_features.h"
 #include "mixtrain/kernels/optimizer_kernels.h"
 
 namespace mixtrain {

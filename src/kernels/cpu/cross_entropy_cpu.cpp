@@ -5,9 +5,9 @@
 #include <string>
 #include <vector>
 
-#include "core/cpu_features.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/cpu_rows.h"
+#include "mixtrain/core/cpu_features.h"
 
 namespace mixtrain {
 namespace cpu {

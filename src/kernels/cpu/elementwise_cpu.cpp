@@ -2,9 +2,9 @@
 // (row, column chunk) work items; 16-bit chunks are staged through fp32 stack buffers, the math is
 // a vectorised fp32 loop, and each result is rounded once into out. Each element's value depends
 // only on its inputs, so results are identical for any thread count.
-#include "core/cpu_features.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/cpu_rows.h"
+#include "mixtrain/core/cpu_features.h"
 
 namespace mixtrain {
 namespace cpu {

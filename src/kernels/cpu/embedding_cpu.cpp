@@ -3,9 +3,9 @@
 #include <cstring>
 #include <string>
 
-#include "core/cpu_features.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/cpu_rows.h"
+#include "mixtrain/core/cpu_features.h"
 
 namespace mixtrain {
 namespace cpu {

@@ -1,6 +1,6 @@
 // `mixtrain info`'s GEMM line: which oneDNN implementation each input dtype gets on this machine
 // (the planning itself lives in gemm_onednn.cpp, so this reports what gemm() really runs).
-#include "kernels/gemm_info.h"
+#include "mixtrain/kernels/gemm_info.h"
 
 namespace mixtrain {
 

@@ -27,9 +27,9 @@
 #include <utility>
 #include <vector>
 
-#include "core/cpu_features.h"
 #include "kernels/cpu/cpu_backend.h"
-#include "kernels/gemm_info.h"
+#include "mixtrain/core/cpu_features.h"
+#include "mixtrain/kernels/gemm_info.h"
 
 namespace mixtrain {
 namespace {

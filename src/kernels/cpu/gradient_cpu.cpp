@@ -9,10 +9,10 @@
 #include <cmath>
 #include <vector>
 
-#include "core/cpu_features.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/cpu_rows.h"
 #include "kernels/gradient_kernels.h"
+#include "mixtrain/core/cpu_features.h"
 
 // GCC 12's masked AVX-512 intrinsics trip a false -Wmaybe-uninitialized (GCC PR 105593).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"

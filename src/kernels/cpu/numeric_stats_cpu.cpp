@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "core/cpu_features.h"
 #include "kernels/cpu/cpu_rows.h"
 #include "kernels/numeric_stats.h"
+#include "mixtrain/core/cpu_features.h"
 #include "mixtrain/numeric/fp16.h"
 
 namespace mixtrain {

@@ -6,10 +6,10 @@
 #include <limits>
 #include <vector>
 
-#include "core/cpu_features.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/cpu_rows.h"
 #include "kernels/ref/ref_util.h"
+#include "mixtrain/core/cpu_features.h"
 
 namespace mixtrain {
 namespace cpu {

@@ -6,10 +6,10 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/cpu_features.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/lowp_span.h"
 #include "kernels/cpu/sgd_span.h"
+#include "mixtrain/core/cpu_features.h"
 #include "mixtrain/kernels/optimizer_kernels.h"
 
 namespace mixtrain {

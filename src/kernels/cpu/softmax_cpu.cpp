@@ -2,9 +2,9 @@
 // fp32, max-subtracted, exp and blocked sum in one vectorised pass, then a scale by 1/sum.
 #include <cmath>
 
-#include "core/cpu_features.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/cpu_rows.h"
+#include "mixtrain/core/cpu_features.h"
 
 namespace mixtrain {
 namespace cpu {

@@ -8,9 +8,9 @@
 // prediction tests fail until it is.
 #include "kernels/meta/meta_backend.h"
 
-#include "core/cpu_features.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/cpu_rows.h"
+#include "mixtrain/core/cpu_features.h"
 #include "mixtrain/kernels/ops.h"
 
 namespace mixtrain {

@@ -6,10 +6,11 @@
 #include <functional>
 #include <sstream>
 
-#include "bench/convert_bench.h"
-#include "kernels/backend.h"
+#include "convert_bench.h"
+#include "mixtrain/kernels/threads.h"
 #include "mixtrain/numeric/convert.h"
 #include "mixtrain/tensor/tensor.h"
+#include "parallel_memcpy.h"
 
 namespace mixtrain {
 namespace {
@@ -46,15 +47,8 @@ std::vector<ConvertBenchResult> run_convert_bench(int64_t n) {
     r.push_back({std::move(name), std::move(impl), bytes / best_seconds(f, reps) / 1e9, 0});
   };
   // The ceiling: memcpy of the fp32 buffer split over the same threads as the conversions.
-  add("memcpy f32", "memcpy x" + std::to_string(num_threads()), 2 * b32, [&] {
-    const int64_t chunks = num_threads();
-#pragma omp parallel for schedule(static) num_threads(num_threads())
-    for (int64_t c = 0; c < chunks; ++c) {
-      const size_t lo = un * static_cast<size_t>(c) / static_cast<size_t>(chunks);
-      const size_t hi = un * static_cast<size_t>(c + 1) / static_cast<size_t>(chunks);
-      std::memcpy(d + lo, s + lo, (hi - lo) * 4);
-    }
-  });
+  add("memcpy f32", "memcpy x" + std::to_string(num_threads()), 2 * b32,
+      [&] { bench::parallel_memcpy(d, s, un * 4, num_threads()); });
   add("f32->bf16", f32_to_bf16_impl_name(), b32 + b16n, [&] { convert_f32_to_bf16(s, b, un); });
   add("f32->bf16", "scalar", b32 + b16n, [&] { convert_f32_to_bf16_scalar(s, b, un); });
   add("bf16->f32", "dispatched", b16n + b32, [&] { convert_bf16_to_f32(b, d, un); });

@@ -1,6 +1,8 @@
 // The benchmark's yardstick: a oneDNN matmul created directly (plain row-major descriptors, the
 // library's default scratchpad, no mixtrain code between the timer and oneDNN), on buffers the
-// caller owns. Shared by run_gemm_bench and bench/gemm_bench.cpp.
+// caller owns. Shared by `mixtrain bench gemm` (apps/mixtrain/gemm_bench_run.cpp) and the Google
+// Benchmark micro-benchmarks (bench/gemm_bench.cpp): a small library of its own
+// (mixtrain_bench_yardstick), outside the engine.
 #pragma once
 #include <cstdint>
 #include <memory>
