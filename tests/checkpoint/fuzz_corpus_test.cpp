@@ -101,3 +101,30 @@ TEST(FuzzCorpus, EncoderConfigSeeds) {
 
 }  // namespace
 }  // namespace mixtrain
+
+namespace mixtrain {
+namespace {
+
+// What encoder_config_fuzz found: a config of tens of thousands of one-wide layers built gigabytes
+// of tensor metadata before the missing weights were noticed, and a number past fp32's range
+// converted to inf (undefined behaviour) and was taken as layer_norm_eps.
+TEST(EncoderConfigLimits, LayersAndNumbersAreBounded) {
+  nlohmann::json j = parse_untrusted_json(
+      R"({"model_type": "bert", "vocab_size": 8, "hidden_size": 2, "num_hidden_layers": 2,
+          "num_attention_heads": 1, "intermediate_size": 2, "max_position_embeddings": 4,
+          "type_vocab_size": 1})",
+      "config");
+  EXPECT_EQ(EncoderConfig::from_hf_json(j, "config").layers, 2);
+  nlohmann::json deep = j;
+  deep["num_hidden_layers"] = 65000;
+  EXPECT_THROW(EncoderConfig::from_hf_json(deep, "config"), ArgumentError);
+  nlohmann::json inf_eps = j;
+  inf_eps["layer_norm_eps"] = 1e39;
+  EXPECT_THROW(EncoderConfig::from_hf_json(inf_eps, "config"), ArgumentError);
+  nlohmann::json bad_init = j;
+  bad_init["initializer_range"] = -1.0;
+  EXPECT_THROW(EncoderConfig::from_hf_json(bad_init, "config"), ArgumentError);
+}
+
+}  // namespace
+}  // namespace mixtrain
