@@ -9,7 +9,7 @@
 #include "finetune_options.h"
 #include "mixtrain/train/bench_train.h"
 #include "mixtrain/train/finetune.h"
-#include "train/summary_json.h"
+#include "mixtrain/train/results_json.h"
 #include "train_options.h"
 
 namespace mixtrain::cli {
@@ -29,7 +29,7 @@ nlohmann::ordered_json to_json(const BenchTrainRun& r) {
   j["gemm_flops_per_s"] = r.gemm_flops_per_s;
   j["mfu"] = r.mfu;
   j["profiled_steps"] = r.profiled_steps;
-  j["breakdown"] = breakdown_to_json(r.breakdown);
+  j["breakdown"] = json_of(breakdown_json_text(r.breakdown));
   j["system_allocations_per_step"] = r.system_allocations_per_step;
   j["peak_bytes"] = r.peak_bytes;
   return j;

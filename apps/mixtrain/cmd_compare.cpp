@@ -9,10 +9,10 @@
 #include "commands.h"
 #include "finetune_options.h"
 #include "mixtrain/dist/communicator.h"
+#include "mixtrain/report/html_report.h"
 #include "mixtrain/train/compare.h"
 #include "mixtrain/train/output_paths.h"
-#include "report/report.h"
-#include "train/summary_json.h"
+#include "mixtrain/train/results_json.h"
 #include "train_options.h"
 
 namespace mixtrain::cli {
@@ -44,21 +44,19 @@ void print_row(const CompareRun& run) {
 // Keeps every step of a run as a step-log object (the fields the report draws).
 class StepCollector final : public TrainingHook {
  public:
-  explicit StepCollector(std::vector<nlohmann::ordered_json>& out) : out_(out) {}
+  explicit StepCollector(std::vector<std::string>& out) : out_(out) {}
   void on_step_end(TrainingRun&, const StepRecord& r) override {
-    nlohmann::ordered_json j = step_record_json(r);  // the step log's fields (train/summary_json.h)
-    add_evaluation_json(j, r);
-    out_.push_back(std::move(j));
+    out_.push_back(step_record_json_text(r));  // the step log's fields (mixtrain/train/results_json.h)
   }
 
  private:
-  std::vector<nlohmann::ordered_json>& out_;
+  std::vector<std::string>& out_;
 };
 
 // The report model of a comparison (report/report.h): its JSON's config, machine and rows, each
 // row with the steps collected while it ran.
 nlohmann::ordered_json compare_report(const nlohmann::ordered_json& j,
-                                      const std::vector<std::vector<nlohmann::ordered_json>>& steps,
+                                      const std::vector<std::vector<std::string>>& steps,
                                       const std::string& json_path) {
   nlohmann::ordered_json r;
   r["title"] = "mixtrain compare";
@@ -74,7 +72,7 @@ nlohmann::ordered_json compare_report(const nlohmann::ordered_json& j,
     if (row.contains("update_rounding")) label.append(":").append(row["update_rounding"].get<std::string>());
     run["label"] = label;
     run["summary"] = row;
-    run["steps"] = i < steps.size() ? report_steps_from_log_lines(steps[i]) : nlohmann::ordered_json::array();
+    run["steps"] = i < steps.size() ? json_of(report_steps_json(steps[i])) : nlohmann::ordered_json::array();
     r["runs"].push_back(run);
   }
   return r;
@@ -100,7 +98,7 @@ nlohmann::ordered_json runs_json(const CompareResult& result, const Columns& col
 // The run's peak memory: in all and by category.
 void add_peaks(nlohmann::ordered_json& row, const CompareRun& run) {
   row["peak_bytes"] = run.memory.peak_total;
-  row["peak_bytes_by_category"] = nonzero_peaks_json(run.memory.peak);
+  row["peak_bytes_by_category"] = json_of(peaks_json_text(run.memory.peak));
 }
 
 // How the run went: steps skipped on non-finite gradients, and whether it diverged.
@@ -123,7 +121,7 @@ nlohmann::ordered_json to_json(const CompareResult& result, const TrainOptions& 
   config["update_rounding"] = update_rounding_name(base.update_rounding);
   config["threads"] = result.threads;
   out["config"] = config;
-  out["machine"] = machine_json();
+  out["machine"] = json_of(machine_json_text());
   out["speedup_baseline"] = result.baseline;
   if (result.interrupted) out["interrupted_during"] = result.interrupted_label;
   out["runs"] = runs_json(result, [&](nlohmann::ordered_json& row, const CompareRun& run) {
@@ -175,7 +173,7 @@ nlohmann::ordered_json classify_json(const CompareResult& result, const Finetune
   config["seed"] = base.train.seed;
   config["threads"] = result.threads;
   out["config"] = config;
-  out["machine"] = machine_json();
+  out["machine"] = json_of(machine_json_text());
   out["majority_baseline"] = majority;
   if (result.interrupted) out["interrupted_during"] = result.interrupted_label;
   out["runs"] = runs_json(result, [](nlohmann::ordered_json& row, const CompareRun& run) {
@@ -273,7 +271,7 @@ void register_compare(CLI::App& app, GlobalOptions& g, std::vector<Command>& com
              check_run_paths(paths);
            }
          // --report: every run's steps, collected as step-log objects for the curves.
-         auto steps = std::make_shared<std::vector<std::vector<nlohmann::ordered_json>>>();
+         auto steps = std::make_shared<std::vector<std::vector<std::string>>>();
          if (!report_path->empty())
            f->opt.add_hooks = [steps](TrainingRun& run) {
              steps->emplace_back();
@@ -299,7 +297,8 @@ void register_compare(CLI::App& app, GlobalOptions& g, std::vector<Command>& com
          const nlohmann::ordered_json j = to_json(result, f->opt);
          if (!json_path->empty()) write_file_atomic(*json_path, j.dump(2) + "\n");
          if (!report_path->empty()) {
-           write_file_atomic(*report_path, render_report_html(compare_report(j, *steps, *json_path)));
+           write_file_atomic(*report_path,
+                             render_report_html_text(compare_report(j, *steps, *json_path).dump()));
            std::printf("report: %s\n", report_path->c_str());
          }
          return result.interrupted ? 128 + result.stop_signal : 0;

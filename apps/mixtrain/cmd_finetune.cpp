@@ -12,13 +12,13 @@
 #include "mixtrain/dist/communicator.h"
 #include "mixtrain/train/classify.h"
 #include "mixtrain/train/numerics_advice.h"
+#include "mixtrain/train/results_json.h"
 #include "mixtrain/train/trainer.h"
-#include "train/summary_json.h"
 
 namespace mixtrain::cli {
 namespace {
 
-// The run summary (summary_to_json: speed, peak memory by category, ...) with the fine-tune's
+// The run summary (summary_json_text: speed, peak memory by category, ...) with the fine-tune's
 // results: test accuracy, the majority baseline, the time in training steps, each epoch.
 nlohmann::ordered_json finetune_json(const FinetuneSummary& s, const FinetuneOptions& o) {
   nlohmann::ordered_json j;
@@ -41,7 +41,7 @@ nlohmann::ordered_json finetune_json(const FinetuneSummary& s, const FinetuneOpt
                            {"test_loss", finite_or_null(e.test_loss)},
                            {"test_accuracy", finite_or_null(e.test_accuracy)},
                            {"elapsed_s", e.elapsed_s}});
-  const nlohmann::ordered_json run = summary_to_json(s.run);  // named: items() must not outlive it
+  const nlohmann::ordered_json run = json_of(summary_json_text(s.run));  // named: items() must not outlive it
   for (const auto& [k, v] : run.items()) j[k] = v;
   return j;
 }
@@ -200,12 +200,12 @@ void register_finetune(CLI::App& app, GlobalOptions& g, std::vector<Command>& co
            nlohmann::ordered_json j;
            j["parameters"] = p.parameters;
            j["peak_bytes"] = p.peak_bytes;
-           j["peak_bytes_by_category"] = nonzero_peaks_json(p.peak_by_category);
+           j["peak_bytes_by_category"] = json_of(peaks_json_text(p.peak_by_category));
            j["peak_moment"] = p.peak_moment;
            // each category's own peak (above) may fall at another moment (loading
            // the weights); what makes up peak_bytes:
-           j["at_peak_by_category"] = nonzero_peaks_json(p.at_peak);
-           j["terms"] = memory_terms_json(p.terms);
+           j["at_peak_by_category"] = json_of(peaks_json_text(p.at_peak));
+           j["terms"] = json_of(memory_terms_json_text(p.terms));
            std::printf("%s\n", j.dump(2).c_str());
            return 0;
          }

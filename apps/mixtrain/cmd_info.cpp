@@ -36,6 +36,9 @@ void register_info(CLI::App& app, GlobalOptions& g, std::vector<Command>& comman
                       {"bf16", gemm_impl_name(DType::bf16)},
                       {"f16", gemm_impl_name(DType::f16)}};
          j["convert"] = {{"f32_to_bf16", f32_to_bf16_impl_name()}, {"f32_to_fp16", f32_to_fp16_impl_name()}};
+         j["build"] = {{"compiler", MIXTRAIN_BUILD_COMPILER},
+                       {"flags", MIXTRAIN_BUILD_FLAGS},
+                       {"sanitizers", MIXTRAIN_BUILD_SANITIZE != 0}};
          const std::string json = json_output(*sub, *json_arg);
          if (!json.empty()) {
            write_file_atomic(json, j.dump(2) + "\n");
@@ -48,6 +51,8 @@ void register_info(CLI::App& app, GlobalOptions& g, std::vector<Command>& comman
          std::printf("\nthreads: %d%s\n", num_threads(),
                      force_reference() ? " (reference kernels forced)" : "");
          std::printf("onednn: %s\n", onednn_version().c_str());
+         std::printf("build: %s, %s%s\n", MIXTRAIN_BUILD_COMPILER, MIXTRAIN_BUILD_FLAGS,
+                     MIXTRAIN_BUILD_SANITIZE ? ", ASan + UBSan" : "");
          for (auto& [k, v] : j["gemm"].items())
            std::printf("gemm %-4s: %s\n", k.c_str(), v.get<std::string>().c_str());
          for (auto& [k, v] : j["convert"].items())

@@ -13,8 +13,7 @@
 #include "mixtrain/train/finetune.h"
 #include "mixtrain/train/memory_report.h"
 #include "mixtrain/train/output_paths.h"
-#include "models/gpt_config_json.h"
-#include "train/summary_json.h"
+#include "mixtrain/train/results_json.h"
 #include "train_options.h"
 
 namespace mixtrain::cli {
@@ -45,7 +44,7 @@ struct Subject {
 };
 
 Subject lm_subject(const MemoryReport& r) {
-  return {r.model.name, gpt_config_to_json(r.model), "seq_len", r.seq_len};
+  return {r.model.name, json_of(r.model.to_json_text()), "seq_len", r.seq_len};
 }
 
 Subject finetune_subject(const FinetuneOptions& o) {
@@ -80,7 +79,7 @@ nlohmann::ordered_json to_json(const MemoryReport& r, const Subject& subject, co
   pj["by_category"] = by_category(p.peak_by_category);
   pj["peak_moment"] = p.peak_moment;
   pj["at_peak_by_category"] = by_category(p.at_peak);
-  pj["terms"] = memory_terms_json(p.terms);
+  pj["terms"] = json_of(memory_terms_json_text(p.terms));
   j["predicted"] = pj;
   if (r.measured) {
     const MeasuredMemory& m = *r.measured;

@@ -4,8 +4,8 @@
 
 #include "commands.h"
 #include "mixtrain/core/error.h"
+#include "mixtrain/report/html_report.h"
 #include "mixtrain/train/output_paths.h"
-#include "report/report.h"
 
 namespace mixtrain::cli {
 
@@ -29,7 +29,7 @@ void register_report(CLI::App& app, GlobalOptions& g, std::vector<Command>& comm
                         apply_global_options(g);
                         check_output_path(*out, "--output");
                         ReportRead read;
-                        nlohmann::ordered_json r = report_from_inputs(*inputs, &read);
+                        nlohmann::ordered_json r = json_of(report_json_from_inputs(*inputs, &read));
                         if (*strict && !read.warnings.empty())
                           throw IoError("report --strict: " + read.warnings.front() +
                                         (read.warnings.size() > 1
@@ -45,7 +45,7 @@ void register_report(CLI::App& app, GlobalOptions& g, std::vector<Command>& comm
                         paths.outputs.push_back({"--output", *out});
                         check_run_paths(paths);
                         if (!title->empty()) r["title"] = *title;
-                        write_file_atomic(*out, render_report_html(r));
+                        write_file_atomic(*out, render_report_html_text(r.dump()));
                         std::printf("report: %s (%zu runs)\n", out->c_str(), r["runs"].size());
                         return 0;
                       }});

@@ -6,8 +6,8 @@
 
 #include "commands.h"
 #include "mixtrain/dist/communicator.h"
+#include "mixtrain/train/results_json.h"
 #include "mixtrain/train/trainer.h"
-#include "train/summary_json.h"
 #include "train_options.h"
 
 namespace mixtrain::cli {
@@ -44,7 +44,7 @@ void register_train(CLI::App& app, GlobalOptions& g, std::vector<Command>& comma
                           static_cast<long long>(s.steps), s.stop_signal == SIGINT ? "SIGINT" : "SIGTERM",
                           s.checkpoint_path.empty() ? "" : "; checkpoint ", s.checkpoint_path.c_str());
            }
-           if (!json.empty()) write_file_atomic(json, summary_to_json(s).dump(2) + "\n");
+           if (!json.empty()) write_file_atomic(json, json_of(summary_json_text(s)).dump(2) + "\n");
            if (json == "-") {
              // The JSON is all stdout carries.
            } else if (s.diverged) {
@@ -70,7 +70,7 @@ void register_train(CLI::App& app, GlobalOptions& g, std::vector<Command>& comma
            return s.interrupted ? 128 + s.stop_signal : 0;
          } catch (const DivergedError& e) {
            if (!rank0) return kExitDiverged;
-           if (!json.empty()) write_file_atomic(json, summary_to_json(e.summary).dump(2) + "\n");
+           if (!json.empty()) write_file_atomic(json, json_of(summary_json_text(e.summary)).dump(2) + "\n");
            std::fprintf(stderr, "mixtrain: error: %s\n", error_message(e, *sub).c_str());
            return kExitDiverged;
          }

@@ -3,6 +3,7 @@
 #pragma once
 #include <CLI/CLI.hpp>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -52,6 +53,12 @@ std::string json_output(const CLI::App& sub, const std::string& path);
 // A run that returned diverged (TrainSummary::divergence: its final loss is not finite): the
 // one-line error on stderr, as for a run stopped by --max-bad-steps. Returns kExitDiverged.
 int report_divergence(const TrainSummary& s);
+
+// The library's JSON forms come as text (mixtrain/train/results_json.h, mixtrain/report/
+// html_report.h): parsed here, key order kept, to be combined into the CLI's JSON outputs.
+nlohmann::ordered_json json_of(const std::string& text);
+// JSON has no inf or NaN: a non-finite number becomes null.
+nlohmann::ordered_json finite_or_null(double v);
 
 // A message made one line for the terminal: control characters (a newline or an escape sequence
 // in a path or a label) shown as \n, \t, \r or \xNN, so an error stays one line and cannot

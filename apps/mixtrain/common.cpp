@@ -1,6 +1,7 @@
 // Helpers shared by the subcommands.
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -69,6 +70,12 @@ void check_output_path(const std::string& path, const std::string& flag,
   for (const auto& [what, in] : inputs)
     if (!in.empty()) p.inputs.push_back({what, in});
   check_run_paths(p);
+}
+
+nlohmann::ordered_json json_of(const std::string& text) { return nlohmann::ordered_json::parse(text); }
+
+nlohmann::ordered_json finite_or_null(double v) {
+  return std::isfinite(v) ? nlohmann::ordered_json(v) : nlohmann::ordered_json(nullptr);
 }
 
 std::string one_line(const std::string& text) {

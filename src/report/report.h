@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "mixtrain/report/report_read.h"
+
 namespace mixtrain {
 
 // This machine: CPU model, logical cores, the CPU features mixtrain dispatches on.
@@ -27,13 +29,8 @@ nlohmann::ordered_json machine_json();
 //   - a TensorBoard directory (`--tensorboard DIR`): one run if it holds event files, else one
 //     per subdirectory that does (a comparison's), named after it.
 // IoError naming the file (and line) for anything unreadable or malformed; ArgumentError when
-// no run is found. What is read but incomplete goes into `read` (when given) as a warning line: a
-// row whose step log is missing (no curves), an event file cut at a corrupt record (the records
-// before it kept). `read->files`: every file read, for the output check.
-struct ReportRead {
-  std::vector<std::string> files;
-  std::vector<std::string> warnings;
-};
+// no run is found. What is read but incomplete goes into `read` (mixtrain/report/report_read.h;
+// mixtrain/report/html_report.h has the public, text form of these functions).
 nlohmann::ordered_json report_from_inputs(const std::vector<std::string>& paths, ReportRead* read = nullptr);
 
 // One run of a report from a step log already in memory (the StepRecord fields, as step-log
