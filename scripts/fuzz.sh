@@ -14,8 +14,8 @@ targets=("$@")
   encoder_config_fuzz)
 GEN=()
 if command -v ninja >/dev/null 2>&1 && [ ! -f build-fuzz/CMakeCache.txt ]; then GEN=(-G Ninja); fi
-# -O1 -g1 (as the sanitizer build, scripts/build.sh): half the compile time of -O2 -g; line tables are
-# all a finding's stack needs.
+# -O1 -g1: half the compile time of -O2 -g (libFuzzer's usual -O1); line tables are all a finding's
+# stack needs.
 CC=clang CXX=clang++ cmake -S . -B build-fuzz "${GEN[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMIXTRAIN_FUZZ=ON \
   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
   -DMIXTRAIN_BUILD_TESTS=OFF -DMIXTRAIN_BUILD_BENCH=OFF >/dev/null

@@ -4,7 +4,7 @@
 # activation checkpointing, skipped steps, SGD, the 16-bit roundings) against the ones recorded in
 # tests/golden/trajectories/. Each file there was recorded on one machine and says which (its
 # fingerprint: CPU, cache sizes, ISA features, oneDNN version, GEMM implementations, the build
-# (compiler and optimisation flags: the sanitizer build at -O1 vectorises differently);
+# (compiler and optimisation flags: -O1 vectorises float loops differently from -O2 and -O3);
 # tests/golden/golden.py). On a machine with a golden of its own the logs must be equal bit for
 # bit; on any other, the discrete fields exactly and the losses and norms within the tolerance
 # golden.py states (another GEMM kernel sums in another order), and the test says which it did.

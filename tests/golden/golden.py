@@ -68,7 +68,8 @@ def fingerprint(info_json):
     j = json.load(open(info_json))
     fp = cpu_fingerprint()
     # The build too: the optimisation level changes how float loops are vectorised and contracted
-    # (the sanitizer build's -O1 differs from the release build's -O3 in the last bits).
+    # (an -O1 build differs from the release build's -O3 in the last bits, and pure fp16 runs
+    # amplify that within a few steps).
     fp.update({"cpu_features": j["cpu_features"], "onednn": j.get("onednn"), "gemm": j["gemm"],
                "threads": j["threads"], "build": j.get("build")})
     return fp
