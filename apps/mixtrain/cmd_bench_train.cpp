@@ -89,17 +89,13 @@ void register_bench_train(CLI::App* bench, GlobalOptions& g, std::vector<Command
                         o->json = json_output(*sub, o->json);
                         if (!o->json.empty()) check_output_path(o->json, "--json");
                         // Checked again with the run's inputs (--data, --model, --train, ...).
-                        const auto also = [&](TrainOptions& t) {
-                          if (!o->json.empty() && o->json != "-")
-                            t.also_writes.push_back({"--json", o->json});
-                        };
                         BenchTrainResult r;
                         // A fine-tune of a benchmark's length: --steps (8), --eval-batches (1).
                         if (std::optional<FinetuneOptions> fo = task->short_finetune(*f)) {
-                          also(fo->train);
+                          add_json_output(fo->train, o->json);
                           r = bench_finetune(*fo, o->thread_scaling, print_run);
                         } else {
-                          also(f->opt);
+                          add_json_output(f->opt, o->json);
                           r = bench_train(f->opt, o->thread_scaling, print_run);
                         }
                         if (r.thread_scaling)

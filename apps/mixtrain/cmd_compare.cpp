@@ -194,7 +194,7 @@ int run_classify_compare(FinetuneFlags& ff, const std::vector<CompareEntry>& ent
                          const std::string& json_path) {
   if (!json_path.empty()) check_output_path(json_path, "--json");
   // And against each fine-tune's inputs (--train, --test, the model directory's files).
-  if (!json_path.empty() && json_path != "-") ff.opt.train.also_writes.push_back({"--json", json_path});
+  add_json_output(ff.opt.train, json_path);
   install_stop_handlers();
   make_interruptible(ff.opt.train);
   ff.opt.train.world = &join_world("compare");         // under mpirun every mode's fine-tune is data parallel

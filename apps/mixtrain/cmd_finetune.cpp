@@ -48,7 +48,7 @@ nlohmann::ordered_json finetune_json(const FinetuneSummary& s, const FinetuneOpt
 
 int run_finetune(FinetuneFlags& f, const std::string& json_path, const CLI::App& sub) {
   // Checked with the run's inputs (the data, the model directory's files) and outputs before it loads.
-  if (!json_path.empty() && json_path != "-") f.opt.train.also_writes.push_back({"--json", json_path});
+  add_json_output(f.opt.train, json_path);
   if (json_path == "-") f.opt.train.quiet = true;
   install_stop_handlers();
   make_interruptible(f.opt.train);
@@ -215,10 +215,8 @@ void register_finetune(CLI::App& app, GlobalOptions& g, std::vector<Command>& co
            if (sub->count("--precision") > 0)
              std::fprintf(stderr,
                           "mixtrain: warning: --precision has no effect with --advise (it runs 32-true)\n");
-           if (!json->empty() && *json != "-") {
-             check_output_path(*json, "--json");
-             f->opt.train.also_writes.push_back({"--json", *json});  // and against the trial's inputs
-           }
+           if (!json->empty() && *json != "-") check_output_path(*json, "--json");
+           add_json_output(f->opt.train, *json);  // and against the trial's inputs
            print_numerics_advice(advise_finetune_numerics(f->opt), *json);
            return 0;
          }

@@ -93,11 +93,8 @@ void register_numerics(CLI::App& app, GlobalOptions& g, std::vector<Command>& co
          if (f->given("--precision"))
            std::fprintf(stderr,
                         "mixtrain: warning: --precision has no effect with --advise (it runs 32-true)\n");
-         if (!json.empty() && json != "-") {
-           check_output_path(json, "--json");
-           // And against the trial runs' inputs (--data, --model, --train, ...).
-           (fo ? fo->train : f->opt).also_writes.push_back({"--json", json});
-         }
+         if (!json.empty() && json != "-") check_output_path(json, "--json");
+         add_json_output(fo ? fo->train : f->opt, json);  // and against the trial runs' inputs
          print_numerics_advice(fo ? advise_finetune_numerics(*fo) : advise_numerics(f->opt), json);
          return 0;
        }});

@@ -29,8 +29,7 @@ void register_train(CLI::App& app, GlobalOptions& g, std::vector<Command>& comma
          if (json == "-") f->opt.quiet = true;
          if (json == "-" && f->opt.log_jsonl == "-")
            throw ArgumentError("--json and --log-jsonl - both write to stdout");
-         if (!json.empty() && json != "-")  // checked with the run's inputs and outputs before it trains
-           f->opt.also_writes.push_back({"--json", json});
+         add_json_output(f->opt, json);  // checked with the run's inputs and outputs before it trains
          install_stop_handlers();
          make_interruptible(f->opt);
          f->opt.world = &join_world("train");           // MPI's ranks under mpirun, else this process

@@ -99,6 +99,10 @@ std::string one_line(const std::string& text) {
   return out;
 }
 
+void add_json_output(TrainOptions& o, const std::string& json) {
+  if (!json.empty() && json != "-") o.also_writes.push_back({"--json", json});
+}
+
 Communicator& join_world(const std::string& command) {
   Communicator& w = world();
   check_ranks_agree(w, {{"command " + command, ""}});  // in the name: "different commands or tasks"
