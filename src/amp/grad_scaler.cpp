@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/backend.h"
+#include "kernels/optimizer_ops.h"
 #include "mixtrain/core/error.h"
 
 namespace mixtrain {
@@ -93,7 +93,7 @@ bool GradScaler::unscale(const Tensor& flat_grads) {
         "GradScaler::unscale: unscale() has already been called on these gradients since the last update()");
   // torch: inv_scale = scale.double().reciprocal().float(); disabled: 1, i.e. check only.
   const float inv_scale = config_.enabled ? float(1.0 / state_.scale) : 1.f;
-  const UnscaleResult r = backend_for(g.device()).unscale_and_check(g, inv_scale);
+  const UnscaleResult r = ops::unscale_and_check(g.device(), g, inv_scale);
   unscaled_.push_back(id);
   found_inf_ = found_inf_ || r.found_inf;
   sum_squares_ += r.sum_squares;

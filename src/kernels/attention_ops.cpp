@@ -14,13 +14,21 @@
 #include <algorithm>
 #include <cstring>
 
-#include "kernels/backend.h"
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/meta/meta_ops.h"
+#include "kernels/op.h"
 #include "kernels/ops_backward.h"
 #include "mixtrain/core/error.h"
 #include "mixtrain/core/profiler.h"
 #include "mixtrain/kernels/ops.h"
 
 namespace mixtrain {
+namespace ops {
+const Op<void(const Tensor&, const std::vector<Tensor>&, int64_t, bool)> heads_copy{
+    "heads_copy", ref::heads_copy, cpu::heads_copy, meta::heads_copy};
+const Op<void(const Tensor&, float, uint64_t, uint64_t, Tensor&)> dropout_mask{
+    "dropout_mask", ref::dropout_mask, cpu::dropout_mask, meta::dropout_mask};
+}  // namespace ops
 
 int64_t attention_query_block(int64_t T) { return std::min<int64_t>(T, 64); }
 
@@ -253,7 +261,7 @@ void heads_copy(const Tensor& rows, const std::vector<Tensor>& heads, int64_t H,
                        ") of the rows' dtype");
     if (!(h.device() == rows.device())) throw ArgumentError("heads_copy: rows and heads must share a device");
   }
-  backend_for(rows.device()).heads_copy(rows, heads, H, to_heads);
+  ops::heads_copy(rows.device(), rows, heads, H, to_heads);
 }
 
 void dropout_mask(const Tensor& x, float p, uint64_t seed, uint64_t offset, Tensor& out) {
@@ -263,7 +271,7 @@ void dropout_mask(const Tensor& x, float p, uint64_t seed, uint64_t offset, Tens
   if (!(out.shape() == x.shape()))
     throw ShapeError("dropout_mask: out " + out.to_string() + " must have x's shape " + x.to_string());
   if (!(out.device() == x.device())) throw ArgumentError("dropout_mask: x and out must share a device");
-  backend_for(x.device()).dropout_mask(x, p, seed, offset, out);
+  ops::dropout_mask(x.device(), x, p, seed, offset, out);
 }
 
 }  // namespace mixtrain

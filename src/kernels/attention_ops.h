@@ -1,7 +1,7 @@
 // Blocked causal attention as kernel-level operations (src/kernels/attention_ops.cpp), composed
 // of the GEMM and causal-softmax ops, so every backend that has those runs it; the autograd
 // attention ops (autograd/functions.h) and their backward rules call these. Also the row <-> head
-// copy of q, k, v (Backend::heads_copy) and the dropout mask (Backend::dropout_mask).
+// copy of q, k, v (ops::heads_copy) and the dropout mask (ops::dropout_mask).
 #pragma once
 #include <cstdint>
 #include <vector>

@@ -1,23 +1,35 @@
-// Backend lookup by device (kernels/backend.h): the backends of this build, CPU and meta. Apart
-// from backend.cpp so that the backends include the interface and nothing includes them back.
+// The backends of this build (kernels/backend.h) and the op registry (kernels/op.h).
 #include <string>
 
 #include "kernels/backend.h"
-#include "kernels/cpu/cpu_backend.h"
-#include "kernels/meta/meta_backend.h"
+#include "kernels/op.h"
 #include "mixtrain/core/error.h"
 
 namespace mixtrain {
+namespace {
+constexpr Backend kCpu{BackendId::cpu, "cpu"};
+constexpr Backend kMeta{BackendId::meta, "meta"};
 
-CpuBackend& CpuBackend::instance() {
-  static CpuBackend backend;
-  return backend;
+std::vector<OpInfo>& op_list() {
+  static std::vector<OpInfo> ops;
+  return ops;
 }
+}  // namespace
 
-Backend& backend_for(Device device) {
-  if (device.type == DeviceType::cpu) return CpuBackend::instance();
-  if (device.type == DeviceType::meta) return MetaBackend::instance();
+const Backend& backend_for(Device device) {
+  if (device.type == DeviceType::cpu) return kCpu;
+  if (device.type == DeviceType::meta) return kMeta;
   throw ArgumentError("no backend for device " + device.to_string() + " in this build");
 }
+
+const std::vector<OpInfo>& registered_ops() { return op_list(); }
+
+namespace detail {
+void register_op(OpInfo info) { op_list().push_back(std::move(info)); }
+
+void throw_no_impl(const char* op, const Backend& backend) {
+  throw ArgumentError(std::string(op) + ": no implementation on the " + backend.name + " backend");
+}
+}  // namespace detail
 
 }  // namespace mixtrain

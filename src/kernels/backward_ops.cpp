@@ -5,13 +5,42 @@
 #include <cmath>
 #include <string>
 
-#include "kernels/backend.h"
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/meta/meta_ops.h"
+#include "kernels/op.h"
 #include "kernels/op_checks.h"
 #include "kernels/ops_backward.h"
 #include "kernels/ref/ref_util.h"
 #include "mixtrain/core/profiler.h"
 
 namespace mixtrain {
+namespace ops {
+const Op<void(const Tensor&, const Tensor&, Tensor&)> gelu_backward{"gelu_backward", ref::gelu_backward,
+                                                                    cpu::gelu_backward, meta::gelu_backward};
+const Op<void(const Tensor&, float, Tensor&)> causal_softmax{"causal_softmax", ref::causal_softmax,
+                                                             cpu::causal_softmax, meta::causal_softmax};
+const Op<void(const Tensor&, const Tensor&, float, Tensor&)> causal_softmax_backward{
+    "causal_softmax_backward", ref::causal_softmax_backward, cpu::causal_softmax_backward,
+    meta::causal_softmax_backward};
+const Op<void(const Tensor&, const Tensor&, Tensor&)> softmax_last_backward{
+    "softmax_last_backward", ref::softmax_last_backward, cpu::softmax_last_backward,
+    meta::softmax_last_backward};
+const Op<void(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, Tensor&, Tensor&,
+              Tensor&)>
+    layer_norm_backward{"layer_norm_backward", ref::layer_norm_backward, cpu::layer_norm_backward,
+                        meta::layer_norm_backward};
+const Op<void(const Tensor&, const Tensor&, Tensor&)> embedding_backward{
+    "embedding_backward", ref::embedding_backward, cpu::embedding_backward, meta::embedding_backward};
+const Op<void(const Tensor&, const Tensor&, float, Tensor&)> cross_entropy_backward{
+    "cross_entropy_backward", ref::cross_entropy_backward, cpu::cross_entropy_backward,
+    meta::cross_entropy_backward};
+const Op<void(const Tensor&, Tensor&)> sum_to_row_accumulate{
+    "sum_to_row_accumulate", ref::sum_to_row_accumulate, cpu::sum_to_row_accumulate,
+    meta::sum_to_row_accumulate};
+const Op<void(Tensor&, const Tensor&)> add_inplace{"add_inplace", ref::add_inplace, cpu::add_inplace,
+                                                   meta::add_inplace};
+}  // namespace ops
+
 namespace {
 using detail::Arg;
 
@@ -61,7 +90,7 @@ void gelu_backward(const Tensor& x, const Tensor& dout, Tensor& dx) {
   detail::check_float(op, {{"x", &x}, {"dout", &dout}, {"dx", &dx}});
   detail::check_same_shape(op, {"dout", &dout}, {"x", &x});
   detail::check_same_shape(op, {"dx", &dx}, {"x", &x});
-  backend_for(dev).gelu_backward(x, dout, dx);
+  ops::gelu_backward(dev, x, dout, dx);
 }
 
 void causal_softmax(const Tensor& x, float scale, Tensor& y) {
@@ -72,7 +101,7 @@ void causal_softmax(const Tensor& x, float scale, Tensor& y) {
   check_causal_shape(op, {"x", &x});
   detail::check_same_shape(op, {"y", &y}, {"x", &x});
   check_finite(op, "scale", scale);
-  backend_for(dev).causal_softmax(x, scale, y);
+  ops::causal_softmax(dev, x, scale, y);
 }
 
 void causal_softmax_backward(const Tensor& y, const Tensor& dy, float scale, Tensor& dx) {
@@ -84,7 +113,7 @@ void causal_softmax_backward(const Tensor& y, const Tensor& dy, float scale, Ten
   detail::check_same_shape(op, {"dy", &dy}, {"y", &y});
   detail::check_same_shape(op, {"dx", &dx}, {"y", &y});
   check_finite(op, "scale", scale);
-  backend_for(dev).causal_softmax_backward(y, dy, scale, dx);
+  ops::causal_softmax_backward(dev, y, dy, scale, dx);
 }
 
 void softmax_last_backward(const Tensor& y, const Tensor& dy, Tensor& dx) {
@@ -95,7 +124,7 @@ void softmax_last_backward(const Tensor& y, const Tensor& dy, Tensor& dx) {
   detail::check_min_dim(op, {"y", &y}, 1);
   detail::check_same_shape(op, {"dy", &dy}, {"y", &y});
   detail::check_same_shape(op, {"dx", &dx}, {"y", &y});
-  backend_for(dev).softmax_last_backward(y, dy, dx);
+  ops::softmax_last_backward(dev, y, dy, dx);
 }
 
 void layer_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& mean, const Tensor& rstd,
@@ -130,7 +159,7 @@ void layer_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& me
     if (s.t->defined() && !detail::is_per_row_shape(*s.t, x))
       throw ShapeError(std::string(op) + ": " + detail::describe(s.name, *s.t) +
                        " must have one element per row of " + detail::describe("x", x));
-  backend_for(dev).layer_norm_backward(x, weight, mean, rstd, dout, dx, dweight, dbias);
+  ops::layer_norm_backward(dev, x, weight, mean, rstd, dout, dx, dweight, dbias);
 }
 
 void embedding_backward(const Tensor& ids, const Tensor& dout, Tensor& dweight) {
@@ -155,7 +184,7 @@ void embedding_backward(const Tensor& ids, const Tensor& dout, Tensor& dweight) 
                      ", " + std::to_string(C) + ") for ids " + ids.to_string() + " and dweight " +
                      dweight.to_string());
   check_indices(op, "id", ids, dweight.size(0), false, {"dweight", &dweight});
-  backend_for(dev).embedding_backward(ids, dout, dweight);
+  ops::embedding_backward(dev, ids, dout, dweight);
 }
 
 void cross_entropy_backward(const Tensor& logits, const Tensor& targets, float dloss, Tensor& dlogits) {
@@ -177,7 +206,7 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& targets, float d
                      " must have one element per row of logits " + logits.to_string());
   check_finite(op, "dloss", dloss);
   check_indices(op, "target", targets, logits.size(-1), true, {"logits", &logits});
-  backend_for(dev).cross_entropy_backward(logits, targets, dloss, dlogits);
+  ops::cross_entropy_backward(dev, logits, targets, dloss, dlogits);
 }
 
 void sum_to_row_accumulate(const Tensor& x, Tensor& out) {
@@ -187,7 +216,7 @@ void sum_to_row_accumulate(const Tensor& x, Tensor& out) {
   detail::check_float(op, {{"x", &x}, {"out", &out}});
   detail::check_min_dim(op, {"x", &x}, 1);
   check_row_vector(op, {"out", &out}, {"x", &x});
-  backend_for(dev).sum_to_row_accumulate(x, out);
+  ops::sum_to_row_accumulate(dev, x, out);
 }
 
 void add_inplace(Tensor& acc, const Tensor& x) {
@@ -196,7 +225,7 @@ void add_inplace(Tensor& acc, const Tensor& x) {
   const Device dev = detail::check_defined_same_device(op, {{"acc", &acc}, {"x", &x}});
   detail::check_float(op, {{"acc", &acc}, {"x", &x}});
   detail::check_same_shape(op, {"x", &x}, {"acc", &acc});
-  backend_for(dev).add_inplace(acc, x);
+  ops::add_inplace(dev, acc, x);
 }
 
 }  // namespace mixtrain

@@ -2,13 +2,19 @@
 // vocabulary), then the device's backend.
 #include <string>
 
-#include "kernels/backend.h"
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/meta/meta_ops.h"
+#include "kernels/op.h"
 #include "kernels/op_checks.h"
 #include "kernels/ref/ref_util.h"
 #include "mixtrain/core/profiler.h"
 #include "mixtrain/kernels/ops.h"
 
 namespace mixtrain {
+namespace ops {
+const Op<double(const Tensor&, const Tensor&, Tensor*)> cross_entropy{
+    "cross_entropy", ref::cross_entropy, cpu::cross_entropy, meta::cross_entropy};
+}  // namespace ops
 
 double cross_entropy(const Tensor& logits, const Tensor& targets, Tensor* losses) {
   ProfileScope prof(WorkKind::loss);
@@ -36,7 +42,7 @@ double cross_entropy(const Tensor& logits, const Tensor& targets, Tensor* losses
                             ") (or -1 to ignore) for logits " + logits.to_string());
     }
   }
-  return backend_for(dev).cross_entropy(logits, targets, losses);
+  return ops::cross_entropy(dev, logits, targets, losses);
 }
 
 }  // namespace mixtrain

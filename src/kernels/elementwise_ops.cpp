@@ -1,12 +1,21 @@
 // Public elementwise ops (add, mul, scale, gelu): argument checks, then the device's backend.
 #include <string>
 
-#include "kernels/backend.h"
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/meta/meta_ops.h"
+#include "kernels/op.h"
 #include "kernels/op_checks.h"
 #include "mixtrain/core/profiler.h"
 #include "mixtrain/kernels/ops.h"
 
 namespace mixtrain {
+namespace ops {
+const Op<void(const Tensor&, const Tensor&, Tensor&)> add{"add", ref::add, cpu::add, meta::add};
+const Op<void(const Tensor&, const Tensor&, Tensor&)> mul{"mul", ref::mul, cpu::mul, meta::mul};
+const Op<void(const Tensor&, float, Tensor&)> scale{"scale", ref::scale, cpu::scale, meta::scale};
+const Op<void(const Tensor&, Tensor&)> gelu{"gelu", ref::gelu, cpu::gelu, meta::gelu};
+}  // namespace ops
+
 namespace {
 using detail::Arg;
 
@@ -32,22 +41,22 @@ Device check_unary(const char* op, const char* in_name, const Tensor& x, const T
 
 void add(const Tensor& a, const Tensor& b, Tensor& out) {
   ProfileScope prof(WorkKind::elementwise);
-  backend_for(check_binary("add", a, b, out)).add(a, b, out);
+  ops::add(check_binary("add", a, b, out), a, b, out);
 }
 
 void mul(const Tensor& a, const Tensor& b, Tensor& out) {
   ProfileScope prof(WorkKind::elementwise);
-  backend_for(check_binary("mul", a, b, out)).mul(a, b, out);
+  ops::mul(check_binary("mul", a, b, out), a, b, out);
 }
 
 void scale(const Tensor& a, float s, Tensor& out) {
   ProfileScope prof(WorkKind::elementwise);
-  backend_for(check_unary("scale", "a", a, out)).scale(a, s, out);
+  ops::scale(check_unary("scale", "a", a, out), a, s, out);
 }
 
 void gelu(const Tensor& x, Tensor& out) {
   ProfileScope prof(WorkKind::elementwise);
-  backend_for(check_unary("gelu", "x", x, out)).gelu(x, out);
+  ops::gelu(check_unary("gelu", "x", x, out), x, out);
 }
 
 }  // namespace mixtrain

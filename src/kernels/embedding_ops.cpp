@@ -2,13 +2,19 @@
 // device's backend.
 #include <string>
 
-#include "kernels/backend.h"
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/meta/meta_ops.h"
+#include "kernels/op.h"
 #include "kernels/op_checks.h"
 #include "kernels/ref/ref_util.h"
 #include "mixtrain/core/profiler.h"
 #include "mixtrain/kernels/ops.h"
 
 namespace mixtrain {
+namespace ops {
+const Op<void(const Tensor&, const Tensor&, Tensor&)> embedding{"embedding", ref::embedding, cpu::embedding,
+                                                                meta::embedding};
+}  // namespace ops
 
 void embedding(const Tensor& weight, const Tensor& ids, Tensor& out) {
   ProfileScope prof(WorkKind::elementwise);
@@ -42,7 +48,7 @@ void embedding(const Tensor& weight, const Tensor& ids, Tensor& out) {
                             weight.to_string());
     }
   }
-  backend_for(dev).embedding(weight, ids, out);
+  ops::embedding(dev, weight, ids, out);
 }
 
 }  // namespace mixtrain

@@ -3,12 +3,22 @@
 #include <cmath>
 #include <string>
 
-#include "kernels/backend.h"
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/meta/meta_ops.h"
+#include "kernels/op.h"
 #include "kernels/op_checks.h"
 #include "kernels/ops_backward.h"
 #include "mixtrain/core/profiler.h"
 
 namespace mixtrain {
+namespace ops {
+const Op<void(Activation, const Tensor&, Tensor&)> activation{"activation", ref::activation, cpu::activation,
+                                                              meta::activation};
+const Op<void(Activation, const Tensor&, const Tensor&, Tensor&)> activation_backward{
+    "activation_backward", ref::activation_backward, cpu::activation_backward, meta::activation_backward};
+const Op<void(const Tensor&, const Tensor&, float, Tensor&)> masked_softmax{
+    "masked_softmax", ref::masked_softmax, cpu::masked_softmax, meta::masked_softmax};
+}  // namespace ops
 
 void activation(Activation kind, const Tensor& x, Tensor& out) {
   ProfileScope prof(WorkKind::elementwise);
@@ -16,7 +26,7 @@ void activation(Activation kind, const Tensor& x, Tensor& out) {
   const Device dev = detail::check_defined_same_device(op, {{"x", &x}, {"out", &out}});
   detail::check_float(op, {{"x", &x}, {"out", &out}});
   detail::check_same_shape(op, {"out", &out}, {"x", &x});
-  backend_for(dev).activation(kind, x, out);
+  ops::activation(dev, kind, x, out);
 }
 
 void activation_backward(Activation kind, const Tensor& x, const Tensor& dout, Tensor& dx) {
@@ -26,7 +36,7 @@ void activation_backward(Activation kind, const Tensor& x, const Tensor& dout, T
   detail::check_float(op, {{"x", &x}, {"dout", &dout}, {"dx", &dx}});
   detail::check_same_shape(op, {"dout", &dout}, {"x", &x});
   detail::check_same_shape(op, {"dx", &dx}, {"x", &x});
-  backend_for(dev).activation_backward(kind, x, dout, dx);
+  ops::activation_backward(dev, kind, x, dout, dx);
 }
 
 void masked_softmax(const Tensor& x, const Tensor& key_mask, float scale, Tensor& y) {
@@ -42,7 +52,7 @@ void masked_softmax(const Tensor& x, const Tensor& key_mask, float scale, Tensor
                      key_mask.to_string() + " (B, Tk)");
   if (!std::isfinite(scale))
     throw ArgumentError("masked_softmax: scale must be finite (got " + std::to_string(scale) + ")");
-  backend_for(dev).masked_softmax(x, key_mask, scale, y);
+  ops::masked_softmax(dev, x, key_mask, scale, y);
 }
 
 }  // namespace mixtrain

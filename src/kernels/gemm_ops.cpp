@@ -7,12 +7,19 @@
 #include <cstdint>
 #include <string>
 
-#include "kernels/backend.h"
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/meta/meta_ops.h"
+#include "kernels/op.h"
 #include "kernels/op_checks.h"
 #include "mixtrain/core/profiler.h"
 #include "mixtrain/kernels/ops.h"
 
 namespace mixtrain {
+namespace ops {
+const Op<void(const Tensor&, const Tensor&, Tensor&, const GemmOptions&, const Tensor*)> gemm{
+    "gemm", ref::gemm, cpu::gemm, meta::gemm};
+}  // namespace ops
+
 namespace {
 
 using detail::Arg;
@@ -155,7 +162,7 @@ void gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmOptions& opt, c
       throw ArgumentError(std::string(op) + ": output c " + c.to_string() + " overlaps input " +
                           detail::describe(x.name, *x.t));
 
-  backend_for(a.device()).gemm(a, b, c, opt, bias);
+  ops::gemm(a.device(), a, b, c, opt, bias);
 }
 
 Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, DType out_dtype,

@@ -1,5 +1,5 @@
 // The gradient kernels over a flat fp32 gradient buffer, reached through the backend
-// (Backend::unscale_and_check, Backend::global_norm):
+// (the ops unscale_and_check and global_norm, kernels/optimizer_ops.h):
 //
 // 1. The fused loss-scale kernel: one pass that unscales (g[i] = g[i] * inv_scale), detects
 // inf/NaN, and sums the squares of the unscaled values, so the trainer gets the clipping norm
@@ -43,6 +43,7 @@ UnscaleResult unscale_and_check(float* g, int64_t n, float inv_scale);  // g: (n
 // tree), the block sums added in double in block order, the square root in double. OpenMP over
 // the blocks; the result does not depend on the thread count.
 double global_norm_f32(const float* x, int64_t n);
+double global_norm_ref(const float* x, int64_t n);  // the scalar reference: the same bits
 
 // 3. Sharded gradients (ZeRO, optim/zero.h): each rank holds the summed gradient of one part of
 // the arena, so the norm is assembled from per-block partial sums, and only the same blocks added

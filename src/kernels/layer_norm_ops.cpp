@@ -2,12 +2,18 @@
 #include <cmath>
 #include <string>
 
-#include "kernels/backend.h"
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/meta/meta_ops.h"
+#include "kernels/op.h"
 #include "kernels/op_checks.h"
 #include "mixtrain/core/profiler.h"
 #include "mixtrain/kernels/ops.h"
 
 namespace mixtrain {
+namespace ops {
+const Op<void(const Tensor&, const Tensor&, const Tensor&, float, Tensor&, Tensor*, Tensor*, Tensor*)>
+    layer_norm{"layer_norm", ref::layer_norm, cpu::layer_norm, meta::layer_norm};
+}  // namespace ops
 
 void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps, Tensor& out,
                 Tensor* mean, Tensor* rstd, Tensor* xhat) {
@@ -42,7 +48,7 @@ void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, float
   if (!(eps >= 0.f) || !std::isfinite(eps))
     throw ArgumentError(std::string(op) + ": eps " + std::to_string(eps) + " must be finite and >= 0 (x " +
                         x.to_string() + ")");
-  backend_for(dev).layer_norm(x, weight, bias, eps, out, mean, rstd, xhat);
+  ops::layer_norm(dev, x, weight, bias, eps, out, mean, rstd, xhat);
 }
 
 }  // namespace mixtrain

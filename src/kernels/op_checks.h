@@ -8,6 +8,7 @@
 
 #include "kernels/backend.h"
 #include "mixtrain/core/error.h"
+#include "mixtrain/kernels/threads.h"
 #include "mixtrain/tensor/tensor.h"
 
 namespace mixtrain::detail {

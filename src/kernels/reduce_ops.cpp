@@ -1,12 +1,23 @@
 // Public reductions (reduce, reduce_last, sum_to_row): argument checks, then the device's backend.
 #include <string>
 
-#include "kernels/backend.h"
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/meta/meta_ops.h"
+#include "kernels/op.h"
 #include "kernels/op_checks.h"
 #include "mixtrain/core/profiler.h"
 #include "mixtrain/kernels/ops.h"
 
 namespace mixtrain {
+namespace ops {
+const Op<double(const Tensor&, ReduceOp)> reduce{"reduce", ref::reduce, cpu::reduce, meta::reduce};
+const Op<void(const Tensor&, ReduceOp, Tensor&)> reduce_last{"reduce_last", ref::reduce_last,
+                                                             cpu::reduce_last, meta::reduce_last};
+const Op<void(const Tensor&, Tensor&)> sum_to_row{"sum_to_row", ref::sum_to_row, cpu::sum_to_row,
+                                                  meta::sum_to_row};
+const Op<void(const Tensor&, Tensor&)> argmax_last{"argmax_last", ref::argmax_last, cpu::argmax_last,
+                                                   meta::argmax_last};
+}  // namespace ops
 
 double reduce(const Tensor& x, ReduceOp op) {
   ProfileScope prof(WorkKind::elementwise);
@@ -14,7 +25,7 @@ double reduce(const Tensor& x, ReduceOp op) {
   detail::check_float("reduce", {{"x", &x}});
   if (op == ReduceOp::max && x.numel() == 0)
     throw ArgumentError("reduce: max of an empty tensor x " + x.to_string());
-  return backend_for(dev).reduce(x, op);
+  return ops::reduce(dev, x, op);
 }
 
 void reduce_last(const Tensor& x, ReduceOp op, Tensor& out) {
@@ -31,7 +42,7 @@ void reduce_last(const Tensor& x, ReduceOp op, Tensor& out) {
                      detail::leading_shape(x).to_string() + " of x " + x.to_string());
   if (op == ReduceOp::max && x.size(-1) == 0 && out.numel() > 0)
     throw ArgumentError(std::string(op_name) + ": max over an empty last dim of x " + x.to_string());
-  backend_for(dev).reduce_last(x, op, out);
+  ops::reduce_last(dev, x, op, out);
 }
 
 void sum_to_row(const Tensor& x, Tensor& out) {
@@ -43,7 +54,7 @@ void sum_to_row(const Tensor& x, Tensor& out) {
   if (out.dim() != 1 || out.size(0) != x.size(-1))
     throw ShapeError(std::string(op_name) + ": out " + out.to_string() + " must be (" +
                      std::to_string(x.size(-1)) + "), the last dim of x " + x.to_string());
-  backend_for(dev).sum_to_row(x, out);
+  ops::sum_to_row(dev, x, out);
 }
 
 void argmax_last(const Tensor& x, Tensor& out) {
@@ -58,7 +69,7 @@ void argmax_last(const Tensor& x, Tensor& out) {
                      detail::leading_shape(x).to_string() + " of x " + x.to_string());
   if (x.size(-1) == 0 && out.numel() > 0)
     throw ArgumentError(std::string(op_name) + ": argmax over an empty last dim of x " + x.to_string());
-  backend_for(dev).argmax_last(x, out);
+  ops::argmax_last(dev, x, out);
 }
 
 }  // namespace mixtrain

@@ -1,10 +1,16 @@
 // Public softmax over the last dim: argument checks, then the device's backend.
-#include "kernels/backend.h"
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/meta/meta_ops.h"
+#include "kernels/op.h"
 #include "kernels/op_checks.h"
 #include "mixtrain/core/profiler.h"
 #include "mixtrain/kernels/ops.h"
 
 namespace mixtrain {
+namespace ops {
+const Op<void(const Tensor&, Tensor&)> softmax_last{"softmax_last", ref::softmax_last, cpu::softmax_last,
+                                                    meta::softmax_last};
+}  // namespace ops
 
 void softmax_last(const Tensor& x, Tensor& out) {
   ProfileScope prof(WorkKind::attention);
@@ -13,7 +19,7 @@ void softmax_last(const Tensor& x, Tensor& out) {
   detail::check_float(op, {{"x", &x}, {"out", &out}});
   detail::check_min_dim(op, {"x", &x}, 1);
   detail::check_same_shape(op, {"out", &out}, {"x", &x});
-  backend_for(dev).softmax_last(x, out);
+  ops::softmax_last(dev, x, out);
 }
 
 }  // namespace mixtrain

@@ -1,11 +1,11 @@
 // AdamW: config checks, the per-step scalars, and the class, which runs the update through the
-// backend (Backend::adamw_update; the kernels are src/kernels/cpu/adamw_cpu.cpp).
+// backend (ops::adamw_update, kernels/optimizer_ops.h; the kernels are src/kernels/cpu/adamw_cpu.cpp).
 #include "mixtrain/optim/adamw.h"
 
 #include <cmath>
 #include <string>
 
-#include "kernels/backend.h"
+#include "kernels/optimizer_ops.h"
 #include "mixtrain/core/profiler.h"
 #include "optim/flat_spans.h"
 #include "optim/lowp.h"
@@ -78,11 +78,9 @@ void AdamW::step(ParameterStore& store, float lr, Tensor* working) {
   Tensor p = optim_detail::shard_view(store.flat_params(), shard_);
   const Tensor g = optim_detail::shard_view(store.flat_grads(), shard_);
   if (master_.defined())  // the fp32 update of the master, the 16-bit parameters rounded from it
-    backend_for(p.device())
-        .adamw_update(master_.for_step(p), g, m_, v_, c_, spans_, s, lw, {p.raw_data(), dtype_});
+    ops::adamw_update(p.device(), master_.for_step(p), g, m_, v_, c_, spans_, s, lw, {p.raw_data(), dtype_});
   else
-    backend_for(p.device())
-        .adamw_update(p, g, m_, v_, c_, spans_, s, lw, optim_detail::shard_working(w, shard_));
+    ops::adamw_update(p.device(), p, g, m_, v_, c_, spans_, s, lw, optim_detail::shard_working(w, shard_));
   store.flat_params().storage()->bump_version();  // cached casts of the old weights are stale now
   steps_ = t;
 }

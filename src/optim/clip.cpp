@@ -4,8 +4,8 @@
 #include <cmath>
 #include <string>
 
-#include "kernels/backend.h"
 #include "kernels/gradient_kernels.h"
+#include "kernels/optimizer_ops.h"
 #include "mixtrain/kernels/ops.h"
 #include "optim/optim_util.h"
 
@@ -16,7 +16,7 @@ double grad_global_norm(const ParameterStore& store) {
   const Tensor& g = store.flat_grads();
   if (g.dtype() != DType::f32)
     throw DTypeError("grad_global_norm: gradients must be f32, got " + g.to_string());
-  return backend_for(g.device()).global_norm(g);
+  return ops::global_norm(g.device(), g);
 }
 
 double clip_grad_norm(ParameterStore& store, double max_norm) {

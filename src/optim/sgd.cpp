@@ -1,11 +1,11 @@
 // SGD with momentum: config checks and the class, which runs the update through the backend
-// (Backend::sgd_update; the kernels are src/kernels/cpu/sgd_cpu.cpp).
+// (ops::sgd_update, kernels/optimizer_ops.h; the kernels are src/kernels/cpu/sgd_cpu.cpp).
 #include "mixtrain/optim/sgd.h"
 
 #include <cmath>
 #include <string>
 
-#include "kernels/backend.h"
+#include "kernels/optimizer_ops.h"
 #include "mixtrain/core/profiler.h"
 #include "optim/flat_spans.h"
 #include "optim/lowp.h"
@@ -61,10 +61,9 @@ void SGD::step(ParameterStore& store, float lr, Tensor* working) {
   Tensor p = optim_detail::shard_view(store.flat_params(), shard_);
   const Tensor g = optim_detail::shard_view(store.flat_grads(), shard_);
   if (master_.defined())  // the fp32 update of the master, the 16-bit parameters rounded from it
-    backend_for(p.device())
-        .sgd_update(master_.for_step(p), g, buf_, c_, spans_, s, lw, {p.raw_data(), dtype_});
+    ops::sgd_update(p.device(), master_.for_step(p), g, buf_, c_, spans_, s, lw, {p.raw_data(), dtype_});
   else
-    backend_for(p.device()).sgd_update(p, g, buf_, c_, spans_, s, lw, optim_detail::shard_working(w, shard_));
+    ops::sgd_update(p.device(), p, g, buf_, c_, spans_, s, lw, optim_detail::shard_working(w, shard_));
   store.flat_params().storage()->bump_version();  // cached casts of the old weights are stale now
   ++steps_;
 }

@@ -1,8 +1,8 @@
 // Training-step speed, MFU and the step time by kind of work (train/bench_train.h).
 #include "mixtrain/train/bench_train.h"
 
-#include "kernels/backend.h"
 #include "mixtrain/core/error.h"
+#include "mixtrain/kernels/threads.h"
 #include "mixtrain/tensor/memory.h"
 #include "mixtrain/train/trainer.h"
 

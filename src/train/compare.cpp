@@ -5,8 +5,8 @@
 #include <cmath>
 #include <sstream>
 
-#include "kernels/backend.h"
 #include "mixtrain/core/error.h"
+#include "mixtrain/kernels/threads.h"
 #include "mixtrain/train/output_paths.h"
 #include "mixtrain/train/tensorboard_hook.h"
 #include "mixtrain/train/trainer.h"

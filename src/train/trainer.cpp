@@ -12,10 +12,10 @@
 #include <cstdio>
 #include <cstring>
 
-#include "kernels/backend.h"
 #include "mixtrain/data/data_source.h"
 #include "mixtrain/data/text_corpus.h"
 #include "mixtrain/kernels/ops.h"
+#include "mixtrain/kernels/threads.h"
 #include "mixtrain/train/recipe.h"
 #include "train/checkpointing.h"
 #include "train/model_config.h"

@@ -1,4 +1,4 @@
-// The meta backend (kernels/meta/meta_backend.h) against the CPU backend, op by op: for the same
+// The meta backend (kernels/meta/meta_ops.h) against the CPU backend, op by op: for the same
 // arguments, an op on meta tensors must take the same tracked temporaries as on CPU tensors (the
 // highest extra bytes during the op) and keep the same bytes after it, for contiguous and strided
 // layouts, every storage dtype and each kind of GEMM (converted fp16 inputs, an fp32 output

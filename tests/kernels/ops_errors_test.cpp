@@ -8,6 +8,7 @@
 
 #include "kernels/backend.h"
 #include "mixtrain/kernels/ops.h"
+#include "mixtrain/kernels/threads.h"
 
 namespace mixtrain {
 namespace {
@@ -238,7 +239,8 @@ TEST(OpsErrors, BackendAndThreads) {
       },
       {"no backend for device cuda:0 in this build"});
   EXPECT_EQ(&backend_for(Device::cpu()), &backend_for(Device::cpu()));
-  EXPECT_EQ(backend_for(Device::cpu()).name(), "cpu");
+  EXPECT_STREQ(backend_for(Device::cpu()).name, "cpu");
+  EXPECT_STREQ(backend_for(Device::meta()).name, "meta");
   const int saved = num_threads();
   EXPECT_GE(saved, 1);
   expect_error<ArgumentError>([] { set_num_threads(0); }, {"set_num_threads", "0"});

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every compute loop is behind the backend (kernels/backend.h): the layers above the kernels
+# Every compute loop is behind a kernel op (kernels/op.h): the layers above the kernels
 # (autograd, amp, nn, optim, models, data, checkpoint, train) and the CLI call ops and contain no
 # OpenMP pragma, OpenMP runtime call or SIMD intrinsic. A new one there fails this test: move the
 # loop into src/kernels (a reference in ref/, the fast path in cpu/, a Backend method).

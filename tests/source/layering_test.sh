@@ -21,7 +21,7 @@
 #
 # Every #include of src/, include/mixtrain/ and apps/ is resolved as the compiler does: a quoted
 # name first against the including file's folder, then against include/ and src/ (so
-# "mixtrain/amp/autocast.h" is amp, "kernels/cpu/cpu_backend.h" is a private kernels header);
+# "mixtrain/amp/autocast.h" is amp, "kernels/cpu/cpu_ops.h" is a private kernels header);
 # system headers are left alone. An include of a higher layer fails, naming the file, the line
 # and both layers; so does a folder that is not in the order above. The umbrella header
 # include/mixtrain/mixtrain.h counts as train (it includes the public headers of every layer).
@@ -151,7 +151,7 @@ fi
 # folder outside the order.
 sample='src/amp/autocast.cpp:4:#include "mixtrain/amp/autocast.h"
 src/amp/autocast.cpp:10:#include "mixtrain/autograd/functions.h"
-src/kernels/x.cpp:2:#include "kernels/cpu/cpu_backend.h"
+src/kernels/x.cpp:2:#include "kernels/cpu/cpu_ops.h"
 src/autograd/x.cpp:9:#include "internal.h"
 apps/mixtrain/x.cpp:1:#include <CLI/CLI.hpp>
 src/train/x.cpp:1:#include <vector>'

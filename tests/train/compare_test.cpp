@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "checkpoint/checkpoint_test_util.h"
-#include "kernels/backend.h"
+#include "mixtrain/kernels/threads.h"
 #include "mixtrain/train/trainer.h"
 #include "tiny_run.h"
 

@@ -27,7 +27,7 @@ std::string onednn_version();
 
 // The CPU GEMM's temporaries live in per-thread buffers (MemCategory::workspace), one set per
 // device, grown to the largest need and kept between calls (freed after a call only when over
-// 64 MiB); the meta device's GEMM takes the same buffers (kernels/cpu/cpu_backend.h).
+// 64 MiB); the meta device's GEMM takes the same buffers (kernels/cpu/cpu_ops.h).
 // Frees the calling thread's GEMM buffers (the next gemm() grows them again), so that a training
 // run's memory peaks do not include a previous run's temporaries.
 void gemm_scratch_release();

@@ -1,7 +1,7 @@
 // The tensor ops. Each public function checks its arguments (shapes, dtypes, devices, data) and
-// throws a typed error naming the op and the shapes, then dispatches to the backend of the
-// tensors' device (kernels/backend.h). namespace ref holds the plain scalar reference of every op:
-// the oracle the fast kernels are tested against (and what MIXTRAIN_FORCE_REFERENCE=1 runs).
+// throws a typed error naming the op and the shapes, then runs the op's implementation for the
+// tensors' device (CPU or meta). namespace ref holds the plain scalar reference of every op: the
+// oracle the fast kernels are tested against (and what MIXTRAIN_FORCE_REFERENCE=1 runs).
 //
 // Dimension letters: M, N, K  GEMM sizes (out rows, out cols, inner); Bt batch of GEMMs;
 //                    R rows (all leading dims flattened), C last-dim size (channels); V vocab.

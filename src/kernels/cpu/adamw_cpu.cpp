@@ -9,8 +9,9 @@
 #include <vector>
 
 #include "kernels/cpu/adamw_span.h"
-#include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/lowp_span.h"
+#include "kernels/optimizer_ops.h"
 #include "mixtrain/core/cpu_features.h"
 #include "mixtrain/kernels/optimizer_kernels.h"
 
@@ -145,34 +146,37 @@ void adamw_update(fp16* p, const fp16* g, fp16* m, fp16* v, fp16* c, const std::
 }
 
 namespace {
-template <class T>
+template <bool Ref, class T>
 void adamw_master(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const std::vector<FlatSpan>& spans,
                   const AdamWScalars& s, const WorkingCopyOut& working) {
-  if (force_reference())
+  if (Ref || force_reference())
     adamw_update_ref(p.data<float>(), g.data<T>(), m.data<float>(), v.data<float>(), spans, s, working);
   else
     adamw_update(p.data<float>(), g.data<T>(), m.data<float>(), v.data<float>(), spans, s, working);
 }
 
-template <class T>
+template <bool Ref, class T>
 void adamw_lowp(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, Tensor& c,
                 const std::vector<FlatSpan>& spans, const AdamWScalars& s, const LowpWrite& w) {
   T* cc = c.defined() ? c.data<T>() : nullptr;
-  if (force_reference())
+  if (Ref || force_reference())
     adamw_update_ref(p.data<T>(), g.data<T>(), m.data<T>(), v.data<T>(), cc, spans, s, w);
   else
     adamw_update(p.data<T>(), g.data<T>(), m.data<T>(), v.data<T>(), cc, spans, s, w);
 }
-}  // namespace
 
-void CpuBackend::adamw_update(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, Tensor& c,
-                              const std::vector<FlatSpan>& spans, const AdamWScalars& s, const LowpWrite& w,
-                              const WorkingCopyOut& working) {
+// The tensor-level update: the flat kernel for the parameters' and gradients' dtypes; Ref: the
+// scalar loops (the op's reference), else the fast ones (or the scalar loops when
+// force_reference() is on).
+template <bool Ref>
+void adamw_tensors(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, Tensor& c,
+                   const std::vector<FlatSpan>& spans, const AdamWScalars& s, const LowpWrite& w,
+                   const WorkingCopyOut& working) {
   switch (p.dtype()) {
     case DType::f32:
-      if (g.dtype() == DType::bf16) return adamw_master<bf16>(p, g, m, v, spans, s, working);
-      if (g.dtype() == DType::f16) return adamw_master<fp16>(p, g, m, v, spans, s, working);
-      if (force_reference())
+      if (g.dtype() == DType::bf16) return adamw_master<Ref, bf16>(p, g, m, v, spans, s, working);
+      if (g.dtype() == DType::f16) return adamw_master<Ref, fp16>(p, g, m, v, spans, s, working);
+      if (Ref || force_reference())
         adamw_update_ref(p.data<float>(), g.data<float>(), m.data<float>(), v.data<float>(), spans, s,
                          working);
       else
@@ -180,12 +184,25 @@ void CpuBackend::adamw_update(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, 
                                working);
       return;
     case DType::bf16:
-      return adamw_lowp<bf16>(p, g, m, v, c, spans, s, w);
+      return adamw_lowp<Ref, bf16>(p, g, m, v, c, spans, s, w);
     case DType::f16:
-      return adamw_lowp<fp16>(p, g, m, v, c, spans, s, w);
+      return adamw_lowp<Ref, fp16>(p, g, m, v, c, spans, s, w);
     default:
       throw DTypeError("adamw_update: parameters must be f32, bf16 or f16, got " + p.to_string());
   }
+}
+}  // namespace
+
+void cpu::adamw_update(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, Tensor& c,
+                       const std::vector<FlatSpan>& spans, const AdamWScalars& s, const LowpWrite& w,
+                       const WorkingCopyOut& working) {
+  adamw_tensors<false>(p, g, m, v, c, spans, s, w, working);
+}
+
+void ref::adamw_update(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, Tensor& c,
+                       const std::vector<FlatSpan>& spans, const AdamWScalars& s, const LowpWrite& w,
+                       const WorkingCopyOut& working) {
+  adamw_tensors<true>(p, g, m, v, c, spans, s, w, working);
 }
 
 }  // namespace mixtrain

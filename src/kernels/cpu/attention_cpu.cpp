@@ -5,14 +5,14 @@
 #include <type_traits>
 
 #include "kernels/attention_ops.h"
-#include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/cpu_rows.h"
 #include "mixtrain/numeric/stochastic.h"
 
 namespace mixtrain {
 
 // (B, T, n*C) rows <-> n tensors (B*H, T, D): one pass over the rows, D elements at a time.
-void CpuBackend::heads_copy(const Tensor& rows, const std::vector<Tensor>& heads, int64_t H, bool to_heads) {
+void cpu::heads_copy(const Tensor& rows, const std::vector<Tensor>& heads, int64_t H, bool to_heads) {
   const int64_t B = rows.size(0), T = rows.size(1), W = rows.size(2), n = static_cast<int64_t>(heads.size());
   const int64_t C = W / n, D = C / H;
   const size_t es = dtype_size(rows.dtype()), row_bytes = static_cast<size_t>(D) * es;
@@ -50,7 +50,7 @@ MIXTRAIN_SIMD_CLONES void dropout_f32(const float* x, float* o, int64_t n, uint6
 // Scales kept elements by 1/(1-p), zeroes the others; the mask is recomputed from (seed, offset)
 // in backward instead of being stored. Rows staged to fp32 a chunk at a time; element (r, c) of the
 // (R, C) row view is x's element r * C + c in row-major order, as the reference counts them.
-void CpuBackend::dropout_mask(const Tensor& x, float p, uint64_t seed, uint64_t offset, Tensor& out) {
+void cpu::dropout_mask(const Tensor& x, float p, uint64_t seed, uint64_t offset, Tensor& out) {
   if (!cpu::all_fast({&x, &out})) return ref::dropout_mask(x, p, seed, offset, out);  // f64: double math
   cpu::RowView xv, ov;
   const Tensor xk = cpu::rows_or_copy(x, xv);

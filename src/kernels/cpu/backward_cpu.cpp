@@ -1,4 +1,4 @@
-// Fast CPU backward kernels (CpuBackend::gelu_backward, causal_softmax(_backward),
+// Fast CPU backward kernels (cpu::gelu_backward, causal_softmax(_backward),
 // softmax_last_backward, layer_norm_backward, embedding_backward, cross_entropy_backward,
 // sum_to_row_accumulate, add_inplace): rows staged to fp32, vectorised fp32 loops, OpenMP over
 // rows (or row groups / id groups), each result rounded once. f64, fp8 and layouts without a row
@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/cpu_rows.h"
 #include "kernels/ops_backward.h"
 #include "mixtrain/core/cpu_features.h"
@@ -145,7 +145,7 @@ void softmax_backward(const Tensor& y, const Tensor& dy, float scale, bool causa
 }  // namespace
 }  // namespace cpu
 
-void CpuBackend::gelu_backward(const Tensor& x, const Tensor& dout, Tensor& dx) {
+void cpu::gelu_backward(const Tensor& x, const Tensor& dout, Tensor& dx) {
   if (!cpu::all_fast({&x, &dout, &dx})) return ref::gelu_backward(x, dout, dx);
   cpu::RowView in[2], ov;
   const Tensor xk = cpu::rows_or_copy(x, in[0]), gk = cpu::rows_or_copy(dout, in[1]);
@@ -156,7 +156,7 @@ void CpuBackend::gelu_backward(const Tensor& x, const Tensor& dout, Tensor& dx) 
   cpu::finish_output(o, dx);
 }
 
-void CpuBackend::causal_softmax(const Tensor& x, float scale, Tensor& y) {
+void cpu::causal_softmax(const Tensor& x, float scale, Tensor& y) {
   if (!cpu::all_fast({&x, &y})) return ref::causal_softmax(x, scale, y);
   cpu::RowView xv, ov;
   const Tensor xk = cpu::rows_or_copy(x, xv);
@@ -183,19 +183,18 @@ void CpuBackend::causal_softmax(const Tensor& x, float scale, Tensor& y) {
   cpu::finish_output(o, y);
 }
 
-void CpuBackend::causal_softmax_backward(const Tensor& y, const Tensor& dy, float scale, Tensor& dx) {
+void cpu::causal_softmax_backward(const Tensor& y, const Tensor& dy, float scale, Tensor& dx) {
   if (!cpu::all_fast({&y, &dy, &dx})) return ref::causal_softmax_backward(y, dy, scale, dx);
   cpu::softmax_backward(y, dy, scale, true, dx);
 }
 
-void CpuBackend::softmax_last_backward(const Tensor& y, const Tensor& dy, Tensor& dx) {
+void cpu::softmax_last_backward(const Tensor& y, const Tensor& dy, Tensor& dx) {
   if (!cpu::all_fast({&y, &dy, &dx})) return ref::softmax_last_backward(y, dy, dx);
   cpu::softmax_backward(y, dy, 1.f, false, dx);
 }
 
-void CpuBackend::layer_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& mean,
-                                     const Tensor& rstd, const Tensor& dout, Tensor& dx, Tensor& dweight,
-                                     Tensor& dbias) {
+void cpu::layer_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& mean, const Tensor& rstd,
+                              const Tensor& dout, Tensor& dx, Tensor& dweight, Tensor& dbias) {
   const bool normalized = !mean.defined();  // x holds x-hat already (see ops_backward.h)
   if (!cpu::all_fast({&x, &weight, &dout, &dx, &dweight, &dbias}) ||
       (!normalized && mean.dtype() != DType::f32) || rstd.dtype() != DType::f32)
@@ -248,7 +247,7 @@ void CpuBackend::layer_norm_backward(const Tensor& x, const Tensor& weight, cons
   cpu::accumulate_vec(dbias, tb.data(), C);
 }
 
-void CpuBackend::embedding_backward(const Tensor& ids, const Tensor& dout, Tensor& dweight) {
+void cpu::embedding_backward(const Tensor& ids, const Tensor& dout, Tensor& dweight) {
   cpu::RowView wv, gv;
   if (!cpu::all_fast({&dout, &dweight}) || !cpu::as_rows(dweight, wv))
     return ref::embedding_backward(ids, dout, dweight);
@@ -287,8 +286,7 @@ void CpuBackend::embedding_backward(const Tensor& ids, const Tensor& dout, Tenso
   }
 }
 
-void CpuBackend::cross_entropy_backward(const Tensor& logits, const Tensor& targets, float dloss,
-                                        Tensor& dlogits) {
+void cpu::cross_entropy_backward(const Tensor& logits, const Tensor& targets, float dloss, Tensor& dlogits) {
   if (!cpu::all_fast({&logits, &dlogits}))
     return ref::cross_entropy_backward(logits, targets, dloss, dlogits);
   cpu::RowView xv, ov;
@@ -327,17 +325,17 @@ void CpuBackend::cross_entropy_backward(const Tensor& logits, const Tensor& targ
   cpu::finish_output(o, dlogits);
 }
 
-void CpuBackend::sum_to_row_accumulate(const Tensor& x, Tensor& out) {
+void cpu::sum_to_row_accumulate(const Tensor& x, Tensor& out) {
   if (!cpu::all_fast({&x, &out})) return ref::sum_to_row_accumulate(x, out);
   // The fast, thread-count-independent column sums of sum_to_row, then one fp32 add into out.
   Tensor tmp = Tensor::empty(Shape{out.size(0)}, DType::f32, MemCategory::workspace);
-  this->sum_to_row(x, tmp);
+  cpu::sum_to_row(x, tmp);
   cpu::accumulate_vec(out, tmp.data<float>(), out.size(0));
 }
 
-void CpuBackend::add_inplace(Tensor& acc, const Tensor& x) {
+void cpu::add_inplace(Tensor& acc, const Tensor& x) {
   if (!cpu::all_fast({&acc, &x})) return ref::add_inplace(acc, x);
-  this->add(acc, x, acc);  // elementwise, so out may be the input acc itself
+  cpu::add(acc, x, acc);  // elementwise, so out may be the input acc itself
 }
 
 }  // namespace mixtrain

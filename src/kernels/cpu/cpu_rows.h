@@ -15,8 +15,8 @@
 #include <initializer_list>
 #include <vector>
 
-#include "kernels/backend.h"
 #include "mixtrain/core/cpu_features.h"
+#include "mixtrain/kernels/threads.h"
 #include "mixtrain/numeric/bf16.h"
 #include "mixtrain/tensor/tensor.h"
 

@@ -1,11 +1,11 @@
-// Fast CPU cross-entropy from logits (CpuBackend::cross_entropy): per row, staged to fp32,
+// Fast CPU cross-entropy from logits (cpu::cross_entropy): per row, staged to fp32,
 // log-sum-exp with the max subtracted (exp and blocked sum in one vectorised pass); the mean over
 // non-ignored rows is a blocked sum of the per-row losses, so it is thread-count independent.
 #include <cmath>
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/cpu_rows.h"
 #include "mixtrain/core/cpu_features.h"
 
@@ -33,7 +33,7 @@ float log_sum_exp_row(const float* x, float* e, int64_t C) {
 }  // namespace
 }  // namespace cpu
 
-double CpuBackend::cross_entropy(const Tensor& logits, const Tensor& targets, Tensor* losses) {
+double cpu::cross_entropy(const Tensor& logits, const Tensor& targets, Tensor* losses) {
   if (force_reference() || !cpu::fast_dtype(logits.dtype()) || (losses && losses->dtype() != DType::f32))
     return ref::cross_entropy(logits, targets, losses);
   cpu::RowView xv;

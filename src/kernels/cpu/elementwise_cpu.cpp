@@ -1,8 +1,8 @@
-// Fast CPU elementwise ops (CpuBackend::add, mul, scale, gelu): the tensors are walked as
+// Fast CPU elementwise ops (cpu::add, mul, scale, gelu): the tensors are walked as
 // (row, column chunk) work items; 16-bit chunks are staged through fp32 stack buffers, the math is
 // a vectorised fp32 loop, and each result is rounded once into out. Each element's value depends
 // only on its inputs, so results are identical for any thread count.
-#include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/cpu_rows.h"
 #include "mixtrain/core/cpu_features.h"
 
@@ -71,17 +71,17 @@ MIXTRAIN_SIMD_CLONES void round_bf16_row_scaled(const float* src, float s, bf16*
 }
 }  // namespace cpu
 
-void CpuBackend::add(const Tensor& a, const Tensor& b, Tensor& out) {
+void cpu::add(const Tensor& a, const Tensor& b, Tensor& out) {
   if (!cpu::all_fast({&a, &b, &out})) return ref::add(a, b, out);
   cpu::binary(a, b, out, [](const float* const* p, float* o, int64_t n) { cpu::add_f32(p[0], p[1], o, n); });
 }
 
-void CpuBackend::mul(const Tensor& a, const Tensor& b, Tensor& out) {
+void cpu::mul(const Tensor& a, const Tensor& b, Tensor& out) {
   if (!cpu::all_fast({&a, &b, &out})) return ref::mul(a, b, out);
   cpu::binary(a, b, out, [](const float* const* p, float* o, int64_t n) { cpu::mul_f32(p[0], p[1], o, n); });
 }
 
-void CpuBackend::scale(const Tensor& a, float s, Tensor& out) {
+void cpu::scale(const Tensor& a, float s, Tensor& out) {
   if (!cpu::all_fast({&a, &out})) return ref::scale(a, s, out);
   cpu::RowView in[1], ov;
   const Tensor ak = cpu::rows_or_copy(a, in[0]);
@@ -91,7 +91,7 @@ void CpuBackend::scale(const Tensor& a, float s, Tensor& out) {
   cpu::finish_output(o, out);
 }
 
-void CpuBackend::gelu(const Tensor& x, Tensor& out) {
+void cpu::gelu(const Tensor& x, Tensor& out) {
   if (!cpu::all_fast({&x, &out})) return ref::gelu(x, out);
   cpu::RowView in[1], ov;
   const Tensor xk = cpu::rows_or_copy(x, in[0]);

@@ -1,9 +1,9 @@
-// Fast CPU embedding lookup (CpuBackend::embedding): one row copy per id (memcpy when weight and
+// Fast CPU embedding lookup (cpu::embedding): one row copy per id (memcpy when weight and
 // out share a dtype, else one bulk conversion), rows split over threads.
 #include <cstring>
 #include <string>
 
-#include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/cpu_rows.h"
 #include "mixtrain/core/cpu_features.h"
 
@@ -20,7 +20,7 @@ void check_ids(const int32_t* id, int64_t R, int64_t V) {
 }  // namespace
 }  // namespace cpu
 
-void CpuBackend::embedding(const Tensor& weight, const Tensor& ids, Tensor& out) {
+void cpu::embedding(const Tensor& weight, const Tensor& ids, Tensor& out) {
   if (force_reference() || !cpu::fast_dtype(weight.dtype()) || !cpu::fast_dtype(out.dtype()))
     return ref::embedding(weight, ids, out);
   cpu::RowView wv, ov;

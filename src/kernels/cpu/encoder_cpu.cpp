@@ -1,4 +1,4 @@
-// Fast CPU encoder kernels (CpuBackend::activation, activation_backward, masked_softmax): rows
+// Fast CPU encoder kernels (cpu::activation, activation_backward, masked_softmax): rows
 // staged to fp32, fp32 loops, each result rounded once; f64, fp8 and layouts without a row view
 // go to the scalar references (ref/encoder_ref.cpp). Every element depends only on its own row,
 // so results are identical for any thread count.
@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/cpu_rows.h"
 #include "kernels/ops_backward.h"
 
@@ -95,7 +95,7 @@ MIXTRAIN_SIMD_CLONES float masked_scale_max(const float* p, const int32_t* m, fl
 }  // namespace
 }  // namespace cpu
 
-void CpuBackend::activation(Activation kind, const Tensor& x, Tensor& out) {
+void cpu::activation(Activation kind, const Tensor& x, Tensor& out) {
   if (!cpu::all_fast({&x, &out})) return ref::activation(kind, x, out);
   cpu::RowView in[1], ov;
   const Tensor xk = cpu::rows_or_copy(x, in[0]);
@@ -105,7 +105,7 @@ void CpuBackend::activation(Activation kind, const Tensor& x, Tensor& out) {
   cpu::finish_output(o, out);
 }
 
-void CpuBackend::activation_backward(Activation kind, const Tensor& x, const Tensor& dout, Tensor& dx) {
+void cpu::activation_backward(Activation kind, const Tensor& x, const Tensor& dout, Tensor& dx) {
   if (!cpu::all_fast({&x, &dout, &dx})) return ref::activation_backward(kind, x, dout, dx);
   cpu::RowView in[2], ov;
   const Tensor xk = cpu::rows_or_copy(x, in[0]), gk = cpu::rows_or_copy(dout, in[1]);
@@ -119,7 +119,7 @@ void CpuBackend::activation_backward(Activation kind, const Tensor& x, const Ten
 // Row r of x (N*Tq rows of Tk) belongs to batch row b = (r / Tq) / H. Masked keys are left out of
 // the max and the sum and written as 0; a row with no real key is uniform over all keys (what
 // Hugging Face's additive finfo.min mask gives).
-void CpuBackend::masked_softmax(const Tensor& x, const Tensor& key_mask, float scale, Tensor& y) {
+void cpu::masked_softmax(const Tensor& x, const Tensor& key_mask, float scale, Tensor& y) {
   if (!cpu::all_fast({&x, &y}) || !key_mask.is_contiguous())
     return ref::masked_softmax(x, key_mask, scale, y);
   cpu::RowView xv, ov;

@@ -1,4 +1,4 @@
-// CpuBackend::gemm through oneDNN's matmul primitive (fp32 accumulation for f32 and bf16 inputs).
+// cpu::gemm through oneDNN's matmul primitive (fp32 accumulation for f32 and bf16 inputs).
 // The tensors' own memory is wrapped (no copies); transposes, leading dims and batch strides are
 // expressed as explicit strides in the memory descriptors; alpha is an output scale, beta a sum
 // post-op, the bias the matmul bias input (or, with alpha != 1, a binary-add post-op, because
@@ -27,7 +27,7 @@
 #include <utility>
 #include <vector>
 
-#include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/cpu_ops.h"
 #include "mixtrain/core/cpu_features.h"
 #include "mixtrain/kernels/gemm_info.h"
 
@@ -534,8 +534,7 @@ void gemm_impl(const Tensor& a, const Tensor& b, Tensor& c, const GemmOptions& o
 }
 }  // namespace
 
-void CpuBackend::gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmOptions& opt,
-                      const Tensor* bias) {
+void cpu::gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmOptions& opt, const Tensor* bias) {
   gemm_impl(a, b, c, opt, bias, true);
 }
 

@@ -9,9 +9,10 @@
 #include <cmath>
 #include <vector>
 
-#include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/cpu_rows.h"
 #include "kernels/gradient_kernels.h"
+#include "kernels/optimizer_ops.h"
 #include "mixtrain/core/cpu_features.h"
 
 // GCC 12's masked AVX-512 intrinsics trip a false -Wmaybe-uninitialized (GCC PR 105593).
@@ -135,7 +136,7 @@ UnscaleResult unscale_and_check(float* g, int64_t n, float inv_scale) {
 }
 
 void sum_squares_blocks_16(const void* g, DType dtype, int64_t n, float* partial) {
-  // CpuBackend::reduce's blocks (reduce_cpu.cpp), one partial each.
+  // cpu::reduce's blocks (reduce_cpu.cpp), one partial each.
   static_assert(cpu::kSumBlock == kGradNormBlock);
   const char* base = static_cast<const char*>(g);
   const size_t es = dtype_size(dtype);
@@ -161,10 +162,20 @@ double global_norm_f32(const float* x, int64_t n) {
   return std::sqrt(unscale_and_check(const_cast<float*>(x), n, 1.f).sum_squares);
 }
 
-UnscaleResult CpuBackend::unscale_and_check(Tensor& g, float inv_scale) {
+double global_norm_ref(const float* x, int64_t n) {
+  return std::sqrt(unscale_and_check_ref(const_cast<float*>(x), n, 1.f).sum_squares);
+}
+
+UnscaleResult cpu::unscale_and_check(Tensor& g, float inv_scale) {
   return mixtrain::unscale_and_check(g.data<float>(), g.numel(), inv_scale);
 }
 
-double CpuBackend::global_norm(const Tensor& g) { return global_norm_f32(g.data<float>(), g.numel()); }
+double cpu::global_norm(const Tensor& g) { return global_norm_f32(g.data<float>(), g.numel()); }
+
+UnscaleResult ref::unscale_and_check(Tensor& g, float inv_scale) {
+  return unscale_and_check_ref(g.data<float>(), g.numel(), inv_scale);
+}
+
+double ref::global_norm(const Tensor& g) { return global_norm_ref(g.data<float>(), g.numel()); }
 
 }  // namespace mixtrain

@@ -1,10 +1,10 @@
-// Fast CPU layer norm over the last dim (CpuBackend::layer_norm): per row, staged to fp32, two
+// Fast CPU layer norm over the last dim (cpu::layer_norm): per row, staged to fp32, two
 // passes (blocked mean, then blocked sum of squared deviations: biased variance, as torch), eps
 // inside the square root, then one vectorised normalise-scale-shift pass.
 #include <cmath>
 #include <vector>
 
-#include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/cpu_rows.h"
 #include "mixtrain/core/cpu_features.h"
 
@@ -57,8 +57,8 @@ void layer_norm_stats(const float* x, int64_t C, float eps, float& mu, float& rs
 }  // namespace
 }  // namespace cpu
 
-void CpuBackend::layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps, Tensor& out,
-                            Tensor* mean, Tensor* rstd, Tensor* xhat) {
+void cpu::layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps, Tensor& out,
+                     Tensor* mean, Tensor* rstd, Tensor* xhat) {
   const bool stats_ok = (!mean || mean->dtype() == DType::f32) && (!rstd || rstd->dtype() == DType::f32);
   if (force_reference() || !cpu::fast_dtype(x.dtype()) || !cpu::fast_dtype(out.dtype()) ||
       !cpu::fast_dtype(weight.dtype()) || !cpu::fast_dtype(bias.dtype()) || !stats_ok ||

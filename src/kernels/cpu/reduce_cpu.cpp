@@ -1,4 +1,4 @@
-// Fast CPU reductions (CpuBackend::reduce, reduce_last, sum_to_row) and the blocked fp32 sums
+// Fast CPU reductions (cpu::reduce, reduce_last, sum_to_row) and the blocked fp32 sums
 // every other fast kernel uses (cpu_rows.h). Sums are lane-parallel inside fixed 4096-element
 // blocks and pairwise across blocks, so they vectorise, stay accurate for 10^7+ elements, and do
 // not depend on the thread count.
@@ -6,7 +6,7 @@
 #include <limits>
 #include <vector>
 
-#include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/cpu_rows.h"
 #include "kernels/ref/ref_util.h"
 #include "mixtrain/core/cpu_features.h"
@@ -181,7 +181,7 @@ MIXTRAIN_SIMD_CLONES void add_run_bf16(const bf16* p, int64_t stride, int64_t n,
 }  // namespace
 }  // namespace cpu
 
-double CpuBackend::reduce(const Tensor& x_in, ReduceOp op) {
+double cpu::reduce(const Tensor& x_in, ReduceOp op) {
   if (force_reference() || !cpu::fast_dtype(x_in.dtype())) return ref::reduce(x_in, op);
   const Tensor x = x_in.contiguous();
   const int64_t n = x.numel();
@@ -204,7 +204,7 @@ double CpuBackend::reduce(const Tensor& x_in, ReduceOp op) {
   return cpu::finish(op, cpu::pairwise_sum(part.data(), blocks), n);
 }
 
-void CpuBackend::reduce_last(const Tensor& x, ReduceOp op, Tensor& out) {
+void cpu::reduce_last(const Tensor& x, ReduceOp op, Tensor& out) {
   cpu::RowView xv;
   if (force_reference() || !cpu::fast_dtype(x.dtype()) || !cpu::fast_dtype(out.dtype()) ||
       !cpu::as_rows(x, xv))
@@ -222,7 +222,7 @@ void CpuBackend::reduce_last(const Tensor& x, ReduceOp op, Tensor& out) {
   if (o.raw_data() != out.raw_data()) out.copy_from(o);
 }
 
-void CpuBackend::argmax_last(const Tensor& x, Tensor& out) {
+void cpu::argmax_last(const Tensor& x, Tensor& out) {
   cpu::RowView xv;
   if (force_reference() || !cpu::fast_dtype(x.dtype()) || !cpu::as_rows(x, xv))
     return ref::argmax_last(x, out);
@@ -244,7 +244,7 @@ void CpuBackend::argmax_last(const Tensor& x, Tensor& out) {
   }
 }
 
-void CpuBackend::sum_to_row(const Tensor& x, Tensor& out) {
+void cpu::sum_to_row(const Tensor& x, Tensor& out) {
   cpu::RowView xv;
   if (force_reference() || !cpu::fast_dtype(x.dtype()) || !cpu::fast_dtype(out.dtype()) ||
       !cpu::as_rows(x, xv))

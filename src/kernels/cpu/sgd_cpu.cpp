@@ -6,9 +6,10 @@
 #include <cstdint>
 #include <vector>
 
-#include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/lowp_span.h"
 #include "kernels/cpu/sgd_span.h"
+#include "kernels/optimizer_ops.h"
 #include "mixtrain/core/cpu_features.h"
 #include "mixtrain/kernels/optimizer_kernels.h"
 
@@ -133,48 +134,59 @@ void sgd_update(fp16* p, const fp16* g, fp16* buf, fp16* c, const std::vector<Fl
 }
 
 namespace {
-template <class T>
+template <bool Ref, class T>
 void sgd_master(Tensor& p, const Tensor& g, float* buf, const std::vector<FlatSpan>& spans,
                 const SgdScalars& s, const WorkingCopyOut& working) {
-  if (force_reference())
+  if (Ref || force_reference())
     sgd_update_ref(p.data<float>(), g.data<T>(), buf, spans, s, working);
   else
     sgd_update(p.data<float>(), g.data<T>(), buf, spans, s, working);
 }
 
-template <class T>
+template <bool Ref, class T>
 void sgd_lowp(Tensor& p, const Tensor& g, Tensor& buf, Tensor& c, const std::vector<FlatSpan>& spans,
               const SgdScalars& s, const LowpWrite& w) {
   T* b = buf.defined() ? buf.data<T>() : nullptr;
   T* cc = c.defined() ? c.data<T>() : nullptr;
-  if (force_reference())
+  if (Ref || force_reference())
     sgd_update_ref(p.data<T>(), g.data<T>(), b, cc, spans, s, w);
   else
     sgd_update(p.data<T>(), g.data<T>(), b, cc, spans, s, w);
 }
-}  // namespace
 
-void CpuBackend::sgd_update(Tensor& p, const Tensor& g, Tensor& buf, Tensor& c,
-                            const std::vector<FlatSpan>& spans, const SgdScalars& s, const LowpWrite& w,
-                            const WorkingCopyOut& working) {
+// The tensor-level update (as adamw_tensors in adamw_cpu.cpp): Ref, the scalar loops.
+template <bool Ref>
+void sgd_tensors(Tensor& p, const Tensor& g, Tensor& buf, Tensor& c, const std::vector<FlatSpan>& spans,
+                 const SgdScalars& s, const LowpWrite& w, const WorkingCopyOut& working) {
   switch (p.dtype()) {
     case DType::f32: {
       float* b = buf.defined() ? buf.data<float>() : nullptr;
-      if (g.dtype() == DType::bf16) return sgd_master<bf16>(p, g, b, spans, s, working);
-      if (g.dtype() == DType::f16) return sgd_master<fp16>(p, g, b, spans, s, working);
-      if (force_reference())
+      if (g.dtype() == DType::bf16) return sgd_master<Ref, bf16>(p, g, b, spans, s, working);
+      if (g.dtype() == DType::f16) return sgd_master<Ref, fp16>(p, g, b, spans, s, working);
+      if (Ref || force_reference())
         sgd_update_ref(p.data<float>(), g.data<float>(), b, spans, s, working);
       else
         mixtrain::sgd_update(p.data<float>(), g.data<float>(), b, spans, s, working);
       return;
     }
     case DType::bf16:
-      return sgd_lowp<bf16>(p, g, buf, c, spans, s, w);
+      return sgd_lowp<Ref, bf16>(p, g, buf, c, spans, s, w);
     case DType::f16:
-      return sgd_lowp<fp16>(p, g, buf, c, spans, s, w);
+      return sgd_lowp<Ref, fp16>(p, g, buf, c, spans, s, w);
     default:
       throw DTypeError("sgd_update: parameters must be f32, bf16 or f16, got " + p.to_string());
   }
+}
+}  // namespace
+
+void cpu::sgd_update(Tensor& p, const Tensor& g, Tensor& buf, Tensor& c, const std::vector<FlatSpan>& spans,
+                     const SgdScalars& s, const LowpWrite& w, const WorkingCopyOut& working) {
+  sgd_tensors<false>(p, g, buf, c, spans, s, w, working);
+}
+
+void ref::sgd_update(Tensor& p, const Tensor& g, Tensor& buf, Tensor& c, const std::vector<FlatSpan>& spans,
+                     const SgdScalars& s, const LowpWrite& w, const WorkingCopyOut& working) {
+  sgd_tensors<true>(p, g, buf, c, spans, s, w, working);
 }
 
 }  // namespace mixtrain

@@ -1,8 +1,8 @@
-// Fast CPU softmax over the last dim (CpuBackend::softmax_last): one row per work item, staged to
+// Fast CPU softmax over the last dim (cpu::softmax_last): one row per work item, staged to
 // fp32, max-subtracted, exp and blocked sum in one vectorised pass, then a scale by 1/sum.
 #include <cmath>
 
-#include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/cpu_rows.h"
 #include "mixtrain/core/cpu_features.h"
 
@@ -23,7 +23,7 @@ void softmax_row(const float* x, float* o, int64_t C) {
 }  // namespace
 }  // namespace cpu
 
-void CpuBackend::softmax_last(const Tensor& x, Tensor& out) {
+void cpu::softmax_last(const Tensor& x, Tensor& out) {
   if (force_reference() || !cpu::fast_dtype(x.dtype()) || !cpu::fast_dtype(out.dtype()))
     return ref::softmax_last(x, out);
   cpu::RowView xv, ov;

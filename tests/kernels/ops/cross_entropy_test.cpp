@@ -4,8 +4,8 @@
 #include <cmath>
 #include <cstring>
 
-#include "kernels/backend.h"
-#include "kernels/op_harness.h"
+#include "kernels/ops/op_harness.h"
+#include "kernels/ops_backward.h"
 
 namespace mixtrain::test {
 namespace {
@@ -77,13 +77,10 @@ struct CrossEntropyTest : OpTest {
     return default_tolerance(DType::f32, index == 0 ? V : V + R, scale);
   }
 };
-MIXTRAIN_REGISTER_OP_TEST(CrossEntropyTest);
+// The configurations large enough to be split across threads (the 1-vs-2-threads check).
+bool split_across_threads(const OpConfig& cfg) { return shape_of(cfg).numel() >= 100000; }
 
-TEST(CrossEntropyOps, FastMatchesReference) { run_registered_op_tests(); }
-
-TEST(CrossEntropyOps, ThreadCountDoesNotChangeResults) {
-  run_thread_count_checks([](const OpConfig& cfg) { return shape_of(cfg).numel() >= 100000; });
-}
+MIXTRAIN_REGISTER_OP_TEST_THREADS(CrossEntropyTest, split_across_threads);
 
 TEST(CrossEntropyRef, KnownValuesF64) {
   // Uniform logits: every row's loss is ln V, whatever the target; -1 rows are 0 and not counted.

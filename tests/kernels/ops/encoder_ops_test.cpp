@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_rows.h"
-#include "kernels/op_harness.h"
+#include "kernels/ops/op_harness.h"
 #include "kernels/ops_backward.h"
 #include "mixtrain/autograd/functions.h"
 
@@ -32,6 +32,7 @@ struct ActivationTest : OpTest {
   Activation kind;
   explicit ActivationTest(Activation k) : kind(k) {}
   std::string name() const override { return std::string("activation ") + kind_name(kind); }
+  std::vector<std::string> ops() const override { return {"activation", "activation_backward"}; }
   std::vector<OpConfig> configs() const override {
     std::vector<OpConfig> out;
     uint64_t seed = 1;
@@ -109,19 +110,16 @@ struct MaskedSoftmaxTest : OpTest {
   }
 };
 
-MIXTRAIN_REGISTER_OP_TEST(MaskedSoftmaxTest);
-static test::OpRegistrar gelu_erf_reg(std::make_unique<ActivationTest>(Activation::gelu_erf));
-static test::OpRegistrar tanh_reg(std::make_unique<ActivationTest>(Activation::tanh));
-static test::OpRegistrar relu_reg(std::make_unique<ActivationTest>(Activation::relu));
+// The configurations large enough to be split across threads (the 1-vs-2-threads check).
+bool split_across_threads(const OpConfig& cfg) { return cfg.sizes.size() >= 2 && cfg.sizes[0] >= 4; }
+
+MIXTRAIN_REGISTER_OP_TEST_THREADS(MaskedSoftmaxTest, split_across_threads);
+static test::OpRegistrar gelu_erf_reg(std::make_unique<ActivationTest>(Activation::gelu_erf),
+                                      split_across_threads);
+static test::OpRegistrar tanh_reg(std::make_unique<ActivationTest>(Activation::tanh), split_across_threads);
+static test::OpRegistrar relu_reg(std::make_unique<ActivationTest>(Activation::relu), split_across_threads);
 
 }  // namespace
-
-TEST(EncoderOps, FastMatchesReference) { test::run_registered_op_tests(); }
-
-TEST(EncoderOps, ThreadCountDoesNotChangeResults) {
-  test::run_thread_count_checks(
-      [](const OpConfig& cfg) { return cfg.sizes.size() >= 2 && cfg.sizes[0] >= 4; });
-}
 
 TEST(EncoderOps, KnownValues) {
   // torch.nn.functional.gelu (exact) at -3, -1, 0, 0.5, 1, 3; tanh; relu (NaN stays NaN).

@@ -4,8 +4,8 @@
 #include <cmath>
 #include <cstring>
 
-#include "kernels/backend.h"
-#include "kernels/op_harness.h"
+#include "kernels/ops/op_harness.h"
+#include "kernels/ops_backward.h"
 
 namespace mixtrain::test {
 namespace {
@@ -174,17 +174,13 @@ TEST(ReduceOps, ArgmaxLastIsTorchsArgmax) {
   EXPECT_THROW(argmax_last(x, wrong), ShapeError);
 }
 
-MIXTRAIN_REGISTER_OP_TEST(ArgmaxLastTest);
-MIXTRAIN_REGISTER_OP_TEST(ReduceAllTest);
-MIXTRAIN_REGISTER_OP_TEST(ReduceLastTest);
-MIXTRAIN_REGISTER_OP_TEST(SumToRowTest);
-
-TEST(ReduceOps, FastMatchesReference) { run_registered_op_tests(); }
-
 // Bit-identical with 1 and 2 threads: the blocks and chunks are fixed, threads only pick them up.
-TEST(ReduceOps, ThreadCountDoesNotChangeResults) {
-  run_thread_count_checks([](const OpConfig& cfg) { return shape_of(cfg).numel() >= 100000; });
-}
+bool split_across_threads(const OpConfig& cfg) { return shape_of(cfg).numel() >= 100000; }
+
+MIXTRAIN_REGISTER_OP_TEST_THREADS(ArgmaxLastTest, split_across_threads);
+MIXTRAIN_REGISTER_OP_TEST_THREADS(ReduceAllTest, split_across_threads);
+MIXTRAIN_REGISTER_OP_TEST_THREADS(ReduceLastTest, split_across_threads);
+MIXTRAIN_REGISTER_OP_TEST_THREADS(SumToRowTest, split_across_threads);
 
 // A plain running fp32 sum of 10^7 copies of 0.1f is off by ~9%; the blocked sums must stay
 // within a few fp32 ulps of the exact value.

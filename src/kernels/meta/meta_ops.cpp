@@ -1,14 +1,14 @@
-// The meta backend (meta_backend.h): the CPU kernels' tracked temporaries, nothing computed.
+// The meta backend (meta_ops.h): the CPU kernels' tracked temporaries, nothing computed.
 //
-// Each method repeats its CPU kernel's choice between the fast path and the scalar reference (the
+// Each function repeats its CPU kernel's choice between the fast path and the scalar reference (the
 // references allocate no tensors) and, on the fast path, makes the same tensors through the same
 // helpers (cpu_rows.h: rows_or_copy copies a tensor with no row view, rows_for_output makes a
 // workspace output for one, finish_output copies back), keeping them alive as long as the CPU
 // kernel does. A new tensor temporary in a CPU kernel must be added here too; the memory
 // prediction tests fail until it is.
-#include "kernels/meta/meta_backend.h"
+#include "kernels/meta/meta_ops.h"
 
-#include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/cpu_rows.h"
 #include "mixtrain/core/cpu_features.h"
 #include "mixtrain/kernels/ops.h"
@@ -59,38 +59,32 @@ void write_stats(Tensor* t, int64_t rows) {
 
 }  // namespace
 
-MetaBackend& MetaBackend::instance() {
-  static MetaBackend backend;
-  return backend;
-}
-
-void MetaBackend::gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmOptions& opt,
-                       const Tensor* bias) {
+void meta::gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmOptions& opt, const Tensor* bias) {
   gemm_workspace_only(a, b, c, opt, bias);  // gemm_onednn.cpp: the CPU GEMM's plan and buffers
 }
 
-void MetaBackend::add(const Tensor& a, const Tensor& b, Tensor& out) { add_or_mul(a, b, out); }
-void MetaBackend::mul(const Tensor& a, const Tensor& b, Tensor& out) { add_or_mul(a, b, out); }
+void meta::add(const Tensor& a, const Tensor& b, Tensor& out) { add_or_mul(a, b, out); }
+void meta::mul(const Tensor& a, const Tensor& b, Tensor& out) { add_or_mul(a, b, out); }
 
-void MetaBackend::scale(const Tensor& a, float, Tensor& out) {
+void meta::scale(const Tensor& a, float, Tensor& out) {
   if (all_fast({&a, &out})) unary_rows(a, out);
 }
 
-void MetaBackend::gelu(const Tensor& x, Tensor& out) {
+void meta::gelu(const Tensor& x, Tensor& out) {
   if (all_fast({&x, &out})) unary_rows(x, out);
 }
 
-void MetaBackend::activation(Activation, const Tensor& x, Tensor& out) {  // encoder_cpu.cpp
+void meta::activation(Activation, const Tensor& x, Tensor& out) {  // encoder_cpu.cpp
   if (all_fast({&x, &out})) unary_rows(x, out);
 }
 
-double MetaBackend::reduce(const Tensor& x, ReduceOp) {  // reduce_cpu.cpp
+double meta::reduce(const Tensor& x, ReduceOp) {  // reduce_cpu.cpp
   if (force_reference() || !cpu::fast_dtype(x.dtype())) return 0.0;
   const Tensor xc = x.contiguous();
   return 0.0;
 }
 
-void MetaBackend::reduce_last(const Tensor& x, ReduceOp, Tensor& out) {  // reduce_cpu.cpp
+void meta::reduce_last(const Tensor& x, ReduceOp, Tensor& out) {  // reduce_cpu.cpp
   cpu::RowView xv;
   if (force_reference() || !cpu::fast_dtype(x.dtype()) || !cpu::fast_dtype(out.dtype()) ||
       !cpu::as_rows(x, xv))
@@ -99,17 +93,17 @@ void MetaBackend::reduce_last(const Tensor& x, ReduceOp, Tensor& out) {  // redu
   if (o.raw_data() != out.raw_data()) out.copy_from(o);
 }
 
-void MetaBackend::sum_to_row(const Tensor&, Tensor&) {}  // reduce_cpu.cpp: host rows only
+void meta::sum_to_row(const Tensor&, Tensor&) {}  // reduce_cpu.cpp: host rows only
 
-void MetaBackend::argmax_last(const Tensor&, Tensor&) {}  // reduce_cpu.cpp: rows read in place
+void meta::argmax_last(const Tensor&, Tensor&) {}  // reduce_cpu.cpp: rows read in place
 
-void MetaBackend::softmax_last(const Tensor& x, Tensor& out) {  // softmax_cpu.cpp
+void meta::softmax_last(const Tensor& x, Tensor& out) {  // softmax_cpu.cpp
   if (force_reference() || !cpu::fast_dtype(x.dtype()) || !cpu::fast_dtype(out.dtype())) return;
   unary_rows(x, out);
 }
 
-void MetaBackend::layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, float, Tensor& out,
-                             Tensor* mean, Tensor* rstd, Tensor* xhat) {  // layer_norm_cpu.cpp
+void meta::layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, float, Tensor& out,
+                      Tensor* mean, Tensor* rstd, Tensor* xhat) {  // layer_norm_cpu.cpp
   const bool stats_ok = (!mean || mean->dtype() == DType::f32) && (!rstd || rstd->dtype() == DType::f32);
   if (force_reference() || !cpu::fast_dtype(x.dtype()) || !cpu::fast_dtype(out.dtype()) ||
       !cpu::fast_dtype(weight.dtype()) || !cpu::fast_dtype(bias.dtype()) || !stats_ok ||
@@ -125,7 +119,7 @@ void MetaBackend::layer_norm(const Tensor& x, const Tensor& weight, const Tensor
   write_stats(rstd, xv.rows);
 }
 
-void MetaBackend::embedding(const Tensor& weight, const Tensor& ids, Tensor& out) {  // embedding_cpu.cpp
+void meta::embedding(const Tensor& weight, const Tensor& ids, Tensor& out) {  // embedding_cpu.cpp
   if (force_reference() || !cpu::fast_dtype(weight.dtype()) || !cpu::fast_dtype(out.dtype())) return;
   cpu::RowView wv, ov;
   const Tensor wk = cpu::rows_or_copy(weight, wv);
@@ -134,7 +128,7 @@ void MetaBackend::embedding(const Tensor& weight, const Tensor& ids, Tensor& out
   cpu::finish_output(o, out);
 }
 
-double MetaBackend::cross_entropy(const Tensor& logits, const Tensor& targets, Tensor* losses) {
+double meta::cross_entropy(const Tensor& logits, const Tensor& targets, Tensor* losses) {
   // cross_entropy_cpu.cpp
   if (force_reference() || !cpu::fast_dtype(logits.dtype()) || (losses && losses->dtype() != DType::f32))
     return 0.0;
@@ -146,34 +140,33 @@ double MetaBackend::cross_entropy(const Tensor& logits, const Tensor& targets, T
   return 0.0;
 }
 
-void MetaBackend::gelu_backward(const Tensor& x, const Tensor& dout, Tensor& dx) {  // backward_cpu.cpp
+void meta::gelu_backward(const Tensor& x, const Tensor& dout, Tensor& dx) {  // backward_cpu.cpp
   if (all_fast({&x, &dout, &dx})) binary_rows(x, dout, dx);
 }
 
-void MetaBackend::activation_backward(Activation, const Tensor& x, const Tensor& dout, Tensor& dx) {
+void meta::activation_backward(Activation, const Tensor& x, const Tensor& dout, Tensor& dx) {
   if (all_fast({&x, &dout, &dx})) binary_rows(x, dout, dx);  // encoder_cpu.cpp
 }
 
-void MetaBackend::masked_softmax(const Tensor& x, const Tensor& key_mask, float,
-                                 Tensor& y) {  // encoder_cpu.cpp
+void meta::masked_softmax(const Tensor& x, const Tensor& key_mask, float,
+                          Tensor& y) {  // encoder_cpu.cpp
   if (all_fast({&x, &y}) && key_mask.is_contiguous()) unary_rows(x, y);
 }
 
-void MetaBackend::causal_softmax(const Tensor& x, float, Tensor& y) {  // backward_cpu.cpp
+void meta::causal_softmax(const Tensor& x, float, Tensor& y) {  // backward_cpu.cpp
   if (all_fast({&x, &y})) unary_rows(x, y);
 }
 
-void MetaBackend::causal_softmax_backward(const Tensor& y, const Tensor& dy, float, Tensor& dx) {
+void meta::causal_softmax_backward(const Tensor& y, const Tensor& dy, float, Tensor& dx) {
   if (all_fast({&y, &dy, &dx})) binary_rows(y, dy, dx);  // backward_cpu.cpp softmax_backward()
 }
 
-void MetaBackend::softmax_last_backward(const Tensor& y, const Tensor& dy, Tensor& dx) {
+void meta::softmax_last_backward(const Tensor& y, const Tensor& dy, Tensor& dx) {
   if (all_fast({&y, &dy, &dx})) binary_rows(y, dy, dx);
 }
 
-void MetaBackend::layer_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& mean,
-                                      const Tensor& rstd, const Tensor& dout, Tensor& dx, Tensor& dweight,
-                                      Tensor& dbias) {
+void meta::layer_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& mean, const Tensor& rstd,
+                               const Tensor& dout, Tensor& dx, Tensor& dweight, Tensor& dbias) {
   const bool normalized = !mean.defined();  // backward_cpu.cpp
   if (!all_fast({&x, &weight, &dout, &dx, &dweight, &dbias}) || (!normalized && mean.dtype() != DType::f32) ||
       rstd.dtype() != DType::f32)
@@ -181,16 +174,15 @@ void MetaBackend::layer_norm_backward(const Tensor& x, const Tensor& weight, con
   binary_rows(x, dout, dx);
 }
 
-void MetaBackend::embedding_backward(const Tensor& ids, const Tensor& dout,
-                                     Tensor& dweight) {  // backward_cpu.cpp
+void meta::embedding_backward(const Tensor& ids, const Tensor& dout,
+                              Tensor& dweight) {  // backward_cpu.cpp
   cpu::RowView wv, gv;
   if (!all_fast({&dout, &dweight}) || !cpu::as_rows(dweight, wv)) return;
   const Tensor gk = cpu::rows_or_copy(dout, gv);
   const Tensor idc = ids.contiguous();
 }
 
-void MetaBackend::cross_entropy_backward(const Tensor& logits, const Tensor& targets, float,
-                                         Tensor& dlogits) {
+void meta::cross_entropy_backward(const Tensor& logits, const Tensor& targets, float, Tensor& dlogits) {
   if (!all_fast({&logits, &dlogits})) return;  // backward_cpu.cpp
   cpu::RowView xv, ov;
   const Tensor xk = cpu::rows_or_copy(logits, xv);
@@ -199,28 +191,27 @@ void MetaBackend::cross_entropy_backward(const Tensor& logits, const Tensor& tar
   cpu::finish_output(o, dlogits);
 }
 
-void MetaBackend::sum_to_row_accumulate(const Tensor& x, Tensor& out) {  // backward_cpu.cpp
+void meta::sum_to_row_accumulate(const Tensor& x, Tensor& out) {  // backward_cpu.cpp
   if (!all_fast({&x, &out})) return;
   Tensor tmp = Tensor::empty(Shape{out.size(0)}, DType::f32, MemCategory::workspace);
-  this->sum_to_row(x, tmp);
+  meta::sum_to_row(x, tmp);
 }
 
-void MetaBackend::add_inplace(Tensor& acc, const Tensor& x) {  // backward_cpu.cpp
-  if (all_fast({&acc, &x})) this->add(acc, x, acc);
+void meta::add_inplace(Tensor& acc, const Tensor& x) {  // backward_cpu.cpp
+  if (all_fast({&acc, &x})) meta::add(acc, x, acc);
 }
 
 // adamw_cpu.cpp, sgd_cpu.cpp, gradient_cpu.cpp, attention_cpu.cpp heads_copy: no tensors.
-void MetaBackend::adamw_update(Tensor&, const Tensor&, Tensor&, Tensor&, Tensor&,
-                               const std::vector<FlatSpan>&, const AdamWScalars&, const LowpWrite&,
-                               const WorkingCopyOut&) {}
-void MetaBackend::sgd_update(Tensor&, const Tensor&, Tensor&, Tensor&, const std::vector<FlatSpan>&,
-                             const SgdScalars&, const LowpWrite&, const WorkingCopyOut&) {}
-UnscaleResult MetaBackend::unscale_and_check(Tensor&, float) { return {}; }
-double MetaBackend::global_norm(const Tensor&) { return 0.0; }
-void MetaBackend::heads_copy(const Tensor&, const std::vector<Tensor>&, int64_t, bool) {}
+void meta::adamw_update(Tensor&, const Tensor&, Tensor&, Tensor&, Tensor&, const std::vector<FlatSpan>&,
+                        const AdamWScalars&, const LowpWrite&, const WorkingCopyOut&) {}
+void meta::sgd_update(Tensor&, const Tensor&, Tensor&, Tensor&, const std::vector<FlatSpan>&,
+                      const SgdScalars&, const LowpWrite&, const WorkingCopyOut&) {}
+UnscaleResult meta::unscale_and_check(Tensor&, float) { return {}; }
+double meta::global_norm(const Tensor&) { return 0.0; }
+void meta::heads_copy(const Tensor&, const std::vector<Tensor>&, int64_t, bool) {}
 
-void MetaBackend::dropout_mask(const Tensor& x, float, uint64_t, uint64_t,
-                               Tensor& out) {  // attention_cpu.cpp
+void meta::dropout_mask(const Tensor& x, float, uint64_t, uint64_t,
+                        Tensor& out) {  // attention_cpu.cpp
   if (all_fast({&x, &out})) unary_rows(x, out);
 }
 

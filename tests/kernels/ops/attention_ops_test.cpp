@@ -5,7 +5,7 @@
 
 #include <gtest/gtest.h>
 
-#include "kernels/op_harness.h"
+#include "kernels/ops/op_harness.h"
 
 namespace mixtrain::test {
 namespace {
@@ -84,14 +84,11 @@ struct DropoutMaskTest : OpTest {
   Tolerance tolerance(const OpConfig&, size_t) const override { return exact(); }
 };
 
-MIXTRAIN_REGISTER_OP_TEST(HeadsCopyTest);
-MIXTRAIN_REGISTER_OP_TEST(DropoutMaskTest);
+// The configurations large enough to be split across threads (the 1-vs-2-threads check).
+bool split_across_threads(const OpConfig& c) { return c.sizes[0] >= 3 || c.sizes.size() == 1; }
 
-TEST(AttentionOps, FastMatchesReference) { run_registered_op_tests(); }
-
-TEST(AttentionOps, ThreadCountDoesNotChangeResults) {
-  run_thread_count_checks([](const OpConfig& c) { return c.sizes[0] >= 3 || c.sizes.size() == 1; });
-}
+MIXTRAIN_REGISTER_OP_TEST_THREADS(HeadsCopyTest, split_across_threads);
+MIXTRAIN_REGISTER_OP_TEST_THREADS(DropoutMaskTest, split_across_threads);
 
 TEST(AttentionOps, DropoutKeepsAboutOneMinusPAndScales) {
   const Tensor x = Tensor::full({100000}, DType::f32, 1.f);

@@ -4,8 +4,8 @@
 #include <cmath>
 #include <cstring>
 
-#include "kernels/backend.h"
-#include "kernels/op_harness.h"
+#include "kernels/ops/op_harness.h"
+#include "kernels/ops_backward.h"
 
 namespace mixtrain::test {
 namespace {
@@ -136,17 +136,13 @@ struct GeluTest : OpTest {
   }
 };
 
-MIXTRAIN_REGISTER_OP_TEST(AddTest);
-MIXTRAIN_REGISTER_OP_TEST(MulTest);
-MIXTRAIN_REGISTER_OP_TEST(ScaleTest);
-MIXTRAIN_REGISTER_OP_TEST(GeluTest);
-
-TEST(ElementwiseOps, FastMatchesReference) { run_registered_op_tests(); }
-
 // Bit-identical outputs with 1 and 2 threads (elementwise results depend only on each element).
-TEST(ElementwiseOps, ThreadCountDoesNotChangeResults) {
-  run_thread_count_checks([](const OpConfig& cfg) { return cfg.sizes.size() >= 2 && cfg.sizes[0] >= 256; });
-}
+bool split_across_threads(const OpConfig& cfg) { return cfg.sizes.size() >= 2 && cfg.sizes[0] >= 256; }
+
+MIXTRAIN_REGISTER_OP_TEST_THREADS(AddTest, split_across_threads);
+MIXTRAIN_REGISTER_OP_TEST_THREADS(MulTest, split_across_threads);
+MIXTRAIN_REGISTER_OP_TEST_THREADS(ScaleTest, split_across_threads);
+MIXTRAIN_REGISTER_OP_TEST_THREADS(GeluTest, split_across_threads);
 
 // f64 references against values computed by hand / with mpmath.
 TEST(ElementwiseRef, KnownValuesF64) {

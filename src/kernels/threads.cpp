@@ -1,6 +1,5 @@
-// The kernel thread count (OpenMP; oneDNN's OpenMP runtime follows it). The backend lookup by
-// device is kernels/backend_registry.cpp.
-#include "kernels/backend.h"
+// The kernel thread count (OpenMP; oneDNN's OpenMP runtime follows it).
+#include "mixtrain/kernels/threads.h"
 
 #include <omp.h>
 

@@ -2,7 +2,11 @@
 // its inputs from a seed and runs either the public (fast) op or its scalar reference; the harness
 // runs both over the struct's configurations and compares every output with a dtype-aware
 // tolerance |fast - ref| <= atol + rtol * |ref|, printing the worst element and the share of the
-// budget it used. Adding an op = one struct + one MIXTRAIN_REGISTER_OP_TEST line in its file.
+// budget it used. Adding an op = one struct + one MIXTRAIN_REGISTER_OP_TEST line in its file
+// (tests/kernels/ops/, one program: kernel_ops_test). The program's main (op_harness_main.cpp)
+// makes one test per registered struct, OpHarness.<name>, one per struct registered with a thread
+// filter, OpThreads.<name>, and OpRegistry.*, which fails for a library op (kernels/op.h) that
+// lacks its reference, a backend's implementation or a struct here naming it.
 #pragma once
 #include <gtest/gtest.h>
 
@@ -15,8 +19,8 @@
 #include <string>
 #include <vector>
 
-#include "kernels/backend.h"
 #include "mixtrain/kernels/ops.h"
+#include "mixtrain/kernels/threads.h"
 #include "mixtrain/tensor/tensor.h"
 
 namespace mixtrain::test {
@@ -105,6 +109,8 @@ inline Tensor make_input(const Shape& shape, DType dtype, uint64_t seed, bool no
 struct OpTest {
   virtual ~OpTest() = default;
   virtual std::string name() const = 0;
+  // The library ops (kernels/op.h registry names) this struct checks: its name by default.
+  virtual std::vector<std::string> ops() const { return {name()}; }
   virtual std::vector<OpConfig> configs() const = 0;
   // Builds the inputs from cfg (deterministically, from cfg.seed), runs the public op
   // (reference=false) or the ref:: function (reference=true), and returns every output.
@@ -116,59 +122,70 @@ struct OpTest {
   }
 };
 
-inline std::vector<std::unique_ptr<OpTest>>& op_registry() {
-  static std::vector<std::unique_ptr<OpTest>> r;
+// A registered struct; `threads` (when set) picks the configurations large enough to be split
+// across threads at all, for the 1-vs-2-threads check.
+struct RegisteredOpTest {
+  std::unique_ptr<OpTest> test;
+  std::function<bool(const OpConfig&)> threads;
+};
+inline std::vector<RegisteredOpTest>& op_registry() {
+  static std::vector<RegisteredOpTest> r;
   return r;
 }
 struct OpRegistrar {
-  explicit OpRegistrar(std::unique_ptr<OpTest> t) { op_registry().push_back(std::move(t)); }
+  explicit OpRegistrar(std::unique_ptr<OpTest> t, std::function<bool(const OpConfig&)> threads = {}) {
+    op_registry().push_back({std::move(t), std::move(threads)});
+  }
 };
 #define MIXTRAIN_OP_CAT2(a, b) a##b
 #define MIXTRAIN_OP_CAT(a, b) MIXTRAIN_OP_CAT2(a, b)
 #define MIXTRAIN_REGISTER_OP_TEST(Type) \
   static ::mixtrain::test::OpRegistrar MIXTRAIN_OP_CAT(op_registrar_, __LINE__)(std::make_unique<Type>())
+// The same, and the fast path's outputs must be bit-identical with 1 and 2 threads on the
+// configurations `filter` picks (the kernels split work independently of the thread count).
+#define MIXTRAIN_REGISTER_OP_TEST_THREADS(Type, filter)                                                   \
+  static ::mixtrain::test::OpRegistrar MIXTRAIN_OP_CAT(op_registrar_, __LINE__)(std::make_unique<Type>(), \
+                                                                                filter)
 
-// Runs every registered op over its configurations: fast vs reference. Call from one TEST.
-inline void run_registered_op_tests() {
-  ASSERT_FALSE(op_registry().empty()) << "no op tests registered";
-  for (const auto& op : op_registry()) {
-    const auto cfgs = op->configs();
-    ASSERT_FALSE(cfgs.empty()) << op->name() << " has no configurations";
-    for (const auto& cfg : cfgs) {
-      SCOPED_TRACE(op->name() + " [" + cfg.label + "]");
-      std::vector<Tensor> ref_out = op->run(cfg, true);
-      std::vector<Tensor> fast_out = op->run(cfg, false);
-      ASSERT_EQ(ref_out.size(), fast_out.size());
-      for (size_t i = 0; i < ref_out.size(); ++i) {
-        EXPECT_EQ(ref_out[i].dtype(), fast_out[i].dtype()) << "output " << i << " dtype";
-        EXPECT_TRUE(all_close(ref_out[i], fast_out[i], op->tolerance(cfg, i),
-                              op->name() + " [" + cfg.label + "] output " + std::to_string(i)));
-      }
+// One struct over its configurations: fast vs reference.
+inline void run_op_test(const OpTest& op) {
+  const auto cfgs = op.configs();
+  ASSERT_FALSE(cfgs.empty()) << op.name() << " has no configurations";
+  for (const auto& cfg : cfgs) {
+    SCOPED_TRACE(op.name() + " [" + cfg.label + "]");
+    std::vector<Tensor> ref_out = op.run(cfg, true);
+    std::vector<Tensor> fast_out = op.run(cfg, false);
+    ASSERT_EQ(ref_out.size(), fast_out.size());
+    for (size_t i = 0; i < ref_out.size(); ++i) {
+      EXPECT_EQ(ref_out[i].dtype(), fast_out[i].dtype()) << "output " << i << " dtype";
+      EXPECT_TRUE(all_close(ref_out[i], fast_out[i], op.tolerance(cfg, i),
+                            op.name() + " [" + cfg.label + "] output " + std::to_string(i)));
     }
   }
 }
 
-// Runs the fast path of every registered op with 1 and with 2 threads and requires the outputs to
-// be bit-identical (the kernels split work independently of the thread count). `include` picks
-// the configurations large enough to be split at all.
-inline void run_thread_count_checks(const std::function<bool(const OpConfig&)>& include) {
+// The fast path of one struct with 1 and with 2 threads: bit-identical outputs on the
+// configurations its filter picks (at least one).
+inline void run_thread_count_check(const RegisteredOpTest& entry) {
   const int saved = num_threads();
-  for (const auto& op : op_registry())
-    for (const OpConfig& cfg : op->configs()) {
-      if (!include(cfg)) continue;
-      SCOPED_TRACE(op->name() + " [" + cfg.label + "]");
-      set_num_threads(1);
-      const std::vector<Tensor> one = op->run(cfg, false);
-      set_num_threads(2);
-      const std::vector<Tensor> two = op->run(cfg, false);
-      ASSERT_EQ(one.size(), two.size());
-      for (size_t i = 0; i < one.size(); ++i) {
-        const Tensor a = one[i].contiguous(), b = two[i].contiguous();
-        ASSERT_EQ(a.nbytes(), b.nbytes());
-        EXPECT_EQ(0, std::memcmp(a.raw_data(), b.raw_data(), a.nbytes())) << "output " << i;
-      }
+  int checked = 0;
+  for (const OpConfig& cfg : entry.test->configs()) {
+    if (!entry.threads(cfg)) continue;
+    ++checked;
+    SCOPED_TRACE(entry.test->name() + " [" + cfg.label + "]");
+    set_num_threads(1);
+    const std::vector<Tensor> one = entry.test->run(cfg, false);
+    set_num_threads(2);
+    const std::vector<Tensor> two = entry.test->run(cfg, false);
+    ASSERT_EQ(one.size(), two.size());
+    for (size_t i = 0; i < one.size(); ++i) {
+      const Tensor a = one[i].contiguous(), b = two[i].contiguous();
+      ASSERT_EQ(a.nbytes(), b.nbytes());
+      EXPECT_EQ(0, std::memcmp(a.raw_data(), b.raw_data(), a.nbytes())) << "output " << i;
     }
+  }
   set_num_threads(saved);
+  EXPECT_GT(checked, 0) << entry.test->name() << ": the thread filter picks no configuration";
 }
 
 }  // namespace mixtrain::test

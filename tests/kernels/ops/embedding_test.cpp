@@ -3,8 +3,8 @@
 // copies; thread-count determinism.
 #include <cstring>
 
-#include "kernels/backend.h"
-#include "kernels/op_harness.h"
+#include "kernels/ops/op_harness.h"
+#include "kernels/ops_backward.h"
 
 namespace mixtrain::test {
 namespace {
@@ -74,13 +74,10 @@ struct EmbeddingTest : OpTest {
   // A copy with one rounding (weight -> out): fast and reference agree to within that rounding
   // (in fact bit for bit; the default budget is kept for uniformity).
 };
-MIXTRAIN_REGISTER_OP_TEST(EmbeddingTest);
+// The configurations large enough to be split across threads (the 1-vs-2-threads check).
+bool split_across_threads(const OpConfig& cfg) { return cfg.sizes[1] * cfg.sizes[2] >= 100000; }
 
-TEST(EmbeddingOps, FastMatchesReference) { run_registered_op_tests(); }
-
-TEST(EmbeddingOps, ThreadCountDoesNotChangeResults) {
-  run_thread_count_checks([](const OpConfig& cfg) { return cfg.sizes[1] * cfg.sizes[2] >= 100000; });
-}
+MIXTRAIN_REGISTER_OP_TEST_THREADS(EmbeddingTest, split_across_threads);
 
 TEST(EmbeddingOps, CopiesRowsExactly) {
   const Tensor w = Tensor::from_vector({0.5, 1.5, -2.0, 3.25, 1e-3, -7.0}, {3, 2}, DType::f64);

@@ -4,8 +4,8 @@
 #include <cmath>
 #include <cstring>
 
-#include "kernels/backend.h"
-#include "kernels/op_harness.h"
+#include "kernels/ops/op_harness.h"
+#include "kernels/ops_backward.h"
 
 namespace mixtrain::test {
 namespace {
@@ -71,13 +71,10 @@ struct SoftmaxTest : OpTest {
     return default_tolerance(cfg.out, C, 1.0 / static_cast<double>(std::max<int64_t>(C, 1)));
   }
 };
-MIXTRAIN_REGISTER_OP_TEST(SoftmaxTest);
+// The configurations large enough to be split across threads (the 1-vs-2-threads check).
+bool split_across_threads(const OpConfig& cfg) { return shape_of(cfg).numel() >= 100000; }
 
-TEST(SoftmaxOps, FastMatchesReference) { run_registered_op_tests(); }
-
-TEST(SoftmaxOps, ThreadCountDoesNotChangeResults) {
-  run_thread_count_checks([](const OpConfig& cfg) { return shape_of(cfg).numel() >= 100000; });
-}
+MIXTRAIN_REGISTER_OP_TEST_THREADS(SoftmaxTest, split_across_threads);
 
 TEST(SoftmaxRef, KnownValuesF64) {
   // softmax([0, ln 2]) = [1/3, 2/3]; adding a constant changes nothing; a row of equal values is

@@ -7,8 +7,7 @@
 #include <cstring>
 #include <sstream>
 
-#include "kernels/backend.h"
-#include "kernels/op_harness.h"
+#include "kernels/ops/op_harness.h"
 #include "kernels/ops_backward.h"
 
 namespace mixtrain::test {
@@ -131,7 +130,10 @@ struct GeluBackwardTest : OpTest {
     return default_tolerance(cfg.out, 1, 2.0);
   }
 };
-MIXTRAIN_REGISTER_OP_TEST(GeluBackwardTest);
+// Every op, every configuration: the fast path gives the same bits with 1 and with 2 threads.
+bool split_across_threads(const OpConfig&) { return true; }
+
+MIXTRAIN_REGISTER_OP_TEST_THREADS(GeluBackwardTest, split_across_threads);
 
 // ---- causal_softmax ---------------------------------------------------------------------------------
 float scale_of(const OpConfig& cfg) { return (cfg.flags & kNegScale) ? -0.7f : 0.35f; }
@@ -166,7 +168,7 @@ struct CausalSoftmaxTest : OpTest {
     return default_tolerance(cfg.out, cfg.sizes.back());
   }
 };
-MIXTRAIN_REGISTER_OP_TEST(CausalSoftmaxTest);
+MIXTRAIN_REGISTER_OP_TEST_THREADS(CausalSoftmaxTest, split_across_threads);
 
 struct CausalSoftmaxBackwardTest : OpTest {
   std::string name() const override { return "causal_softmax_backward"; }
@@ -187,7 +189,7 @@ struct CausalSoftmaxBackwardTest : OpTest {
     return default_tolerance(cfg.out, cfg.sizes.back());
   }
 };
-MIXTRAIN_REGISTER_OP_TEST(CausalSoftmaxBackwardTest);
+MIXTRAIN_REGISTER_OP_TEST_THREADS(CausalSoftmaxBackwardTest, split_across_threads);
 
 // ---- softmax_last_backward --------------------------------------------------------------------------
 struct SoftmaxLastBackwardTest : OpTest {
@@ -211,7 +213,7 @@ struct SoftmaxLastBackwardTest : OpTest {
     return default_tolerance(cfg.out, cfg.sizes.back());
   }
 };
-MIXTRAIN_REGISTER_OP_TEST(SoftmaxLastBackwardTest);
+MIXTRAIN_REGISTER_OP_TEST_THREADS(SoftmaxLastBackwardTest, split_across_threads);
 
 // ---- layer_norm_backward ----------------------------------------------------------------------------
 struct LayerNormBackwardTest : OpTest {
@@ -254,7 +256,7 @@ struct LayerNormBackwardTest : OpTest {
     return default_tolerance((cfg.flags & kBf16Grads) ? DType::bf16 : DType::f32, R, 4.0);
   }
 };
-MIXTRAIN_REGISTER_OP_TEST(LayerNormBackwardTest);
+MIXTRAIN_REGISTER_OP_TEST_THREADS(LayerNormBackwardTest, split_across_threads);
 
 // ---- embedding_backward -----------------------------------------------------------------------------
 struct EmbeddingBackwardTest : OpTest {
@@ -284,7 +286,7 @@ struct EmbeddingBackwardTest : OpTest {
     return default_tolerance(cfg.out, cfg.sizes[2], 2.0);  // up to R rows summed per id
   }
 };
-MIXTRAIN_REGISTER_OP_TEST(EmbeddingBackwardTest);
+MIXTRAIN_REGISTER_OP_TEST_THREADS(EmbeddingBackwardTest, split_across_threads);
 
 // ---- cross_entropy_backward -------------------------------------------------------------------------
 constexpr float kDloss = 1.7f;
@@ -317,7 +319,7 @@ struct CrossEntropyBackwardTest : OpTest {
     return default_tolerance(cfg.out, cfg.sizes[1], kDloss / static_cast<double>(cfg.sizes[0]));
   }
 };
-MIXTRAIN_REGISTER_OP_TEST(CrossEntropyBackwardTest);
+MIXTRAIN_REGISTER_OP_TEST_THREADS(CrossEntropyBackwardTest, split_across_threads);
 
 // ---- sum_to_row_accumulate --------------------------------------------------------------------------
 struct SumToRowAccumulateTest : OpTest {
@@ -337,7 +339,7 @@ struct SumToRowAccumulateTest : OpTest {
     return default_tolerance(cfg.out, shape_of(cfg).numel() / cfg.sizes.back(), 2.0);
   }
 };
-MIXTRAIN_REGISTER_OP_TEST(SumToRowAccumulateTest);
+MIXTRAIN_REGISTER_OP_TEST_THREADS(SumToRowAccumulateTest, split_across_threads);
 
 // ---- add_inplace ------------------------------------------------------------------------------------
 struct AddInplaceTest : OpTest {
@@ -358,14 +360,7 @@ struct AddInplaceTest : OpTest {
     return default_tolerance(cfg.out, 1, 2.0);
   }
 };
-MIXTRAIN_REGISTER_OP_TEST(AddInplaceTest);
-
-TEST(BackwardOps, FastMatchesReference) { run_registered_op_tests(); }
-
-// Every op, every configuration: the fast path gives the same bits with 1 and with 2 threads.
-TEST(BackwardOps, ThreadCountDeterminism) {
-  run_thread_count_checks([](const OpConfig&) { return true; });
-}
+MIXTRAIN_REGISTER_OP_TEST_THREADS(AddInplaceTest, split_across_threads);
 
 // Masked entries are exactly 0 (forward and backward), unmasked rows sum to 1.
 TEST(BackwardOps, CausalMaskIsExact) {

@@ -5,8 +5,8 @@
 #include <cstring>
 #include <tuple>
 
-#include "kernels/backend.h"
-#include "kernels/op_harness.h"
+#include "kernels/ops/op_harness.h"
+#include "kernels/ops_backward.h"
 
 namespace mixtrain::test {
 namespace {
@@ -99,13 +99,10 @@ struct LayerNormTest : OpTest {
     return t;
   }
 };
-MIXTRAIN_REGISTER_OP_TEST(LayerNormTest);
+// The configurations large enough to be split across threads (the 1-vs-2-threads check).
+bool split_across_threads(const OpConfig& cfg) { return shape_of(cfg).numel() >= 100000; }
 
-TEST(LayerNormOps, FastMatchesReference) { run_registered_op_tests(); }
-
-TEST(LayerNormOps, ThreadCountDoesNotChangeResults) {
-  run_thread_count_checks([](const OpConfig& cfg) { return shape_of(cfg).numel() >= 100000; });
-}
+MIXTRAIN_REGISTER_OP_TEST_THREADS(LayerNormTest, split_across_threads);
 
 TEST(LayerNormRef, KnownValuesF64) {
   // x = [1, 2, 3, 4]: mean 2.5, biased variance 1.25, rstd = 1/sqrt(1.25); with weight 2, bias 1.

@@ -1,0 +1,67 @@
+// The CPU backend's implementation of every kernel op (kernels/op.h): fast kernels (oneDNN GEMM,
+// OpenMP + SIMD elementwise, normalisation, reductions), each falling back to the op's scalar
+// reference (ref/) where it does not apply, and whenever force_reference() is on. The bodies
+// live in one file per op family (gemm_onednn.cpp, elementwise_cpu.cpp, ...).
+#pragma once
+#include <vector>
+
+#include "kernels/gradient_kernels.h"
+#include "mixtrain/kernels/ops.h"
+#include "mixtrain/kernels/optimizer_kernels.h"
+
+namespace mixtrain {
+
+// What cpu::gemm allocates for these arguments (its per-thread scratch buffers, grown and
+// trimmed as a real call would), without computing: the meta backend's GEMM. The buffers are
+// the meta device's own when the operands are meta tensors.
+void gemm_workspace_only(const Tensor& a, const Tensor& b, Tensor& c, const GemmOptions& opt,
+                         const Tensor* bias);
+
+namespace cpu {
+void gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmOptions& opt, const Tensor* bias);
+void add(const Tensor& a, const Tensor& b, Tensor& out);
+void mul(const Tensor& a, const Tensor& b, Tensor& out);
+void scale(const Tensor& a, float s, Tensor& out);
+void gelu(const Tensor& x, Tensor& out);
+void activation(Activation kind, const Tensor& x, Tensor& out);
+double reduce(const Tensor& x, ReduceOp op);
+void reduce_last(const Tensor& x, ReduceOp op, Tensor& out);
+void sum_to_row(const Tensor& x, Tensor& out);
+void argmax_last(const Tensor& x, Tensor& out);
+void softmax_last(const Tensor& x, Tensor& out);
+void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps, Tensor& out,
+                Tensor* mean, Tensor* rstd, Tensor* xhat);
+void embedding(const Tensor& weight, const Tensor& ids, Tensor& out);
+double cross_entropy(const Tensor& logits, const Tensor& targets, Tensor* losses);
+
+// backward_cpu.cpp
+void gelu_backward(const Tensor& x, const Tensor& dout, Tensor& dx);
+void activation_backward(Activation kind, const Tensor& x, const Tensor& dout, Tensor& dx);
+void masked_softmax(const Tensor& x, const Tensor& key_mask, float scale, Tensor& y);
+void causal_softmax(const Tensor& x, float scale, Tensor& y);
+void causal_softmax_backward(const Tensor& y, const Tensor& dy, float scale, Tensor& dx);
+void softmax_last_backward(const Tensor& y, const Tensor& dy, Tensor& dx);
+void layer_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& mean, const Tensor& rstd,
+                         const Tensor& dout, Tensor& dx, Tensor& dweight, Tensor& dbias);
+void embedding_backward(const Tensor& ids, const Tensor& dout, Tensor& dweight);
+void cross_entropy_backward(const Tensor& logits, const Tensor& targets, float dloss, Tensor& dlogits);
+void sum_to_row_accumulate(const Tensor& x, Tensor& out);
+void add_inplace(Tensor& acc, const Tensor& x);
+
+// adamw_cpu.cpp, sgd_cpu.cpp
+void adamw_update(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, Tensor& c,
+                  const std::vector<FlatSpan>& spans, const AdamWScalars& s, const LowpWrite& w,
+                  const WorkingCopyOut& working);
+void sgd_update(Tensor& p, const Tensor& g, Tensor& buf, Tensor& c, const std::vector<FlatSpan>& spans,
+                const SgdScalars& s, const LowpWrite& w, const WorkingCopyOut& working);
+
+// gradient_cpu.cpp
+UnscaleResult unscale_and_check(Tensor& g, float inv_scale);
+double global_norm(const Tensor& g);
+
+// attention_cpu.cpp
+void heads_copy(const Tensor& rows, const std::vector<Tensor>& heads, int64_t H, bool to_heads);
+void dropout_mask(const Tensor& x, float p, uint64_t seed, uint64_t offset, Tensor& out);
+}  // namespace cpu
+
+}  // namespace mixtrain
