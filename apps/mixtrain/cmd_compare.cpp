@@ -112,9 +112,9 @@ nlohmann::ordered_json to_json(const CompareResult& result, const TrainOptions& 
   nlohmann::ordered_json config;
   config["model"] = base.model;
   config["data"] = base.data.empty() ? "built-in" : base.data;
-  config["steps"] = base.steps;
+  config["steps"] = base.steps.value_or(0);
   config["batch_size"] = base.batch_size;
-  config["seq_len"] = base.seq_len;
+  config["seq_len"] = base.seq_len.value_or(0);
   config["grad_accum"] = base.grad_accum;
   config["lr"] = base.lr;
   config["seed"] = base.seed;

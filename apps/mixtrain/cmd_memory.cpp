@@ -56,7 +56,7 @@ Subject finetune_subject(const FinetuneOptions& o) {
   return {dir + " fine-tuned on " + task, m, "max_len", o.max_len};
 }
 
-nlohmann::ordered_json to_json(const MemoryReport& r, const Subject& subject, const TrainOptions& o,
+nlohmann::ordered_json to_json(const MemoryReport& r, const Subject& subject, const RunOptions& o,
                                int ranks) {
   const MemoryPrediction& p = r.predicted;
   nlohmann::ordered_json j;
@@ -71,7 +71,7 @@ nlohmann::ordered_json to_json(const MemoryReport& r, const Subject& subject, co
   c["grad_accum"] = o.grad_accum;
   c["ranks"] = ranks;
   c["zero"] = o.data_parallel.zero_stage;
-  c["steps"] = o.steps;
+  c["steps"] = o.steps.value_or(0);
   j["config"] = c;
   j["parameters"] = p.parameters;
   nlohmann::ordered_json pj;
@@ -112,7 +112,7 @@ void print_error_cell(double e) {
     std::printf(" %9s", "-");
 }
 
-void print_table(const MemoryReport& r, const Subject& subject, const TrainOptions& o, int max_terms,
+void print_table(const MemoryReport& r, const Subject& subject, const RunOptions& o, int max_terms,
                  int ranks) {
   const MemoryPrediction& p = r.predicted;
   const MeasuredMemory* m = r.measured ? &*r.measured : nullptr;
@@ -202,7 +202,7 @@ void register_memory(CLI::App& app, GlobalOptions& g, std::vector<Command>& comm
          // --json checked with the run's own outputs before the prediction and the measured run
          // (otherwise an unwritable path would be found after both).
          if (!m->json.empty()) {
-           RunPaths paths = train_run_paths(fo ? fo->train : f->opt);
+           RunPaths paths = fo ? run_paths(fo->train) : train_run_paths(f->opt);
            if (fo)
              for (const auto& [what, path] :
                   {std::pair{"--model", fo->model_dir}, std::pair{"--train", fo->train_path},
@@ -233,7 +233,7 @@ void register_memory(CLI::App& app, GlobalOptions& g, std::vector<Command>& comm
          }
          if (!rank0) return 0;
          const Subject subject = fo ? finetune_subject(*fo) : lm_subject(r);
-         const TrainOptions& o = fo ? fo->train : f->opt;
+         const RunOptions& o = fo ? fo->train : static_cast<const RunOptions&>(f->opt);
          print_table(r, subject, o, m->terms, m->ranks);
          if (!m->json.empty())
            write_output_file(m->json, to_json(r, subject, o, m->ranks).dump(2) + "\n", "--json");

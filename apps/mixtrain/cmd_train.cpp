@@ -17,7 +17,7 @@ void register_train(CLI::App& app, GlobalOptions& g, std::vector<Command>& comma
   auto f = std::make_shared<TrainFlags>();
   auto json_arg = std::make_shared<std::string>();
   add_train_flags(sub, *f, /*with_precision=*/true);
-  add_checkpoint_flags(sub, *f);
+  add_checkpoint_flags(sub, *f, /*with_init_from=*/true);
   add_data_parallel_flags(sub, *f);
   add_json_option(sub, *json_arg, "The run summary (on stdout: the progress goes quiet)");
   commands.push_back(
@@ -52,7 +52,7 @@ void register_train(CLI::App& app, GlobalOptions& g, std::vector<Command>& comma
              std::printf(
                  "interrupted at step %lld (%s): %lld of %lld steps, train loss %.4f, %.0f tokens/s%s%s\n",
                  static_cast<long long>(s.steps), s.precision.c_str(), static_cast<long long>(s.steps),
-                 static_cast<long long>(f->opt.steps), s.final_train_loss, s.tokens_per_s,
+                 static_cast<long long>(f->opt.steps.value_or(0)), s.final_train_loss, s.tokens_per_s,
                  s.checkpoint_path.empty() ? "" : "; checkpoint ", s.checkpoint_path.c_str());
            } else {
              // With the step log on stdout (--log-jsonl -), the summary line goes to stderr.

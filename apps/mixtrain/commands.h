@@ -41,8 +41,8 @@ void check_output_path(const std::string& path, const std::string& flag);
 void check_output_path(const std::string& path, const std::string& flag,
                        const std::vector<std::pair<std::string, std::string>>& inputs);
 // A --json FILE the command writes when the run ends, checked with the run's own inputs and
-// outputs before anything is loaded (TrainOptions::also_writes); nothing for none or "-" (stdout).
-void add_json_output(TrainOptions& o, const std::string& json);
+// outputs before anything is loaded (RunOptions::also_writes); nothing for none or "-" (stdout).
+void add_json_output(RunOptions& o, const std::string& json);
 // The ranks of this process (MPI's under mpirun), after every rank has agreed that it runs
 // `command` (one rank running train and another compare would deadlock or drift apart):
 // ArgumentError on every rank otherwise (dist/rank_agreement.h).

@@ -99,7 +99,7 @@ std::string one_line(const std::string& text) {
   return out;
 }
 
-void add_json_output(TrainOptions& o, const std::string& json) {
+void add_json_output(RunOptions& o, const std::string& json) {
   if (!json.empty() && json != "-") o.also_writes.push_back({"--json", json});
 }
 

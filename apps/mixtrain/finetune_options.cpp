@@ -3,6 +3,15 @@
 
 namespace mixtrain::cli {
 
+namespace {
+// --pooling's value (both ways a fine-tune's options are made go through here).
+Pooling parse_pooling(const std::string& flag) {
+  if (flag == "cls") return Pooling::cls;
+  if (flag == "mean") return Pooling::mean;
+  throw ArgumentError("--pooling must be cls or mean, got '" + flag + "'");
+}
+}  // namespace
+
 void add_finetune_data_flags(CLI::App* sub, FinetuneFlags& f, bool with_model_and_task) {
   FinetuneOptions& o = f.opt;
   if (with_model_and_task) {
@@ -32,22 +41,16 @@ void add_finetune_data_flags(CLI::App* sub, FinetuneFlags& f, bool with_model_an
 }
 
 void add_finetune_train_flags(CLI::App* sub, FinetuneFlags& f, bool with_precision, bool with_checkpoints) {
-  f.train.opt = FinetuneOptions::defaults();  // the defaults the flags show
-  add_train_flags(sub, f.train, with_precision);
-  if (with_checkpoints) add_checkpoint_flags(sub, f.train);
-  for (const char* gpt_only : {"--model", "--data", "--seq-len", "--min-lr-ratio", "--max-data-bytes",
-                               "--init-from", "--steps", "--eval-batches"})
-    if (CLI::Option* opt = sub->get_option_no_throw(gpt_only)) sub->remove_option(opt);
-  sub->add_option("--steps", f.train.opt.steps, "Stop after N optimizer steps (0: run every epoch)")
-      ->capture_default_str();
-  sub->add_option("--eval-batches", f.train.opt.eval_batches,
-                  "Test batches per evaluation (0: the whole test set)")
-      ->capture_default_str();
+  static_cast<RunOptions&>(f.train.opt) = FinetuneOptions::defaults();  // the defaults the flags show
+  add_run_flags(sub, f.train, with_precision,
+                RunLengthHelp{"Stop after N optimizer steps (default: run every epoch)",
+                              "Test batches per evaluation (0: the whole test set)"});
+  if (with_checkpoints) add_checkpoint_flags(sub, f.train, /*with_init_from=*/false);
 }
 
 void finetune_from_compare_flags(FinetuneFlags& f, const TrainFlags& given, const std::string& task) {
-  const TrainOptions d = FinetuneOptions::defaults();
-  TrainOptions t = given.opt;
+  const RunOptions d = FinetuneOptions::defaults();
+  RunOptions t = given.opt;
   if (!given.given("--lr")) t.lr = d.lr;
   if (!given.given("--weight-decay")) t.weight_decay = d.weight_decay;
   if (!given.given("--beta2")) t.beta2 = d.beta2;
@@ -58,15 +61,12 @@ void finetune_from_compare_flags(FinetuneFlags& f, const TrainFlags& given, cons
   for (const char* gpt_only : {"--data", "--seq-len", "--min-lr-ratio", "--max-data-bytes"})
     if (given.given(gpt_only))
       throw ArgumentError(std::string(gpt_only) + " does not apply to --task " + task);
-  f.opt.model_dir = given.given("--model") ? t.model : "";
+  f.opt.model_dir = given.given("--model") ? given.opt.model : "";
   f.opt.task = task == "classify" ? "" : task;
   if (f.opt.task.empty() && f.opt.train_path.empty()) f.opt.task = "finefoods";
   if (!f.opt.train_path.empty() && task != "classify")
     throw ArgumentError("--train / --test go with --task classify, not " + task);
-  if (f.pooling == "mean")
-    f.opt.pooling = Pooling::mean;
-  else if (f.pooling != "cls")
-    throw ArgumentError("--pooling must be cls or mean, got '" + f.pooling + "'");
+  f.opt.pooling = parse_pooling(f.pooling);
   f.opt.columns.text_pair = f.text_pair_column;
   f.opt.train = t;
 }
@@ -110,16 +110,12 @@ void FinetuneFlags::finish(const std::vector<PrecisionMode>& precisions) {
     if (train.given(flag) && train.app->get_option(flag)->as<std::string>().empty())
       throw ArgumentError(std::string(flag) + ": empty path");
   if (train.given("--model") && opt.model_dir.empty()) throw ArgumentError("--model: empty path");
-  const int64_t steps = train.opt.steps;
-  if (steps == 0) train.opt.steps = 1 << 30;  // TrainFlags' checks compare with it: "every epoch"
+  // --steps 0, the old spelling of "every epoch", is that still.
+  if (train.given("--steps") && train.opt.steps == 0) train.opt.steps.reset();
+  if (train.opt.steps && *train.opt.steps < 0)
+    throw ArgumentError("--steps must be >= 0 (0: every epoch), got " + std::to_string(*train.opt.steps));
   train.finish(precisions);
-  train.opt.steps = steps;
-  if (pooling == "cls")
-    opt.pooling = Pooling::cls;
-  else if (pooling == "mean")
-    opt.pooling = Pooling::mean;
-  else
-    throw ArgumentError("--pooling must be cls or mean, got '" + pooling + "'");
+  opt.pooling = parse_pooling(pooling);
   opt.columns.text_pair = text_pair_column;
   opt.train = train.opt;
 }

@@ -1,5 +1,5 @@
-// The options of `finetune` (and of `compare --task classify`): train's flags (precision, scaler,
-// optimizer, logs, checkpoints) with the fine-tune's defaults, minus the GPT-only ones, plus the
+// The options of `finetune` (and of `compare --task classify`): the flags every task takes (precision,
+// scaler, optimizer, logs, checkpoints: add_run_flags) with the fine-tune's defaults, and the
 // data, model and epoch flags of FinetuneOptions (train/finetune.h).
 #pragma once
 #include <CLI/CLI.hpp>
@@ -48,9 +48,10 @@ struct TaskFlags {
 };
 void add_task_flags(CLI::App* sub, TaskFlags& t);
 
-// Adds train's flags with the fine-tune's defaults (lr 5e-5, weight decay 0.01, beta2 0.999,
-// --steps 0: every epoch, --eval-batches 0: the whole test set), without those that only a GPT
-// run reads (--data, --seq-len, --min-lr-ratio, --max-data-bytes, --init-from).
+// Adds the run flags every task takes (add_run_flags) with the fine-tune's defaults (lr 5e-5,
+// weight decay 0.01, beta2 0.999, --steps unset: every epoch, --eval-batches 0: the whole test set)
+// and, with `with_checkpoints`, the checkpoint flags but --init-from; a GPT's own flags (--data,
+// --seq-len, --min-lr-ratio, --max-data-bytes) are never registered.
 void add_finetune_train_flags(CLI::App* sub, FinetuneFlags& f, bool with_precision, bool with_checkpoints);
 
 }  // namespace mixtrain::cli

@@ -60,7 +60,7 @@ void install_stop_handlers() {
   sigaction(SIGALRM, &alarm_sa, nullptr);
 }
 
-void make_interruptible(TrainOptions& o) {
+void make_interruptible(RunOptions& o) {
   o.stop_signal = &g_stop_signal;
   o.add_hooks = [inner = std::move(o.add_hooks)](TrainingRun& run) {
     if (inner) inner(run);
@@ -68,18 +68,24 @@ void make_interruptible(TrainOptions& o) {
   };
 }
 
-void add_train_flags(CLI::App* sub, TrainFlags& f, bool with_precision) {
-  f.app = sub;
-  TrainOptions& o = f.opt;
+void add_lm_flags(CLI::App* sub, TrainFlags& f) {
+  LmOptions& o = f.opt;
   sub->add_option("--model", o.model, "Preset (gpt-nano, gpt-mini, gpt2-small) or a JSON config file")
       ->capture_default_str();
   sub->add_option("--data", o.data, "UTF-8 text file (default: the built-in fortunes corpus)");
-  sub->add_option("--steps", o.steps, "Optimizer steps")->capture_default_str();
-  sub->add_option("--batch-size", o.batch_size, "Sequences per micro-batch")->capture_default_str();
-  sub->add_option("--seq-len", o.seq_len, "Tokens per sequence (default: the model's block size)");
-  sub->add_option("--lr", o.lr, "Peak learning rate")->capture_default_str();
+  sub->add_option_function<int64_t>(
+      "--seq-len", [&o](const int64_t& v) { o.seq_len = v; },
+      "Tokens per sequence (default: the model's block size)");
   sub->add_option("--min-lr-ratio", o.min_lr_ratio, "Cosine decay floor as a fraction of --lr")
       ->capture_default_str();
+  sub->add_option_function<int64_t>(
+      "--max-data-bytes", [&o](const int64_t& v) { o.max_data_bytes = v; },
+      "Refuse --data larger than this (default 4 GiB); needed to read a stream: - (stdin) or a FIFO");
+}
+
+void add_optimizer_flags(CLI::App* sub, TrainFlags& f) {
+  OptimizerOptions& o = f.opt;
+  sub->add_option("--lr", o.lr, "Peak learning rate")->capture_default_str();
   sub->add_option("--warmup", o.warmup, "Linear warm-up steps")->capture_default_str();
   sub->add_option("--weight-decay", o.weight_decay, "Decoupled weight decay (matrices only)")
       ->capture_default_str();
@@ -89,6 +95,22 @@ void add_train_flags(CLI::App* sub, TrainFlags& f, bool with_precision) {
       ->capture_default_str();
   sub->add_option("--optimizer", f.optimizer, "adamw or sgd")->capture_default_str();
   sub->add_option("--momentum", o.momentum, "SGD momentum")->capture_default_str();
+}
+
+void add_run_length_flags(CLI::App* sub, TrainFlags& f, const RunLengthHelp& help) {
+  RunLengthOptions& o = f.opt;
+  sub->add_option_function<int64_t>(
+         "--steps", [&o](const int64_t& v) { o.steps = v; }, help.steps)
+      ->default_str(o.steps ? std::to_string(*o.steps) : "");
+  sub->add_option("--batch-size", o.batch_size, "Sequences per micro-batch")->capture_default_str();
+  sub->add_option("--grad-accum", o.grad_accum, "Micro-batches per optimizer step")->capture_default_str();
+  sub->add_flag(
+      "--exact-grad-accum", o.exact_grad_accum,
+      "Make each micro-batch's gradient of a parameter apart and add it when final (as PyTorch; "
+      "the memory of the gradients in progress): N ranks then match one process with --grad-accum N "
+      "bit for bit");
+  sub->add_flag("--checkpoint-activations", o.checkpoint_activations,
+                "Keep only each block's input for backward and recompute the block there");
   sub->add_option("--seed", o.seed, "Seed for weights, batches and dropout")
       ->capture_default_str()
       ->check(CLI::Validator(
@@ -98,23 +120,41 @@ void add_train_flags(CLI::App* sub, TrainFlags& f, bool with_precision) {
           "UINT"));
   sub->add_option("--eval-every", o.eval_every, "Validation every K steps (0: only at the end)")
       ->capture_default_str();
-  sub->add_option("--eval-batches", o.eval_batches, "Validation batches per evaluation")
+  sub->add_option("--eval-batches", o.eval_batches, help.eval_batches)->capture_default_str();
+  sub->add_option("--log-every", o.log_every, "Progress line every K steps when not on a terminal")
       ->capture_default_str();
+  sub->add_option("--inject-nonfinite", f.inject_nonfinite,
+                  "STEP[,STEP..]: put inf (NaN at every second) into a gradient at these steps");
+  sub->add_option_function<int64_t>(
+      "--max-bad-steps", [&o](const int64_t& v) { o.max_bad_steps = v; },
+      "Non-finite losses in a row before the run stops as diverged (default 1 in 32-true, 20 otherwise)");
+  RunOptions& r = f.opt;
+  sub->add_flag("--force", r.force, "Train even when the predicted memory exceeds the available memory");
+  sub->add_option_function<int64_t>(
+      "--memory-limit", [&r](const int64_t& v) { r.memory_limit = v; },
+      "Refuse a run whose predicted peak exceeds BYTES (default: the memory the system has available)");
+}
+
+void add_output_flags(CLI::App* sub, TrainFlags& f) {
+  OutputOptions& o = f.opt;
   sub->add_option("--log-jsonl", o.log_jsonl, "Write one JSON line per step to FILE (-: stdout)");
   sub->add_flag("--overwrite", o.overwrite,
                 "Replace an existing --log-jsonl or --numerics file (a resumed run appends to it), or "
                 "finetune's --save directory");
-  sub->add_option(
-      "--max-data-bytes", o.max_data_bytes,
-      "Refuse --data larger than this (default 4 GiB); needed to read a stream: - (stdin) or a FIFO");
-  sub->add_flag("--force", o.force, "Train even when the predicted memory exceeds the available memory");
-  sub->add_option_function<int64_t>(
-      "--memory-limit", [&o](const int64_t& v) { o.memory_limit = v; },
-      "Refuse a run whose predicted peak exceeds BYTES (default: the memory the system has available)");
   sub->add_option("--tensorboard", o.tensorboard_dir,
                   "Write TensorBoard event files (the step log's scalars) to DIR");
-  sub->add_option("--log-every", o.log_every, "Progress line every K steps when not on a terminal")
+  sub->add_option("--numerics", o.numerics.path,
+                  "Numerics probes: one JSON line per named site (op outputs, gradients, weights, updates) "
+                  "per sampled step to FILE");
+  sub->add_option("--numerics-every", o.numerics.every,
+                  "Sample the numerics probes every N steps (steps 1, 1+N, ...)")
       ->capture_default_str();
+  sub->add_flag("!--no-overflow-forensics", o.overflow_forensics,
+                "Do not re-run a skipped step to name the first op whose output went non-finite");
+}
+
+void add_precision_flags(CLI::App* sub, TrainFlags& f, bool with_precision) {
+  PrecisionOptions& o = f.opt;
   if (with_precision)
     sub->add_option("--precision", f.precision, "32-true, 16-mixed, bf16-mixed, 16-true or bf16-true")
         ->capture_default_str();
@@ -122,14 +162,6 @@ void add_train_flags(CLI::App* sub, TrainFlags& f, bool with_precision) {
                   "Rounding of 16-bit weight updates in *-true modes: nearest, stochastic, kahan, or master "
                   "(fp32 master weights and state in the optimizer)")
       ->capture_default_str();
-  sub->add_option("--grad-accum", o.grad_accum, "Micro-batches per optimizer step")->capture_default_str();
-  sub->add_flag(
-      "--exact-grad-accum", o.exact_grad_accum,
-      "Make each micro-batch's gradient of a parameter apart and add it when final (as PyTorch; "
-      "the memory of the gradients in progress): N ranks then match one process with --grad-accum N "
-      "bit for bit");
-  sub->add_flag("--checkpoint-activations", o.checkpoint_activations,
-                "Keep only each block's input for backward and recompute the block there");
   sub->add_option("--loss-scale", f.loss_scale,
                   "dynamic, or a static scale (default: dynamic in 16-mixed, none elsewhere)");
   sub->add_option("--init-scale", o.scaler.init_scale, "Initial loss scale")->capture_default_str();
@@ -144,26 +176,26 @@ void add_train_flags(CLI::App* sub, TrainFlags& f, bool with_precision) {
   sub->add_option("--min-scale", o.scaler.min_scale,
                   "Lower bound of the loss scale (reaching it is reported)");
   sub->add_option("--max-scale", o.scaler.max_scale, "Upper bound of the loss scale");
-  sub->add_option("--inject-nonfinite", f.inject_nonfinite,
-                  "STEP[,STEP..]: put inf (NaN at every second) into a gradient at these steps");
-  sub->add_option("--numerics", o.numerics.path,
-                  "Numerics probes: one JSON line per named site (op outputs, gradients, weights, updates) "
-                  "per sampled step to FILE");
-  sub->add_option("--numerics-every", o.numerics.every,
-                  "Sample the numerics probes every N steps (steps 1, 1+N, ...)")
-      ->capture_default_str();
   sub->add_option(
       "--keep-fp32", o.keep_fp32,
       "PATTERN (repeatable): autocast runs the modules matching this glob (and their children) in fp32, "
       "e.g. 'transformer.h.5.mlp.*'");
-  sub->add_flag("!--no-overflow-forensics", o.overflow_forensics,
-                "Do not re-run a skipped step to name the first op whose output went non-finite");
-  sub->add_option(
-      "--max-bad-steps", o.max_bad_steps,
-      "Non-finite losses in a row before the run stops as diverged (default 1 in 32-true, 20 otherwise)");
 }
 
-void add_checkpoint_flags(CLI::App* sub, TrainFlags& f) {
+void add_run_flags(CLI::App* sub, TrainFlags& f, bool with_precision, const RunLengthHelp& help) {
+  f.app = sub;
+  add_run_length_flags(sub, f, help);
+  add_optimizer_flags(sub, f);
+  add_output_flags(sub, f);
+  add_precision_flags(sub, f, with_precision);
+}
+
+void add_train_flags(CLI::App* sub, TrainFlags& f, bool with_precision) {
+  add_lm_flags(sub, f);
+  add_run_flags(sub, f, with_precision, RunLengthHelp{});
+}
+
+void add_checkpoint_flags(CLI::App* sub, TrainFlags& f, bool with_init_from) {
   CheckpointOptions& c = f.opt.checkpoint;
   sub->add_option("--checkpoint-dir", c.dir,
                   "Save checkpoints as DIR/step-NNNNNN/ (always at the last step)");
@@ -174,9 +206,10 @@ void add_checkpoint_flags(CLI::App* sub, TrainFlags& f) {
       "Continue from a checkpoint, or from the newest valid one in a directory (--steps stays the total)");
   sub->add_option("--stop-after", c.stop_after,
                   "Stop after this step, saving a checkpoint, as if interrupted");
-  sub->add_option(
-      "--init-from", c.init_from,
-      "Start from these weights: a GPT-2 layout safetensors file (Hugging Face's too) or a checkpoint");
+  if (with_init_from)
+    sub->add_option(
+        "--init-from", c.init_from,
+        "Start from these weights: a GPT-2 layout safetensors file (Hugging Face's too) or a checkpoint");
 }
 
 void add_data_parallel_flags(CLI::App* sub, TrainFlags& f) {
@@ -193,36 +226,37 @@ void add_data_parallel_flags(CLI::App* sub, TrainFlags& f) {
          "Under mpirun: 1 shards the optimizer state over the ranks (ZeRO stage 1: reduce-scatter of the "
          "gradients, each rank updates its part, all-gather of the weights); 0: every rank keeps it all")
       ->capture_default_str();
-  sub->add_option("--inject-nonfinite-rank", f.opt.inject_nonfinite_rank,
-                  "Under mpirun: the rank whose gradient --inject-nonfinite poisons (default: every rank)");
+  sub->add_option_function<int>(
+      "--inject-nonfinite-rank", [&f](const int& v) { f.opt.inject_nonfinite_rank = v; },
+      "Under mpirun: the rank whose gradient --inject-nonfinite poisons (default: every rank)");
 }
 
 void TrainFlags::finish(const std::vector<PrecisionMode>& precisions) {
   // First: the warnings below compare other flags with the run's length.
-  if (given("--steps") && opt.steps < 1)
-    throw ArgumentError("--steps must be positive, got " + std::to_string(opt.steps));
+  if (given("--steps") && opt.steps && *opt.steps < 1)
+    throw ArgumentError("--steps must be positive, got " + std::to_string(*opt.steps));
   // A given empty path or a given 0 would silently mean "unset": refused, naming the flag.
   for (const char* flag :
        {"--data", "--model", "--log-jsonl", "--checkpoint-dir", "--resume", "--init-from", "--numerics"})
     if (given(flag) && app->get_option(flag)->as<std::string>().empty())
       throw ArgumentError(std::string(flag) + ": empty path");
-  if (given("--seq-len") && opt.seq_len <= 0)
-    throw ArgumentError("--seq-len must be positive, got " + std::to_string(opt.seq_len) +
+  if (opt.seq_len && *opt.seq_len <= 0)
+    throw ArgumentError("--seq-len must be positive, got " + std::to_string(*opt.seq_len) +
                         " (leave it out for the model's block size)");
   // A given 0 is not "unset": it is refused with what omitting the flag does.
   if (given("--save-every") && opt.checkpoint.save_every <= 0)
     throw ArgumentError("--save-every must be a step count >= 1, got " +
                         std::to_string(opt.checkpoint.save_every) +
                         " (without it a checkpoint is saved at the last step only)");
-  if (given("--max-data-bytes") && opt.max_data_bytes <= 0)
+  if (opt.max_data_bytes && *opt.max_data_bytes <= 0)
     throw ArgumentError("--max-data-bytes must be a byte count >= 1, got " +
-                        std::to_string(opt.max_data_bytes) +
+                        std::to_string(*opt.max_data_bytes) +
                         " (without it --data may be a regular file of up to 4 GiB)");
   if (given("--stop-after") && opt.checkpoint.stop_after <= 0)
     throw ArgumentError("--stop-after must be a step >= 1, got " + std::to_string(opt.checkpoint.stop_after));
-  if (given("--stop-after") && opt.checkpoint.stop_after >= opt.steps)
+  if (given("--stop-after") && opt.steps && opt.checkpoint.stop_after >= *opt.steps)
     warn("--stop-after " + std::to_string(opt.checkpoint.stop_after) +
-         " has no effect: the run ends at --steps " + std::to_string(opt.steps));
+         " has no effect: the run ends at --steps " + std::to_string(*opt.steps));
   opt.precision = parse_precision(precision);
   opt.update_rounding = parse_update_rounding(update_rounding);
   opt.optimizer = parse_optimizer_kind(optimizer);
@@ -259,9 +293,9 @@ void TrainFlags::finish(const std::vector<PrecisionMode>& precisions) {
   if (opt.data_parallel.zero_stage != 0 && opt.data_parallel.zero_stage != 1)
     throw ArgumentError("--zero must be 0 or 1 (ZeRO stage 1: optimizer state sharded over the ranks), got " +
                         std::to_string(opt.data_parallel.zero_stage));
-  if (opt.inject_nonfinite_rank < -1)
+  if (opt.inject_nonfinite_rank && *opt.inject_nonfinite_rank < 0)
     throw ArgumentError("--inject-nonfinite-rank must be a rank >= 0, got " +
-                        std::to_string(opt.inject_nonfinite_rank));
+                        std::to_string(*opt.inject_nonfinite_rank));
   opt.inject_nonfinite.clear();
   std::stringstream ss(inject_nonfinite);
   std::string item;
@@ -291,9 +325,9 @@ void TrainFlags::warn_ineffective(const std::vector<PrecisionMode>& modes) const
     for (const char* flag : {"--beta1", "--beta2"})
       if (given(flag)) warn(std::string(flag) + " has no effect with --optimizer sgd (it is AdamW's)");
   for (int64_t step : opt.inject_nonfinite)
-    if (step > opt.steps)
+    if (opt.steps && step > *opt.steps)
       warn("--inject-nonfinite step " + std::to_string(step) + " has no effect: the run ends at --steps " +
-           std::to_string(opt.steps));
+           std::to_string(*opt.steps));
   const bool scaling =
       opt.force_loss_scaling || any([](PrecisionMode m) { return m == PrecisionMode::mixed16; });
   if (!scaling)
@@ -301,15 +335,15 @@ void TrainFlags::warn_ineffective(const std::vector<PrecisionMode>& modes) const
                              "--hysteresis", "--min-scale", "--max-scale"})
       if (given(flag))
         warn(std::string(flag) + " has no effect: no loss scaling in this mode (--loss-scale turns it on)");
-  if (opt.eval_every > opt.steps)
+  if (opt.steps && opt.eval_every > *opt.steps)
     warn("--eval-every " + std::to_string(opt.eval_every) + " has no effect: the run ends at --steps " +
-         std::to_string(opt.steps) + " (evaluated there anyway)");
+         std::to_string(*opt.steps) + " (evaluated there anyway)");
   if (given("--numerics-every") && opt.numerics.path.empty())
     warn("--numerics-every has no effect without --numerics FILE");
   if (given("--keep-fp32") && !any([](PrecisionMode m) { return precision_spec(m).autocast; }))
     warn("--keep-fp32 has no effect: " + std::string(precision_spec(modes.front()).name) +
          " has no autocast (every op already runs in the weights' dtype)");
-  if (given("--save-every") && opt.checkpoint.save_every >= opt.steps)
+  if (given("--save-every") && opt.steps && opt.checkpoint.save_every >= *opt.steps)
     warn("--save-every " + std::to_string(opt.checkpoint.save_every) +
          " has no effect: a checkpoint is saved at the last step anyway");
 }

@@ -1,5 +1,6 @@
-// The options shared by `train`, `compare` (and later `bench train`): one registration so every
-// command that trains accepts the same flags with the same defaults.
+// The flags of the commands that train, one registration per concern (the option structs of
+// train/train_options.h), so every command that trains accepts the same flags with the same
+// defaults and registers only the groups that apply to it: nothing is removed after registration.
 #pragma once
 #include <CLI/CLI.hpp>
 #include <csignal>
@@ -32,7 +33,19 @@ struct TrainFlags {
   void warn_ineffective(const std::vector<PrecisionMode>& modes) const;
 };
 
-// Adds every training flag to `sub`; `with_precision` adds --precision (compare has --precisions).
+// The help of the run-length flags whose meaning differs by task.
+struct RunLengthHelp {
+  const char* steps = "Optimizer steps";
+  const char* eval_batches = "Validation batches per evaluation";
+};
+// The flags every task takes, with f.opt's values as their defaults: run length and logging
+// (--steps, --batch-size, ..., --force, --memory-limit), optimizer and schedule, outputs (--log-jsonl,
+// --tensorboard, --numerics, ...), precision and loss scaling; `with_precision` adds --precision
+// (compare has --precisions).
+void add_run_flags(CLI::App* sub, TrainFlags& f, bool with_precision, const RunLengthHelp& help);
+// Language-model pre-training's own: --model, --data, --seq-len, --min-lr-ratio, --max-data-bytes.
+void add_lm_flags(CLI::App* sub, TrainFlags& f);
+// Both: the flags of a command that trains a GPT.
 void add_train_flags(CLI::App* sub, TrainFlags& f, bool with_precision);
 // The stop request of SIGINT / SIGTERM: the signal number, set by the handler and nothing else
 // (a second signal exits at once with 128 + signal). install_stop_handlers() before training.
@@ -44,11 +57,12 @@ extern volatile std::sig_atomic_t g_stop_signal;
 void install_stop_handlers();
 // Makes the run of `o` stop at a step boundary on g_stop_signal, and marks the end of start-up
 // when its first step begins.
-void make_interruptible(TrainOptions& o);
+void make_interruptible(RunOptions& o);
 
-// Adds --checkpoint-dir, --save-every, --keep, --resume and --stop-after (train only: compare
-// runs several modes, which one directory of checkpoints cannot hold).
-void add_checkpoint_flags(CLI::App* sub, TrainFlags& f);
+// Adds --checkpoint-dir, --save-every, --keep, --resume and --stop-after, and --init-from (a GPT's
+// starting weights) with `with_init_from` (train and finetune only: compare runs several modes,
+// which one directory of checkpoints cannot hold).
+void add_checkpoint_flags(CLI::App* sub, TrainFlags& f, bool with_init_from);
 // Adds --grad-reduce-dtype, --bucket-mb and --inject-nonfinite-rank (train under mpirun).
 void add_data_parallel_flags(CLI::App* sub, TrainFlags& f);
 

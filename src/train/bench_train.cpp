@@ -9,9 +9,9 @@
 namespace mixtrain {
 namespace {
 
-BenchTrainRun run_one(const TrainOptions& base, const BenchTaskRun& run, int threads) {
+BenchTrainRun run_one(const RunOptions& base, const BenchTaskRun& run, int threads) {
   set_num_threads(threads);
-  TrainOptions o = base;
+  RunOptions o = base;
   o.quiet = true;
   o.profile = true;
   o.eval_every = 0;
@@ -33,12 +33,13 @@ BenchTrainRun run_one(const TrainOptions& base, const BenchTaskRun& run, int thr
 
 }  // namespace
 
-BenchTrainResult bench_task(const TrainOptions& o, const BenchTaskRun& run, bool thread_scaling,
+BenchTrainResult bench_task(const RunOptions& o, const BenchTaskRun& run, bool thread_scaling,
                             const std::function<void(const BenchTrainRun&)>& on_run) {
-  if (o.steps <= o.profile_warmup)
+  if (!o.steps || *o.steps <= o.profile_warmup)
     throw ArgumentError({"steps", "profile_warmup"},
-                        "steps " + std::to_string(o.steps) + " leaves no step after the " +
-                            std::to_string(o.profile_warmup) + " warm-up steps (profile_warmup)");
+                        "steps " + (o.steps ? std::to_string(*o.steps) : std::string("(every epoch)")) +
+                            " leaves no step after the " + std::to_string(o.profile_warmup) +
+                            " warm-up steps (profile_warmup)");
   const int all = num_threads();
   struct RestoreThreads {
     int n;
@@ -59,8 +60,9 @@ BenchTrainResult bench_task(const TrainOptions& o, const BenchTaskRun& run, bool
 
 BenchTrainResult bench_train(const TrainOptions& o, bool thread_scaling,
                              const std::function<void(const BenchTrainRun&)>& on_run) {
+  const LmOptions lm = o;
   return bench_task(
-      o, [](const TrainOptions& t) { return train(t); }, thread_scaling, on_run);
+      o, [&lm](const RunOptions& t) { return train(TrainOptions(t, lm)); }, thread_scaling, on_run);
 }
 
 }  // namespace mixtrain

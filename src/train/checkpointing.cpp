@@ -124,8 +124,7 @@ void CheckpointOptions::validate() const {
         "checkpoint.resume and checkpoint.init_from exclude each other (a checkpoint holds its own weights)");
 }
 
-CheckpointHook::CheckpointHook(const TrainOptions& opt, nlohmann::json run_options,
-                               std::string last_step_words)
+CheckpointHook::CheckpointHook(const RunOptions& opt, nlohmann::json run_options, std::string last_step_words)
     : opt_(opt), run_(std::move(run_options)), last_step_words_(std::move(last_step_words)) {
   opt.checkpoint.validate();
 }

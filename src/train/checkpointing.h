@@ -1,4 +1,4 @@
-// Checkpoints (TrainOptions::checkpoint: dir, save_every, keep, resume, stop_after, init_from) as
+// Checkpoints (RunOptions::checkpoint: dir, save_every, keep, resume, stop_after, init_from) as
 // a hook on the TrainingRun (train/training_run.h): it restores when the run starts and saves (or
 // stops the run) after each step. CheckpointHook is the shared part, TrainCheckpointing train()'s
 // (FinetuneCheckpointing, train/finetune_checkpointing.h, the fine-tune's).
@@ -63,8 +63,8 @@ class CheckpointHook : public TrainingHook {
   // times the ranks); run_options: the options compared on resume (recorded in the state);
   // last_step_words: how the error of a checkpoint past the last step names that step
   // ("steps" where it is the --steps option).
-  CheckpointHook(const TrainOptions& opt, nlohmann::json run_options, std::string last_step_words);
-  const TrainOptions opt_;  // a copy (callers pass as_one_process(...) temporaries)
+  CheckpointHook(const RunOptions& opt, nlohmann::json run_options, std::string last_step_words);
+  const RunOptions opt_;  // a copy (callers pass as_one_process(...) temporaries)
 
  private:
   // What differs between the models. model.safetensors' bytes:

@@ -64,8 +64,15 @@ std::vector<CompareEntry> parse_compare_entries(std::string_view list, UpdateRou
 }
 
 CompareResult compare_precisions(const TrainOptions& base, const std::vector<CompareEntry>& entries,
+                                 const std::function<void(const CompareRun&)>& on_run) {
+  const LmOptions lm = base;
+  return compare_precisions(base, entries, on_run,
+                            [&lm](const RunOptions& o) { return train(TrainOptions(o, lm)); });
+}
+
+CompareResult compare_precisions(const RunOptions& base, const std::vector<CompareEntry>& entries,
                                  const std::function<void(const CompareRun&)>& on_run,
-                                 const std::function<TrainSummary(const TrainOptions&)>& train_fn) {
+                                 const std::function<TrainSummary(const RunOptions&)>& train_fn) {
   if (entries.empty()) throw ArgumentError("compare_precisions: no entry to run");
   // Refuse used TensorBoard directories before the first run trains (train() checks its own).
   if (!base.tensorboard_dir.empty() && base.checkpoint.resume.empty())
@@ -80,14 +87,14 @@ CompareResult compare_precisions(const TrainOptions& base, const std::vector<Com
   result.threads = num_threads();
   // Every run's paths (its step log) checked before the first run trains.
   for (const CompareEntry& e : order) {
-    TrainOptions o = base;
+    RunOptions o = base;
     o.log_jsonl = compare_log_path(base.log_jsonl, e);
     o.numerics.path = compare_log_path(base.numerics.path, e);
-    check_run_paths(train_run_paths(o));
+    check_run_paths(run_paths(o));
   }
   double base_tok_s = 0;
   for (const CompareEntry& e : order) {
-    TrainOptions o = base;
+    RunOptions o = base;
     o.precision = e.mode;
     o.update_rounding = e.rounding;
     o.quiet = true;
@@ -101,7 +108,7 @@ CompareResult compare_precisions(const TrainOptions& base, const std::vector<Com
     CompareRun run;
     run.entry = e;
     try {
-      run.summary = train_fn ? train_fn(o) : train(o);
+      run.summary = train_fn(o);
     } catch (const DivergedError& d) {
       run.summary = d.summary;  // a result, not an error: reported in its row, the comparison goes on
     }

@@ -22,8 +22,8 @@
 namespace mixtrain {
 namespace fs = std::filesystem;
 
-TrainOptions FinetuneOptions::defaults() {
-  TrainOptions t;
+RunOptions FinetuneOptions::defaults() {
+  RunOptions t;
   t.lr = 5e-5f;
   t.weight_decay = 0.01f;
   t.beta1 = 0.9f;
@@ -32,7 +32,7 @@ TrainOptions FinetuneOptions::defaults() {
   t.grad_clip = 1.0f;
   t.batch_size = 16;
   t.warmup = 0;
-  t.steps = 0;         // every epoch
+  t.steps.reset();     // every epoch
   t.eval_batches = 0;  // the whole test set
   return t;
 }
@@ -51,7 +51,6 @@ void FinetuneOptions::validate() const {
     throw ArgumentError({"task", "train_path"}, "task and train_path / test_path exclude each other");
   if (train_path.empty() != test_path.empty())
     throw ArgumentError({"train_path", "test_path"}, "train_path and test_path go together");
-  if (train.steps < 0) bad("steps", " must be >= 0 (0: every epoch), got " + std::to_string(train.steps));
   if (train.eval_batches < 0) bad("eval_batches", " must be >= 0 (0: the whole test set)");
   if (!save_dir.empty()) {
     // The save never replaces the pretrained model, nor silently an earlier save.
@@ -69,10 +68,8 @@ void FinetuneOptions::validate() const {
   if (!train.checkpoint.init_from.empty())
     throw ArgumentError({"checkpoint.init_from"},
                         "checkpoint.init_from does not apply to a fine-tune (model_dir is the start)");
-  TrainOptions t = train;  // train()'s own checks, with the fields that mean "all" here filled in
-  t.steps = std::max<int64_t>(t.steps, 1);
+  RunOptions t = train;  // the shared checks, without the warm-up's bound by steps (checked below)
   t.warmup = 0;
-  t.eval_batches = std::max<int64_t>(t.eval_batches, 1);
   t.validate();
   train.checkpoint.validate();
   if (train.warmup < 0) bad("warmup", " must be >= 0, got " + std::to_string(train.warmup));
@@ -174,7 +171,7 @@ class ClassificationRecipe final : public Recipe {
   explicit ClassificationRecipe(const FinetuneOptions& o) : o_(o), dir_(model_dir_of(o)) {}
   FinetuneSummary& summary() { return out_; }
 
-  std::vector<RecipePath> inputs(const TrainOptions&) const override {
+  std::vector<RecipePath> inputs(const RunOptions&) const override {
     std::vector<RecipePath> p{{"model_dir", dir_}};
     // Each file of the model directory (config.json, model.safetensors, vocab.txt, ...): no output
     // may replace one.
@@ -185,11 +182,11 @@ class ClassificationRecipe final : public Recipe {
     if (!o_.test_path.empty()) p.push_back({"test_path", o_.test_path});
     return p;
   }
-  std::vector<RecipePath> output_dirs(const TrainOptions&) const override {
+  std::vector<RecipePath> output_dirs(const RunOptions&) const override {
     if (o_.save_dir.empty()) return {};
     return {{"save_dir", o_.save_dir}};
   }
-  void prepare(const TrainOptions& t, int ranks) override {
+  void prepare(const RunOptions& t, int ranks) override {
     task_ = load_task(o_);
     tokenizer_ = std::make_unique<WordPieceTokenizer>(tokenizer_from_model_dir(dir_));
     data_ = std::make_unique<ClassificationBatches>(task_.train, task_.test, *tokenizer_, t.batch_size,
@@ -203,7 +200,7 @@ class ClassificationRecipe final : public Recipe {
     const int64_t per_step = t.grad_accum * ranks;
     out_.steps_per_epoch = (data_->batches_per_epoch() + per_step - 1) / per_step;
   }
-  std::vector<AgreedField> agreement(const TrainOptions&) const override {
+  std::vector<AgreedField> agreement(const RunOptions&) const override {
     std::string labels;
     for (const std::string& l : task_.train.labels) labels += l + "\n";
     std::string config;
@@ -225,7 +222,7 @@ class ClassificationRecipe final : public Recipe {
   }
   const DataSource& data() const override { return *data_; }
   std::unique_ptr<Model> make_model(const PrecisionSpec& spec, MemCategory weights,
-                                    const TrainOptions& t) override {
+                                    const RunOptions& t) override {
     ClassifierOptions co;
     co.labels = task_.train.labels;
     co.pooling = o_.pooling;
@@ -240,16 +237,16 @@ class ClassificationRecipe final : public Recipe {
                                            "/config.json)");
     return model;
   }
-  void configure(RunConfig& rc, const TrainOptions& t) const override {
+  void configure(RunConfig& rc, const RunOptions& t) const override {
     const int64_t total = out_.steps_per_epoch * o_.epochs;
-    rc.steps = t.steps > 0 ? std::min(t.steps, total) : total;
+    rc.steps = t.steps ? std::min(*t.steps, total) : total;
     rc.schedule.kind = ScheduleKind::linear;
     rc.schedule.max_lr = t.lr;
     rc.schedule.warmup_steps = std::min(t.warmup, total);
     rc.schedule.total_steps = total;
     rc.eval_every = t.eval_every > 0 ? t.eval_every : out_.steps_per_epoch;
   }
-  std::unique_ptr<TrainingHook> checkpointing(const TrainOptions& one_process, Model& model) override {
+  std::unique_ptr<TrainingHook> checkpointing(const RunOptions& one_process, Model& model) override {
     nlohmann::json run_options;
     run_options["model"] = nlohmann::json::parse(model.config_json());
     run_options["data"] = {{"task", task_.name},
@@ -262,7 +259,7 @@ class ClassificationRecipe final : public Recipe {
     run_options["dropout"] = o_.dropout;
     return std::make_unique<FinetuneCheckpointing>(one_process, std::move(run_options), epoch_);
   }
-  void add_hooks(TrainingRun& run, const TrainOptions& t) override {
+  void add_hooks(TrainingRun& run, const RunOptions& t) override {
     out_.epochs.clear();  // this run's (a memory prediction runs first)
     out_.train_seconds = 0;
     epoch_ = EpochSums{};  // a resumed run's checkpoint restores the sums of its epoch
@@ -277,7 +274,7 @@ class ClassificationRecipe final : public Recipe {
         std::string(precision_spec(t.precision).name).c_str());
     std::fflush(stdout);
   }
-  void finish(Model& model, const TrainSummary&, const TrainOptions& t) override {
+  void finish(Model& model, const TrainSummary&, const RunOptions& t) override {
     if (o_.save_dir.empty()) return;
     save_encoder_classifier(model, o_.save_dir, dir_);
     if (!t.quiet) std::printf("model saved: %s\n", o_.save_dir.c_str());
@@ -311,8 +308,8 @@ namespace {
 
 // The fine-tune `o` with the shared options `t` (a compare row's, a benchmark's, a measured run's)
 // and nothing saved: the run function compare, bench and memory hand the engine.
-std::function<TrainSummary(const TrainOptions&)> finetune_with(const FinetuneOptions& o) {
-  return [&o](const TrainOptions& t) {
+std::function<TrainSummary(const RunOptions&)> finetune_with(const FinetuneOptions& o) {
+  return [&o](const RunOptions& t) {
     FinetuneOptions f = o;
     f.train = t;
     f.save_dir.clear();
@@ -333,8 +330,8 @@ CompareResult compare_finetune(const FinetuneOptions& base, const std::vector<Co
 MemoryPrediction predict_finetune_memory(const FinetuneOptions& o) {
   FinetuneOptions m = o;
   m.train = measured_run_options(o.train);
-  TrainOptions& t = m.train;
-  t.steps = t.steps > 0 ? std::min<int64_t>(t.steps, 2) : 2;  // the peak is reached in the first two steps
+  RunOptions& t = m.train;
+  t.steps = std::min<int64_t>(t.steps.value_or(2), 2);  // the peak is reached in the first two steps
   t.inject_nonfinite.clear();
   m.save_dir.clear();
   FinetuneSummary summary;
@@ -351,7 +348,7 @@ MemoryReport finetune_memory_report(const FinetuneOptions& o, bool predict_only,
 BenchTrainResult bench_finetune(const FinetuneOptions& o, bool thread_scaling,
                                 const std::function<void(const BenchTrainRun&)>& on_run) {
   o.validate();
-  if (o.train.steps == 0)
+  if (!o.train.steps)
     throw ArgumentError({"steps"}, "steps must be given (more than profile_warmup) to measure a fine-tune");
   return bench_task(o.train, finetune_with(o), thread_scaling, on_run);
 }

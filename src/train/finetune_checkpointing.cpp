@@ -12,7 +12,7 @@ namespace {
 nlohmann::json num(double v) { return json_number(v); }
 
 // The shared options that shape the trajectory (steps do not: a resumed run may extend it).
-nlohmann::json shared_run_options(const TrainOptions& o) {
+nlohmann::json shared_run_options(const RunOptions& o) {
   nlohmann::json j;
   j["precision"] = std::string(precision_spec(o.precision).name);
   j["update_rounding"] = std::string(update_rounding_name(o.update_rounding));
@@ -32,14 +32,14 @@ nlohmann::json shared_run_options(const TrainOptions& o) {
   return j;
 }
 
-nlohmann::json with_shared(nlohmann::json run_options, const TrainOptions& opt) {
+nlohmann::json with_shared(nlohmann::json run_options, const RunOptions& opt) {
   run_options["shared"] = shared_run_options(opt);
   return run_options;
 }
 
 }  // namespace
 
-FinetuneCheckpointing::FinetuneCheckpointing(const TrainOptions& opt, nlohmann::json run_options,
+FinetuneCheckpointing::FinetuneCheckpointing(const RunOptions& opt, nlohmann::json run_options,
                                              EpochSums& epoch)
     : CheckpointHook(opt, with_shared(std::move(run_options), opt), "the run's last step"), epoch_(epoch) {}
 

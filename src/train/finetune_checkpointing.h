@@ -1,4 +1,4 @@
-// The fine-tune's checkpoints (TrainOptions::checkpoint: dir, save_every, keep, resume,
+// The fine-tune's checkpoints (RunOptions::checkpoint: dir, save_every, keep, resume,
 // stop_after) as a hook on its TrainingRun: train()'s CheckpointHook (train/checkpointing.h, the
 // same directory layout, manifest and train_state.safetensors) with the encoder's weights under
 // their Hugging Face names in model.safetensors. The state records the encoder's configuration
@@ -30,7 +30,7 @@ class FinetuneCheckpointing final : public CheckpointHook {
   // that shapes the trajectory (model config, data checksum, max_len, epochs, ...), compared on
   // resume together with the optimizer, precision and scaler options of `opt`.
   // epoch: the EpochSums the run's epoch hook adds to (saved and restored with the checkpoint).
-  FinetuneCheckpointing(const TrainOptions& opt, nlohmann::json run_options, EpochSums& epoch);
+  FinetuneCheckpointing(const RunOptions& opt, nlohmann::json run_options, EpochSums& epoch);
 
  private:
   std::vector<uint8_t> weights_file(TrainingRun& run) const override;

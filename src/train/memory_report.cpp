@@ -14,7 +14,7 @@ double relative_error(int64_t predicted, int64_t measured) {
   return static_cast<double>(predicted - measured) / static_cast<double>(measured);
 }
 
-MemoryReport task_memory_report(const TrainOptions& opt, bool predict_only, int ranks,
+MemoryReport task_memory_report(const RunOptions& opt, bool predict_only, int ranks,
                                 const MemoryTaskRun& run) {
   if (ranks < 1) throw ArgumentError({"ranks"}, "ranks must be >= 1, got " + std::to_string(ranks));
   const int world_size = opt.world != nullptr ? opt.world->size() : 1;
@@ -24,7 +24,7 @@ MemoryReport task_memory_report(const TrainOptions& opt, bool predict_only, int 
   MemoryReport r;
   // Rank 0's memory in a run of `ranks`: collectives that move nothing (nothing holds data on meta).
   MetaWorld meta_world(0, ranks);
-  TrainOptions predicted = measured_run_options(opt);
+  RunOptions predicted = measured_run_options(opt);
   predicted.world = ranks > 1 ? &meta_world : nullptr;
   TrainSummary predicted_summary;
   r.predicted = predict_memory([&] { predicted_summary = run(predicted); });
@@ -32,7 +32,7 @@ MemoryReport task_memory_report(const TrainOptions& opt, bool predict_only, int 
   if (predict_only) return r;
 
   // The measurement: a real run with the same options (quiet, no MFU measurement).
-  TrainOptions o = opt;
+  RunOptions o = opt;
   o.quiet = true;
   o.measure_gemm_rate = false;
   MeasuredMemory m;
@@ -52,10 +52,11 @@ MemoryReport task_memory_report(const TrainOptions& opt, bool predict_only, int 
 MemoryReport memory_report(const TrainOptions& opt, bool predict_only, int ranks) {
   if (!predict_only) opt.validate();
   const GptConfig model = GptConfig::from_preset_or_file(opt.model);
-  MemoryReport r =
-      task_memory_report(opt, predict_only, ranks, [](const TrainOptions& t) { return train(t); });
+  const LmOptions lm = opt;
+  MemoryReport r = task_memory_report(opt, predict_only, ranks,
+                                      [&lm](const RunOptions& t) { return train(TrainOptions(t, lm)); });
   r.model = model;
-  r.seq_len = opt.seq_len > 0 ? opt.seq_len : model.block_size;
+  r.seq_len = opt.seq_len.value_or(model.block_size);
   return r;
 }
 

@@ -81,9 +81,8 @@ namespace {
 
 // The advice of the run that `run` makes from `opt_in` (train() or finetune() of it), which it
 // returns the steps of.
-NumericsAdvice advise_run(const TrainOptions& opt_in,
-                          const std::function<int64_t(const TrainOptions&)>& run) {
-  TrainOptions opt = opt_in;
+NumericsAdvice advise_run(const RunOptions& opt_in, const std::function<int64_t(const RunOptions&)>& run) {
+  RunOptions opt = opt_in;
   opt.precision = PrecisionMode::true32;
   opt.log_jsonl.clear();
   opt.tensorboard_dir.clear();
@@ -92,7 +91,7 @@ NumericsAdvice advise_run(const TrainOptions& opt_in,
   opt.keep_fp32.clear();
   opt.inject_nonfinite.clear();
   opt.measure_gemm_rate = false;
-  opt.max_bad_steps = opt.steps;  // a NaN is a finding here, not the end
+  if (opt.steps) opt.max_bad_steps = *opt.steps;  // a NaN is a finding here, not the end
   auto merged = std::make_shared<Merged>();
   const auto caller_hooks = opt_in.add_hooks;
   opt.add_hooks = [merged, caller_hooks](TrainingRun& run) {
@@ -219,11 +218,12 @@ NumericsAdvice advise_run(const TrainOptions& opt_in,
 }  // namespace
 
 NumericsAdvice advise_numerics(const TrainOptions& opt) {
-  return advise_run(opt, [](const TrainOptions& o) { return train(o).steps; });
+  const LmOptions lm = opt;
+  return advise_run(opt, [&lm](const RunOptions& o) { return train(TrainOptions(o, lm)).steps; });
 }
 
 NumericsAdvice advise_finetune_numerics(const FinetuneOptions& fo) {
-  return advise_run(fo.train, [&fo](const TrainOptions& o) {
+  return advise_run(fo.train, [&fo](const RunOptions& o) {
     FinetuneOptions f = fo;
     f.train = o;
     f.save_dir.clear();

@@ -11,10 +11,11 @@
 
 namespace mixtrain {
 
-void add_observer_hooks(TrainingRun& run, const TrainOptions& opt) {
+void add_observer_hooks(TrainingRun& run, const RunOptions& opt) {
   if (opt.profile) run.add_hook(std::make_unique<ProfileHook>(opt.profile_warmup));
   if (!opt.inject_nonfinite.empty())
-    run.add_hook(std::make_unique<FaultInjectionHook>(opt.inject_nonfinite, opt.inject_nonfinite_rank));
+    run.add_hook(
+        std::make_unique<FaultInjectionHook>(opt.inject_nonfinite, opt.inject_nonfinite_rank.value_or(-1)));
   if (opt.overflow_forensics) run.add_hook(std::make_unique<OverflowForensicsHook>());
   std::unique_ptr<TensorBoardHook> tb;
   if (!opt.tensorboard_dir.empty())

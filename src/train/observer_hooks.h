@@ -11,7 +11,7 @@
 
 namespace mixtrain {
 
-void add_observer_hooks(TrainingRun& run, const TrainOptions& opt);
+void add_observer_hooks(TrainingRun& run, const RunOptions& opt);
 
 // --keep-fp32 for one run: autocast's keep-fp32 patterns are process-wide, so they are set for
 // the run's lifetime and restored however it ends.

@@ -215,10 +215,16 @@ void check_run_paths(const RunPaths& p) {
 }
 
 RunPaths train_run_paths(const TrainOptions& o) {
-  RunPaths p;
+  std::vector<RunPaths::Entry> lm;
   // Named as TrainOptions spells them; the CLI says its flags (Error::fields()).
-  if (!o.data.empty() && o.data != "-") p.inputs.push_back({"data", o.data});
-  if (o.model.size() > 5 && o.model.ends_with(".json")) p.inputs.push_back({"model", o.model});
+  if (!o.data.empty() && o.data != "-") lm.push_back({"data", o.data});
+  if (o.model.size() > 5 && o.model.ends_with(".json")) lm.push_back({"model", o.model});
+  return run_paths(o, lm);
+}
+
+RunPaths run_paths(const RunOptions& o, const std::vector<RunPaths::Entry>& task_inputs) {
+  RunPaths p;
+  p.inputs = task_inputs;
   const CheckpointOptions& c = o.checkpoint;
   if (!c.init_from.empty()) p.inputs.push_back({"checkpoint.init_from", c.init_from});
   if (!c.resume.empty()) {

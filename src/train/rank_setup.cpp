@@ -7,7 +7,7 @@
 
 namespace mixtrain {
 
-RankSetup setup_ranks(TrainOptions& opt) {
+RankSetup setup_ranks(RunOptions& opt) {
   RankSetup r;
   r.world = opt.world != nullptr && opt.world->size() > 1 ? opt.world : nullptr;
   r.rank0_checkpoint = opt.checkpoint;
@@ -24,7 +24,7 @@ RankSetup setup_ranks(TrainOptions& opt) {
 }
 
 std::unique_ptr<Optimizer> make_run_optimizer(const RankSetup& ranks, const ParameterStore& store,
-                                              const TrainOptions& opt) {
+                                              const RunOptions& opt) {
   if (!ranks.zero) return make_optimizer(store, opt.optimizer_config());
   if (!opt.numerics.path.empty())
     throw ArgumentError({"zero", "numerics"},
@@ -33,13 +33,13 @@ std::unique_ptr<Optimizer> make_run_optimizer(const RankSetup& ranks, const Para
   return std::make_unique<ZeroOptimizer>(store, opt.optimizer_config(), *ranks.world);
 }
 
-TrainOptions as_one_process(const TrainOptions& opt, const RankSetup& ranks) {
-  TrainOptions o = opt;
+RunOptions as_one_process(const RunOptions& opt, const RankSetup& ranks) {
+  RunOptions o = opt;
   o.grad_accum = opt.grad_accum * ranks.ranks();
   return o;
 }
 
-void add_data_parallel_hooks(TrainingRun& run, const RankSetup& ranks, const TrainOptions& opt) {
+void add_data_parallel_hooks(TrainingRun& run, const RankSetup& ranks, const RunOptions& opt) {
   if (ranks.world == nullptr) return;
   if (ranks.zero && ranks.world->rank() != 0)
     run.add_hook(std::make_unique<ZeroCheckpointGatherHook>(ranks.rank0_checkpoint));

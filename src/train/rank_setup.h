@@ -27,18 +27,18 @@ struct RankSetup {
 
 // Reads opt.world. On ranks other than 0 clears every output of opt (step log, numerics,
 // TensorBoard, checkpoints; quiet): rank 0 alone writes what a run writes.
-RankSetup setup_ranks(TrainOptions& opt);
+RankSetup setup_ranks(RunOptions& opt);
 // ZeRO's part of the optimizer on this rank (zero 1 over several ranks), else the whole one.
 // ArgumentError for numerics probes under ZeRO (a rank holds its part's summed gradients only).
 std::unique_ptr<Optimizer> make_run_optimizer(const RankSetup& ranks, const ParameterStore& store,
-                                              const TrainOptions& opt);
+                                              const RunOptions& opt);
 // A checkpoint records the run as one process would make it: grad_accum over all ranks, so a run
 // saved with N ranks resumes with any N' (grad_accum * N' equal) or in one process.
-TrainOptions as_one_process(const TrainOptions& opt, const RankSetup& ranks);
+RunOptions as_one_process(const RunOptions& opt, const RankSetup& ranks);
 // After the checkpoint hook (which restores first): under ZeRO the other ranks' half of rank 0's
 // optimizer-state gathers (at the same steps), then data parallelism, which sends rank 0's weights
 // and sums gradients before any other hook sees them (a fault injected after the sum on one rank
 // tests the ranks' agreement). Nothing for one process.
-void add_data_parallel_hooks(TrainingRun& run, const RankSetup& ranks, const TrainOptions& opt);
+void add_data_parallel_hooks(TrainingRun& run, const RankSetup& ranks, const RunOptions& opt);
 
 }  // namespace mixtrain

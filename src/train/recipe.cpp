@@ -64,7 +64,7 @@ std::string num(double v) {
 
 // Every option that shapes the trajectory or the collectives (not where the outputs go, nor how
 // often progress is printed): ranks that differ in one would deadlock, abort or drift apart.
-std::vector<AgreedField> trajectory_fields(const TrainOptions& o) {
+std::vector<AgreedField> trajectory_fields(const RunOptions& o) {
   const auto i = [](int64_t v) { return std::to_string(v); };
   std::string inject;
   for (const int64_t s : o.inject_nonfinite) inject += i(s) + ",";
@@ -73,11 +73,9 @@ std::vector<AgreedField> trajectory_fields(const TrainOptions& o) {
   const GradScalerConfig& g = o.scaler;
   const CheckpointOptions& c = o.checkpoint;
   return {
-      {"steps", i(o.steps)},
+      {"steps", o.steps ? i(*o.steps) : "every epoch"},
       {"batch_size", i(o.batch_size)},
-      {"seq_len", i(o.seq_len)},
       {"lr", num(o.lr)},
-      {"min_lr_ratio", num(o.min_lr_ratio)},
       {"warmup", i(o.warmup)},
       {"weight_decay", num(o.weight_decay)},
       {"beta1", num(o.beta1)},
@@ -97,8 +95,9 @@ std::vector<AgreedField> trajectory_fields(const TrainOptions& o) {
                          num(g.growth_factor) + " " + num(g.backoff_factor) + " " + i(g.growth_interval) +
                          " " + i(g.hysteresis) + " " + num(g.min_scale) + " " + num(g.max_scale) + " " +
                          i(o.force_loss_scaling)},
-      {"inject_nonfinite", inject + " rank " + i(o.inject_nonfinite_rank)},
-      {"max_bad_steps", i(o.max_bad_steps)},
+      {"inject_nonfinite",
+       inject + " rank " + (o.inject_nonfinite_rank ? i(*o.inject_nonfinite_rank) : "all")},
+      {"max_bad_steps", i(o.max_bad_steps_or_default())},
       {"keep_fp32", keep},
       {"checkpoint_activations", i(o.checkpoint_activations)},
       {"checkpoint.save_every", i(c.dir.empty() ? -1 : c.save_every)},
@@ -115,7 +114,7 @@ std::vector<AgreedField> trajectory_fields(const TrainOptions& o) {
   };
 }
 
-TrainSummary run_prepared(Recipe& recipe, const TrainOptions& opt, const RankSetup& ranks,
+TrainSummary run_prepared(Recipe& recipe, const RunOptions& opt, const RankSetup& ranks,
                           int64_t max_steps = INT64_MAX) {
   const PrecisionSpec& spec = precision_spec(opt.precision);
   MixedPrecision mp(opt.precision, opt.scaler, opt.force_loss_scaling);
@@ -187,7 +186,7 @@ double measure_gemm_flops(DType dtype, int64_t m, int64_t n, int64_t k, double s
   return 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) / best;
 }
 
-TrainOptions measured_run_options(TrainOptions m) {
+RunOptions measured_run_options(RunOptions m) {
   m.quiet = true;
   m.measure_gemm_rate = false;
   m.log_jsonl.clear();
@@ -201,8 +200,8 @@ TrainOptions measured_run_options(TrainOptions m) {
   return m;
 }
 
-TrainSummary run_recipe(Recipe& recipe, const TrainOptions& opt_in) {
-  TrainOptions opt = opt_in;
+TrainSummary run_recipe(Recipe& recipe, const RunOptions& opt_in) {
+  RunOptions opt = opt_in;
   if (opt.log_jsonl == "-") opt.quiet = true;  // stdout carries the log
   // What the ranks must agree on, before setup_ranks clears the other ranks' outputs.
   std::vector<AgreedField> agreed = trajectory_fields(opt);
@@ -213,9 +212,10 @@ TrainSummary run_recipe(Recipe& recipe, const TrainOptions& opt_in) {
   DirectoryLock lock;
   if (!meta) {
     // Every path checked, and the checkpoint directory locked, before anything is loaded or trained.
-    RunPaths paths = train_run_paths(opt);
-    for (const RecipePath& p : recipe.inputs(opt)) paths.inputs.push_back({p.what, p.path});
-    for (const TrainOptions::OutputFile& f : opt.also_writes) paths.outputs.push_back({f.what, f.path});
+    std::vector<RunPaths::Entry> inputs;
+    for (const RecipePath& p : recipe.inputs(opt)) inputs.push_back({p.what, p.path});
+    RunPaths paths = run_paths(opt, inputs);
+    for (const RunOptions::OutputFile& f : opt.also_writes) paths.outputs.push_back({f.what, f.path});
     if (ranks.world == nullptr || ranks.world->rank() == 0)  // the rank that writes
       for (const RecipePath& p : recipe.output_dirs(opt)) paths.output_dirs.push_back({p.what, p.path});
     check_run_paths(paths);
@@ -235,7 +235,7 @@ TrainSummary run_recipe(Recipe& recipe, const TrainOptions& opt_in) {
       // The run itself on the meta device (train/memory_prediction.h), cut to its first steps: the
       // peak is reached in the first two (the second holds the optimizer state and the working
       // copies; an evaluation is smaller than a step).
-      TrainOptions probe = measured_run_options(opt);
+      RunOptions probe = measured_run_options(opt);
       probe.eval_every = 0;
       probe.inject_nonfinite.clear();
       // This rank's memory alone, without collectives (a ZeRO run's part: the meta world).

@@ -22,7 +22,7 @@
 
 namespace mixtrain {
 
-OptimizerConfig TrainOptions::optimizer_config() const {
+OptimizerConfig RunOptions::optimizer_config() const {
   OptimizerConfig oc;
   oc.kind = optimizer;
   oc.lr = lr;
@@ -36,62 +36,71 @@ OptimizerConfig TrainOptions::optimizer_config() const {
   return oc;
 }
 
-int64_t TrainOptions::max_bad_steps_or_default() const {
+int64_t RunOptions::max_bad_steps_or_default() const {
   // Nothing can recover an fp32 NaN: 32-true stops at the first by default.
-  return max_bad_steps > 0 ? max_bad_steps : (precision == PrecisionMode::true32 ? 1 : 20);
+  return max_bad_steps ? *max_bad_steps : (precision == PrecisionMode::true32 ? 1 : 20);
 }
 
-void TrainOptions::validate() const {
+void RunOptions::validate() const {
   // Messages name the fields as spelled here; the CLI says its flags instead (Error::fields()).
   auto bad = [](const char* field, const std::string& what) { throw ArgumentError({field}, field + what); };
   auto positive = [&](int64_t v, const char* field) {
     if (v <= 0) bad(field, " must be positive, got " + std::to_string(v));
   };
-  positive(steps, "steps");
+  if (steps) positive(*steps, "steps");
   positive(batch_size, "batch_size");
   if (!numerics.path.empty()) numerics.validate();
   for (const std::string& p : keep_fp32)
     if (p.empty()) bad("keep_fp32", " has an empty pattern");
   if (batch_size > (int64_t{1} << 20))
     bad("batch_size", " must be at most 2^20 (1048576), got " + std::to_string(batch_size));
-  if (seq_len < 0) bad("seq_len", " must be positive, got " + std::to_string(seq_len));
   if (!(lr > 0.f) || !std::isfinite(lr)) bad("lr", " must be a positive number");
-  if (warmup < 0 || warmup > steps) throw ArgumentError({"warmup", "steps"}, "warmup must be in [0, steps]");
+  if (warmup < 0 || (steps && warmup > *steps))
+    throw ArgumentError({"warmup", "steps"}, "warmup must be in [0, steps]");
   if (!(weight_decay >= 0.f)) bad("weight_decay", " must be >= 0");
   if (!(grad_clip >= 0.f)) bad("grad_clip", " must be >= 0 (0 disables clipping)");
   if (eval_every < 0) bad("eval_every", " must be >= 0");
-  positive(eval_batches, "eval_batches");
   positive(log_every, "log_every");
   positive(grad_accum, "grad_accum");
   for (int64_t s : inject_nonfinite)
     if (s < 1) bad("inject_nonfinite", " steps count from 1, got " + std::to_string(s));
-  if (max_bad_steps == 0 || max_bad_steps < -1) bad("max_bad_steps", " must be positive");
+  if (max_bad_steps) positive(*max_bad_steps, "max_bad_steps");
+  if (inject_nonfinite_rank && *inject_nonfinite_rank < 0)
+    bad("inject_nonfinite_rank", " must be a rank >= 0, got " + std::to_string(*inject_nonfinite_rank));
   if (data_parallel.zero_stage != 0 && data_parallel.zero_stage != 1)
     bad("zero", " must be 0 or 1 (ZeRO stage 1: optimizer state sharded over the ranks), got " +
                     std::to_string(data_parallel.zero_stage));
   if (memory_limit && *memory_limit <= 0)
     bad("memory_limit", " must be a positive number of bytes, got " + std::to_string(*memory_limit));
-  if (max_data_bytes < 0)
-    bad("max_data_bytes", " must be >= 0 (0: the default), got " + std::to_string(max_data_bytes));
-  if (!(min_lr_ratio >= 0.f && min_lr_ratio <= 1.f)) bad("min_lr_ratio", " must be in [0, 1]");
   if (!(beta1 >= 0.f && beta1 < 1.f)) bad("beta1", " must be in [0, 1)");
   if (!(beta2 >= 0.f && beta2 < 1.f)) bad("beta2", " must be in [0, 1)");
   if (!(eps > 0.f)) bad("eps", " must be positive");
   if (!(momentum >= 0.f) || !std::isfinite(momentum)) bad("momentum", " must be >= 0");
 }
 
+void TrainOptions::validate() const {
+  auto bad = [](const char* field, const std::string& what) { throw ArgumentError({field}, field + what); };
+  if (!steps) bad("steps", " must be given for language-model pre-training");
+  RunOptions::validate();
+  if (eval_batches <= 0) bad("eval_batches", " must be positive, got " + std::to_string(eval_batches));
+  if (seq_len && *seq_len <= 0) bad("seq_len", " must be positive, got " + std::to_string(*seq_len));
+  if (max_data_bytes && *max_data_bytes <= 0)
+    bad("max_data_bytes", " must be a byte count >= 1, got " + std::to_string(*max_data_bytes));
+  if (!(min_lr_ratio >= 0.f && min_lr_ratio <= 1.f)) bad("min_lr_ratio", " must be in [0, 1]");
+}
+
 namespace {
 
-// The data: a regular file of at most max_bytes (4 GiB when 0), or, with an explicit max_bytes, a
+// The data: a regular file of at most max_bytes (4 GiB when unset), or, with an explicit max_bytes, a
 // stream ("-": stdin, a FIFO, a device) read up to it. IoError naming the file and the limit.
-TextCorpus load_data(const std::string& path, int64_t max_bytes) {
+TextCorpus load_data(const std::string& path, std::optional<int64_t> max_bytes) {
   constexpr int64_t kDefaultMax = int64_t{4} << 30;
-  const int64_t limit = max_bytes > 0 ? max_bytes : kDefaultMax;
+  const int64_t limit = max_bytes.value_or(kDefaultMax);
   auto over = [&](const std::string& size) {
     return IoError({"max_data_bytes"}, "data file " + path + " is " + size + ", over the " +
-                                           (max_bytes > 0 ? "max_data_bytes limit of " + std::to_string(limit)
-                                                          : "default limit of " + std::to_string(limit) +
-                                                                " (raise it with max_data_bytes)"));
+                                           (max_bytes ? "max_data_bytes limit of " + std::to_string(limit)
+                                                      : "default limit of " + std::to_string(limit) +
+                                                            " (raise it with max_data_bytes)"));
   };
   struct stat st {};
   const bool stdin_data = path == "-";
@@ -99,7 +108,7 @@ TextCorpus load_data(const std::string& path, int64_t max_bytes) {
     if (S_ISREG(st.st_mode) && st.st_size > limit) throw over(std::to_string(st.st_size) + " bytes");
     return TextCorpus::load(path);  // names a missing file or a directory itself
   }
-  if (max_bytes <= 0)
+  if (!max_bytes)
     throw IoError({"max_data_bytes"},
                   "data " + path +
                       " is not a regular file (a stream may never end): give max_data_bytes to read "
@@ -133,27 +142,39 @@ namespace {
 
 // Language-model pre-training: a GPT (a preset or a JSON config) on a byte-level text corpus
 // (random training windows, fixed validation windows), warm-up + cosine schedule.
+std::string float_bits(float v) {  // exact, for the ranks' agreement
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%a", static_cast<double>(v));
+  return buf;
+}
+
 class LmRecipe final : public Recipe {
  public:
-  std::vector<RecipePath> inputs(const TrainOptions&) const override {
-    return {};
-  }  // train_run_paths has them
-  void prepare(const TrainOptions& opt, int) override {
-    cfg_ = load_model_config(opt.model);
-    T_ = opt.seq_len > 0 ? opt.seq_len : cfg_.block_size;
+  explicit LmRecipe(LmOptions lm) : lm_(std::move(lm)) {}
+  std::vector<RecipePath> inputs(const RunOptions&) const override {
+    std::vector<RecipePath> in;
+    if (!lm_.data.empty() && lm_.data != "-") in.push_back({"data", lm_.data});
+    if (lm_.model.size() > 5 && lm_.model.ends_with(".json")) in.push_back({"model", lm_.model});
+    return in;
+  }
+  void prepare(const RunOptions& opt, int) override {
+    cfg_ = load_model_config(lm_.model);
+    T_ = lm_.seq_len.value_or(cfg_.block_size);
     if (T_ > cfg_.block_size)
       throw ArgumentError({"seq_len"}, "seq_len " + std::to_string(T_) + " exceeds the model's block_size " +
                                            std::to_string(cfg_.block_size));
     corpus_ = std::make_unique<TextCorpus>(
-        load_data(opt.data.empty() ? TextCorpus::default_corpus_path() : opt.data, opt.max_data_bytes));
+        load_data(lm_.data.empty() ? TextCorpus::default_corpus_path() : lm_.data, lm_.max_data_bytes));
     data_ = std::make_unique<LmWindows>(*corpus_, opt.batch_size, T_, opt.seed);
     if (cfg_.vocab_size < 256)
       throw ArgumentError("model vocab_size " + std::to_string(cfg_.vocab_size) +
                           " is smaller than the 256 byte tokens");
   }
-  std::vector<AgreedField> agreement(const TrainOptions&) const override {
+  std::vector<AgreedField> agreement(const RunOptions&) const override {
     const auto i = [](int64_t v) { return std::to_string(v); };
     return {
+        {"seq_len", i(T_)},
+        {"min_lr_ratio", float_bits(lm_.min_lr_ratio)},
         {"model", i(cfg_.vocab_size) + " " + i(cfg_.block_size) + " " + i(cfg_.n_layer) + " " +
                       i(cfg_.n_head) + " " + i(cfg_.n_embd) + " " + std::to_string(cfg_.dropout) + " " +
                       std::to_string(cfg_.ln_eps)},
@@ -161,21 +182,23 @@ class LmRecipe final : public Recipe {
   }
   const DataSource& data() const override { return *data_; }
   std::unique_ptr<Model> make_model(const PrecisionSpec& spec, MemCategory weights,
-                                    const TrainOptions& opt) override {
+                                    const RunOptions& opt) override {
     return std::make_unique<Gpt>(cfg_, opt.seed, spec.param_dtype, spec.grad_dtype, weights);
   }
-  void configure(RunConfig& rc, const TrainOptions& opt) const override {
-    rc.steps = opt.steps;
+  void configure(RunConfig& rc, const RunOptions& opt) const override {
+    rc.steps = *opt.steps;  // TrainOptions::validate: given
     rc.schedule.max_lr = opt.lr;
     rc.schedule.warmup_steps = opt.warmup;
-    rc.schedule.total_steps = opt.steps;
-    rc.schedule.min_lr = opt.lr * opt.min_lr_ratio;
+    rc.schedule.total_steps = *opt.steps;
+    rc.schedule.min_lr = opt.lr * lm_.min_lr_ratio;
   }
-  std::unique_ptr<TrainingHook> checkpointing(const TrainOptions& one_process, Model& model) override {
-    return std::make_unique<TrainCheckpointing>(one_process, static_cast<Gpt&>(model), T_, *corpus_);
+  std::unique_ptr<TrainingHook> checkpointing(const RunOptions& one_process, Model& model) override {
+    return std::make_unique<TrainCheckpointing>(TrainOptions(one_process, lm_), static_cast<Gpt&>(model), T_,
+                                                *corpus_);
   }
 
  private:
+  LmOptions lm_;
   GptConfig cfg_;
   int64_t T_ = 0;
   std::unique_ptr<TextCorpus> corpus_;
@@ -186,12 +209,12 @@ class LmRecipe final : public Recipe {
 
 TrainSummary train(const TrainOptions& opt) {
   opt.validate();
-  LmRecipe recipe;
+  LmRecipe recipe(opt);
   return run_recipe(recipe, opt);
 }
 
 MemoryPrediction predict_train_memory(const TrainOptions& o) {
-  const TrainOptions m = measured_run_options(o);
+  const TrainOptions m(measured_run_options(o), o);
   TrainSummary summary;
   MemoryPrediction p = predict_memory([&] { summary = train(m); });
   p.parameters = summary.parameters;

@@ -31,10 +31,10 @@ struct Threads {
 void expect_consistent(const BenchTrainRun& r, const TrainOptions& o, int threads) {
   EXPECT_EQ(r.precision, "bf16-mixed");
   EXPECT_EQ(r.threads, threads);
-  EXPECT_EQ(r.profiled_steps, o.steps - o.profile_warmup);
+  EXPECT_EQ(r.profiled_steps, *o.steps - o.profile_warmup);
   ASSERT_GT(r.breakdown.step, 0);
   // tokens/s over the profiled steps only: B * T tokens per step, over the time per step.
-  EXPECT_NEAR(r.tokens_per_s, static_cast<double>(o.batch_size * o.seq_len) / r.breakdown.step,
+  EXPECT_NEAR(r.tokens_per_s, static_cast<double>(o.batch_size * *o.seq_len) / r.breakdown.step,
               1e-9 * r.tokens_per_s);
   double known = r.breakdown.other;
   for (double s : r.breakdown.work) {

@@ -23,7 +23,7 @@ TEST(RelativeError, OfThePredictionAgainstTheMeasurement) {
 
 TEST(MemoryReport, PredictOnlyIsThePredictorsAnswerAndTrainsNothing) {
   TrainOptions o = train_test::tiny_run(PrecisionMode::mixed_bf16);
-  o.seq_len = 0;  // the model's block size
+  o.seq_len.reset();  // the model's block size
   const int64_t cpu_allocations = MemoryTracker::global().snapshot().allocations;
   const MemoryReport r = memory_report(o, /*predict_only=*/true);
   EXPECT_EQ(MemoryTracker::global().snapshot().allocations, cpu_allocations);  // nothing real allocated

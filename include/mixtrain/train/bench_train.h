@@ -50,8 +50,8 @@ BenchTrainResult bench_train(const TrainOptions& o, bool thread_scaling,
 
 // The same for any task: `run` runs it with the given options (train() above; a fine-tune's is
 // bench_finetune, train/finetune.h) and returns its summary.
-using BenchTaskRun = std::function<TrainSummary(const TrainOptions&)>;
-BenchTrainResult bench_task(const TrainOptions& o, const BenchTaskRun& run, bool thread_scaling,
+using BenchTaskRun = std::function<TrainSummary(const RunOptions&)>;
+BenchTrainResult bench_task(const RunOptions& o, const BenchTaskRun& run, bool thread_scaling,
                             const std::function<void(const BenchTrainRun&)>& on_run = {});
 
 }  // namespace mixtrain

@@ -62,11 +62,14 @@ std::string compare_log_path(const std::string& log, const CompareEntry& e);
 // (base.log_jsonl) gets the label as a suffix per run: log.jsonl -> log.bf16-true-kahan.jsonl;
 // TensorBoard files (base.tensorboard_dir) go to one subdirectory per run: DIR/bf16-true-kahan/.
 // `on_run` sees each run as soon as it finished (to print a row while the next one trains).
-// `train_fn` trains one entry's options (empty: train(); the fine-tune passes a function that runs
-// finetune(), train/finetune.h). Throws ArgumentError for bad options (the first run validates
-// them) or no entry.
+// `train_fn` trains one entry's options (the fine-tune passes a function that runs finetune(),
+// train/finetune.h; the overload below, train()). Throws ArgumentError for bad options (the first
+// run validates them) or no entry.
+CompareResult compare_precisions(const RunOptions& base, const std::vector<CompareEntry>& entries,
+                                 const std::function<void(const CompareRun&)>& on_run,
+                                 const std::function<TrainSummary(const RunOptions&)>& train_fn);
+// Language-model pre-training: train() with base's task options.
 CompareResult compare_precisions(const TrainOptions& base, const std::vector<CompareEntry>& entries,
-                                 const std::function<void(const CompareRun&)>& on_run = {},
-                                 const std::function<TrainSummary(const TrainOptions&)>& train_fn = {});
+                                 const std::function<void(const CompareRun&)>& on_run = {});
 
 }  // namespace mixtrain

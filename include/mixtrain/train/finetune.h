@@ -3,7 +3,7 @@
 // epochs, the way Hugging Face's Trainer does it by default: AdamW, a linear warm-up / linear decay
 // schedule (optim/schedule.h, ScheduleKind::linear), dynamic padding, evaluation on the whole test
 // set after each epoch. Precision, loss scaling, optimizer, checkpoints and logs are train()'s
-// options (TrainOptions), attached to the same TrainingRun and hooks.
+// options (RunOptions), attached to the same TrainingRun and hooks.
 //
 //   FinetuneOptions o;            // the MiniLM weights and the Fine Foods reviews by default
 //   o.epochs = 1;
@@ -29,9 +29,9 @@ struct FinetuneOptions {
   // The options shared with train(): precision, scaler, optimizer (lr, weight decay, betas,
   // grad clip), seed, warm-up, grad_accum, eval_every, eval_batches (0: the whole test set),
   // step log, TensorBoard, checkpoints (not init_from: the model directory is the start), progress.
-  // train.model, data, seq_len, min_lr_ratio and max_data_bytes are not used. train.steps: 0 runs
-  // every epoch; N > 0 stops after N optimizer steps (the schedule still spans the epochs).
-  TrainOptions train = defaults();
+  // train.steps: unset runs every epoch; N stops after N optimizer steps (the schedule still spans
+  // the epochs).
+  RunOptions train = defaults();
   std::string model_dir;  // config.json + model.safetensors + vocab.txt; empty: the built-in MiniLM
   std::string task;       // "finefoods" or "fortunes" (a built-in data set); empty: train_path / test_path
   std::string train_path, test_path;  // .tsv, .csv or .jsonl (data/text_classification.h)
@@ -47,7 +47,7 @@ struct FinetuneOptions {
 
   // Hugging Face's TrainingArguments defaults where they differ from train()'s: lr 5e-5, weight
   // decay 0.01 (here: on matrices only), betas (0.9, 0.999), eps 1e-8, no gradient clipping, batch 16.
-  static TrainOptions defaults();
+  static RunOptions defaults();
 };
 
 // One epoch's end (the evaluation after its last step).

@@ -48,8 +48,7 @@ MemoryReport memory_report(const TrainOptions& o, bool predict_only, int ranks =
 
 // The same for any task: `run` runs it with the given options (train() for memory_report; a
 // fine-tune's: finetune_memory_report, train/finetune.h) and returns its summary.
-using MemoryTaskRun = std::function<TrainSummary(const TrainOptions&)>;
-MemoryReport task_memory_report(const TrainOptions& o, bool predict_only, int ranks,
-                                const MemoryTaskRun& run);
+using MemoryTaskRun = std::function<TrainSummary(const RunOptions&)>;
+MemoryReport task_memory_report(const RunOptions& o, bool predict_only, int ranks, const MemoryTaskRun& run);
 
 }  // namespace mixtrain

@@ -18,6 +18,7 @@
 
 namespace mixtrain {
 
+struct RunOptions;
 struct TrainOptions;
 
 // The paths of one run. `what` names each path as the options spell it ("log_jsonl",
@@ -37,9 +38,11 @@ struct RunPaths {
 // ArgumentError / IoError naming the flag and the path for the first problem.
 void check_run_paths(const RunPaths& p);
 
-// What train(o) reads and writes: the data, the model config, --init-from and --resume as inputs;
-// the step log, the numerics log and the checkpoint directory as outputs (the logs must be new
-// unless overwrite or checkpoint.resume).
+// What a run of `o` reads and writes: the task's inputs (first, in order), init_from and resume as
+// inputs; the step log, the numerics log, the checkpoint and TensorBoard directories as outputs
+// (the logs must be new unless overwrite or checkpoint.resume).
+RunPaths run_paths(const RunOptions& o, const std::vector<RunPaths::Entry>& task_inputs = {});
+// train(o)'s: run_paths with the data and a model config file as the task's inputs.
 RunPaths train_run_paths(const TrainOptions& o);
 
 // A file opened for streaming output (the step log): "-" is stdout; otherwise opened for writing

@@ -2,7 +2,7 @@
 // schedule of its run, what a checkpoint holds beyond the engine's state, and any hooks of its
 // own. Everything else about a run is the same for every task and is done once, by run_recipe():
 // the data-parallel ranks (and their agreement on the options and the data), the output-path checks and the
-// checkpoint directory's lock, the predicted-memory check (TrainOptions::force skips it), the precision mode,
+// checkpoint directory's lock, the predicted-memory check (RunOptions::force skips it), the precision mode,
 // the optimizer (ZeRO's part under mpirun), the RunConfig, the standard hooks (interrupt, data parallel,
 // fault injection, numerics, step log, TensorBoard, progress), the MFU.
 //
@@ -38,46 +38,46 @@ class Recipe {
 
   // What the recipe reads (files or directories) and the directories it writes into, checked with
   // the run's own logs and checkpoints before anything is loaded (one output never over an input).
-  virtual std::vector<RecipePath> inputs(const TrainOptions&) const { return {}; }
-  virtual std::vector<RecipePath> output_dirs(const TrainOptions&) const { return {}; }
+  virtual std::vector<RecipePath> inputs(const RunOptions&) const { return {}; }
+  virtual std::vector<RecipePath> output_dirs(const RunOptions&) const { return {}; }
 
   // Loads the data, once per run_recipe() (the memory prediction reuses it): `ranks` data-parallel
   // ranks train together. ArgumentError / IoError naming the option or the file.
-  virtual void prepare(const TrainOptions& opt, int ranks) = 0;
+  virtual void prepare(const RunOptions& opt, int ranks) = 0;
   // What the data-parallel ranks must agree on besides the options every task shares (after
   // prepare): the recipe's own options and a fingerprint of its data (dist/rank_agreement.h).
-  virtual std::vector<AgreedField> agreement(const TrainOptions&) const { return {}; }
+  virtual std::vector<AgreedField> agreement(const RunOptions&) const { return {}; }
   // The data source (after prepare).
   virtual const DataSource& data() const = 0;
   // A new model with its weights in `spec`'s dtypes and `weights` as their memory category (the
   // fp32 master weights in the *-mixed modes): once for the memory prediction on the meta device,
   // once for the run.
   virtual std::unique_ptr<Model> make_model(const PrecisionSpec& spec, MemCategory weights,
-                                            const TrainOptions& opt) = 0;
+                                            const RunOptions& opt) = 0;
   // The run's length and learning-rate schedule; run_recipe fills in the rest of `rc` from opt
   // (clipping, accumulation, seed, evaluation, divergence, ranks) before calling it.
-  virtual void configure(RunConfig& rc, const TrainOptions& opt) const = 0;
+  virtual void configure(RunConfig& rc, const RunOptions& opt) const = 0;
   // The checkpoint hook: the run as one process records it (`one_process`), and what a checkpoint
   // holds besides the engine's state (the model files, the data's checksum). Null: the task keeps
   // no checkpoints, and run_recipe refuses the checkpoint options.
-  virtual std::unique_ptr<TrainingHook> checkpointing(const TrainOptions& one_process, Model& model) = 0;
-  // Hooks after the standard ones (and before TrainOptions::add_hooks); once per run.
-  virtual void add_hooks(TrainingRun&, const TrainOptions&) {}
+  virtual std::unique_ptr<TrainingHook> checkpointing(const RunOptions& one_process, Model& model) = 0;
+  // Hooks after the standard ones (and before RunOptions::add_hooks); once per run.
+  virtual void add_hooks(TrainingRun&, const RunOptions&) {}
   // After the run returned (not interrupted, not diverged, not on the meta device), on the rank
   // that writes (rank 0): e.g. saving the trained model.
-  virtual void finish(Model&, const TrainSummary&, const TrainOptions&) {}
+  virtual void finish(Model&, const TrainSummary&, const RunOptions&) {}
 };
 
 // Runs `recipe` with the options every task shares (opt: validated by the caller, e.g.
-// TrainOptions::validate). Throws what the recipe throws, ArgumentError for a path conflict or a
+// RunOptions::validate). Throws what the recipe throws, ArgumentError for a path conflict or a
 // predicted peak over the available memory (unless opt.force), DivergedError for a diverged run.
-TrainSummary run_recipe(Recipe& recipe, const TrainOptions& opt);
+TrainSummary run_recipe(Recipe& recipe, const RunOptions& opt);
 
 // The options of a run made only to be measured (a memory prediction on the meta device, the
 // numerics advice's trial runs): quiet, no files read or written beyond the inputs (no step log,
 // numerics log, TensorBoard, checkpoints, resume), no probes, forensics or profiling, no caller
 // hooks, not interruptible, no GEMM-rate measurement. The one list of what such a run turns off.
-TrainOptions measured_run_options(TrainOptions opt);
+RunOptions measured_run_options(RunOptions opt);
 
 // GF/s of one GEMM shape in `dtype` (f32 out), best of repeated runs for ~`seconds`: the rate the
 // MFU divides by.
