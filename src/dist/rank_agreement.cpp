@@ -57,6 +57,12 @@ std::vector<int> differing(const std::vector<uint64_t>& all, size_t per_rank, si
 
 }  // namespace
 
+std::string agreed_number(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
 std::string fingerprint(const void* data, size_t bytes) {
   char buf[17];
   std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(fnv1a(data, bytes)));

@@ -60,9 +60,7 @@ BenchTrainResult bench_task(const RunOptions& o, const BenchTaskRun& run, bool t
 
 BenchTrainResult bench_train(const TrainOptions& o, bool thread_scaling,
                              const std::function<void(const BenchTrainRun&)>& on_run) {
-  const LmOptions lm = o;
-  return bench_task(
-      o, [&lm](const RunOptions& t) { return train(TrainOptions(t, lm)); }, thread_scaling, on_run);
+  return bench_task(o, train_with(o), thread_scaling, on_run);
 }
 
 }  // namespace mixtrain

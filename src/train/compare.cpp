@@ -65,9 +65,7 @@ std::vector<CompareEntry> parse_compare_entries(std::string_view list, UpdateRou
 
 CompareResult compare_precisions(const TrainOptions& base, const std::vector<CompareEntry>& entries,
                                  const std::function<void(const CompareRun&)>& on_run) {
-  const LmOptions lm = base;
-  return compare_precisions(base, entries, on_run,
-                            [&lm](const RunOptions& o) { return train(TrainOptions(o, lm)); });
+  return compare_precisions(base, entries, on_run, train_with(base));
 }
 
 CompareResult compare_precisions(const RunOptions& base, const std::vector<CompareEntry>& entries,

@@ -215,7 +215,7 @@ class ClassificationRecipe final : public Recipe {
             {"max_len", std::to_string(o_.max_len)},
             {"epochs", std::to_string(o_.epochs)},
             {"pooling", o_.pooling == Pooling::cls ? "cls" : "mean"},
-            {"dropout", std::to_string(o_.dropout)},
+            {"dropout", agreed_number(o_.dropout)},
             {"labels", labels},
             {"train_path", data_checksum(*data_) + " " + std::to_string(out_.train_examples) + " " +
                                std::to_string(out_.test_examples)}};

@@ -52,9 +52,7 @@ MemoryReport task_memory_report(const RunOptions& opt, bool predict_only, int ra
 MemoryReport memory_report(const TrainOptions& opt, bool predict_only, int ranks) {
   if (!predict_only) opt.validate();
   const GptConfig model = GptConfig::from_preset_or_file(opt.model);
-  const LmOptions lm = opt;
-  MemoryReport r = task_memory_report(opt, predict_only, ranks,
-                                      [&lm](const RunOptions& t) { return train(TrainOptions(t, lm)); });
+  MemoryReport r = task_memory_report(opt, predict_only, ranks, train_with(opt));
   r.model = model;
   r.seq_len = opt.seq_len.value_or(model.block_size);
   return r;

@@ -218,8 +218,7 @@ NumericsAdvice advise_run(const RunOptions& opt_in, const std::function<int64_t(
 }  // namespace
 
 NumericsAdvice advise_numerics(const TrainOptions& opt) {
-  const LmOptions lm = opt;
-  return advise_run(opt, [&lm](const RunOptions& o) { return train(TrainOptions(o, lm)).steps; });
+  return advise_run(opt, [run = train_with(opt)](const RunOptions& o) { return run(o).steps; });
 }
 
 NumericsAdvice advise_finetune_numerics(const FinetuneOptions& fo) {

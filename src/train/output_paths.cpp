@@ -214,13 +214,15 @@ void check_run_paths(const RunPaths& p) {
   }
 }
 
-RunPaths train_run_paths(const TrainOptions& o) {
+std::vector<RunPaths::Entry> lm_input_paths(const LmOptions& o) {
   std::vector<RunPaths::Entry> lm;
-  // Named as TrainOptions spells them; the CLI says its flags (Error::fields()).
+  // Named as LmOptions spells them; the CLI says its flags (Error::fields()).
   if (!o.data.empty() && o.data != "-") lm.push_back({"data", o.data});
   if (o.model.size() > 5 && o.model.ends_with(".json")) lm.push_back({"model", o.model});
-  return run_paths(o, lm);
+  return lm;
 }
+
+RunPaths train_run_paths(const TrainOptions& o) { return run_paths(o, lm_input_paths(o)); }
 
 RunPaths run_paths(const RunOptions& o, const std::vector<RunPaths::Entry>& task_inputs) {
   RunPaths p;

@@ -54,18 +54,11 @@ std::string gib(int64_t bytes) {
   return b;
 }
 
-// One run of the prepared recipe with these ranks: the model, the precision mode, the optimizer,
-// the loop and its hooks; at most max_steps optimizer steps (the memory check's first two).
-std::string num(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
-  return buf;
-}
-
 // Every option that shapes the trajectory or the collectives (not where the outputs go, nor how
 // often progress is printed): ranks that differ in one would deadlock, abort or drift apart.
 std::vector<AgreedField> trajectory_fields(const RunOptions& o) {
   const auto i = [](int64_t v) { return std::to_string(v); };
+  const auto num = agreed_number;
   std::string inject;
   for (const int64_t s : o.inject_nonfinite) inject += i(s) + ",";
   std::string keep;
@@ -114,6 +107,8 @@ std::vector<AgreedField> trajectory_fields(const RunOptions& o) {
   };
 }
 
+// One run of the prepared recipe with these ranks: the model, the precision mode, the optimizer,
+// the loop and its hooks; at most max_steps optimizer steps (the memory check's first two).
 TrainSummary run_prepared(Recipe& recipe, const RunOptions& opt, const RankSetup& ranks,
                           int64_t max_steps = INT64_MAX) {
   const PrecisionSpec& spec = precision_spec(opt.precision);

@@ -16,6 +16,7 @@
 #include "mixtrain/data/text_corpus.h"
 #include "mixtrain/kernels/ops.h"
 #include "mixtrain/kernels/threads.h"
+#include "mixtrain/train/output_paths.h"
 #include "mixtrain/train/recipe.h"
 #include "train/checkpointing.h"
 #include "train/model_config.h"
@@ -142,19 +143,12 @@ namespace {
 
 // Language-model pre-training: a GPT (a preset or a JSON config) on a byte-level text corpus
 // (random training windows, fixed validation windows), warm-up + cosine schedule.
-std::string float_bits(float v) {  // exact, for the ranks' agreement
-  char buf[16];
-  std::snprintf(buf, sizeof buf, "%a", static_cast<double>(v));
-  return buf;
-}
-
 class LmRecipe final : public Recipe {
  public:
   explicit LmRecipe(LmOptions lm) : lm_(std::move(lm)) {}
   std::vector<RecipePath> inputs(const RunOptions&) const override {
     std::vector<RecipePath> in;
-    if (!lm_.data.empty() && lm_.data != "-") in.push_back({"data", lm_.data});
-    if (lm_.model.size() > 5 && lm_.model.ends_with(".json")) in.push_back({"model", lm_.model});
+    for (const RunPaths::Entry& e : lm_input_paths(lm_)) in.push_back({e.what, e.path});
     return in;
   }
   void prepare(const RunOptions& opt, int) override {
@@ -174,10 +168,10 @@ class LmRecipe final : public Recipe {
     const auto i = [](int64_t v) { return std::to_string(v); };
     return {
         {"seq_len", i(T_)},
-        {"min_lr_ratio", float_bits(lm_.min_lr_ratio)},
+        {"min_lr_ratio", agreed_number(lm_.min_lr_ratio)},
         {"model", i(cfg_.vocab_size) + " " + i(cfg_.block_size) + " " + i(cfg_.n_layer) + " " +
-                      i(cfg_.n_head) + " " + i(cfg_.n_embd) + " " + std::to_string(cfg_.dropout) + " " +
-                      std::to_string(cfg_.ln_eps)},
+                      i(cfg_.n_head) + " " + i(cfg_.n_embd) + " " + agreed_number(cfg_.dropout) + " " +
+                      agreed_number(cfg_.ln_eps)},
         {"data", fingerprint(corpus_->train_bytes(), size_t(corpus_->train_size() + corpus_->val_size()))}};
   }
   const DataSource& data() const override { return *data_; }
@@ -211,6 +205,10 @@ TrainSummary train(const TrainOptions& opt) {
   opt.validate();
   LmRecipe recipe(opt);
   return run_recipe(recipe, opt);
+}
+
+std::function<TrainSummary(const RunOptions&)> train_with(LmOptions lm) {
+  return [lm = std::move(lm)](const RunOptions& run) { return train(TrainOptions(run, lm)); };
 }
 
 MemoryPrediction predict_train_memory(const TrainOptions& o) {

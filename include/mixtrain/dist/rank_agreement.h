@@ -24,6 +24,10 @@ struct AgreedField {
 // is a mismatch too). ArgumentError({name}) "the ranks disagree on NAME: ..." on every rank.
 void check_ranks_agree(Communicator& world, const std::vector<AgreedField>& fields);
 
+// A number as text that two ranks share exactly when the numbers are equal (%.17g: every double,
+// so every float, round-trips), for check_ranks_agree.
+std::string agreed_number(double v);
+
 // 64-bit FNV-1a of bytes, as 16 hex digits: a fingerprint of data for check_ranks_agree.
 std::string fingerprint(const void* data, size_t bytes);
 

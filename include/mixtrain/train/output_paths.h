@@ -19,6 +19,7 @@
 namespace mixtrain {
 
 struct RunOptions;
+struct LmOptions;
 struct TrainOptions;
 
 // The paths of one run. `what` names each path as the options spell it ("log_jsonl",
@@ -42,7 +43,9 @@ void check_run_paths(const RunPaths& p);
 // inputs; the step log, the numerics log, the checkpoint and TensorBoard directories as outputs
 // (the logs must be new unless overwrite or checkpoint.resume).
 RunPaths run_paths(const RunOptions& o, const std::vector<RunPaths::Entry>& task_inputs = {});
-// train(o)'s: run_paths with the data and a model config file as the task's inputs.
+// Language-model pre-training's inputs: the data (not stdin) and a model config file.
+std::vector<RunPaths::Entry> lm_input_paths(const LmOptions& o);
+// train(o)'s: run_paths with lm_input_paths as the task's inputs.
 RunPaths train_run_paths(const TrainOptions& o);
 
 // A file opened for streaming output (the step log): "-" is stdout; otherwise opened for writing

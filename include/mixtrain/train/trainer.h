@@ -4,6 +4,7 @@
 // loop itself) and runs it: language-model pre-training, one of the recipes of train/recipe.h.
 #pragma once
 #include <cstdint>
+#include <functional>
 
 #include "mixtrain/tensor/dtype.h"
 #include "mixtrain/train/memory_prediction.h"
@@ -16,6 +17,9 @@ namespace mixtrain {
 constexpr int kExitDiverged = 3;
 
 TrainSummary train(const TrainOptions& opt);
+// train() of the run options it is given with `lm` as the task: the run function the task-generic
+// commands take (compare_precisions, bench_task, task_memory_report).
+std::function<TrainSummary(const RunOptions&)> train_with(LmOptions lm);
 
 // The run train(o) makes, predicted (train/memory_prediction.h): train(o) on meta, quietly, with
 // no files written (no checkpoints, logs or resume) and without the final GEMM-rate measurement.
