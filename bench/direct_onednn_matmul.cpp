@@ -9,6 +9,18 @@ namespace bench {
 
 using ddt = dnnl::memory::data_type;
 
+namespace {
+// A plain matmul's primitive descriptor in either API (oneDNN 3.x dropped the op descriptor).
+dnnl::matmul::primitive_desc matmul_pd(const dnnl::engine& eng, const dnnl::memory::desc& a,
+                                       const dnnl::memory::desc& b, const dnnl::memory::desc& c) {
+#if DNNL_VERSION_MAJOR >= 3
+  return dnnl::matmul::primitive_desc(eng, a, b, c);
+#else
+  return dnnl::matmul::primitive_desc(dnnl::matmul::desc(a, b, c), eng);
+#endif
+}
+}  // namespace
+
 struct DirectOnednnMatmul::Impl {
   dnnl::engine eng{dnnl::engine::kind::cpu, 0};
   dnnl::stream strm{eng};
@@ -32,7 +44,7 @@ DirectOnednnMatmul::DirectOnednnMatmul(DType in, int64_t m, int64_t n, int64_t k
   s.b = dnnl::memory(b_md, s.eng, b);
   s.c = dnnl::memory(c_md, s.eng, c);
   try {
-    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), s.eng);
+    const dnnl::matmul::primitive_desc pd = matmul_pd(s.eng, a_md, b_md, c_md);
     s.mm = dnnl::matmul(pd);
     s.name = pd.impl_info_str();
     return;
@@ -45,7 +57,7 @@ DirectOnednnMatmul::DirectOnednnMatmul(DType in, int64_t m, int64_t n, int64_t k
   s.b32 = dnnl::memory(b32_md, s.eng);
   s.ra = dnnl::reorder(s.a, s.a32);
   s.rb = dnnl::reorder(s.b, s.b32);
-  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a32_md, b32_md, c_md), s.eng);
+  const dnnl::matmul::primitive_desc pd = matmul_pd(s.eng, a32_md, b32_md, c_md);
   s.mm = dnnl::matmul(pd);
   s.name = std::string("reorder f16->f32 + ") + pd.impl_info_str();
 }

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Configures and builds mixtrain. Usage: scripts/build.sh [release|asan]
+# Configures and builds mixtrain. Usage: scripts/build.sh [release|asan] [TARGET...]
+#   TARGET...: build only these (e.g. `smoke`: the CLI, the benchmarks and the smoke tests'
+#              programs, what scripts/fresh_machine_test.sh builds); default: everything
 #   release (default): build/        (Release, -O3; build/mixtrain is the CLI)
 #   asan:              build-asan/   (AddressSanitizer + UndefinedBehaviorSanitizer, -O2 -g1: a quarter
 #                                    less compile time than -O2 -g, line tables being all a sanitizer
@@ -9,6 +11,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 kind="${1:-release}"
+shift || true
+targets=()
+for t in "$@"; do targets+=(--target "$t"); done
 jobs="$(nproc)"
 GEN=()
 if command -v ninja >/dev/null 2>&1; then GEN=(-G Ninja); fi
@@ -25,4 +30,4 @@ case "$kind" in
       -DMIXTRAIN_SANITIZE=ON -DMIXTRAIN_WERROR=ON >/dev/null ;;
   *) echo "build.sh: unknown build kind '$kind' (valid: release, asan)" >&2; exit 2 ;;
 esac
-cmake --build "$dir" -j "$jobs"
+cmake --build "$dir" -j "$jobs" "${targets[@]}"

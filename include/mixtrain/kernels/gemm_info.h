@@ -1,5 +1,5 @@
 // What the CPU GEMM runs on this machine: oneDNN's implementation name per input dtype (for
-// `mixtrain info`), whether fp16 inputs are converted to fp32 first, and the counters of the
+// `mixtrain info`), whether 16-bit inputs are converted to fp32 first, and the counters of the
 // oneDNN primitive cache (tests check that a steady state creates no primitives).
 #pragma once
 #include <cstdint>
@@ -18,9 +18,11 @@ std::string gemm_impl_name(DType in_dtype);
 // The same for one problem: op(a) (M, K) @ op(b) (K, N) -> (M, N), contiguous, in -> out dtypes.
 std::string gemm_impl_for(DType in_dtype, DType out_dtype, int64_t m, int64_t n, int64_t k);
 
-// True when fp16 inputs are converted to fp32 before an fp32 matmul (no avx512_fp16 on this CPU,
-// or oneDNN has no fp16 matmul for it).
-bool gemm_fp16_converts_to_f32();
+// True when inputs of in_dtype (f16, bf16) are converted to fp32 (exactly) and run through the fp32
+// matmul: f16 without avx512_fp16 on this CPU or an fp16 matmul in oneDNN; bf16 where oneDNN's
+// bf16 kernel is the slower one (Intel with AVX512-BF16 and no AMX; MIXTRAIN_BF16_GEMM=native|fp32
+// overrides).
+bool gemm_converts_to_f32(DType in_dtype);
 
 // The oneDNN library loaded at run time, "major.minor.patch" (dnnl_version()).
 std::string onednn_version();

@@ -19,6 +19,11 @@ void gemm_workspace_only(const Tensor& a, const Tensor& b, Tensor& c, const Gemm
 
 namespace cpu {
 void gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmOptions& opt, const Tensor* bias);
+// How bf16 GEMMs run (gemm_onednn.cpp): automatic (the measured rule: through the fp32 kernel on
+// Intel with AVX512-BF16 and no AMX, else oneDNN's bf16 kernel; MIXTRAIN_BF16_GEMM=native|fp32
+// overrides it), or forced either way (tests check both routes on one machine).
+enum class Bf16GemmRoute { automatic, native, via_f32 };
+void set_bf16_gemm_route(Bf16GemmRoute r);
 void add(const Tensor& a, const Tensor& b, Tensor& out);
 void mul(const Tensor& a, const Tensor& b, Tensor& out);
 void scale(const Tensor& a, float s, Tensor& out);

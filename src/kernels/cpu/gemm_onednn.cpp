@@ -10,14 +10,25 @@
 //   - an output dtype oneDNN cannot write (f32 -> bf16, bf16 -> f16, ...) goes through an f32
 //     temporary (c copied in first when beta != 0) that is rounded once into c;
 //   - fp16 inputs on a CPU without fp16 arithmetic (no avx512_fp16) are converted to fp32
-//     (keeping their orientation, so transposes stay free) and run through the fp32 matmul.
+//     (keeping their orientation, so transposes stay free) and run through the fp32 matmul;
+//   - so are bf16 inputs where oneDNN's bf16 kernel is slower than its fp32 one (bf16_via_f32()).
+//     Both conversions are exact (every fp16 and bf16 value is an fp32 value) and the 16-bit
+//     kernels accumulate in fp32 too: only the summation order differs (and the fp32 kernel keeps
+//     the subnormals that VDPBF16PS flushes).
 // Temporaries live in per-thread buffers charged to MemCategory::workspace and reused across
 // calls (buffers over 64 MiB are freed after each call).
+//
+// Builds against oneDNN 3.x (the default: the PyPI wheel scripts/setup.sh installs) and 2.x
+// (Debian 12's 2.6.3, -DMIXTRAIN_SYSTEM_ONEDNN=ON). The two differ here only in how a primitive
+// descriptor is made (2.x: from an op descriptor) and how alpha is given (2.x: an output scale
+// set when the primitive is made; 3.x: a weights scale passed at execution, which 3.x applies to
+// the accumulator before the bias and the post-ops, as 2.x applied its output scale).
 #include <omp.h>
 
 #include <array>
 #include <atomic>
 #include <bit>
+#include <cstdlib>
 #include <cstring>
 #include <list>
 #include <memory>
@@ -279,12 +290,16 @@ Key make_key(const Problem& p) {
   return k;
 }
 
+constexpr bool kOnednn3 = DNNL_VERSION_MAJOR >= 3;
+
 struct Entry {
   bool ok = false;   // false: oneDNN has no implementation (remembered, so not retried)
   std::string impl;  // impl_info_str(), e.g. "brg:avx512_core_bf16"
   dnnl::matmul prim;
   dnnl::memory::desc src_md, wei_md, dst_md, bias_md, scratch_md;
-  int bias_arg = 0;  // DNNL_ARG_BIAS, the binary post-op's argument, or 0
+  int bias_arg = 0;   // DNNL_ARG_BIAS, the binary post-op's argument, or 0
+  float alpha = 1.f;  // oneDNN 3.x: the weights scale passed at execution (when != 1)
+  bool runtime_alpha() const { return kOnednn3 && alpha != 1.f; }
 };
 
 Entry make_entry(const Problem& p) {
@@ -294,7 +309,12 @@ Entry make_entry(const Problem& p) {
   e.dst_md = p.dst.desc(p.nd);
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);  // our per-thread buffer: thread-safe
+  e.alpha = p.alpha;
+#if DNNL_VERSION_MAJOR >= 3
+  if (p.alpha != 1.f) attr.set_scales_mask(DNNL_ARG_WEIGHTS, 0);  // one scale, given at execution
+#else
   if (p.alpha != 1.f) attr.set_output_scales(0, {p.alpha});
+#endif
   dnnl::post_ops ops;
   int n_ops = 0;
   if (p.beta != 0.f) {
@@ -312,8 +332,13 @@ Entry make_entry(const Problem& p) {
   attr.set_post_ops(ops);
   try {
     const dnnl::memory::desc no_bias;
-    dnnl::matmul::desc d(e.src_md, e.wei_md, bm == BiasMode::input ? e.bias_md : no_bias, e.dst_md);
-    dnnl::matmul::primitive_desc pd(d, attr, cpu_engine());
+    const dnnl::memory::desc& bias_in = bm == BiasMode::input ? e.bias_md : no_bias;
+#if DNNL_VERSION_MAJOR >= 3
+    dnnl::matmul::primitive_desc pd(cpu_engine(), e.src_md, e.wei_md, bias_in, e.dst_md, attr);
+#else
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(e.src_md, e.wei_md, bias_in, e.dst_md), attr,
+                                    cpu_engine());
+#endif
     e.impl = pd.impl_info_str();
     e.scratch_md = pd.scratchpad_desc();
     e.prim = dnnl::matmul(pd);
@@ -379,6 +404,34 @@ struct Variant {
 
 bool fp16_arithmetic() { return cpu_features().avx512_fp16; }
 
+// bf16 GEMMs through the fp32 kernel on Intel CPUs with AVX512-BF16 but no AMX: there
+// VDPBF16PS issues on one port against FMA's two, and oneDNN's bf16 brgemm runs at about half
+// its fp32 rate (Xeon model 207: 155-170 GF/s against 250-320 at the model's shapes, plain or
+// blocked weights, oneDNN 2.6 and 3.2 alike; bench/RESULTS.md). On AMD Zen 4 (bf16 about 2x
+// fp32) and with AMX the bf16 kernel is the fast one. MIXTRAIN_BF16_GEMM=native|fp32 overrides
+// the rule (read once); gemm_impl_name says which route a build takes.
+using cpu::Bf16GemmRoute;
+std::atomic<Bf16GemmRoute> g_bf16_route{Bf16GemmRoute::automatic};
+
+bool bf16_via_f32() {
+  switch (g_bf16_route.load(std::memory_order_relaxed)) {
+    case Bf16GemmRoute::native:
+      return false;
+    case Bf16GemmRoute::via_f32:
+      return true;
+    case Bf16GemmRoute::automatic:
+      break;
+  }
+  static const bool via = [] {
+    const char* v = std::getenv("MIXTRAIN_BF16_GEMM");
+    if (v && std::strcmp(v, "native") == 0) return false;
+    if (v && std::strcmp(v, "fp32") == 0) return true;
+    const CpuFeatures& f = cpu_features();
+    return f.intel && f.avx512_bf16 && !f.amx_bf16;
+  }();
+  return via;
+}
+
 struct Plan {
   std::shared_ptr<const Entry> entry;  // null: nothing works, use the reference
   Variant variant;
@@ -398,7 +451,8 @@ Problem apply_variant(const Problem& p, Variant v) {
 Plan choose(const Problem& p) {
   std::array<Variant, 4> tries;
   size_t n = 0;
-  const bool must_convert = p.src.dtype == DType::f16 && !fp16_arithmetic();
+  const bool must_convert =
+      (p.src.dtype == DType::f16 && !fp16_arithmetic()) || (p.src.dtype == DType::bf16 && bf16_via_f32());
   if (!must_convert) {
     tries[n++] = {false, false};
     if (p.dst.dtype != DType::f32 || !p.dst.row_major()) tries[n++] = {false, true};
@@ -424,6 +478,12 @@ struct BoundArgs {
   void set(int arg, void* ptr) { args.at(arg).set_data_handle(ptr); }
 };
 
+#if DNNL_VERSION_MAJOR >= 3
+constexpr int kScaleArg = DNNL_ARG_ATTR_SCALES | DNNL_ARG_WEIGHTS;
+#else
+constexpr int kScaleArg = 0;  // unused: 2.x takes alpha when the primitive is made
+#endif
+
 BoundArgs& bound_args(const std::shared_ptr<const Entry>& e) {
   thread_local std::unordered_map<const Entry*, BoundArgs> per_thread;
   if (auto it = per_thread.find(e.get()); it != per_thread.end()) return it->second;
@@ -439,6 +499,9 @@ BoundArgs& bound_args(const std::shared_ptr<const Entry>& e) {
   add(DNNL_ARG_DST, e->dst_md);
   if (e->bias_arg) add(e->bias_arg, e->bias_md);
   if (e->scratch_md.get_size() > 0) add(DNNL_ARG_SCRATCHPAD, e->scratch_md);
+  if (e->runtime_alpha())  // the entry's own alpha: one f32, pointed at once
+    b.args.emplace(kScaleArg, dnnl::memory(dnnl::memory::desc({1}, ddt::f32, dnnl::memory::dims{1}), eng,
+                                           const_cast<float*>(&e->alpha)));
   return b;
 }
 
@@ -506,6 +569,8 @@ std::string describe_plan(const Plan& plan, DType in) {
   if (plan.variant.convert_inputs && in == DType::f16)
     s += fp16_arithmetic() ? " (fp16 converted to fp32: oneDNN has no fp16 matmul here)"
                            : " (fp16 converted to fp32: no fp16 arithmetic on this CPU)";
+  else if (plan.variant.convert_inputs && in == DType::bf16 && bf16_via_f32())
+    s += " (bf16 converted to fp32: the fp32 kernel is the faster one on this CPU)";
   else if (plan.variant.convert_inputs)
     s += " (inputs converted to fp32)";
   if (plan.variant.f32_dst) s += " (fp32 output rounded afterwards)";
@@ -537,6 +602,8 @@ void gemm_impl(const Tensor& a, const Tensor& b, Tensor& c, const GemmOptions& o
 void cpu::gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmOptions& opt, const Tensor* bias) {
   gemm_impl(a, b, c, opt, bias, true);
 }
+
+void cpu::set_bf16_gemm_route(Bf16GemmRoute r) { g_bf16_route.store(r, std::memory_order_relaxed); }
 
 void gemm_workspace_only(const Tensor& a, const Tensor& b, Tensor& c, const GemmOptions& opt,
                          const Tensor* bias) {
@@ -574,9 +641,9 @@ void gemm_scratch_release() {
   thread_scratch(Device::meta()).trim(0);
 }
 
-bool gemm_fp16_converts_to_f32() {
+bool gemm_converts_to_f32(DType in_dtype) {
   Problem p;
-  p.src = p.wei = dense_mat(DType::f16, 256, 256);
+  p.src = p.wei = dense_mat(in_dtype, 256, 256);
   p.dst = dense_mat(DType::f32, 256, 256);
   return choose(p).variant.convert_inputs;
 }

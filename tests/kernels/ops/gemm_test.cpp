@@ -5,9 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <thread>
 
+#include "kernels/cpu/cpu_ops.h"
 #include "kernels/ops/op_harness.h"
 #include "mixtrain/core/cpu_features.h"
 #include "mixtrain/kernels/gemm_info.h"
@@ -252,13 +254,61 @@ TEST(gemm, InfoNamesImplementations) {
       EXPECT_EQ(s.find("ref"), std::string::npos) << dtype_name(t) << ": " << s;
     }
   }
-  if (!cpu_features().avx512_fp16 && !force_reference()) {
-    EXPECT_TRUE(gemm_fp16_converts_to_f32());
+  if (force_reference()) return;
+  const CpuFeatures& f = cpu_features();
+  if (!f.avx512_fp16) {
+    EXPECT_TRUE(gemm_converts_to_f32(DType::f16));
     EXPECT_NE(gemm_impl_name(DType::f16).find("fp16 converted to fp32"), std::string::npos);
+  } else if (onednn_version().rfind("2.", 0) != 0) {  // oneDNN 3.x: an fp16 matmul on avx512_fp16
+    EXPECT_FALSE(gemm_converts_to_f32(DType::f16)) << gemm_impl_name(DType::f16);
   }
-  if (cpu_features().avx512_bf16 && !force_reference()) {
-    EXPECT_NE(gemm_impl_name(DType::bf16).find("bf16"), std::string::npos) << gemm_impl_name(DType::bf16);
+  // The bf16 route: the fp32 kernel on Intel without AMX (the measured rule), else oneDNN's bf16.
+  const bool via_f32 = f.intel && f.avx512_bf16 && !f.amx_bf16;
+  if (std::getenv("MIXTRAIN_BF16_GEMM") == nullptr && f.avx512_bf16) {
+    EXPECT_EQ(gemm_converts_to_f32(DType::bf16), via_f32) << gemm_impl_name(DType::bf16);
+    EXPECT_EQ(gemm_impl_name(DType::bf16).find(via_f32 ? "bf16 converted to fp32" : "avx512_core_bf16") !=
+                  std::string::npos,
+              true)
+        << gemm_impl_name(DType::bf16);
   }
+}
+
+// Both bf16 routes (oneDNN's bf16 kernel, the exact conversion to the fp32 kernel) agree with the
+// reference, with every layout the model takes (transposes, a bias, beta, a bf16 output).
+TEST(gemm, Bf16RoutesMatchReference) {
+  if (force_reference()) GTEST_SKIP() << "MIXTRAIN_FORCE_REFERENCE: only the reference runs";
+  struct Case {
+    int64_t m, n, k;
+    bool ta, tb, bias;
+    float beta;
+    DType out;
+  };
+  const Case cases[] = {{37, 29, 70, false, false, false, 0.f, DType::f32},
+                        {37, 29, 70, true, false, true, 0.f, DType::f32},
+                        {64, 48, 33, false, true, false, 1.f, DType::f32},
+                        {17, 65, 40, true, true, true, 0.f, DType::bf16}};
+  for (cpu::Bf16GemmRoute route : {cpu::Bf16GemmRoute::native, cpu::Bf16GemmRoute::via_f32}) {
+    cpu::set_bf16_gemm_route(route);
+    for (const Case& c : cases) {
+      Tensor a = Tensor::rand_uniform(c.ta ? Shape{c.k, c.m} : Shape{c.m, c.k}, DType::bf16, 11, -2.f, 2.f);
+      Tensor b = Tensor::rand_uniform(c.tb ? Shape{c.n, c.k} : Shape{c.k, c.n}, DType::bf16, 12, -2.f, 2.f);
+      Tensor bias = Tensor::rand_uniform({c.n}, DType::f32, 13, -2.f, 2.f);
+      Tensor init = Tensor::rand_uniform({c.m, c.n}, c.out, 14, -2.f, 2.f);
+      Tensor got = init.clone(), want = init.clone();
+      GemmOptions opt;
+      opt.trans_a = c.ta;
+      opt.trans_b = c.tb;
+      opt.beta = c.beta;
+      gemm(a, b, got, opt, c.bias ? &bias : nullptr);
+      ref::gemm(a, b, want, opt, c.bias ? &bias : nullptr);
+      const std::vector<float> g = got.to_floats(), w = want.to_floats();
+      const float tol = c.out == DType::bf16 ? 1e-2f : 1e-4f;
+      for (size_t i = 0; i < g.size(); ++i)
+        ASSERT_NEAR(g[i], w[i], tol * (1.f + std::fabs(w[i])))
+            << "route " << static_cast<int>(route) << " case m=" << c.m << " at " << i;
+    }
+  }
+  cpu::set_bf16_gemm_route(cpu::Bf16GemmRoute::automatic);
 }
 
 // Several threads calling gemm at once (cache lookups, per-thread scratch and streams) each get
