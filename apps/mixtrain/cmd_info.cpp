@@ -6,6 +6,7 @@
 #include "commands.h"
 #include "mixtrain/core/cpu_features.h"
 #include "mixtrain/kernels/gemm_info.h"
+#include "mixtrain/kernels/matmul_precision.h"
 #include "mixtrain/kernels/threads.h"
 #include "mixtrain/numeric/convert.h"
 
@@ -35,6 +36,9 @@ void register_info(CLI::App& app, GlobalOptions& g, std::vector<Command>& comman
          j["gemm"] = {{"f32", gemm_impl_name(DType::f32)},
                       {"bf16", gemm_impl_name(DType::bf16)},
                       {"f16", gemm_impl_name(DType::f16)}};
+         // What an fp32 GEMM runs as under each --matmul-precision (kernels/matmul_precision.h).
+         for (MatmulPrecision p : {MatmulPrecision::highest, MatmulPrecision::high, MatmulPrecision::medium})
+           j["matmul_precision"][std::string(matmul_precision_name(p))] = matmul_precision_route(p);
          j["convert"] = {{"f32_to_bf16", f32_to_bf16_impl_name()}, {"f32_to_fp16", f32_to_fp16_impl_name()}};
          j["build"] = {{"compiler", MIXTRAIN_BUILD_COMPILER},
                        {"flags", MIXTRAIN_BUILD_FLAGS},
@@ -55,6 +59,8 @@ void register_info(CLI::App& app, GlobalOptions& g, std::vector<Command>& comman
                      MIXTRAIN_BUILD_SANITIZE ? ", ASan + UBSan" : "");
          for (auto& [k, v] : j["gemm"].items())
            std::printf("gemm %-4s: %s\n", k.c_str(), v.get<std::string>().c_str());
+         for (auto& [k, v] : j["matmul_precision"].items())
+           std::printf("matmul precision %-7s: %s\n", k.c_str(), v.get<std::string>().c_str());
          for (auto& [k, v] : j["convert"].items())
            std::printf("convert %s: %s\n", k.c_str(), v.get<std::string>().c_str());
          return 0;

@@ -162,6 +162,13 @@ void add_precision_flags(CLI::App* sub, TrainFlags& f, bool with_precision) {
                   "Rounding of 16-bit weight updates in *-true modes: nearest, stochastic, kahan, or master "
                   "(fp32 master weights and state in the optimizer)")
       ->capture_default_str();
+  sub->add_option(
+         "--matmul-precision", f.matmul_precision,
+         "fp32 GEMMs (32-true's, the fp32 ops of the mixed modes), as torch.set_float32_matmul_precision: "
+         "highest (fp32), high (as highest: no TF32/bf16x3 kernel on CPUs), medium (bf16 products where "
+         "oneDNN runs them on the matrix units: AMX)")
+      ->check(CLI::IsMember({"highest", "high", "medium"}))
+      ->capture_default_str();
   sub->add_option("--loss-scale", f.loss_scale,
                   "dynamic, or a static scale (default: dynamic in 16-mixed, none elsewhere)");
   sub->add_option("--init-scale", o.scaler.init_scale, "Initial loss scale")->capture_default_str();
@@ -259,6 +266,7 @@ void TrainFlags::finish(const std::vector<PrecisionMode>& precisions) {
          " has no effect: the run ends at --steps " + std::to_string(*opt.steps));
   opt.precision = parse_precision(precision);
   opt.update_rounding = parse_update_rounding(update_rounding);
+  opt.matmul_precision = *parse_matmul_precision(matmul_precision);  // CLI::IsMember checked it
   opt.optimizer = parse_optimizer_kind(optimizer);
   if (!loss_scale.empty()) {
     opt.force_loss_scaling = true;
@@ -319,6 +327,9 @@ void TrainFlags::warn_ineffective(const std::vector<PrecisionMode>& modes) const
       !any([](PrecisionMode m) { return precision_spec(m).param_dtype != DType::f32; }))
     warn("--update-rounding has no effect: it rounds 16-bit weights, and " +
          std::string(precision_spec(modes.front()).name) + " keeps fp32 weights");
+  if (opt.matmul_precision != MatmulPrecision::highest && !matmul_precision_uses_bf16(opt.matmul_precision))
+    warn("--matmul-precision " + matmul_precision +
+         " runs fp32 GEMMs as highest here: " + matmul_precision_route(opt.matmul_precision));
   if (opt.optimizer == OptimizerKind::adamw && given("--momentum"))
     warn("--momentum has no effect with --optimizer adamw (it is SGD's)");
   if (opt.optimizer == OptimizerKind::sgd)

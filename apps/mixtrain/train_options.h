@@ -16,6 +16,7 @@ struct TrainFlags {
   TrainOptions opt;
   std::string precision = "32-true";
   std::string update_rounding = "nearest";
+  std::string matmul_precision = "highest";
   std::string optimizer = "adamw";
   std::string loss_scale;        // "dynamic" or a number (static scale); empty: the mode's default
   std::string inject_nonfinite;  // "3,7"

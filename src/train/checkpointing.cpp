@@ -35,6 +35,9 @@ void warn(const std::string& line) { std::fprintf(stderr, "mixtrain: warning: %s
 nlohmann::json run_options(const TrainOptions& o, int64_t T, const TextCorpus& corpus) {
   nlohmann::json j;
   j["precision"] = std::string(precision_spec(o.precision).name);
+  // Recorded where it is not the default, so checkpoints from before the option resume as they did.
+  if (o.matmul_precision != MatmulPrecision::highest)
+    j["matmul_precision"] = std::string(matmul_precision_name(o.matmul_precision));
   j["update_rounding"] = std::string(update_rounding_name(o.update_rounding));
   j["optimizer"] = std::string(optimizer_kind_name(o.optimizer));
   j["lr"] = num(o.lr);

@@ -81,6 +81,7 @@ std::vector<AgreedField> trajectory_fields(const RunOptions& o) {
       {"eval_every", i(o.eval_every)},
       {"eval_batches", i(o.eval_batches)},
       {"precision", std::string(precision_spec(o.precision).name)},
+      {"matmul_precision", std::string(matmul_precision_name(o.matmul_precision))},
       {"update_rounding", i(static_cast<int>(o.update_rounding))},
       {"grad_accum", i(o.grad_accum)},
       {"exact_grad_accum", i(o.exact_grad_accum)},
@@ -197,6 +198,8 @@ RunOptions measured_run_options(RunOptions m) {
 
 TrainSummary run_recipe(Recipe& recipe, const RunOptions& opt_in) {
   RunOptions opt = opt_in;
+  // Every fp32 GEMM of the run (and of its memory prediction) at the run's matmul precision.
+  const MatmulPrecisionScope matmul_precision(opt.matmul_precision);
   if (opt.log_jsonl == "-") opt.quiet = true;  // stdout carries the log
   // What the ranks must agree on, before setup_ranks clears the other ranks' outputs.
   std::vector<AgreedField> agreed = trajectory_fields(opt);

@@ -57,6 +57,8 @@ nlohmann::ordered_json summary_to_json(const TrainSummary& r) {
   j["peak_bytes_by_category"] = nonzero_peaks_json(m.peak);
   j["peak_rss_bytes"] = process_peak_rss_bytes();
   j["precision"] = r.precision;
+  j["matmul_precision"] = r.matmul_precision;
+  j["gemm"] = r.gemm;
   j["skipped_steps"] = r.skipped_steps;
   j["overflows"] = r.overflows;
   j["diverged"] = r.diverged;

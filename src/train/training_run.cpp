@@ -8,6 +8,8 @@
 #include <span>
 
 #include "mixtrain/autograd/functions.h"
+#include "mixtrain/kernels/gemm_info.h"
+#include "mixtrain/kernels/matmul_precision.h"
 #include "mixtrain/optim/zero.h"
 #include "mixtrain/tensor/allocator.h"
 #include "mixtrain/tensor/memory.h"
@@ -81,6 +83,11 @@ TrainingRun::TrainingRun(Model& model, Optimizer& optimizer, MixedPrecision& mp,
     throw ArgumentError("a ZeroOptimizer over " + std::to_string(zero_->partition().ranks()) +
                         " ranks in a run of " + std::to_string(world_size()));
   summary_.precision = std::string(mp.spec().name);
+  const MatmulPrecision matmul = float32_matmul_precision();
+  summary_.matmul_precision = std::string(matmul_precision_name(matmul));
+  summary_.gemm["f32"] = matmul_precision_route(matmul);
+  if (mp.spec().compute_dtype != DType::f32)
+    summary_.gemm[std::string(dtype_name(mp.spec().compute_dtype))] = gemm_impl_name(mp.spec().compute_dtype);
   summary_.parameters = model.num_parameters();
 }
 

@@ -113,6 +113,12 @@ expect_exit 2 "resume with another model" -- "$MIXTRAIN" --threads 1 train --mod
 expect_stderr_has "model." "another model"
 expect_exit 2 "resume with another precision" -- "${TRAIN[@]}" --steps 8 --precision bf16-true \
   --log-jsonl "$TMP/corrupt.jsonl" --resume "$C"
+# (Where medium runs as highest, a warning line says so before the error line.)
+"${TRAIN[@]}" --steps 8 --matmul-precision medium --log-jsonl "$TMP/corrupt.jsonl" --resume "$C" >"$TMP/out" 2>"$TMP/err"
+rc=$?
+[ "$rc" = 2 ] && [ "$(grep -c '^mixtrain: error: ' "$TMP/err")" = 1 ] && pass ||
+  fail "resume with another matmul precision: exit $rc, stderr $(head -c 300 "$TMP/err")"
+expect_stderr_has "options differ, matmul_precision" "another matmul precision"
 expect_exit 2 "resume past --steps" -- "${TRAIN[@]}" --steps 3 --log-jsonl "$TMP/corrupt.jsonl" --resume "$C/step-000008"
 expect_stderr_has "past --steps 3" "resume past --steps"
 expect_exit 2 "resume from a missing path" -- "${TRAIN[@]}" --steps 8 --log-jsonl "$TMP/corrupt.jsonl" --resume "$TMP/nope"

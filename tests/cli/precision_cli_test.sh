@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Precision modes end to end: every mode trains; --inject-nonfinite makes the scaler back off and
 # skip exactly those steps (16-mixed) or skips and reports them without a scaler; the step log
-# and summary carry the loss-scale fields; `compare` produces its table and JSON; bad values are
-# one-line errors with exit 2.
+# and summary carry the loss-scale fields; `compare` produces its table and JSON; --matmul-precision
+# does what `info` says it does here; bad values are one-line errors with exit 2.
 MIXTRAIN="$1"
 . "$(dirname "$0")/cli_common.sh"
 
@@ -116,5 +116,34 @@ runs = {r["precision"]: r for r in json.load(open(sys.argv[1]))["runs"]}
 assert runs["16-true"]["diverged"] is True and runs["16-true"]["speedup"] is None, runs["16-true"]
 assert runs["32-true"]["speedup"] == 1.0 and runs["32-true"]["diverged"] is False, runs["32-true"]
 PY
+
+# --matmul-precision: recorded in the summary with the fp32 GEMMs' route. Where `info` says medium
+# keeps the fp32 kernel (no AMX, or oneDNN 2.x), a run warns and its step log equals highest's bit
+# for bit; where it says bf16 products, the log differs (the inputs rounded to bf16).
+expect_exit 0 "matmul highest" -- "${TRAIN[@]}" --steps 4 --log-jsonl "$TMP/mm_highest.jsonl" --json
+expect_exit 0 "matmul medium" -- "${TRAIN[@]}" --steps 4 --matmul-precision medium --log-jsonl "$TMP/mm_medium.jsonl" --json
+cp "$TMP/out" "$TMP/mm_medium_summary.json"
+cp "$TMP/err" "$TMP/mm_medium_err"
+"$MIXTRAIN" info --json "$TMP/mm_info.json" >/dev/null
+if python3 - "$TMP/mm_medium_summary.json" "$TMP/mm_info.json" "$TMP/mm_medium_err" <<'PY'
+import json, sys
+s, info, err = json.load(open(sys.argv[1])), json.load(open(sys.argv[2])), open(sys.argv[3]).read()
+assert s["matmul_precision"] == "medium", s["matmul_precision"]
+assert s["gemm"]["f32"] == info["matmul_precision"]["medium"], (s["gemm"], info["matmul_precision"])
+bf16 = info["matmul_precision"]["medium"].startswith("bf16 products")
+assert ("runs fp32 GEMMs as highest here" in err) == (not bf16), err
+print("bf16" if bf16 else "fp32")
+PY
+then pass; else fail "matmul medium: summary, info and warning disagree"; fi
+medium_route="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["matmul_precision"]["medium"])' "$TMP/mm_info.json")"
+if [[ "$medium_route" == "bf16 products"* ]]; then
+  if same_log "$TMP/mm_highest.jsonl" "$TMP/mm_medium.jsonl" >/dev/null; then fail "medium ran bf16 but equals highest"; else pass; fi
+else
+  same_log "$TMP/mm_highest.jsonl" "$TMP/mm_medium.jsonl" && pass || fail "medium keeps fp32 here but differs from highest"
+fi
+expect_exit 0 "matmul high" -- "${TRAIN[@]}" --steps 4 --matmul-precision high --log-jsonl "$TMP/mm_high.jsonl"
+expect_stderr_has "no TF32 or bf16x3" "high says it falls back"
+same_log "$TMP/mm_highest.jsonl" "$TMP/mm_high.jsonl" && pass || fail "high differs from highest"
+expect_exit 2 "matmul precision bad value" -- "${TRAIN[@]}" --steps 2 --matmul-precision low
 
 finish

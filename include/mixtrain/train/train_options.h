@@ -15,6 +15,7 @@
 #include "mixtrain/amp/grad_scaler.h"
 #include "mixtrain/amp/precision.h"
 #include "mixtrain/core/profiler.h"
+#include "mixtrain/kernels/matmul_precision.h"
 #include "mixtrain/models/gpt.h"
 #include "mixtrain/optim/optimizer.h"
 #include "mixtrain/train/data_parallel.h"
@@ -49,6 +50,8 @@ struct PrecisionOptions {
   // Autocast keeps the ops of modules whose path matches one of these globs in fp32
   // (amp/autocast.h, set_autocast_keep_fp32), e.g. "transformer.h.5.mlp.*".
   std::vector<std::string> keep_fp32;
+  // fp32 GEMMs' precision for the run (kernels/matmul_precision.h, torch.set_float32_matmul_precision).
+  MatmulPrecision matmul_precision = MatmulPrecision::highest;
 };
 
 // The optimizer and the learning-rate schedule's shared part (a task adds its shape: LM's cosine

@@ -101,6 +101,11 @@ struct TrainSummary {
   int64_t parameters = 0;
   double elapsed_s = 0;
   std::string precision = "32-true";
+  // The fp32 GEMMs' precision (kernels/matmul_precision.h) and what the run's GEMMs ran on, per
+  // input dtype: f32 (under that precision) and the mode's 16-bit compute dtype, e.g.
+  // {"bf16": "brg:avx512_core (bf16 converted to fp32: ...)", "f32": "fp32 (brg:avx512_core)"}.
+  std::string matmul_precision = "highest";
+  std::map<std::string, std::string> gemm;
   int64_t skipped_steps = 0;  // optimizer steps not applied (non-finite gradients or loss)
   int64_t overflows = 0;      // steps whose gradients held inf/NaN
   bool diverged = false;

@@ -41,6 +41,7 @@
 #include "kernels/cpu/cpu_ops.h"
 #include "mixtrain/core/cpu_features.h"
 #include "mixtrain/kernels/gemm_info.h"
+#include "mixtrain/kernels/matmul_precision.h"
 
 namespace mixtrain {
 namespace {
@@ -242,6 +243,9 @@ struct Problem {
   const float* bias = nullptr;
   int64_t bias_stride = 1;
   float alpha = 1.f, beta = 0.f;
+  // fp32 inputs under float32_matmul_precision() medium: oneDNN may use bf16 products
+  // (kernels/matmul_precision.h). Set from the caller's dtypes, so never for converted 16-bit inputs.
+  bool fpmath_bf16 = false;
 };
 
 enum class BiasMode : int64_t { none, input, post_op };
@@ -286,6 +290,7 @@ Key make_key(const Problem& p) {
   put(p.bias ? p.bias_stride : 0);
   put(std::bit_cast<int32_t>(p.alpha));
   put(std::bit_cast<int32_t>(p.beta));
+  put(p.fpmath_bf16);
   put(omp_get_max_threads());  // oneDNN fixes its thread partition when the primitive is made
   return k;
 }
@@ -309,6 +314,7 @@ Entry make_entry(const Problem& p) {
   e.dst_md = p.dst.desc(p.nd);
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);  // our per-thread buffer: thread-safe
+  if (p.fpmath_bf16) attr.set_fpmath_mode(dnnl::fpmath_mode::bf16);
   e.alpha = p.alpha;
 #if DNNL_VERSION_MAJOR >= 3
   if (p.alpha != 1.f) attr.set_scales_mask(DNNL_ARG_WEIGHTS, 0);  // one scale, given at execution
@@ -560,6 +566,8 @@ Problem make_problem(const Tensor& a, const Tensor& b, Tensor& c, const GemmOpti
   }
   p.alpha = opt.alpha;
   p.beta = opt.beta;
+  p.fpmath_bf16 = a.dtype() == DType::f32 && b.dtype() == DType::f32 &&
+                  float32_matmul_precision() == MatmulPrecision::medium;
   return p;
 }
 
@@ -624,16 +632,55 @@ Mat dense_mat(DType t, int64_t r, int64_t c) {
   x.normalize();
   return x;
 }
+
+// The plan for a contiguous (m, k) @ (k, n) problem, as make_problem() would frame it.
+Plan plan_for(DType in_dtype, DType out_dtype, int64_t m, int64_t n, int64_t k, MatmulPrecision precision) {
+  Problem p;
+  p.src = dense_mat(in_dtype, m, k);
+  p.wei = dense_mat(in_dtype, k, n);
+  p.dst = dense_mat(out_dtype, m, n);
+  p.fpmath_bf16 = in_dtype == DType::f32 && precision == MatmulPrecision::medium;
+  return choose(p);
+}
+
+// oneDNN runs bf16 products for an fp32 problem when its implementation is a bf16 one.
+bool impl_uses_bf16(const Plan& plan) {
+  return plan.entry && (plan.entry->impl.find("bf16") != std::string::npos ||
+                        plan.entry->impl.find("amx") != std::string::npos);
+}
+
+constexpr int64_t kTypical = 256;
+
 }  // namespace
 
 std::string gemm_impl_for(DType in_dtype, DType out_dtype, int64_t m, int64_t n, int64_t k) {
   if (force_reference()) return "reference (MIXTRAIN_FORCE_REFERENCE)";
   if (in_dtype == DType::f64) return "reference (f64)";
-  Problem p;
-  p.src = dense_mat(in_dtype, m, k);
-  p.wei = dense_mat(in_dtype, k, n);
-  p.dst = dense_mat(out_dtype, m, n);
-  return describe_plan(choose(p), in_dtype);
+  return describe_plan(plan_for(in_dtype, out_dtype, m, n, k, float32_matmul_precision()), in_dtype);
+}
+
+bool matmul_precision_uses_bf16(MatmulPrecision precision) {
+  if (force_reference() || precision != MatmulPrecision::medium) return false;
+  return impl_uses_bf16(plan_for(DType::f32, DType::f32, kTypical, kTypical, kTypical, precision));
+}
+
+std::string matmul_precision_route(MatmulPrecision precision) {
+  if (force_reference()) return "fp32 (reference: MIXTRAIN_FORCE_REFERENCE)";
+  const Plan plan = plan_for(DType::f32, DType::f32, kTypical, kTypical, kTypical, precision);
+  const std::string impl = describe_plan(plan, DType::f32);
+  switch (precision) {
+    case MatmulPrecision::highest:
+      return "fp32 (" + impl + ")";
+    case MatmulPrecision::high:
+      return "fp32 (" + impl + "): oneDNN has no TF32 or bf16x3 fp32 matmul on CPUs, so high runs as highest";
+    case MatmulPrecision::medium:
+      if (impl_uses_bf16(plan))
+        return "bf16 products, fp32 accumulation (oneDNN fpmath mode bf16: " + impl + ")";
+      return "fp32 (" + impl + "): oneDNN " + onednn_version() +
+             " keeps the fp32 kernel for fpmath mode bf16 on this CPU (it uses bf16 units for it on AMX, "
+             "with oneDNN 3.x), so medium runs as highest";
+  }
+  return impl;
 }
 
 void gemm_scratch_release() {

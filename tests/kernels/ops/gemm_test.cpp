@@ -13,6 +13,7 @@
 #include "kernels/ops/op_harness.h"
 #include "mixtrain/core/cpu_features.h"
 #include "mixtrain/kernels/gemm_info.h"
+#include "mixtrain/kernels/matmul_precision.h"
 #include "mixtrain/kernels/ops.h"
 
 namespace mixtrain::test {
@@ -309,6 +310,37 @@ TEST(gemm, Bf16RoutesMatchReference) {
     }
   }
   cpu::set_bf16_gemm_route(cpu::Bf16GemmRoute::automatic);
+}
+
+// --matmul-precision: high is highest (no TF32/bf16x3 kernel on CPUs); medium is highest bit for bit
+// where the route says oneDNN keeps the fp32 kernel, and within bf16 input rounding of the
+// reference where it says bf16 products; 16-bit GEMMs are untouched by it; the scope restores.
+TEST(gemm, MatmulPrecisionDoesWhatItsRouteSays) {
+  if (force_reference()) GTEST_SKIP() << "MIXTRAIN_FORCE_REFERENCE: only the reference runs";
+  const int64_t m = 96, n = 80, k = 300;
+  const Tensor a = Tensor::rand_uniform({m, k}, DType::f32, 21, -1.f, 1.f);
+  const Tensor b = Tensor::rand_uniform({k, n}, DType::f32, 22, -1.f, 1.f);
+  const auto run = [&](MatmulPrecision p, DType t) {
+    const MatmulPrecisionScope scope(p);
+    Tensor c = Tensor::zeros({m, n}, DType::f32);
+    gemm(a.to(t), b.to(t), c);
+    return c.to_floats();
+  };
+  const std::vector<float> highest = run(MatmulPrecision::highest, DType::f32);
+  EXPECT_EQ(run(MatmulPrecision::high, DType::f32), highest);
+  EXPECT_EQ(run(MatmulPrecision::medium, DType::bf16), run(MatmulPrecision::highest, DType::bf16));
+  const std::vector<float> medium = run(MatmulPrecision::medium, DType::f32);
+  EXPECT_EQ(float32_matmul_precision(), MatmulPrecision::highest);  // restored
+  if (!matmul_precision_uses_bf16(MatmulPrecision::medium)) {
+    EXPECT_EQ(medium, highest) << matmul_precision_route(MatmulPrecision::medium);
+    return;
+  }
+  Tensor want = Tensor::zeros({m, n}, DType::f32);
+  ref::gemm(a, b, want, {}, nullptr);
+  const std::vector<float> w = want.to_floats();
+  EXPECT_NE(medium, highest) << "medium claims bf16 products but gives fp32's bits";
+  for (size_t i = 0; i < w.size(); ++i)  // |sum| of 300 products of two bf16 roundings (2^-8 each)
+    ASSERT_NEAR(medium[i], w[i], 300 * 2 * 0.0040f) << i;
 }
 
 // Several threads calling gemm at once (cache lookups, per-thread scratch and streams) each get
