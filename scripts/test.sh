@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Quick start, part 2: set up, build, and run every test:
-#   1. Release build, the whole suite (including the tests labelled "slow": exhaustive 2^32 checks);
+#   1. Release build, the whole suite (including the tests labelled "slow": exhaustive 2^32 checks
+#      and the golden step logs);
 #   2. AddressSanitizer + UndefinedBehaviorSanitizer build, every test but the "slow" ones
-#      (they would take hours under ASan; they are pure integer conversion loops and run above);
+#      (the exhaustive loops would take hours under ASan and are pure integer conversions; the
+#      golden runs are the training loop the other tests run, compared only within tolerance in a
+#      build compiled otherwise);
 #   3. the libFuzzer targets for MIXTRAIN_FUZZ_SECONDS (default 30) each (MIXTRAIN_SKIP_FUZZ=1: not):
 #      seven targets, 3.5 min, bounded so that CI stays under 45 minutes.
 # Any failure (a test or a sanitizer report) exits non-zero.
