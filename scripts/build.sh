@@ -6,7 +6,8 @@
 #   asan:              build-asan/   (AddressSanitizer + UndefinedBehaviorSanitizer, -O2 -g1: a quarter
 #                                    less compile time than -O2 -g, line tables being all a sanitizer
 #                                    report needs; -O2, not -O1, so that float loops are vectorised and
-#                                    contracted as in the release build and the golden step logs hold)
+#                                    contracted as in the release build; the CLI and the test programs
+#                                    at -O1: CMakeLists.txt says why)
 # Both with warnings as errors (-Werror, MIXTRAIN_WERROR): the tree builds clean with g++ 12.
 set -euo pipefail
 cd "$(dirname "$0")/.."
