@@ -689,10 +689,8 @@ void gemm_scratch_release() {
 }
 
 bool gemm_converts_to_f32(DType in_dtype) {
-  Problem p;
-  p.src = p.wei = dense_mat(in_dtype, 256, 256);
-  p.dst = dense_mat(DType::f32, 256, 256);
-  return choose(p).variant.convert_inputs;
+  return plan_for(in_dtype, DType::f32, kTypical, kTypical, kTypical, MatmulPrecision::highest)
+      .variant.convert_inputs;
 }
 
 std::string onednn_version() {
