@@ -26,7 +26,8 @@ struct DirectOnednnMatmul::Impl {
   dnnl::stream strm{eng};
   dnnl::matmul mm;
   dnnl::memory a, b, c;
-  // f16 without an f16 matmul: reorders into f32 copies first.
+  // A 16-bit dtype without a matmul for it on this CPU (f16 without AVX512-FP16; bf16 on AVX2-only
+  // CPUs such as AMD Zen 3): reorders into f32 copies first.
   bool reorder = false;
   dnnl::reorder ra, rb;
   dnnl::memory a32, b32;
@@ -49,7 +50,7 @@ DirectOnednnMatmul::DirectOnednnMatmul(DType in, int64_t m, int64_t n, int64_t k
     s.name = pd.impl_info_str();
     return;
   } catch (const dnnl::error&) {
-    if (in != DType::f16) throw;
+    if (in == DType::f32) throw;
   }
   s.reorder = true;
   const dnnl::memory::desc a32_md({m, k}, ddt::f32, tag::ab), b32_md({k, n}, ddt::f32, tag::ab);
@@ -59,7 +60,7 @@ DirectOnednnMatmul::DirectOnednnMatmul(DType in, int64_t m, int64_t n, int64_t k
   s.rb = dnnl::reorder(s.b, s.b32);
   const dnnl::matmul::primitive_desc pd = matmul_pd(s.eng, a32_md, b32_md, c_md);
   s.mm = dnnl::matmul(pd);
-  s.name = std::string("reorder f16->f32 + ") + pd.impl_info_str();
+  s.name = std::string("reorder ") + (in == DType::f16 ? "f16" : "bf16") + "->f32 + " + pd.impl_info_str();
 }
 
 DirectOnednnMatmul::~DirectOnednnMatmul() = default;

@@ -14,6 +14,7 @@
 
 #include "kernels/cpu/cpu_ops.h"
 #include "mixtrain/core/error.h"
+#include "mixtrain/kernels/gemm_info.h"
 #include "mixtrain/models/gpt.h"
 #include "mixtrain/train/trainer.h"
 #include "train/memory_prediction_util.h"
@@ -134,7 +135,18 @@ TEST(MemoryPrediction, CheckpointingAnd16BitActivationsLowerThePeak) {
   const int64_t f32 = peak(PrecisionMode::true32, false);
   EXPECT_LT(peak(PrecisionMode::mixed_bf16, false), f32);
   EXPECT_LT(peak(PrecisionMode::true_bf16, false), peak(PrecisionMode::mixed_bf16, false));
-  EXPECT_LT(peak(PrecisionMode::mixed_bf16, true), peak(PrecisionMode::mixed_bf16, false) * 6 / 10);
+  // Checkpointing: what the blocks keep for backward (the activations' own peak) drops to under
+  // 6/10. Its share of the total peak: where the CPU has no bf16 matmul at all (AVX2 only: AMD Zen
+  // 3), every bf16 GEMM converts its operands to fp32 whatever the route, and that workspace
+  // is the larger part of a checkpointed step's peak.
+  const auto activations = [&](bool ckpt) {
+    return cat(predict_train_memory(opts(PrecisionMode::mixed_bf16, 16, 256, ckpt, "gpt-mini")),
+               MemCategory::activations);
+  };
+  EXPECT_LT(activations(true), activations(false) * 6 / 10);
+  if (!gemm_converts_to_f32(DType::bf16)) {
+    EXPECT_LT(peak(PrecisionMode::mixed_bf16, true), peak(PrecisionMode::mixed_bf16, false) * 6 / 10);
+  }
   // With checkpointing the peak moment is in backward (a block's recomputation or the head).
   const MemoryPrediction p = predict_train_memory(opts(PrecisionMode::mixed_bf16, 16, 256, true, "gpt-mini"));
   EXPECT_NE(p.peak_moment.find("backward"), std::string::npos) << p.peak_moment;
