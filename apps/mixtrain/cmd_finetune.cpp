@@ -231,17 +231,24 @@ void register_finetune(CLI::App& app, GlobalOptions& g, std::vector<Command>& co
   auto file = std::make_shared<std::string>();
   auto max_len = std::make_shared<std::optional<int64_t>>();
   auto as_json = std::make_shared<bool>(false);
-  cls->add_option("--checkpoint", *dir, "The model directory (finetune --save DIR)")->required();
+  auto dtype = std::make_shared<std::string>();
+  cls->add_option("--checkpoint", *dir,
+                  "The model directory (finetune --save DIR, or mixtrain quantize --output)")
+      ->required();
+  cls->add_option("--dtype", *dtype,
+                  "f32 or bf16 inference (default: bf16 for a quantized model, f32 otherwise)");
   cls->add_option("--text", *texts, "A text to classify (repeatable)");
   cls->add_option("--file", *file, "Classify each line of FILE (-: stdin)");
   cls->add_option("--max-len", *max_len, "Tokens per text with [CLS]/[SEP] (default: the model's positions)");
   cls->add_flag("--json", *as_json, "One JSON object per text instead of text lines");
   commands.push_back({[cls] { return cls->parsed(); },
-                      [&g, dir, texts, file, max_len, as_json] {
+                      [&g, dir, texts, file, max_len, as_json, dtype] {
                         apply_global_options(g);
                         if (texts->empty() == file->empty())
                           throw ArgumentError("classify needs --text or --file (one of them)");
-                        const TextClassifier c = TextClassifier::load(*dir);
+                        std::optional<DType> dt;
+                        if (!dtype->empty()) dt = parse_dtype(*dtype);
+                        const TextClassifier c = TextClassifier::load(*dir, dt);
                         classify_inputs(c, *texts, *file, *max_len, *as_json);
                         return 0;
                       }});

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "commands.h"
+#include "mixtrain/amp/autocast.h"
 #include "mixtrain/autograd/variable.h"
 #include "mixtrain/checkpoint/load_model.h"
 #include "mixtrain/models/generate.h"
@@ -45,8 +46,10 @@ void register_sample(CLI::App& app, GlobalOptions& g, std::vector<Command>& comm
   };
   auto f = std::make_shared<Flags>();
   f->gen.seed = 1337;
-  sub->add_option("--checkpoint", f->checkpoint,
-                  "A checkpoint, a directory of checkpoints (the newest valid one), or a .safetensors file")
+  sub->add_option(
+         "--checkpoint", f->checkpoint,
+         "A checkpoint, a directory of checkpoints (the newest valid one), a .safetensors file, or a "
+         "quantized model directory (mixtrain quantize)")
       ->required();
   sub->add_option("--prompt", f->prompt, "Text to continue (default: a newline)");
   sub->add_option("--tokens", f->gen.tokens, "Tokens to generate")->capture_default_str();
@@ -84,6 +87,8 @@ void register_sample(CLI::App& app, GlobalOptions& g, std::vector<Command>& comm
                "--checkpoint " + m.source + ": " + std::to_string(m.nonfinite_weights) + " of " +
                std::to_string(m.model->params().flat_params().numel()) +
                " weights are inf or NaN (the run that saved them diverged): nothing to sample");
+         // A quantized model (mixtrain quantize) runs as bf16 inference around its quantized layers.
+         const AutocastScope autocast(m.model->params().any_quantized(), DType::bf16);
          std::vector<int32_t> prompt;
          for (unsigned char c : f->prompt) prompt.push_back(c);
          if (!f->logits_json.empty()) write_logits(*m.model, prompt, f->logits_json);

@@ -90,5 +90,6 @@ void register_numerics(CLI::App& app, GlobalOptions& g, std::vector<Command>& co
 // ("-": stdout); `numerics --advise` and `finetune --advise` print it.
 void print_numerics_advice(const NumericsAdvice& a, const std::string& json_path);
 void register_finetune(CLI::App& app, GlobalOptions& g, std::vector<Command>& commands);  // and classify
+void register_quantize(CLI::App& app, GlobalOptions& g, std::vector<Command>& commands);  // and evaluate
 
 }  // namespace mixtrain::cli

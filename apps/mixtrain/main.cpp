@@ -93,6 +93,7 @@ int run_main(int argc, char** argv) {
   register_report(app, global, commands);
   register_numerics(app, global, commands);
   register_finetune(app, global, commands);
+  register_quantize(app, global, commands);
 
   refuse_integer_overflow(app);
   try {

@@ -7,6 +7,7 @@
 #include <map>
 
 #include "checkpoint/file_io.h"
+#include "checkpoint/quantized_io.h"
 #include "checkpoint/safetensors.h"
 #include "core/json_input.h"
 #include "core/printable.h"
@@ -62,6 +63,18 @@ void load_weights(const SafetensorsFile& file, EncoderClassifier& model, const s
       if (EncoderClassifier::is_head(w.name)) continue;  // a bare encoder: the head stays initialised
       throw IoError(where + ": missing tensor '" + w.name + "'");
     }
+    if (w.quantized()) {
+      const auto sit = by_name.find(n + "_scale");
+      if (sit == by_name.end())
+        throw IoError(where + ": missing tensor '" + w.name + "_scale' (the scales of the quantized '" +
+                      w.name + "')");
+      const QuantizedFileTensor q = read_quantized(file, *it->second, *sit->second, w);
+      copies.emplace_back(w.codes, q.codes);
+      copies.emplace_back(w.scale, q.scale);
+      by_name.erase(it);
+      by_name.erase(n + "_scale");
+      continue;
+    }
     const SafetensorsEntry& e = *it->second;
     DType t{};
     if (!dtype_from_safetensors(e.dtype, t) || !is_floating(t))
@@ -91,6 +104,12 @@ nlohmann::json read_config(const std::string& dir, std::string& path) {
                               "config " + path);
 }
 }  // namespace
+
+bool is_quantized_model_dir(const std::string& dir) {
+  std::string path;
+  const nlohmann::json j = read_config(dir, path);
+  return quantization_scheme_of(j, "config " + path) != QuantScheme::none;
+}
 
 ClassifierOptions saved_classifier_options(const std::string& dir) {
   std::string path;
@@ -128,9 +147,17 @@ ClassifierOptions saved_classifier_options(const std::string& dir) {
 }
 
 std::unique_ptr<Model> load_encoder_classifier(const std::string& dir, const ClassifierOptions& options,
-                                               DType dtype, DType grad_dtype, MemCategory param_category) {
+                                               DType dtype, DType grad_dtype, MemCategory param_category,
+                                               bool gradients) {
   std::string config_path;
   const nlohmann::json j = read_config(dir, config_path);
+  StoreOptions storage;
+  storage.gradients = gradients;
+  storage.quant = quantization_scheme_of(j, "config " + config_path);
+  if (storage.quant != QuantScheme::none && gradients)
+    throw IoError(
+        dir + " holds a quantized model (" + std::string(quant_scheme_name(storage.quant)) +
+        "): it is for inference (classify, evaluate); train or fine-tune the model it was quantized from");
   EncoderConfig cfg;
   try {
     cfg = EncoderConfig::from_hf_json(j, "config " + config_path);
@@ -152,7 +179,7 @@ std::unique_ptr<Model> load_encoder_classifier(const std::string& dir, const Cla
                   std::to_string(static_cast<int64_t>(cfg.encoder_parameters())) +
                   " encoder parameters but " + file.name() + " holds only " +
                   std::to_string(static_cast<int64_t>(held)) + " elements");
-  auto model = std::make_unique<EncoderClassifier>(cfg, options, dtype, grad_dtype, param_category);
+  auto model = std::make_unique<EncoderClassifier>(cfg, options, dtype, grad_dtype, param_category, storage);
   load_weights(file, *model, cfg.family == EncoderFamily::bert ? "bert" : "distilbert");
   return model;
 }
@@ -166,10 +193,14 @@ void save_encoder_classifier(const Model& model, const std::string& dir, const s
   fs::create_directories(dir, ec);
   if (ec) throw IoError("cannot create model directory " + dir + ": " + ec.message());
   SafetensorsWriter w;
-  for (const NamedWeight& n : enc->named_weights()) w.add(n.name, n.tensor);
+  add_named_weights(w, enc->named_weights());
   w.set_metadata("format", "pt");
   w.write((fs::path(dir) / "model.safetensors").string());
-  write_file_durable((fs::path(dir) / "config.json").string(), enc->config_json() + "\n");
+  nlohmann::ordered_json config = nlohmann::ordered_json::parse(enc->config_json());
+  if (enc->params().any_quantized())
+    config["quantization_config"] = quantization_config_json(
+        enc->params().quant_scheme(), {"classifier", "pre_classifier", "bert.pooler.dense"});
+  write_file_durable((fs::path(dir) / "config.json").string(), config.dump(2) + "\n");
   for (const char* f : {"vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"}) {
     const fs::path src = fs::path(tokenizer_dir) / f;
     if (tokenizer_dir.empty() || !fs::is_regular_file(src)) continue;

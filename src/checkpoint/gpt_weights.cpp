@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/file_io.h"
+#include "checkpoint/quantized_io.h"
 #include "core/printable.h"
 #include "mixtrain/core/error.h"
 
@@ -33,7 +34,7 @@ std::string shape_text(const std::vector<int64_t>& s) {
 
 SafetensorsWriter model_safetensors_writer(const Model& model) {
   SafetensorsWriter w;
-  for (const NamedWeight& n : model.named_weights()) w.add(n.name, n.tensor);
+  add_named_weights(w, model.named_weights());
   w.set_metadata("format", "pt");
   return w;
 }
@@ -66,11 +67,26 @@ void load_gpt_safetensors(const SafetensorsFile& file, Gpt& model) {
   ParameterStore& store = model.params();
   // Convert everything first, then copy: the model stays unchanged if any tensor is bad.
   std::vector<Tensor> loaded(store.size());
+  std::vector<std::pair<Tensor, Tensor>> quantized;  // (destination view, source) of codes and scales
+  const std::vector<NamedWeight> named = model.named_weights();
   for (size_t i = 0; i < store.size(); ++i) {
     const ParamInfo& p = store.infos()[i];
     const std::string n = strip_prefix(p.name);
     const auto it = by_name.find(n);
     if (it == by_name.end()) throw IoError(where + ": missing tensor '" + p.name + "'");
+    if (p.quantized) {
+      const auto sit = by_name.find(n + "_scale");
+      if (sit == by_name.end())
+        throw IoError(where + ": missing tensor '" + p.name + "_scale' (the scales of the quantized '" +
+                      p.name + "')");
+      const NamedWeight& want = named[i];  // named_weights() follows the store's order
+      const QuantizedFileTensor q = read_quantized(file, *it->second, *sit->second, want);
+      quantized.emplace_back(want.codes, q.codes);
+      quantized.emplace_back(want.scale, q.scale);
+      by_name.erase(it);
+      by_name.erase(n + "_scale");
+      continue;
+    }
     const SafetensorsEntry& e = *it->second;
     DType t{};
     if (!dtype_from_safetensors(e.dtype, t) || !is_floating(t))
@@ -88,6 +104,8 @@ void load_gpt_safetensors(const SafetensorsFile& file, Gpt& model) {
   if (!by_name.empty())
     throw IoError(where + ": unexpected tensor '" + printable(by_name.begin()->second->name) +
                   "' for this model");
+  if (lm_head && store.is_quantized("transformer.wte.weight"))
+    throw IoError(where + ": lm_head.weight beside a quantized wte (the output head is tied to wte's codes)");
   if (lm_head) {
     const Tensor& wte = loaded[store.index("transformer.wte.weight")];
     const std::vector<int64_t> want(wte.shape().begin(), wte.shape().end());
@@ -104,7 +122,9 @@ void load_gpt_safetensors(const SafetensorsFile& file, Gpt& model) {
     if (!same)
       throw IoError(where + ": lm_head.weight differs from wte (untied output heads are not supported)");
   }
-  for (size_t i = 0; i < store.size(); ++i) store.param(i).copy_from(loaded[i]);
+  for (size_t i = 0; i < store.size(); ++i)
+    if (!store.is_quantized(i)) store.param(i).copy_from(loaded[i]);
+  for (auto& [dst, src] : quantized) dst.copy_from(src);
   store.flat_params().storage()->bump_version();
 }
 

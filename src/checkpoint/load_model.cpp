@@ -7,6 +7,7 @@
 #include "checkpoint/checkpoint_dir.h"
 #include "checkpoint/file_io.h"
 #include "checkpoint/gpt_weights.h"
+#include "checkpoint/quantized_io.h"
 #include "core/json_input.h"
 #include "kernels/numeric_stats.h"
 #include "mixtrain/core/error.h"
@@ -25,8 +26,8 @@ double gpt_parameters(const GptConfig& c) {
          2 * C;
 }
 
-std::unique_ptr<Gpt> build_and_load(const GptConfig& cfg, const SafetensorsFile& f,
-                                    const std::string& where) {
+std::unique_ptr<Gpt> build_and_load(const GptConfig& cfg, const SafetensorsFile& f, const std::string& where,
+                                    QuantScheme quant = QuantScheme::none) {
   // The config is checked against the weights before the model is allocated: sizes that no file
   // holds (a hostile or mistaken config) are an error naming both, not an allocation that fails.
   double values = 0;
@@ -37,7 +38,12 @@ std::unique_ptr<Gpt> build_and_load(const GptConfig& cfg, const SafetensorsFile&
                   " parameters expected by its model config (" + std::to_string(cfg.n_layer) +
                   " layers, n_embd " + std::to_string(cfg.n_embd) + ", vocab_size " +
                   std::to_string(cfg.vocab_size) + ", block_size " + std::to_string(cfg.block_size) + ")");
-  auto model = std::make_unique<Gpt>(cfg, 0, DType::f32, DType::f32);
+  // A quantized file (`mixtrain quantize`): its codes and scales, the rest in bf16, no gradients.
+  StoreOptions storage;
+  storage.quant = quant;
+  storage.gradients = quant == QuantScheme::none;
+  auto model = std::make_unique<Gpt>(cfg, 0, quant == QuantScheme::none ? DType::f32 : DType::bf16,
+                                     DType::f32, MemCategory::parameters, storage);
   load_gpt_safetensors(f, *model);
   return model;
 }
@@ -90,8 +96,28 @@ InferenceModel load_gpt_for_inference(const std::string& path, int64_t n_head,
     if (n_head > 0 && warn)
       warn("n_head " + std::to_string(n_head) + " has no effect: the configuration comes from " + from);
   };
+  // A quantized model directory (`mixtrain quantize --output`): its model.safetensors, configured
+  // by its metadata and config.json.
+  const fs::path as_dir_file = fs::path(path) / "model.safetensors";
+  const fs::path dir_config = fs::path(path) / "config.json";
+  if (fs::is_directory(path, ec) && fs::is_regular_file(as_dir_file, ec) &&
+      fs::is_regular_file(dir_config, ec)) {
+    const std::vector<uint8_t> b = read_file_bounded(dir_config.string(), 1 << 20, "config");
+    const nlohmann::json j = parse_untrusted_json(
+        std::string_view(reinterpret_cast<const char*>(b.data()), b.size()), dir_config.string());
+    if (quantization_scheme_of(j, "config " + dir_config.string()) != QuantScheme::none)
+      return load_gpt_for_inference(as_dir_file.string(), n_head, warn);
+  }
   if (fs::is_regular_file(path, ec)) {
     const SafetensorsFile f = SafetensorsFile::read(path);
+    QuantScheme quant = QuantScheme::none;
+    if (const auto q = f.metadata().find("mixtrain_quant_scheme"); q != f.metadata().end()) {
+      try {
+        quant = parse_quant_scheme(q->second);
+      } catch (const ArgumentError& e) {
+        throw IoError("safetensors file " + path + " mixtrain_quant_scheme: " + e.what());
+      }
+    }
     GptConfig cfg;
     const auto meta = f.metadata().find("mixtrain_config");
     const fs::path hf_config = fs::path(path).parent_path() / "config.json";
@@ -111,7 +137,7 @@ InferenceModel load_gpt_for_inference(const std::string& path, int64_t n_head,
                                 " carries no configuration: give n_head (or a config.json beside it)");
       cfg = infer_gpt_config(f, n_head);
     }
-    out.model = build_and_load(cfg, f, path);
+    out.model = build_and_load(cfg, f, path, quant);
     out.source = path;
     out.nonfinite_weights = numeric_stats(out.model->params().flat_params()).nonfinite;
     return out;

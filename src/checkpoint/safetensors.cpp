@@ -112,13 +112,15 @@ std::string safetensors_dtype_name(DType t) {
       return "F64";
     case DType::i32:
       return "I32";
+    case DType::i8:
+      return "I8";
   }
   return "";
 }
 
 bool dtype_from_safetensors(const std::string& name, DType& out) {
-  for (DType t :
-       {DType::f32, DType::f16, DType::bf16, DType::f8_e4m3, DType::f8_e5m2, DType::f64, DType::i32})
+  for (DType t : {DType::f32, DType::f16, DType::bf16, DType::f8_e4m3, DType::f8_e5m2, DType::f64, DType::i32,
+                  DType::i8})
     if (safetensors_dtype_name(t) == name) {
       out = t;
       return true;

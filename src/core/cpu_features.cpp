@@ -47,6 +47,11 @@ CpuFeatures detect() {
   f.avx512_fp16 = zmm_os && (d7 & (1u << 23));
   f.amx_tile = amx_os && (d7 & (1u << 24));
   f.amx_bf16 = amx_os && f.amx_tile && (d7 & (1u << 22));
+  f.amx_int8 = amx_os && f.amx_tile && (d7 & (1u << 25));
+  f.avx512_vnni = zmm_os && (c7 & (1u << 11));
+  unsigned a71 = 0, b71 = 0, c71 = 0, d71 = 0;
+  __get_cpuid_count(7, 1, &a71, &b71, &c71, &d71);
+  f.avx_vnni = ymm_os && (a71 & (1u << 4));
   return f;
 }
 

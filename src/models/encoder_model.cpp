@@ -26,7 +26,8 @@ void check_i32(const Tensor& t, const Shape& want, const char* what) {
 }  // namespace
 
 EncoderClassifier::EncoderClassifier(const EncoderConfig& cfg, const ClassifierOptions& options, DType dtype,
-                                     DType grad_dtype, MemCategory param_category)
+                                     DType grad_dtype, MemCategory param_category,
+                                     const StoreOptions& storage)
     : cfg_(cfg), opt_(options) {
   const int64_t K = static_cast<int64_t>(opt_.labels.size());
   if (K < 2) throw ArgumentError("encoder classifier: needs at least 2 labels, got " + std::to_string(K));
@@ -92,7 +93,12 @@ EncoderClassifier::EncoderClassifier(const EncoderConfig& cfg, const ClassifierO
       for (const char* part : {".weight", ".bias"}) add_slot(lin->prefix + part, lin->prefix + part);
   head_site_ = opt_.pooling == Pooling::cls ? "pooling.cls" : "pooling.mean";
 
-  store_.finalize(dtype, grad_dtype, param_category);
+  QuantizedLayout layout;
+  if (storage.quant != QuantScheme::none) {
+    layout.scheme = storage.quant;
+    for (const std::string& n : quantizable_parameters()) layout.names.insert(n);
+  }
+  store_.finalize(dtype, grad_dtype, param_category, layout, storage.gradients && layout.empty());
   word_.bind(store_);
   word_.padding_idx = cfg_.pad_token_id;
   if (cfg_.sinusoidal_positions) {  // fixed (as Hugging Face's requires_grad = False): no gradient
@@ -127,6 +133,7 @@ void EncoderClassifier::init_weights(uint64_t seed) {
   const auto& infos = store_.infos();
   for (size_t i = 0; i < infos.size(); ++i) {
     const std::string& n = infos[i].name;
+    if (store_.is_quantized(i)) continue;  // codes come from the quantized file
     Tensor p = store_.param(i);
     if (n.find("LayerNorm") != std::string::npos || n.find("layer_norm") != std::string::npos) {
       if (ends_with(n, ".bias"))
@@ -140,7 +147,8 @@ void EncoderClassifier::init_weights(uint64_t seed) {
                                 MemCategory::workspace));
     }
   }
-  if (word_.padding_idx >= 0) store_.param(word_.prefix + ".weight").select(0, word_.padding_idx).zero();
+  if (word_.padding_idx >= 0 && !word_.quantized())
+    store_.param(word_.prefix + ".weight").select(0, word_.padding_idx).zero();
   if (cfg_.sinusoidal_positions) {
     // create_sinusoidal_embeddings: angle(pos, j) = pos / 10000^(2 (j / 2) / C); sin on even j, cos on odd.
     const int64_t P = cfg_.max_positions, C = cfg_.hidden;
@@ -328,13 +336,32 @@ EncoderInfo encoder_info(const Model& model) {
 
 std::vector<NamedWeight> EncoderClassifier::named_weights() const {
   std::vector<NamedWeight> w;
-  for (const EncoderSlot& s : slots_) w.push_back({s.name, store_.param(s.param).slice(0, s.r0, s.r1)});
+  for (const EncoderSlot& s : slots_) {
+    if (store_.is_quantized(s.param)) {
+      const QuantizedTensor q = store_.quantized(s.param);
+      w.push_back({s.name, Tensor(), q.codes.slice(0, s.r0, s.r1),
+                   q.scale.slice(0, s.r0, s.r1).reshape({s.r1 - s.r0, 1})});
+      continue;
+    }
+    w.push_back({s.name, store_.param(s.param).slice(0, s.r0, s.r1), Tensor(), Tensor()});
+  }
   return w;
+}
+
+std::vector<std::string> EncoderClassifier::quantizable_parameters() const {
+  std::vector<std::string> n{word_.prefix + ".weight"};
+  if (!cfg_.sinusoidal_positions) n.push_back(pos_.prefix + ".weight");
+  if (cfg_.family == EncoderFamily::bert) n.push_back(type_.prefix + ".weight");
+  for (const EncoderLayer& l : layers_)
+    for (const nn::Linear* lin : {&l.qkv, &l.attn_out, &l.ffn_in, &l.ffn_out})
+      n.push_back(lin->prefix + ".weight");
+  return n;
 }
 
 std::vector<NamedWeight> EncoderClassifier::named_grads() const {
   std::vector<NamedWeight> w;
-  for (const EncoderSlot& s : slots_) w.push_back({s.name, store_.grad(s.param).slice(0, s.r0, s.r1)});
+  for (const EncoderSlot& s : slots_)
+    w.push_back({s.name, store_.grad(s.param).slice(0, s.r0, s.r1), Tensor(), Tensor()});
   return w;
 }
 

@@ -45,8 +45,10 @@ class EncoderClassifier final : public Model {
  public:
   // Declares and allocates every parameter and initialises them as Hugging Face does
   // (init_weights(options.seed)). ArgumentError for fewer than 2 labels or a bad dropout.
+  // storage.quant stores quantizable_parameters() quantized (an inference model to load into).
   EncoderClassifier(const EncoderConfig& cfg, const ClassifierOptions& options, DType dtype = DType::f32,
-                    DType grad_dtype = DType::f32, MemCategory param_category = MemCategory::parameters);
+                    DType grad_dtype = DType::f32, MemCategory param_category = MemCategory::parameters,
+                    const StoreOptions& storage = {});
 
   const EncoderConfig& config() const { return cfg_; }
   const ClassifierOptions& options() const { return opt_; }
@@ -68,7 +70,10 @@ class EncoderClassifier final : public Model {
   // num_labels and "mixtrain_pooling".
   std::string config_json() const override;
   std::vector<NamedWeight> named_weights() const override;  // Hugging Face names, views
-  std::vector<NamedWeight> named_grads() const;             // the same names, gradient views
+  // The encoder layers' linear weights and the learned embedding tables (not the head, the
+  // layer norms, the biases, nor DistilBERT's fixed sinusoidal positions).
+  std::vector<std::string> quantizable_parameters() const override;
+  std::vector<NamedWeight> named_grads() const;  // the same names, gradient views
   const std::vector<EncoderSlot>& slots() const { return slots_; }
   // Whether a Hugging Face name belongs to the classification head (classifier, pre_classifier,
   // BERT's pooler): a directory may lack these, then they keep init_weights' values.

@@ -131,7 +131,8 @@ GptConfig GptConfig::from_json_text(const std::string& text, const std::string& 
   return gpt_config_from_json(j, where);
 }
 
-Gpt::Gpt(const GptConfig& cfg, uint64_t seed, DType dtype, DType grad_dtype, MemCategory param_category)
+Gpt::Gpt(const GptConfig& cfg, uint64_t seed, DType dtype, DType grad_dtype, MemCategory param_category,
+         const StoreOptions& storage)
     : cfg_(cfg) {
   cfg_.validate();
   const int64_t C = cfg_.n_embd;
@@ -142,7 +143,12 @@ Gpt::Gpt(const GptConfig& cfg, uint64_t seed, DType dtype, DType grad_dtype, Mem
     blocks_[static_cast<size_t>(l)].declare(store_, "transformer.h." + std::to_string(l), C, cfg_.n_head,
                                             cfg_.ln_eps);
   ln_f_.declare(store_, "transformer.ln_f", C, cfg_.ln_eps);
-  store_.finalize(dtype, grad_dtype, param_category);
+  QuantizedLayout layout;
+  if (storage.quant != QuantScheme::none) {
+    layout.scheme = storage.quant;
+    for (const std::string& n : quantizable_parameters()) layout.names.insert(n);
+  }
+  store_.finalize(dtype, grad_dtype, param_category, layout, storage.gradients && layout.empty());
   wte_.bind(store_);
   wpe_.bind(store_);
   for (auto& b : blocks_) b.bind(store_);
@@ -155,6 +161,7 @@ void Gpt::init_weights(uint64_t seed) {
   const auto& infos = store_.infos();
   for (size_t i = 0; i < infos.size(); ++i) {
     const std::string& n = infos[i].name;
+    if (store_.is_quantized(i)) continue;  // codes come from the quantized file
     Tensor p = store_.param(i);
     const bool is_bias = n.size() > 5 && n.substr(n.size() - 5) == ".bias";
     const bool is_ln = n.find(".ln_") != std::string::npos;
@@ -180,7 +187,7 @@ double Gpt::flops_per_token(int64_t T) const {
 Gpt::KvCache Gpt::make_kv_cache() const {
   KvCache c;
   const int64_t H = cfg_.n_head, D = cfg_.n_embd / cfg_.n_head;
-  const DType dt = wte_.weight.value().dtype();
+  const DType dt = wte_.dtype;
   for (int64_t l = 0; l < cfg_.n_layer; ++l) {
     c.k.push_back(Tensor::zeros({H, cfg_.block_size, D}, dt, MemCategory::activations));
     c.v.push_back(Tensor::zeros({H, cfg_.block_size, D}, dt, MemCategory::activations));
@@ -201,7 +208,7 @@ std::vector<float> Gpt::decode(const std::vector<int32_t>& tokens, KvCache& cach
   for (size_t l = 0; l < blocks_.size(); ++l) x = blocks_[l].decode(x, cache.k[l], cache.v[l], pos);
   cache.length = pos + Tn;
   x = ln_f_(x);
-  const Var logits = matmul(x, wte_.weight, false, true);  // (1, Tn, V)
+  const Var logits = wte_.project(x);  // (1, Tn, V)
   return logits.value().select(1, Tn - 1).contiguous().to_floats();
 }
 
@@ -245,8 +252,8 @@ Gpt::Output Gpt::forward(const Tensor& idx, const Tensor* targets, bool training
         x);
     drop.offset = *offset_after;
   }
-  x = ln_f_(x);                                      // (B, T, C)
-  Var logits = matmul(x, wte_.weight, false, true);  // (B, T, V) = x wte^T (tied)
+  x = ln_f_(x);                  // (B, T, C)
+  Var logits = wte_.project(x);  // (B, T, V) = x wte^T (tied)
   Output out{logits, Var()};
   if (targets) out.loss = cross_entropy(logits, *targets);
   return out;
@@ -264,10 +271,27 @@ std::vector<NamedWeight> Gpt::named_weights() const {
   std::vector<NamedWeight> w;
   for (size_t i = 0; i < store_.size(); ++i) {
     const std::string& name = store_.infos()[i].name;
+    const bool conv1d = is_hf_conv1d_weight(name);
+    if (store_.is_quantized(i)) {
+      const QuantizedTensor q = store_.quantized(i);
+      const int64_t R = q.codes.size(0);
+      NamedWeight nw{name, Tensor(), conv1d ? q.codes.transpose(0, 1) : q.codes,
+                     conv1d ? q.scale.reshape({1, R}) : q.scale.reshape({R, 1})};
+      w.push_back(std::move(nw));
+      continue;
+    }
     const Tensor& p = store_.param(i);
-    w.push_back({name, is_hf_conv1d_weight(name) ? p.transpose(0, 1) : p});
+    w.push_back({name, conv1d ? p.transpose(0, 1) : p, Tensor(), Tensor()});
   }
   return w;
+}
+
+std::vector<std::string> Gpt::quantizable_parameters() const {
+  std::vector<std::string> n{"transformer.wte.weight", "transformer.wpe.weight"};
+  for (const nn::Block& b : blocks_)
+    for (const nn::Linear* l : {&b.attn.c_attn, &b.attn.c_proj, &b.mlp.c_fc, &b.mlp.c_proj})
+      n.push_back(l->prefix + ".weight");
+  return n;
 }
 
 }  // namespace mixtrain

@@ -9,6 +9,7 @@ namespace mixtrain::nn {
 
 Var bind_parameter(const ParameterStore& store, const std::string& name) {
   const size_t i = store.index(name);
+  if (!store.has_gradients()) return Var(store.param(i));  // an inference model's: a plain value
   return Var::parameter(store.param(i), store.grad(i));
 }
 
@@ -23,12 +24,16 @@ void Linear::declare(ParameterStore& s, std::string name, int64_t in_features, i
 }
 
 void Linear::bind(const ParameterStore& s) {
-  weight = bind_parameter(s, prefix + ".weight");
+  if (s.is_quantized(prefix + ".weight"))
+    qweight = s.quantized(prefix + ".weight");
+  else
+    weight = bind_parameter(s, prefix + ".weight");
   if (has_bias) bias = bind_parameter(s, prefix + ".bias");
 }
 
 Var Linear::operator()(const Var& x) const {
   const ScopedModule site(prefix);
+  if (quantized()) return autograd::quantized_linear(x, qweight, bias);
   return autograd::linear(x, weight, bias);
 }
 
@@ -57,11 +62,23 @@ void Embedding::declare(ParameterStore& s, std::string name, int64_t num_embeddi
   s.declare(prefix + ".weight", {num, dim}, true);
 }
 
-void Embedding::bind(const ParameterStore& s) { weight = bind_parameter(s, prefix + ".weight"); }
+void Embedding::bind(const ParameterStore& s) {
+  dtype = s.flat_params().dtype();
+  if (s.is_quantized(prefix + ".weight"))
+    qweight = s.quantized(prefix + ".weight");
+  else
+    weight = bind_parameter(s, prefix + ".weight");
+}
 
 Var Embedding::operator()(const Tensor& ids) const {
   const ScopedModule site(prefix);
+  if (quantized()) return autograd::quantized_embedding(qweight, ids, dtype);
   return autograd::embedding(weight, ids, padding_idx);
+}
+
+Var Embedding::project(const Var& x) const {
+  if (quantized()) return autograd::quantized_linear(x, qweight, Var());
+  return autograd::matmul(x, weight, false, true);
 }
 
 Var DropoutState::operator()(const Var& x) {

@@ -26,11 +26,55 @@ void ParameterStore::declare(const std::string& name, const Shape& shape, bool w
   infos_.push_back(p);
 }
 
-void ParameterStore::finalize(DType dtype, DType grad_dtype, MemCategory category) {
+void ParameterStore::finalize(DType dtype, DType grad_dtype, MemCategory category,
+                              const QuantizedLayout& quantized, bool gradients) {
   if (finalized()) throw ArgumentError("ParameterStore::finalize: called twice");
-  const ScopedOp site("flat arena");  // names the two arenas in memory reports
+  int64_t code_numel = 0, scale_numel = 0;
+  if (!quantized.empty()) {
+    if (quantized.scheme == QuantScheme::none)
+      throw ArgumentError("ParameterStore::finalize: quantized parameters need a scheme");
+    for (const std::string& n : quantized.names) {
+      if (!by_name_.count(n))
+        throw ArgumentError("ParameterStore::finalize: no parameter named '" + n + "' to quantize");
+      if (infos_[by_name_.at(n)].shape.size() != 2)
+        throw ArgumentError("ParameterStore::finalize: '" + n + "' " +
+                            infos_[by_name_.at(n)].shape.to_string() +
+                            " is not a matrix (only 2-D parameters are quantized, one scale per row)");
+    }
+    // Lay the flat buffers out again without the quantized parameters.
+    flat_numel_ = 0;
+    for (ParamInfo& p : infos_) {
+      p.quantized = quantized.names.count(p.name) > 0;
+      if (p.quantized) {
+        p.offset = code_numel;
+        p.scale_offset = scale_numel;
+        code_numel += (p.numel + 63) / 64 * 64;
+        scale_numel += (p.shape[0] + kParamAlign - 1) / kParamAlign * kParamAlign;
+      } else {
+        p.offset = flat_numel_;
+        flat_numel_ += (p.numel + kParamAlign - 1) / kParamAlign * kParamAlign;
+      }
+    }
+    quant_scheme_ = quantized.scheme;
+  }
+  const ScopedOp site("flat arena");  // names the arenas in memory reports
   params_ = Tensor::zeros({flat_numel_}, dtype, category);
-  grads_ = Tensor::zeros({flat_numel_}, grad_dtype, MemCategory::gradients);
+  if (gradients) grads_ = Tensor::zeros({flat_numel_}, grad_dtype, MemCategory::gradients);
+  if (quant_scheme_ != QuantScheme::none) {
+    codes_ = Tensor::zeros({code_numel}, quant_code_dtype(quant_scheme_), MemCategory::quantized_weights);
+    scales_ = Tensor::zeros({scale_numel}, DType::f32, MemCategory::quantized_weights);
+  }
+}
+
+QuantizedTensor ParameterStore::quantized(size_t i) const {
+  if (!finalized()) throw ArgumentError("ParameterStore::quantized: not finalized");
+  const ParamInfo& p = infos_.at(i);
+  if (!p.quantized) throw ArgumentError("ParameterStore: parameter '" + p.name + "' is not quantized");
+  QuantizedTensor q;
+  q.scheme = quant_scheme_;
+  q.codes = codes_.slice(0, p.offset, p.offset + p.numel).reshape(p.shape);
+  q.scale = scales_.slice(0, p.scale_offset, p.scale_offset + p.shape[0]);
+  return q;
 }
 
 int64_t ParameterStore::numel() const {
@@ -52,12 +96,21 @@ const ParamInfo& ParameterStore::info(const std::string& name) const { return in
 Tensor ParameterStore::param(size_t i) const {
   if (!finalized()) throw ArgumentError("ParameterStore::param: not finalized");
   const ParamInfo& p = infos_.at(i);
+  if (p.quantized)
+    throw ArgumentError("ParameterStore: parameter '" + p.name + "' is stored quantized (" +
+                        std::string(quant_scheme_name(quant_scheme_)) + "): it has no " +
+                        std::string(dtype_name(params_.dtype())) + " view");
   return params_.slice(0, p.offset, p.offset + p.numel).reshape(p.shape);
 }
 
 Tensor ParameterStore::grad(size_t i) const {
   if (!finalized()) throw ArgumentError("ParameterStore::grad: not finalized");
   const ParamInfo& p = infos_.at(i);
+  if (p.quantized)
+    throw ArgumentError("ParameterStore: parameter '" + p.name + "' is stored quantized: no gradient");
+  if (!has_gradients())
+    throw ArgumentError("ParameterStore: parameter '" + p.name +
+                        "' has no gradient (an inference model's store)");
   return grads_.slice(0, p.offset, p.offset + p.numel).reshape(p.shape);
 }
 

@@ -10,6 +10,16 @@
 
 namespace mixtrain {
 
+namespace {
+// A value stored into an i8 tensor: rounded to nearest (ties to even), saturated to [-128, 127],
+// NaN -> 0 (a plain cast would be undefined outside the range). Quantization proper, with a
+// scale, is kernels/quantize.h.
+int8_t int8_from_f64(double v) {
+  if (std::isnan(v)) return 0;
+  return static_cast<int8_t>(std::clamp(std::nearbyint(v), -128.0, 127.0));
+}
+}  // namespace
+
 std::string_view dtype_name(DType t) {
   switch (t) {
     case DType::f32:
@@ -26,6 +36,8 @@ std::string_view dtype_name(DType t) {
       return "f64";
     case DType::i32:
       return "i32";
+    case DType::i8:
+      return "i8";
   }
   return "?";
 }
@@ -38,13 +50,15 @@ DType parse_dtype(std::string_view s) {
   if (s == "f8_e5m2" || s == "e5m2") return DType::f8_e5m2;
   if (s == "f64" || s == "fp64" || s == "float64") return DType::f64;
   if (s == "i32" || s == "int32") return DType::i32;
+  if (s == "i8" || s == "int8") return DType::i8;
   throw ArgumentError("unknown dtype '" + std::string(s) +
-                      "' (valid: f32, f16, bf16, f8_e4m3, f8_e5m2, f64, i32)");
+                      "' (valid: f32, f16, bf16, f8_e4m3, f8_e5m2, f64, i32, i8)");
 }
 
 double load_as_f64(const void* base, DType t, int64_t i) {
   if (t == DType::f64) return static_cast<const double*>(base)[i];
   if (t == DType::i32) return static_cast<const int32_t*>(base)[i];
+  if (t == DType::i8) return static_cast<const int8_t*>(base)[i];
   return load_as_f32(base, t, i);
 }
 
@@ -64,6 +78,8 @@ float load_as_f32(const void* base, DType t, int64_t i) {
       return static_cast<float>(static_cast<const double*>(base)[i]);
     case DType::i32:
       return static_cast<float>(static_cast<const int32_t*>(base)[i]);
+    case DType::i8:
+      return static_cast<float>(static_cast<const int8_t*>(base)[i]);
   }
   return 0.f;
 }
@@ -73,6 +89,8 @@ void store_from_f64(void* base, DType t, int64_t i, double v) {
     static_cast<double*>(base)[i] = v;
   } else if (t == DType::i32) {
     static_cast<int32_t*>(base)[i] = static_cast<int32_t>(v);
+  } else if (t == DType::i8) {
+    static_cast<int8_t*>(base)[i] = int8_from_f64(v);
   } else {
     // Double -> f32 -> narrow format can round twice; callers that need exact rounding of a
     // double to 16 bits do not exist (all math is fp32), so this is the documented behaviour.
@@ -103,6 +121,9 @@ void store_from_f32(void* base, DType t, int64_t i, float v) {
     case DType::i32:
       static_cast<int32_t*>(base)[i] = static_cast<int32_t>(v);
       break;
+    case DType::i8:
+      static_cast<int8_t*>(base)[i] = int8_from_f64(v);
+      break;
   }
 }
 
@@ -128,6 +149,7 @@ void from_f32(const float* src, void* dst, DType t, size_t n) {
       return;
     case DType::f64:
     case DType::i32:
+    case DType::i8:
       for (size_t i = 0; i < n; ++i) store_from_f32(dst, t, static_cast<int64_t>(i), src[i]);
       return;
   }
@@ -153,6 +175,7 @@ void to_f32(const void* src, DType t, float* dst, size_t n) {
       return;
     case DType::f64:
     case DType::i32:
+    case DType::i8:
       for (size_t i = 0; i < n; ++i) dst[i] = load_as_f32(src, t, static_cast<int64_t>(i));
       return;
   }
@@ -167,8 +190,8 @@ void convert_any(const void* src, DType src_t, void* dst, DType dst_t, size_t n)
               static_cast<char*>(dst));
     return;
   }
-  // f64 and i32 go element by element in double so no precision is lost on the way.
-  if (src_t == DType::f64 || dst_t == DType::f64 || src_t == DType::i32 || dst_t == DType::i32) {
+  // f64 and the integers go element by element in double so no precision is lost on the way.
+  if (src_t == DType::f64 || dst_t == DType::f64 || !is_floating(src_t) || !is_floating(dst_t)) {
     for (size_t i = 0; i < n; ++i)
       store_from_f64(dst, dst_t, static_cast<int64_t>(i), load_as_f64(src, src_t, static_cast<int64_t>(i)));
     return;

@@ -26,6 +26,8 @@ std::string_view mem_category_name(MemCategory c) {
       return "workspace";
     case MemCategory::cast_cache:
       return "cast_cache";
+    case MemCategory::quantized_weights:
+      return "quantized_weights";
     case MemCategory::data:
       return "data";
     case MemCategory::other:

@@ -11,6 +11,7 @@
 #include "checkpoint/file_io.h"
 #include "core/json_input.h"
 #include "core/printable.h"
+#include "mixtrain/amp/autocast.h"
 #include "mixtrain/autograd/variable.h"
 #include "mixtrain/core/error.h"
 #include "mixtrain/models/encoder.h"
@@ -34,10 +35,15 @@ WordPieceTokenizer tokenizer_from_model_dir(const std::string& dir) {
 }
 
 TextClassifier::TextClassifier(std::vector<std::string> labels, WordPieceTokenizer tokenizer,
-                               std::unique_ptr<Model> model)
-    : labels_(std::move(labels)), tokenizer_(std::move(tokenizer)), model_(std::move(model)) {}
+                               std::unique_ptr<Model> model, DType compute)
+    : labels_(std::move(labels)),
+      compute_(compute),
+      tokenizer_(std::move(tokenizer)),
+      model_(std::move(model)) {}
 
-TextClassifier TextClassifier::load(const std::string& dir) {
+TextClassifier TextClassifier::load(const std::string& dir, std::optional<DType> compute) {
+  if (compute && *compute != DType::f32 && *compute != DType::bf16)
+    throw ArgumentError({"compute"}, "compute must be f32 or bf16, got " + std::string(dtype_name(*compute)));
   if (!fs::is_directory(dir))
     throw IoError("model directory " + dir + " does not exist or is not a directory");
   ClassifierOptions co = saved_classifier_options(dir);  // labels from id2label, the saved pooling
@@ -58,11 +64,20 @@ TextClassifier TextClassifier::load(const std::string& dir) {
   }
   WordPieceTokenizer tok = tokenizer_from_model_dir(dir);
   std::vector<std::string> labels = co.labels;
-  std::unique_ptr<Model> model = load_encoder_classifier(dir, co);
-  return TextClassifier(std::move(labels), std::move(tok), std::move(model));
+  const bool quantized = is_quantized_model_dir(dir);
+  const DType dt = compute.value_or(quantized ? DType::bf16 : DType::f32);
+  std::unique_ptr<Model> model =
+      load_encoder_classifier(dir, co, dt, DType::f32, MemCategory::parameters, /*gradients=*/false);
+  return TextClassifier(std::move(labels), std::move(tok), std::move(model), dt);
 }
 
 int64_t TextClassifier::max_positions() const { return encoder_info(*model_).max_positions; }
+
+std::vector<float> TextClassifier::logits(const Batch& batch) const {
+  const autograd::NoGradGuard no_grad;
+  const AutocastScope autocast(compute_ != DType::f32, DType::bf16);
+  return model_->forward_batch(batch, false, 0).logits.value().to_floats();
+}
 
 std::vector<Prediction> TextClassifier::classify(const std::vector<std::string>& texts,
                                                  std::optional<int64_t> max_len_opt,
@@ -90,8 +105,7 @@ std::vector<Prediction> TextClassifier::classify(const std::vector<std::string>&
     b.attention_mask = Tensor::from_ints(e.attention_mask, {e.B, e.T});          // (B, T)
     b.targets = Tensor::from_ints(std::vector<int32_t>(size_t(e.B), 0), {e.B});  // (B): unused
     b.rows = e.B;
-    const std::vector<float> logits =
-        model_->forward_batch(b, false, 0).logits.value().to_floats();  // (B, K)
+    const std::vector<float> logits = this->logits(b);  // (B, K)
     for (int64_t r = 0; r < e.B; ++r) {
       const float* z = logits.data() + r * K;
       const float top = *std::max_element(z, z + K);

@@ -10,6 +10,7 @@
 #include <functional>
 
 #include "mixtrain/autograd/variable.h"
+#include "mixtrain/tensor/quantized.h"
 
 namespace mixtrain::autograd {
 
@@ -17,6 +18,12 @@ namespace mixtrain::autograd {
 Var matmul(const Var& a, const Var& b, bool trans_a = false, bool trans_b = false);
 // x (..., IN), w (OUT, IN) (torch nn.Linear layout), b (OUT) or undefined -> (..., OUT).
 Var linear(const Var& x, const Var& w, const Var& b);
+// The same with quantized weights, for inference (tensor/quantized.h; the scheme says how:
+// int8-dynamic quantizes x per row and runs the exact int8 GEMM, fp8 quantizes x per row to E4M3
+// and runs the GEMM on bf16 units, int8-weight dequantizes w into x's dtype and runs the float
+// GEMM). x is cast as linear's autocast policy casts it (16 bits inside a region); the output has
+// x's dtype then. No gradient: ArgumentError when gradients are enabled and x requires one.
+Var quantized_linear(const Var& x, const QuantizedTensor& w, const Var& b);
 Var add(const Var& a, const Var& b);  // b has a's shape or is a row (C) broadcast
 Var mul(const Var& a, const Var& b);
 Var scale(const Var& a, float s);
@@ -29,6 +36,8 @@ Var layer_norm(const Var& x, const Var& weight, const Var& bias, float eps);
 // weight (V, C), ids (...) i32 -> (..., C).
 // padding_idx >= 0: that row gets no gradient (torch's nn.Embedding(padding_idx=...)).
 Var embedding(const Var& weight, const Tensor& ids, int64_t padding_idx = -1);
+// The lookup of a quantized table (V, C), dequantized into `dtype`: ids (...) -> (..., C). No gradient.
+Var quantized_embedding(const QuantizedTensor& table, const Tensor& ids, DType dtype);
 // x (..., Tq, Tk) -> softmax over the last dim of scale * x, row i seeing columns <= i + Tk - Tq.
 Var causal_softmax(const Var& x, float scale);
 // Bidirectional attention softmax: x (B*H, Tq, Tk), key_mask (B, Tk) i32 (1 real, 0 padding) ->

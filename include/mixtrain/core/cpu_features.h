@@ -11,6 +11,8 @@ struct CpuFeatures {
   bool avx2, fma, f16c;
   bool avx512f, avx512bw, avx512vl, avx512_bf16, avx512_fp16;
   bool amx_bf16, amx_tile;  // Linux additionally needs arch_prctl(ARCH_REQ_XCOMP_PERM) to use AMX
+  // Integer dot products into int32 lanes (the int8 GEMM is exact on them: kernels/quantize.h).
+  bool avx512_vnni, avx_vnni, amx_int8;
 };
 
 // Detected on first call; later calls return the same object.

@@ -32,9 +32,13 @@ struct ClassifierOptions {
 // logits (B, K) and the mean cross-entropy over rows whose target is not -1. The parameters are
 // allocated in `dtype` with gradients in `grad_dtype` (MixedPrecision's param_dtype/grad_dtype).
 // IoError / ArgumentError naming the file and the tensor or key for anything missing or wrong.
+// A quantized directory (`mixtrain quantize`: config.json's quantization_config) loads with its
+// quantized weights as codes and scales; it is for inference: gradients must be false (IoError
+// otherwise). gradients false: no gradient buffers (classify, evaluation).
 std::unique_ptr<Model> load_encoder_classifier(const std::string& dir, const ClassifierOptions& options,
                                                DType dtype = DType::f32, DType grad_dtype = DType::f32,
-                                               MemCategory param_category = MemCategory::parameters);
+                                               MemCategory param_category = MemCategory::parameters,
+                                               bool gradients = true);
 
 // What a loaded encoder classifier is (for callers that hold it as a Model: the tokenizer's vocab
 // must match vocab_size, sequences are at most max_positions long). ArgumentError when `model`
@@ -54,11 +58,16 @@ EncoderInfo encoder_info(const Model& model);
 // from "mixtrain_pooling" (cls when absent); dropout and seed keep their defaults. IoError naming
 // the file and the key when id2label is malformed (not an object of "0".."K-1" -> string).
 ClassifierOptions saved_classifier_options(const std::string& dir);
+// Whether `dir`/config.json describes a quantized model (a quantization_config, `mixtrain
+// quantize`); IoError as load_encoder_classifier for a malformed one.
+bool is_quantized_model_dir(const std::string& dir);
 
 // Writes `model` (from load_encoder_classifier) to `dir` as Hugging Face's
 // BertForSequenceClassification / DistilBertForSequenceClassification: model.safetensors,
 // config.json (with id2label / label2id) and the tokenizer files copied from `tokenizer_dir`, so
-// transformers' from_pretrained(dir) loads it.
+// transformers' from_pretrained(dir) loads it. A quantized model (from a quantized directory, or
+// made by quantize_model, train/quantize.h) is written with its codes and scales as
+// compressed-tensors names them (<layer>.weight, <layer>.weight_scale) and a quantization_config.
 void save_encoder_classifier(const Model& model, const std::string& dir, const std::string& tokenizer_dir);
 
 }  // namespace mixtrain

@@ -45,9 +45,11 @@ bool is_hf_conv1d_weight(const std::string& name);
 class Gpt final : public Model {
  public:
   // Declares and allocates every parameter (dtype for values, grad_dtype for gradients, the values
-  // charged to param_category) and initialises them as GPT-2 does from `seed`.
+  // charged to param_category) and initialises them as GPT-2 does from `seed`. storage.quant
+  // stores quantizable_parameters() quantized instead (zero codes, scales 0: an inference model to
+  // load a quantized file into; the tied head runs as a quantized linear of wte's codes).
   Gpt(const GptConfig& cfg, uint64_t seed, DType dtype = DType::f32, DType grad_dtype = DType::f32,
-      MemCategory param_category = MemCategory::parameters);
+      MemCategory param_category = MemCategory::parameters, const StoreOptions& storage = {});
 
   const GptConfig& config() const { return cfg_; }
   std::string_view family() const override { return "gpt"; }
@@ -57,6 +59,7 @@ class Gpt final : public Model {
   // GPT-2's names (transformer.h.0.attn.c_attn.weight, ...) in Hugging Face's layout: the four
   // Conv1D weights of each block (is_hf_conv1d_weight) as (IN, OUT) views of our (OUT, IN).
   std::vector<NamedWeight> named_weights() const override;
+  std::vector<std::string> quantizable_parameters() const override;
 
   // logits (B, T, V); loss scalar f32 (undefined without targets).
   using Output = ModelOutput;

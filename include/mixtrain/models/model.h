@@ -17,9 +17,16 @@ namespace mixtrain {
 
 // A weight under the name and in the layout of the model's interchange format (for GPT: Hugging
 // Face's GPT-2 names and its transposed Conv1D weights); the tensor is a view of the parameter.
+// A quantized model's quantized weight has no float tensor: codes and scale instead (views of its
+// store's quantized arenas, tensor/quantized.h), codes in the interchange layout, and the scale
+// laid out to broadcast against them: (R, 1) for per-row codes, (1, C) when the layout transposes
+// them (GPT-2's Conv1D: one scale per output column), as compressed-tensors' weight_scale.
 struct NamedWeight {
   std::string name;
-  Tensor tensor;
+  Tensor tensor;  // undefined for a quantized weight
+  Tensor codes;   // quantized: the codes (i8 or f8_e4m3) in the interchange layout
+  Tensor scale;   // quantized: (R, 1) or (1, C) f32
+  bool quantized() const { return codes.defined(); }
 };
 
 struct ModelOutput {
@@ -60,6 +67,10 @@ class Model {
   virtual std::string config_json() const = 0;  // the configuration as JSON text
   // Every weight by name, as checkpoints write them (model.safetensors): views, not copies.
   virtual std::vector<NamedWeight> named_weights() const = 0;
+  // The parameters (store names) a quantization scheme stores quantized: the linear layers'
+  // weights and the embedding tables; not the layer norms, the biases, nor a classification head.
+  // None by default (a model that cannot be quantized).
+  virtual std::vector<std::string> quantizable_parameters() const { return {}; }
   int64_t num_parameters() const { return params().numel(); }
 };
 

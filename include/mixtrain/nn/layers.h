@@ -21,12 +21,14 @@ struct Linear {
   std::string prefix;  // e.g. "transformer.h.0.attn.c_attn"
   int64_t in = 0, out = 0;
   bool has_bias = true;
-  Var weight;  // (OUT, IN)
-  Var bias;    // (OUT)
+  Var weight;               // (OUT, IN); undefined when the store holds it quantized
+  Var bias;                 // (OUT)
+  QuantizedTensor qweight;  // (OUT, IN) codes, (OUT) scales: a quantized model's (inference only)
   void declare(ParameterStore& s, std::string name, int64_t in_features, int64_t out_features,
                bool bias_ = true);
   void bind(const ParameterStore& s);
   Var operator()(const Var& x) const;  // (..., IN) -> (..., OUT)
+  bool quantized() const { return qweight.codes.defined(); }
 };
 
 struct LayerNorm {
@@ -44,10 +46,15 @@ struct Embedding {
   std::string prefix;
   int64_t num = 0, dim = 0;
   int64_t padding_idx = -1;  // >= 0: this row gets no gradient (torch's padding_idx)
-  Var weight;                // (NUM, C)
+  Var weight;                // (NUM, C); undefined when the store holds it quantized
+  QuantizedTensor qweight;   // (NUM, C) codes, (NUM) scales, dequantized at lookup (inference only)
+  DType dtype = DType::f32;  // the store's parameter dtype: what a quantized lookup dequantizes into
   void declare(ParameterStore& s, std::string name, int64_t num_embeddings, int64_t channels);
   void bind(const ParameterStore& s);
   Var operator()(const Tensor& ids) const;  // (...) -> (..., C)
+  bool quantized() const { return qweight.codes.defined(); }
+  // out = x table^T (a tied output head, GPT's): the float GEMM, or the quantized linear.
+  Var project(const Var& x) const;  // (..., C) -> (..., NUM)
 };
 
 // Dropout settings for one forward pass: the seed and a running element offset so every dropout

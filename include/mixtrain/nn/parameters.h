@@ -3,10 +3,12 @@
 // tensors; the optimizer, the gradient norm, clipping and checkpoint I/O are flat loops over
 // flat_params() / flat_grads(). Later: fp32 master weights as a third flat buffer, same layout.
 #pragma once
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "mixtrain/tensor/quantized.h"
 #include "mixtrain/tensor/tensor.h"
 
 namespace mixtrain {
@@ -14,9 +16,27 @@ namespace mixtrain {
 struct ParamInfo {
   std::string name;  // GPT-2 names: "transformer.h.0.attn.c_attn.weight"
   Shape shape;
-  int64_t offset = 0;  // in elements, into the flat buffers
+  int64_t offset = 0;  // in elements, into the flat buffers (a quantized one: into the code arena)
   int64_t numel = 0;
   bool weight_decay = true;  // AdamW decays matrices, not biases / layer-norm gains (as nanoGPT)
+  bool quantized = false;    // stored as codes and scales (QuantizedLayout), not in the flat buffers
+  int64_t scale_offset = 0;  // quantized: its first row's scale in the scale arena
+};
+
+// Which 2-D parameters of a model are stored quantized, given to its constructor (models/gpt.h,
+// models/encoder.h) before its store is finalized.
+struct QuantizedLayout {
+  QuantScheme scheme = QuantScheme::none;
+  std::set<std::string> names;
+  bool empty() const { return names.empty(); }
+};
+
+// What a model's constructor makes of its store beyond the dtypes: an inference model (classify,
+// sample, quantized models) needs no gradient buffers; a quantized one stores the parameters its
+// scheme quantizes (Model::quantizable_parameters) as codes and scales, and has no gradients.
+struct StoreOptions {
+  QuantScheme quant = QuantScheme::none;
+  bool gradients = true;
 };
 
 class ParameterStore {
@@ -26,8 +46,22 @@ class ParameterStore {
   // Allocates the flat parameter buffer (in `dtype`, charged to `category`: master_weights when
   // it is the fp32 master of a 16-bit working copy) and the gradient buffer (in grad_dtype,
   // zeroed). Offsets are aligned to 16 elements so every view starts on a 64-byte line for f32.
-  void finalize(DType dtype, DType grad_dtype, MemCategory category = MemCategory::parameters);
+  // `quantized` names 2-D parameters to store as codes and scales instead (ArgumentError for an
+  // unknown or non-2-D name): their slots in the flat buffers are empty, their codes live in one
+  // flat code arena and their scales in one f32 arena, both MemCategory::quantized_weights.
+  // gradients false: no gradient buffer (an inference model; grad() throws, bind_parameter makes
+  // plain values).
+  void finalize(DType dtype, DType grad_dtype, MemCategory category = MemCategory::parameters,
+                const QuantizedLayout& quantized = {}, bool gradients = true);
   bool finalized() const { return params_.defined(); }
+  bool has_gradients() const { return grads_.defined(); }
+  // The quantized form of parameter i (ArgumentError if it is not quantized), and whether it is.
+  bool is_quantized(size_t i) const { return infos_.at(i).quantized; }
+  bool is_quantized(const std::string& name) const { return is_quantized(index(name)); }
+  QuantizedTensor quantized(size_t i) const;
+  QuantizedTensor quantized(const std::string& name) const { return quantized(index(name)); }
+  QuantScheme quant_scheme() const { return quant_scheme_; }
+  bool any_quantized() const { return quant_scheme_ != QuantScheme::none; }
 
   const std::vector<ParamInfo>& infos() const { return infos_; }
   size_t size() const { return infos_.size(); }
@@ -35,6 +69,7 @@ class ParameterStore {
   int64_t flat_numel() const;                            // buffer length including alignment padding
   const ParamInfo& info(const std::string& name) const;  // throws ArgumentError naming the name
 
+  // Views of parameter i in the flat buffers (ArgumentError for a quantized one: quantized()).
   Tensor param(size_t i) const;
   Tensor grad(size_t i) const;
   Tensor param(const std::string& name) const { return param(index(name)); }
@@ -52,6 +87,9 @@ class ParameterStore {
   int64_t flat_numel_ = 0;
   Tensor params_;  // (flat_numel) parameters
   Tensor grads_;   // (flat_numel) gradients
+  QuantScheme quant_scheme_ = QuantScheme::none;
+  Tensor codes_;   // the quantized parameters' codes, back to back (64-byte aligned)
+  Tensor scales_;  // their per-row scales
 };
 
 }  // namespace mixtrain

@@ -1,6 +1,7 @@
 // Element types a tensor can hold. The 16- and 8-bit float formats are distinct C++ types
 // (numeric/); DType is their run-time tag. f64 exists for finite-difference gradient checks,
-// i32 for token ids.
+// i32 for token ids (and integer GEMM accumulators), i8 for the codes of int8-quantized weights and
+// activations (kernels/quantize.h).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -13,7 +14,7 @@
 
 namespace mixtrain {
 
-enum class DType : uint8_t { f32, f16, bf16, f8_e4m3, f8_e5m2, f64, i32 };
+enum class DType : uint8_t { f32, f16, bf16, f8_e4m3, f8_e5m2, f64, i32, i8 };
 
 constexpr size_t dtype_size(DType t) {
   switch (t) {
@@ -31,11 +32,13 @@ constexpr size_t dtype_size(DType t) {
       return 8;
     case DType::i32:
       return 4;
+    case DType::i8:
+      return 1;
   }
   return 0;
 }
 
-constexpr bool is_floating(DType t) { return t != DType::i32; }
+constexpr bool is_floating(DType t) { return t != DType::i32 && t != DType::i8; }
 // A 16-bit (or narrower) float format: storage is low precision, math is done in fp32.
 constexpr bool is_low_precision(DType t) {
   return t == DType::f16 || t == DType::bf16 || t == DType::f8_e4m3 || t == DType::f8_e5m2;
@@ -58,13 +61,14 @@ constexpr double dtype_epsilon(DType t) {
     case DType::f64:
       return 2.220446049250313e-16;  // 2^-52
     case DType::i32:
+    case DType::i8:
       return 0.0;
   }
   return 0.0;
 }
 
 std::string_view dtype_name(DType t);
-// Parses "f32"/"fp32"/"float32", "bf16", "f16"/"fp16"/"float16", "f8_e4m3", "f8_e5m2", "f64", "i32".
+// Parses "f32"/"fp32"/"float32", "bf16", "f16"/"fp16"/"float16", "f8_e4m3", "f8_e5m2", "f64", "i32", "i8".
 // Throws ArgumentError naming the valid values.
 DType parse_dtype(std::string_view s);
 
@@ -82,6 +86,10 @@ struct dtype_of<double> {
 template <>
 struct dtype_of<int32_t> {
   static constexpr DType value = DType::i32;
+};
+template <>
+struct dtype_of<int8_t> {
+  static constexpr DType value = DType::i8;
 };
 template <>
 struct dtype_of<bf16> {

@@ -10,14 +10,15 @@
 namespace mixtrain {
 
 enum class MemCategory : uint8_t {
-  parameters,       // model weights in their working dtype
-  master_weights,   // fp32 copies of 16-bit parameters (mixed precision)
-  gradients,        // parameter gradients
-  optimizer_state,  // AdamW moments, momentum buffers, compensation buffers
-  activations,      // forward outputs saved for backward
-  workspace,        // temporaries freed within one op or one step
-  cast_cache,       // autocast's cached low-precision copies of weights
-  data,             // token batches, host buffers
+  parameters,         // model weights in their working dtype
+  master_weights,     // fp32 copies of 16-bit parameters (mixed precision)
+  gradients,          // parameter gradients
+  optimizer_state,    // AdamW moments, momentum buffers, compensation buffers
+  activations,        // forward outputs saved for backward
+  workspace,          // temporaries freed within one op or one step
+  cast_cache,         // autocast's cached low-precision copies of weights
+  quantized_weights,  // int8 / E4M3 weight codes and their fp32 scales (quantized inference)
+  data,               // token batches, host buffers
   other,
   count_,
 };

@@ -8,6 +8,7 @@
 #include "kernels/gradient_kernels.h"
 #include "mixtrain/kernels/ops.h"
 #include "mixtrain/kernels/optimizer_kernels.h"
+#include "mixtrain/kernels/quantize.h"
 
 namespace mixtrain {
 
@@ -16,6 +17,8 @@ namespace mixtrain {
 // the meta device's own when the operands are meta tensors.
 void gemm_workspace_only(const Tensor& a, const Tensor& b, Tensor& c, const GemmOptions& opt,
                          const Tensor* bias);
+// The same for cpu::gemm_s8 (its fp32 route's operand copies and the fp32 GEMM's buffers).
+void gemm_s8_workspace_only(const Tensor& a, const Tensor& b, Tensor& acc);
 
 namespace cpu {
 void gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmOptions& opt, const Tensor* bias);
@@ -24,6 +27,17 @@ void gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmOptions& opt, c
 // overrides it), or forced either way (tests check both routes on one machine).
 enum class Bf16GemmRoute { automatic, native, via_f32 };
 void set_bf16_gemm_route(Bf16GemmRoute r);
+// How int8 GEMMs run (gemm_onednn.cpp): automatic (oneDNN's s8 matmul where the CPU has VNNI or
+// AMX-INT8, else the exact fp32 route; MIXTRAIN_S8_GEMM=onednn|fp32 overrides it), or forced.
+enum class S8GemmRoute { automatic, onednn, via_f32 };
+void set_s8_gemm_route(S8GemmRoute r);
+// quantize_cpu.cpp, gemm_onednn.cpp (gemm_s8)
+void quantize_rows(const Tensor& x, Tensor& q, Tensor& scale);
+void dequantize_rows(const Tensor& q, const Tensor& scale, Tensor& out);
+void embedding_dequantized(const Tensor& q, const Tensor& scale, const Tensor& ids, Tensor& out);
+void gemm_s8(const Tensor& a, const Tensor& b, Tensor& acc);
+void dequantize_gemm(const Tensor& acc, const Tensor& row_scale, const Tensor& col_scale, const Tensor* bias,
+                     Tensor& out);
 void add(const Tensor& a, const Tensor& b, Tensor& out);
 void mul(const Tensor& a, const Tensor& b, Tensor& out);
 void scale(const Tensor& a, float s, Tensor& out);

@@ -25,6 +25,7 @@
 // the accumulator before the bias and the post-ops, as 2.x applied its output scale).
 #include <omp.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <bit>
@@ -42,6 +43,7 @@
 #include "mixtrain/core/cpu_features.h"
 #include "mixtrain/kernels/gemm_info.h"
 #include "mixtrain/kernels/matmul_precision.h"
+#include "mixtrain/kernels/quantize.h"
 
 namespace mixtrain {
 namespace {
@@ -66,6 +68,10 @@ ddt to_dnnl(DType t) {
       return ddt::bf16;
     case DType::f16:
       return ddt::f16;
+    case DType::i8:
+      return ddt::s8;
+    case DType::i32:
+      return ddt::s32;
     default:
       throw DTypeError("gemm (oneDNN): unsupported dtype " + std::string(dtype_name(t)));
   }
@@ -696,6 +702,109 @@ bool gemm_converts_to_f32(DType in_dtype) {
 std::string onednn_version() {
   const dnnl_version_t* v = dnnl_version();
   return std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch);
+}
+
+// ---- the exact int8 GEMM (kernels/quantize.h: gemm_s8) ------------------------------------------
+namespace {
+using cpu::S8GemmRoute;
+std::atomic<S8GemmRoute> g_s8_route{S8GemmRoute::automatic};
+
+// Dot-product units that add four u8*s8 products straight into an int32 lane (VPDPBUSD; AMX's
+// TDPBSSD): oneDNN's int8 kernels are exact there. Without them (AVX2, AVX-512 before VNNI) they
+// add pairs of products in saturating 16-bit lanes (VPMADDUBSW): measured on AMD EPYC (Zen 3,
+// AVX2): 24,559 of 24,576 results wrong for random full-range int8 at (64, 384) x (384, 384).
+bool s8_via_f32() {
+  switch (g_s8_route.load(std::memory_order_relaxed)) {
+    case S8GemmRoute::onednn:
+      return false;
+    case S8GemmRoute::via_f32:
+      return true;
+    case S8GemmRoute::automatic:
+      break;
+  }
+  static const bool via = [] {
+    const char* v = std::getenv("MIXTRAIN_S8_GEMM");
+    if (v && std::strcmp(v, "onednn") == 0) return false;
+    if (v && std::strcmp(v, "fp32") == 0) return true;
+    const CpuFeatures& f = cpu_features();
+    return !(f.avx512_vnni || f.avx_vnni || f.amx_int8);
+  }();
+  return via;
+}
+
+// K blocks of the fp32 route: |a * b| <= 2^14 for int8 operands, so a block's partial sums are
+// integers of magnitude <= 2^24, all exact in fp32 whatever the order of summation.
+constexpr int64_t kS8Block = 1024;
+
+// An int8 matrix (r, c) row-major -> fp32, exactly.
+void widen_s8(const Tensor& q, Tensor& f) {
+  const int64_t n = q.numel();
+  const int8_t* s = static_cast<const int8_t*>(q.raw_data());
+  float* d = f.data<float>();
+#pragma omp parallel for schedule(static) if (n >= (1 << 16))
+  for (int64_t i = 0; i < n; ++i) d[i] = static_cast<float>(s[i]);
+}
+
+// compute false: the meta device's (only the tracked temporaries the CPU call takes).
+void gemm_s8_impl(const Tensor& a, const Tensor& b, Tensor& acc, bool compute) {
+  const int64_t M = a.size(0), K = a.size(1), N = b.size(0);
+  if (force_reference() || M == 0 || N == 0 || K == 0) {
+    if (compute) ref::gemm_s8(a, b, acc);
+    return;
+  }
+  if (!s8_via_f32()) {
+    Plan plan;
+    plan.run.src = mat_of(a, false);
+    plan.run.wei = mat_of(b, true);
+    plan.run.dst = mat_of(acc, false);
+    plan.entry = PrimitiveCache::instance().get(plan.run);
+    if (plan.entry->ok && plan.entry->impl.rfind("ref", 0) != 0) {
+      execute(plan, plan.run, thread_scratch(acc.device()), compute);
+      return;
+    }
+  }
+  const Device dev = acc.device();
+  const Tensor ac = a.contiguous(), bc = b.contiguous();
+  Tensor a32 = Tensor::empty({M, K}, DType::f32, MemCategory::workspace, dev);
+  Tensor b32 = Tensor::empty({N, K}, DType::f32, MemCategory::workspace, dev);
+  Tensor c32 = Tensor::empty({M, N}, DType::f32, MemCategory::workspace, dev);
+  if (compute) {
+    widen_s8(ac, a32);
+    widen_s8(bc, b32);
+  }
+  GemmOptions o;
+  o.trans_b = true;
+  const int64_t as0 = acc.stride(0), as1 = acc.stride(1);
+  int32_t* out = static_cast<int32_t*>(acc.raw_data());
+  for (int64_t k0 = 0; k0 < K; k0 += kS8Block) {
+    const int64_t k1 = std::min(K, k0 + kS8Block);
+    gemm_impl(a32.slice(1, k0, k1), b32.slice(1, k0, k1), c32, o, nullptr, compute);
+    if (!compute) continue;
+    const float* c = c32.data<float>();
+    const bool first = k0 == 0;
+#pragma omp parallel for schedule(static) if (M * N >= (1 << 16))
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t n = 0; n < N; ++n) {
+        const int32_t v = static_cast<int32_t>(c[m * N + n]);  // an exact integer
+        int32_t& dst = out[m * as0 + n * as1];
+        dst = first ? v : dst + v;
+      }
+  }
+}
+}  // namespace
+
+void cpu::gemm_s8(const Tensor& a, const Tensor& b, Tensor& acc) { gemm_s8_impl(a, b, acc, true); }
+void gemm_s8_workspace_only(const Tensor& a, const Tensor& b, Tensor& acc) { gemm_s8_impl(a, b, acc, false); }
+void cpu::set_s8_gemm_route(S8GemmRoute r) { g_s8_route.store(r, std::memory_order_relaxed); }
+
+const char* gemm_s8_route() {
+  if (force_reference()) return "reference (MIXTRAIN_FORCE_REFERENCE)";
+  if (s8_via_f32())
+    return "int8 through the fp32 GEMM in K blocks of 1024 (exact; this CPU has no VNNI or AMX-INT8, where "
+           "oneDNN's int8 kernels saturate)";
+  const CpuFeatures& f = cpu_features();
+  if (f.amx_int8) return "oneDNN s8 matmul (AMX-INT8)";
+  return f.avx512_vnni ? "oneDNN s8 matmul (AVX512-VNNI)" : "oneDNN s8 matmul (AVX-VNNI)";
 }
 
 GemmCacheStats gemm_cache_stats() { return PrimitiveCache::instance().stats(); }

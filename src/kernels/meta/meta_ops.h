@@ -11,6 +11,7 @@
 #include "kernels/gradient_kernels.h"
 #include "mixtrain/kernels/ops.h"
 #include "mixtrain/kernels/optimizer_kernels.h"
+#include "mixtrain/kernels/quantize.h"
 
 namespace mixtrain::meta {
 
@@ -28,6 +29,12 @@ void softmax_last(const Tensor& x, Tensor& out);
 void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps, Tensor& out,
                 Tensor* mean, Tensor* rstd, Tensor* xhat);
 void embedding(const Tensor& weight, const Tensor& ids, Tensor& out);
+void quantize_rows(const Tensor& x, Tensor& q, Tensor& scale);  // quantize_meta.cpp
+void dequantize_rows(const Tensor& q, const Tensor& scale, Tensor& out);
+void embedding_dequantized(const Tensor& q, const Tensor& scale, const Tensor& ids, Tensor& out);
+void gemm_s8(const Tensor& a, const Tensor& b, Tensor& acc);
+void dequantize_gemm(const Tensor& acc, const Tensor& row_scale, const Tensor& col_scale, const Tensor* bias,
+                     Tensor& out);
 double cross_entropy(const Tensor& logits, const Tensor& targets, Tensor* losses);
 
 void gelu_backward(const Tensor& x, const Tensor& dout, Tensor& dx);

@@ -1,0 +1,16 @@
+// The meta backend's quantization ops (kernels/quantize.h): the CPU kernels (quantize_cpu.cpp)
+// allocate no tracked tensors (their fp32 staging rows are thread-local vectors, and a layout
+// they do not take goes to the reference, which allocates none either); the int8 GEMM's fp32
+// route does (gemm_onednn.cpp), and its planner is asked for them.
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/meta/meta_ops.h"
+
+namespace mixtrain {
+
+void meta::quantize_rows(const Tensor&, Tensor&, Tensor&) {}
+void meta::dequantize_rows(const Tensor&, const Tensor&, Tensor&) {}
+void meta::embedding_dequantized(const Tensor&, const Tensor&, const Tensor&, Tensor&) {}
+void meta::gemm_s8(const Tensor& a, const Tensor& b, Tensor& acc) { gemm_s8_workspace_only(a, b, acc); }
+void meta::dequantize_gemm(const Tensor&, const Tensor&, const Tensor&, const Tensor*, Tensor&) {}
+
+}  // namespace mixtrain

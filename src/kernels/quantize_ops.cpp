@@ -1,0 +1,149 @@
+// Public quantization ops (kernels/quantize.h): argument checks, then the device's backend.
+#include <string>
+
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/meta/meta_ops.h"
+#include "kernels/op.h"
+#include "kernels/op_checks.h"
+#include "kernels/ref/ref_util.h"
+#include "mixtrain/core/profiler.h"
+#include "mixtrain/kernels/quantize.h"
+
+namespace mixtrain {
+namespace ops {
+const Op<void(const Tensor&, Tensor&, Tensor&)> quantize_rows{"quantize_rows", ref::quantize_rows,
+                                                              cpu::quantize_rows, meta::quantize_rows};
+const Op<void(const Tensor&, const Tensor&, Tensor&)> dequantize_rows{
+    "dequantize_rows", ref::dequantize_rows, cpu::dequantize_rows, meta::dequantize_rows};
+const Op<void(const Tensor&, const Tensor&, const Tensor&, Tensor&)> embedding_dequantized{
+    "embedding_dequantized", ref::embedding_dequantized, cpu::embedding_dequantized,
+    meta::embedding_dequantized};
+const Op<void(const Tensor&, const Tensor&, Tensor&)> gemm_s8{"gemm_s8", ref::gemm_s8, cpu::gemm_s8,
+                                                              meta::gemm_s8};
+const Op<void(const Tensor&, const Tensor&, const Tensor&, const Tensor*, Tensor&)> dequantize_gemm{
+    "dequantize_gemm", ref::dequantize_gemm, cpu::dequantize_gemm, meta::dequantize_gemm};
+}  // namespace ops
+
+namespace {
+using detail::describe;
+
+bool is_code_dtype(DType t) { return t == DType::i8 || t == DType::f8_e4m3; }
+
+void check_codes(const char* op, const char* name, const Tensor& q) {
+  if (!is_code_dtype(q.dtype()))
+    throw DTypeError(std::string(op) + ": " + describe(name, q) + " must be i8 or f8_e4m3");
+  if (q.dim() != 2) throw ShapeError(std::string(op) + ": " + describe(name, q) + " must be (R, C)");
+}
+
+void check_out_float(const char* op, const char* name, const Tensor& t) {
+  const DType d = t.dtype();
+  if (d != DType::f32 && d != DType::bf16 && d != DType::f16)
+    throw DTypeError(std::string(op) + ": " + describe(name, t) + " must be f32, bf16 or f16");
+}
+
+// A vector (n) f32 of per-row or per-column values.
+void check_vector(const char* op, const char* name, const Tensor& v, int64_t n, const char* what) {
+  detail::check_dtype(op, {name, &v}, DType::f32);
+  if (v.dim() != 1 || v.size(0) != n)
+    throw ShapeError(std::string(op) + ": " + describe(name, v) + " must be (" + std::to_string(n) +
+                     "): one per " + what);
+}
+}  // namespace
+
+void quantize_rows(const Tensor& x, Tensor& q, Tensor& scale) {
+  ProfileScope prof(WorkKind::casts);
+  const char* op = "quantize_rows";
+  const Device dev = detail::check_defined_same_device(op, {{"x", &x}, {"q", &q}, {"scale", &scale}});
+  check_out_float(op, "x", x);
+  check_codes(op, "q", q);
+  if (x.dim() != 2 || !(q.shape() == x.shape()))
+    throw ShapeError(std::string(op) + ": x " + x.to_string() + " and q " + q.to_string() +
+                     " must be the same (R, C)");
+  check_vector(op, "scale", scale, x.size(0), "row");
+  ops::quantize_rows(dev, x, q, scale);
+}
+
+void dequantize_rows(const Tensor& q, const Tensor& scale, Tensor& out) {
+  ProfileScope prof(WorkKind::casts);
+  const char* op = "dequantize_rows";
+  const Device dev = detail::check_defined_same_device(op, {{"q", &q}, {"scale", &scale}, {"out", &out}});
+  check_codes(op, "q", q);
+  check_out_float(op, "out", out);
+  if (!(out.shape() == q.shape()))
+    throw ShapeError(std::string(op) + ": out " + out.to_string() + " must match q " + q.to_string());
+  check_vector(op, "scale", scale, q.size(0), "row");
+  ops::dequantize_rows(dev, q, scale, out);
+}
+
+void embedding_dequantized(const Tensor& q, const Tensor& scale, const Tensor& ids, Tensor& out) {
+  ProfileScope prof(WorkKind::elementwise);
+  const char* op = "embedding_dequantized";
+  const Device dev =
+      detail::check_defined_same_device(op, {{"q", &q}, {"scale", &scale}, {"ids", &ids}, {"out", &out}});
+  check_codes(op, "q", q);
+  check_out_float(op, "out", out);
+  detail::check_dtype(op, {"ids", &ids}, DType::i32);
+  check_vector(op, "scale", scale, q.size(0), "row of q");
+  const int64_t V = q.size(0), C = q.size(1), R = ids.numel();
+  Shape by_ids = ids.shape();
+  const bool ok_flat = out.dim() == 2 && out.size(0) == R && out.size(1) == C;
+  bool ok_ids = false;
+  if (ids.dim() < kMaxDims) {
+    by_ids.push_back(C);
+    ok_ids = out.shape() == by_ids;
+  }
+  if (!ok_flat && !ok_ids)
+    throw ShapeError(std::string(op) + ": out " + out.to_string() + " must be (" + std::to_string(R) + ", " +
+                     std::to_string(C) + ") for ids " + ids.to_string() + " and q " + q.to_string());
+  if (dev.type == DeviceType::cpu) {  // host ids: checked before any kernel
+    const int32_t* id = static_cast<const int32_t*>(ids.raw_data());
+    for (int64_t r = 0; r < R; ++r) {
+      const int32_t v = id[ref::detail::elem_offset(ids, r)];
+      if (v < 0 || v >= V)
+        throw ArgumentError(std::string(op) + ": id " + std::to_string(v) + " at position " +
+                            std::to_string(r) + " is outside [0, " + std::to_string(V) + ") for q " +
+                            q.to_string());
+    }
+  }
+  ops::embedding_dequantized(dev, q, scale, ids, out);
+}
+
+void gemm_s8(const Tensor& a, const Tensor& b, Tensor& acc) {
+  ProfileScope prof(WorkKind::gemm);
+  const char* op = "gemm_s8";
+  const Device dev = detail::check_defined_same_device(op, {{"a", &a}, {"b", &b}, {"acc", &acc}});
+  detail::check_dtype(op, {"a", &a}, DType::i8);
+  detail::check_dtype(op, {"b", &b}, DType::i8);
+  detail::check_dtype(op, {"acc", &acc}, DType::i32);
+  if (a.dim() != 2 || b.dim() != 2 || acc.dim() != 2 || a.size(1) != b.size(1) || acc.size(0) != a.size(0) ||
+      acc.size(1) != b.size(0))
+    throw ShapeError(std::string(op) + ": a " + a.to_string() + " (M, K), b " + b.to_string() +
+                     " (N, K) and acc " + acc.to_string() + " (M, N) do not match");
+  if (a.size(1) > 131072)
+    throw ArgumentError(std::string(op) + ": K = " + std::to_string(a.size(1)) +
+                        " could overflow the int32 accumulator (at most 131072)");
+  ops::gemm_s8(dev, a, b, acc);
+}
+
+void dequantize_gemm(const Tensor& acc, const Tensor& row_scale, const Tensor& col_scale, const Tensor* bias,
+                     Tensor& out) {
+  ProfileScope prof(WorkKind::elementwise);
+  const char* op = "dequantize_gemm";
+  const Device dev = detail::check_defined_same_device(
+      op, {{"acc", &acc}, {"row_scale", &row_scale}, {"col_scale", &col_scale}, {"out", &out}});
+  if (acc.dtype() != DType::i32 && acc.dtype() != DType::f32)
+    throw DTypeError(std::string(op) + ": " + describe("acc", acc) + " must be i32 or f32");
+  if (acc.dim() != 2 || !(out.shape() == acc.shape()))
+    throw ShapeError(std::string(op) + ": acc " + acc.to_string() + " and out " + out.to_string() +
+                     " must be the same (M, N)");
+  check_out_float(op, "out", out);
+  check_vector(op, "row_scale", row_scale, acc.size(0), "row");
+  check_vector(op, "col_scale", col_scale, acc.size(1), "column");
+  if (bias) {
+    if (!(bias->device() == dev)) throw ArgumentError(std::string(op) + ": bias is on another device");
+    check_vector(op, "bias", *bias, acc.size(1), "column");
+  }
+  ops::dequantize_gemm(dev, acc, row_scale, col_scale, bias, out);
+}
+
+}  // namespace mixtrain
