@@ -78,4 +78,10 @@ inline bool is_per_row_shape(const Tensor& t, const Tensor& x) {
   return t.dim() == 1 && t.size(0) == lead.numel();
 }
 
+// A table lookup's out (R, C) or ids' shape followed by C, for table (V, C) and ids (any shape), and
+// (host ids) every id in [0, V): ShapeError / ArgumentError naming the id and its position
+// (embedding_ops.cpp; the embedding and the quantized table's lookup).
+void check_table_lookup(const char* op, const char* table_name, const Tensor& table, const Tensor& ids,
+                        const Tensor& out, Device dev);
+
 }  // namespace mixtrain::detail

@@ -84,27 +84,7 @@ void embedding_dequantized(const Tensor& q, const Tensor& scale, const Tensor& i
   check_out_float(op, "out", out);
   detail::check_dtype(op, {"ids", &ids}, DType::i32);
   check_vector(op, "scale", scale, q.size(0), "row of q");
-  const int64_t V = q.size(0), C = q.size(1), R = ids.numel();
-  Shape by_ids = ids.shape();
-  const bool ok_flat = out.dim() == 2 && out.size(0) == R && out.size(1) == C;
-  bool ok_ids = false;
-  if (ids.dim() < kMaxDims) {
-    by_ids.push_back(C);
-    ok_ids = out.shape() == by_ids;
-  }
-  if (!ok_flat && !ok_ids)
-    throw ShapeError(std::string(op) + ": out " + out.to_string() + " must be (" + std::to_string(R) + ", " +
-                     std::to_string(C) + ") for ids " + ids.to_string() + " and q " + q.to_string());
-  if (dev.type == DeviceType::cpu) {  // host ids: checked before any kernel
-    const int32_t* id = static_cast<const int32_t*>(ids.raw_data());
-    for (int64_t r = 0; r < R; ++r) {
-      const int32_t v = id[ref::detail::elem_offset(ids, r)];
-      if (v < 0 || v >= V)
-        throw ArgumentError(std::string(op) + ": id " + std::to_string(v) + " at position " +
-                            std::to_string(r) + " is outside [0, " + std::to_string(V) + ") for q " +
-                            q.to_string());
-    }
-  }
+  detail::check_table_lookup(op, "q", q, ids, out, dev);
   ops::embedding_dequantized(dev, q, scale, ids, out);
 }
 
