@@ -7,6 +7,7 @@
 #include "mixtrain/core/cpu_features.h"
 #include "mixtrain/kernels/gemm_info.h"
 #include "mixtrain/kernels/matmul_precision.h"
+#include "mixtrain/kernels/quantize.h"
 #include "mixtrain/kernels/threads.h"
 #include "mixtrain/numeric/convert.h"
 
@@ -36,6 +37,9 @@ void register_info(CLI::App& app, GlobalOptions& g, std::vector<Command>& comman
          j["gemm"] = {{"f32", gemm_impl_name(DType::f32)},
                       {"bf16", gemm_impl_name(DType::bf16)},
                       {"f16", gemm_impl_name(DType::f16)}};
+         // How quantized inference's int8 GEMMs run (kernels/quantize.h; kept out of "gemm", which
+         // the golden trajectories' machine fingerprint reads).
+         j["gemm_s8"] = gemm_s8_route();
          // What an fp32 GEMM runs as under each --matmul-precision (kernels/matmul_precision.h).
          for (MatmulPrecision p : {MatmulPrecision::highest, MatmulPrecision::high, MatmulPrecision::medium})
            j["matmul_precision"][std::string(matmul_precision_name(p))] = matmul_precision_route(p);
@@ -59,6 +63,7 @@ void register_info(CLI::App& app, GlobalOptions& g, std::vector<Command>& comman
                      MIXTRAIN_BUILD_SANITIZE ? ", ASan + UBSan" : "");
          for (auto& [k, v] : j["gemm"].items())
            std::printf("gemm %-4s: %s\n", k.c_str(), v.get<std::string>().c_str());
+         std::printf("gemm s8  : %s\n", gemm_s8_route());
          for (auto& [k, v] : j["matmul_precision"].items())
            std::printf("matmul precision %-7s: %s\n", k.c_str(), v.get<std::string>().c_str());
          for (auto& [k, v] : j["convert"].items())
