@@ -64,15 +64,7 @@ void load_weights(const SafetensorsFile& file, EncoderClassifier& model, const s
       throw IoError(where + ": missing tensor '" + w.name + "'");
     }
     if (w.quantized()) {
-      const auto sit = by_name.find(n + "_scale");
-      if (sit == by_name.end())
-        throw IoError(where + ": missing tensor '" + w.name + "_scale' (the scales of the quantized '" +
-                      w.name + "')");
-      const QuantizedFileTensor q = read_quantized(file, *it->second, *sit->second, w);
-      copies.emplace_back(w.codes, q.codes);
-      copies.emplace_back(w.scale, q.scale);
-      by_name.erase(it);
-      by_name.erase(n + "_scale");
+      take_quantized(file, by_name, n, w, copies);
       continue;
     }
     const SafetensorsEntry& e = *it->second;

@@ -75,16 +75,7 @@ void load_gpt_safetensors(const SafetensorsFile& file, Gpt& model) {
     const auto it = by_name.find(n);
     if (it == by_name.end()) throw IoError(where + ": missing tensor '" + p.name + "'");
     if (p.quantized) {
-      const auto sit = by_name.find(n + "_scale");
-      if (sit == by_name.end())
-        throw IoError(where + ": missing tensor '" + p.name + "_scale' (the scales of the quantized '" +
-                      p.name + "')");
-      const NamedWeight& want = named[i];  // named_weights() follows the store's order
-      const QuantizedFileTensor q = read_quantized(file, *it->second, *sit->second, want);
-      quantized.emplace_back(want.codes, q.codes);
-      quantized.emplace_back(want.scale, q.scale);
-      by_name.erase(it);
-      by_name.erase(n + "_scale");
+      take_quantized(file, by_name, n, named[i], quantized);  // named_weights() follows the store's order
       continue;
     }
     const SafetensorsEntry& e = *it->second;

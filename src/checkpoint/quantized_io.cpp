@@ -64,6 +64,20 @@ QuantizedFileTensor read_quantized(const SafetensorsFile& file, const Safetensor
   return q;
 }
 
+void take_quantized(const SafetensorsFile& file, std::map<std::string, const SafetensorsEntry*>& by_name,
+                    const std::string& key, const NamedWeight& want,
+                    std::vector<std::pair<Tensor, Tensor>>& copies) {
+  const auto it = by_name.find(key), sit = by_name.find(key + "_scale");
+  if (sit == by_name.end())
+    throw IoError("safetensors file " + file.name() + ": missing tensor '" + want.name +
+                  "_scale' (the scales of the quantized '" + want.name + "')");
+  const QuantizedFileTensor q = read_quantized(file, *it->second, *sit->second, want);
+  copies.emplace_back(want.codes, q.codes);
+  copies.emplace_back(want.scale, q.scale);
+  by_name.erase(it);
+  by_name.erase(sit);
+}
+
 nlohmann::ordered_json quantization_config_json(QuantScheme scheme, const std::vector<std::string>& ignore) {
   const bool fp = scheme == QuantScheme::fp8;
   const char* type = fp ? "float" : "int";

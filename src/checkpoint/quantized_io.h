@@ -6,8 +6,10 @@
 // float-quantized, config_groups for the linear layers and the embedding tables, the layers
 // left unquantized under "ignore"), plus "mixtrain_scheme" naming the scheme exactly.
 #pragma once
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "checkpoint/safetensors.h"
@@ -28,6 +30,14 @@ struct QuantizedFileTensor {
 // naming the file and the tensor otherwise.
 QuantizedFileTensor read_quantized(const SafetensorsFile& file, const SafetensorsEntry& codes,
                                    const SafetensorsEntry& scale, const NamedWeight& want);
+
+// The loaders' step for one quantized weight: takes the codes entry `key` and its `key`_scale out
+// of by_name (the file's entries by name, as the loader indexes them; `key` found there), reads
+// and checks them (read_quantized) and appends the (destination, source) copies, codes then
+// scale. IoError naming want.name when the scale entry is missing.
+void take_quantized(const SafetensorsFile& file, std::map<std::string, const SafetensorsEntry*>& by_name,
+                    const std::string& key, const NamedWeight& want,
+                    std::vector<std::pair<Tensor, Tensor>>& copies);
 
 // config.json's quantization_config for `scheme`; `ignore` names the unquantized linear layers.
 nlohmann::ordered_json quantization_config_json(QuantScheme scheme, const std::vector<std::string>& ignore);

@@ -73,6 +73,17 @@ TextClassifier TextClassifier::load(const std::string& dir, std::optional<DType>
 
 int64_t TextClassifier::max_positions() const { return encoder_info(*model_).max_positions; }
 
+Batch TextClassifier::batch(const std::vector<Encoding>& encodings) const {
+  const EncodedBatch e = tokenizer_.pad(encodings);
+  Batch b;
+  b.inputs = Tensor::from_ints(e.input_ids, {e.B, e.T});                       // (B, T)
+  b.token_types = Tensor::from_ints(e.token_type_ids, {e.B, e.T});             // (B, T)
+  b.attention_mask = Tensor::from_ints(e.attention_mask, {e.B, e.T});          // (B, T)
+  b.targets = Tensor::from_ints(std::vector<int32_t>(size_t(e.B), 0), {e.B});  // (B): unused
+  b.rows = e.B;
+  return b;
+}
+
 std::vector<float> TextClassifier::logits(const Batch& batch) const {
   const autograd::NoGradGuard no_grad;
   const AutocastScope autocast(compute_ != DType::f32, DType::bf16);
@@ -98,15 +109,9 @@ std::vector<Prediction> TextClassifier::classify(const std::vector<std::string>&
     const size_t end = std::min(texts.size(), first + size_t(batch_size));
     std::vector<Encoding> enc;
     for (size_t i = first; i < end; ++i) enc.push_back(tokenizer_.encode(texts[i], max_len));
-    const EncodedBatch e = tokenizer_.pad(enc);
-    Batch b;
-    b.inputs = Tensor::from_ints(e.input_ids, {e.B, e.T});                       // (B, T)
-    b.token_types = Tensor::from_ints(e.token_type_ids, {e.B, e.T});             // (B, T)
-    b.attention_mask = Tensor::from_ints(e.attention_mask, {e.B, e.T});          // (B, T)
-    b.targets = Tensor::from_ints(std::vector<int32_t>(size_t(e.B), 0), {e.B});  // (B): unused
-    b.rows = e.B;
+    const Batch b = batch(enc);
     const std::vector<float> logits = this->logits(b);  // (B, K)
-    for (int64_t r = 0; r < e.B; ++r) {
+    for (int64_t r = 0; r < b.rows; ++r) {
       const float* z = logits.data() + r * K;
       const float top = *std::max_element(z, z + K);
       Prediction p;

@@ -233,14 +233,7 @@ std::vector<Batch> make_batches(const TextClassifier& c, const TextClassificatio
                                         : tok.encode_pair(e.text, e.text_pair, max_len));
       targets.push_back(e.label);
     }
-    const EncodedBatch p = tok.pad(enc);
-    Batch b;
-    b.inputs = Tensor::from_ints(p.input_ids, {p.B, p.T}, MemCategory::data);
-    b.token_types = Tensor::from_ints(p.token_type_ids, {p.B, p.T}, MemCategory::data);
-    b.attention_mask = Tensor::from_ints(p.attention_mask, {p.B, p.T}, MemCategory::data);
-    b.targets = Tensor::from_ints(std::vector<int32_t>(size_t(p.B), 0), {p.B}, MemCategory::data);
-    b.rows = p.B;
-    out.push_back(std::move(b));
+    out.push_back(c.batch(enc));
   }
   return out;
 }
@@ -347,8 +340,10 @@ std::vector<InferenceCompareRow> compare_inference(
       row.throughput = forward_s > 0 ? double(row.eval.examples) / forward_s : 0;
       // Batch 1: the first requests of the test set, in turn (10 warm-up ones untimed).
       std::vector<int32_t> one_targets;
-      TextClassificationData few = test;
-      few.examples.resize(std::min(test.examples.size(), size_t(o.latency_requests)));
+      TextClassificationData few;  // the first requests only (not a copy of the whole set)
+      few.labels = test.labels;
+      few.examples.assign(test.examples.begin(),
+                          test.examples.begin() + std::min(test.examples.size(), size_t(o.latency_requests)));
       const std::vector<Batch> ones = make_batches(c, few, o.max_len, 1, one_targets);
       for (const Batch& b : ones) c.logits(b);  // warm-up: every request once (the allocator's cache)
       std::vector<double> ms;

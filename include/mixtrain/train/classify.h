@@ -42,6 +42,9 @@ class TextClassifier {
   QuantScheme quant_scheme() const { return model_->params().quant_scheme(); }
   const Model& model() const { return *model_; }
   const WordPieceTokenizer& tokenizer() const { return tokenizer_; }
+  // The classification Batch of these encodings (the tokenizer's, padded to the longest; targets
+  // unused), as classify() builds it.
+  Batch batch(const std::vector<Encoding>& encodings) const;
   // The logits (B, K) f32 of one batch (data/data_source.h's classification Batch), computed as
   // classify() computes them (no gradients, the compute dtype's autocast).
   std::vector<float> logits(const Batch& batch) const;
