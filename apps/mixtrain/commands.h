@@ -31,6 +31,10 @@ constexpr int kMaxThreads = 4096;
 // Applies --threads (to OpenMP and oneDNN) before a command runs; without it, refuses an
 // OMP_NUM_THREADS outside [1, kMaxThreads] (ArgumentError).
 void apply_global_options(const GlobalOptions& g);
+
+// A crash (SIGSEGV, SIGABRT, ...) prints its backtrace as offsets for addr2line (crash_report.cpp).
+void install_crash_report();
+
 // Writes text to path whole: "-" is stdout, a device or FIFO is written through, a regular file
 // (at a symlink's target) is replaced atomically (never half-written); every write checked.
 void write_file_atomic(const std::string& path, const std::string& text);

@@ -75,6 +75,7 @@ int main(int argc, char** argv) {
 int run_main(int argc, char** argv) {
   using namespace mixtrain::cli;
   prefer_bounded_openmp_wait(argv);
+  install_crash_report();
   CLI::App app{"mixtrain: mixed-precision training of transformer language models, in C++"};
   app.set_version_flag("--version", MIXTRAIN_VERSION);
   app.require_subcommand(1);

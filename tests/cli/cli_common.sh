@@ -7,6 +7,14 @@ CLI_TESTS="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"  # this folder
 trap 'rm -rf "$TMP"' EXIT
 
 fail() { echo "FAIL: $*"; FAILS=$((FAILS + 1)); }
+# crash_detail STDERR_FILE: what a crashed run said, whole, and its backtrace (the "mixtrain: fatal:"
+# line of crash_report.cpp) as functions and lines of this build, for the CI log.
+crash_detail() {
+  cat "$1"
+  local offsets
+  offsets=$(sed -n 's/^mixtrain: fatal: .*(addr2line [^)]*)://p' "$1" | tr ' ' '\n' | grep '^0x' | tr '\n' ' ')
+  [ -n "$offsets" ] && command -v addr2line >/dev/null && addr2line -e "$MIXTRAIN" -f -C -i -p $offsets
+}
 
 # The tests' inputs: a small text (~40 KB) and a tiny GPT config (2 heads) so a run takes seconds.
 write_text() { for i in $(seq 1 400); do echo "line $i: the quick brown fox jumps over the lazy dog; pack my box."; done >"$1"; }

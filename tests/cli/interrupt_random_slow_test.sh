@@ -43,7 +43,8 @@ while [ "$interrupted" -lt 10 ] && [ "$tries" -lt 30 ]; do
   fi
   interrupted=$((interrupted + 1))
   if [ "$code" != 130 ]; then
-    fail "interrupt at ${delay}: exit $code, expected 130; stderr: $(head -c 300 "$TMP/$name.err")"
+    fail "interrupt at ${delay}: exit $code, expected 130; stderr and backtrace:"
+    crash_detail "$TMP/$name.err"
     continue
   fi
   S=$(tail -n 1 "$TMP/$name.jsonl" | python3 -c "import json,sys; print(json.loads(sys.stdin.read())['step'])" 2>/dev/null)
