@@ -19,6 +19,16 @@
 #include "commands.h"
 
 namespace mixtrain::cli {
+
+// Sanitizer builds keep the sanitizer's own handler (its reports have symbols), so none of the
+// handler below is compiled there: an unused static function is an error under -Werror.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define MIXTRAIN_OWN_CRASH_HANDLER 0
+#else
+#define MIXTRAIN_OWN_CRASH_HANDLER 1
+#endif
+
+#if MIXTRAIN_OWN_CRASH_HANDLER
 namespace {
 
 uintptr_t g_exe_begin = 0, g_exe_end = 0;  // the executable's mapped range
@@ -101,9 +111,10 @@ extern "C" void on_fatal_signal(int sig) {
 }
 
 }  // namespace
+#endif  // MIXTRAIN_OWN_CRASH_HANDLER
 
 void install_crash_report() {
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#if !MIXTRAIN_OWN_CRASH_HANDLER
   return;  // the sanitizer's handler reports crashes, with symbols
 #else
   dl_iterate_phdr(find_executable, nullptr);
