@@ -32,6 +32,25 @@ nlohmann::ordered_json to_json(const BenchTrainRun& r) {
   j["breakdown"] = json_of(breakdown_json_text(r.breakdown));
   j["system_allocations_per_step"] = r.system_allocations_per_step;
   j["peak_bytes"] = r.peak_bytes;
+  const Roofline& rl = r.roofline;
+  nlohmann::ordered_json kinds = nlohmann::ordered_json::object();
+  for (size_t k = 0; k < kNumWorkKinds; ++k)
+    kinds[std::string(work_kind_name(static_cast<WorkKind>(k)))] = {
+        {"seconds", r.breakdown.work[k]}, {"bytes", rl.bytes[k]}, {"limit_seconds", rl.limit[k]}};
+  j["roofline"] = {{"triad_bytes_per_s", rl.triad_bytes_per_s},
+                   {"peak_flops_per_s", rl.peak_flops_per_s},
+                   {"peak_basis", rl.peak_basis},
+                   {"peak_ghz", rl.peak_ghz},
+                   {"gemm_problems", rl.gemm_problems},
+                   {"gemm_flops", rl.gemm_flops},
+                   {"gemm_own_rate_seconds", rl.gemm_own_rate_s},
+                   {"attention_gemm_flops", rl.attention_gemm_flops},
+                   {"attention_gemm_own_rate_seconds", rl.attention_gemm_own_rate_s},
+                   {"work", kinds},
+                   {"step_seconds", r.breakdown.step},
+                   {"step_limit_seconds", rl.step_limit},
+                   {"step_over_limit", rl.step_limit > 0 ? r.breakdown.step / rl.step_limit : 0.0},
+                   {"mfu_peak", rl.mfu_peak}};
   return j;
 }
 
@@ -54,14 +73,34 @@ void print_run(const BenchTrainRun& r) {
       r.precision.c_str(), r.threads, r.threads == 1 ? "" : "s", r.tokens_per_s, r.model_flops_per_s * 1e-9,
       r.gemm_flops_per_s * 1e-9, "1024^3, same dtype", 100 * r.mfu, r.system_allocations_per_step);
   const double step = r.breakdown.step;
-  std::printf("  %-14s %10s %7s\n", "work", "ms/step", "share");
+  const Roofline& rl = r.roofline;
+  std::printf("  limits here: triad %.1f GB/s; GEMM peak %.0f GFLOP/s (%s, %.2f GHz x %d cores)\n",
+              rl.triad_bytes_per_s * 1e-9, rl.peak_flops_per_s * 1e-9, rl.peak_basis.c_str(), rl.peak_ghz,
+              r.threads);
+  std::printf("  %-14s %10s %7s %10s %10s %9s\n", "work", "ms/step", "share", "MB moved", "limit ms",
+              "x limit");
   for (size_t k = 0; k < kNumWorkKinds; ++k) {
     const double s = r.breakdown.work[k];
-    std::printf("  %-14s %10.2f %6.1f%%\n", std::string(work_kind_name(static_cast<WorkKind>(k))).c_str(),
-                s * 1e3, 100 * s / step);
+    const std::string name(work_kind_name(static_cast<WorkKind>(k)));
+    if (rl.limit[k] > 0)
+      std::printf("  %-14s %10.2f %6.1f%% %10.2f %10.3f %8.2fx\n", name.c_str(), s * 1e3, 100 * s / step,
+                  static_cast<double>(rl.bytes[k]) * 1e-6, rl.limit[k] * 1e3, s / rl.limit[k]);
+    else
+      std::printf("  %-14s %10.2f %6.1f%% %10s %10s %9s\n", name.c_str(), s * 1e3, 100 * s / step, "-", "-",
+                  "-");
   }
   std::printf("  %-14s %10.2f %6.1f%%\n", "other", r.breakdown.other * 1e3, 100 * r.breakdown.other / step);
-  std::printf("  %-14s %10.2f\n", "step", step * 1e3);
+  std::printf("  %-14s %10.2f %7s %10s %10.3f %8.2fx\n", "step", step * 1e3, "", "", rl.step_limit * 1e3,
+              rl.step_limit > 0 ? step / rl.step_limit : 0.0);
+  const double gemm_s = r.breakdown.work[static_cast<size_t>(WorkKind::gemm)];
+  if (rl.gemm_flops > 0)
+    std::printf(
+        "  gemm: %lld problems, %.1f GFLOP/s in the step, %.1f GFLOP/s timed alone at the same problems "
+        "(%.0f%% of the peak); MFU %.1f%% of the peak\n",
+        static_cast<long long>(rl.gemm_problems), rl.gemm_flops / gemm_s * 1e-9,
+        rl.gemm_flops / rl.gemm_own_rate_s * 1e-9,
+        rl.peak_flops_per_s > 0 ? 100 * rl.gemm_flops / rl.gemm_own_rate_s / rl.peak_flops_per_s : 0.0,
+        100 * rl.mfu_peak);
   std::fflush(stdout);
 }
 

@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "internal.h"
+#include "kernels/op_checks.h"
 #include "kernels/ops_backward.h"
 #include "mixtrain/autograd/node.h"
 #include "mixtrain/core/profiler.h"
@@ -220,6 +221,8 @@ void masked_attention_backward_rule(Node& n, const Tensor& g) {
   Tensor dq = Tensor::empty(Q.shape, Q.dtype), dk = Tensor::empty(K.shape, K.dtype),
          dv = Tensor::empty(V.shape, V.dtype);
   const float p = std::bit_cast<float>(static_cast<uint32_t>(n.i2));
+  prof.moves(mixtrain::detail::bytes_of(
+      {&n.in_values[0], &n.in_values[1], &n.in_values[2], &n.ids, &g, &dq, &dk, &dv}));
   masked_attention_backward(n.in_values[0], n.in_values[1], n.in_values[2], n.ids, g.contiguous(),
                             static_cast<float>(n.f), p, static_cast<uint64_t>(n.i0),
                             static_cast<uint64_t>(n.i1), dq, dk, dv);
@@ -252,6 +255,8 @@ void split_heads_backward(Node& n, const Tensor& g) {
   Tensor& d = grad_accumulator(Q);  // (B, T, 3C)
   const int64_t B = d.size(0), T = d.size(1), D = d.size(2) / 3 / H;
   Tensor part = heads_view(d, static_cast<int>(n.i0), H);  // (B, H, T, D), rows of D strided
+  prof.moves(mixtrain::detail::bytes_of({&g}) +
+             2 * mixtrain::detail::bytes_of({&part}));  // g read, its part read and written
   add_inplace(part, g.contiguous().reshape({B, H, T, D}));
 }
 
@@ -260,6 +265,7 @@ void merge_heads_backward(Node& n, const Tensor& g) {
   VarImpl& Y = *n.inputs[0];
   const int64_t B = n.i0, BH = Y.shape[0], H = BH / B, T = Y.shape[1], D = Y.shape[2];
   Tensor d = Tensor::empty({B, H, T, D}, Y.dtype);
+  prof.moves(mixtrain::detail::bytes_of({&g, &d}));
   d.copy_from(g.contiguous().reshape({B, T, H, D}).transpose(1, 2));
   accumulate_grad(Y, d.reshape({BH, T, D}));
 }
@@ -288,6 +294,9 @@ void attention_backward(Node& n, const Tensor& g) {
     return need ? Tensor::empty(x.shape, x.dtype) : Tensor();
   };
   const Tensor dq = grad_of(Q, need_qk), dk = grad_of(K, need_qk), dv = grad_of(V, need_v);
+  prof.moves(
+      mixtrain::detail::bytes_of({&n.in_values[0], &n.in_values[1], &n.in_values[2], &g, &dq, &dk, &dv}) +
+      mixtrain::detail::bytes_of(n.saved));
   attention_heads_backward(n.in_values[0], n.in_values[1], n.in_values[2], n.saved, g.contiguous(),
                            static_cast<float>(n.f), dq, dk, dv);
   if (need_v) accumulate_grad(V, dv);
@@ -306,6 +315,9 @@ void attention_qkv_backward(Node& n, const Tensor& g) {
   const std::vector<Tensor> probs(n.saved.begin() + 3, n.saved.end());
   const int64_t H = n.i0;
   Tensor gh = Tensor::empty(q.shape(), q.dtype(), MemCategory::workspace);
+  // g and the saved heads and probabilities read, qkv's gradient (three heads' worth) written.
+  prof.moves(mixtrain::detail::bytes_of({&g}) + mixtrain::detail::bytes_of(n.saved) +
+             3 * mixtrain::detail::bytes_of({&q}));
   heads_copy(g.dtype() == q.dtype() ? g.contiguous() : g.to(q.dtype(), MemCategory::workspace), {gh}, H,
              true);
   std::vector<Tensor> d;

@@ -8,6 +8,7 @@
 #include "autograd/cast_hook.h"
 #include "autograd/probe_hook.h"
 #include "internal.h"
+#include "kernels/op_checks.h"
 #include "kernels/ops_backward.h"
 #include "mixtrain/autograd/node.h"
 #include "mixtrain/core/profiler.h"
@@ -327,6 +328,7 @@ Var masked_attention(const Var& q_in, const Var& k_in, const Var& v_in, const Te
   require(v, "masked_attention", "v");
   const Tensor mask = key_mask.contiguous();
   Tensor out = Tensor::empty(q.shape(), q.dtype());
+  prof.moves(mixtrain::detail::bytes_of({&q.value(), &k.value(), &v.value(), &mask, &out}));
   masked_attention_forward(q.value(), k.value(), v.value(), mask, scale_, p, seed, offset, out);
   std::shared_ptr<Node> n;
   if (needs_grad({&q, &k, &v})) {
@@ -401,6 +403,7 @@ Var split_heads(const Var& qkv_in, int which, int64_t n_head) {
   const int64_t B = v.size(0), T = v.size(1), D = v.size(2) / 3 / n_head;
   // (B, T, 3C) -> slice which*C.. -> (B, T, H, D) -> (B, H, T, D) -> contiguous (B*H, T, D)
   Tensor heads = Tensor::empty({B, n_head, T, D}, v.dtype());
+  prof.moves(2 * mixtrain::detail::bytes_of({&heads}));  // its third of qkv read, the heads written
   heads.copy_from(heads_view(v, which, n_head));
   std::shared_ptr<Node> n;
   if (needs_grad({&qkv})) {
@@ -424,6 +427,7 @@ Var merge_heads(const Var& y_in, int64_t batch) {
   const int64_t H = v.size(0) / batch, T = v.size(1), D = v.size(2);
   // (B*H, T, D) -> (B, H, T, D) -> (B, T, H, D) -> contiguous (B, T, C)
   Tensor out = Tensor::empty({batch, T, H, D}, v.dtype());
+  prof.moves(mixtrain::detail::bytes_of({&v, &out}));
   out.copy_from(v.contiguous().reshape({batch, H, T, D}).transpose(1, 2));
   std::shared_ptr<Node> n;
   if (needs_grad({&y})) {
@@ -482,6 +486,8 @@ Var attention(const Var& q_in, const Var& k_in, const Var& v_in, float scale_) {
   std::vector<Tensor> probs = attention_prob_blocks(qv.size(0), qv.size(1), qv.dtype());
   Tensor out = Tensor::empty(qv.shape(), qv.dtype(), MemCategory::activations);  // (BH, T, D)
   attention_heads_forward(qv, kv, vv, scale_, probs, out);
+  prof.moves(mixtrain::detail::bytes_of({&qv, &kv, &vv, &out}) +
+             mixtrain::detail::bytes_of(probs));  // the probabilities are kept
   std::shared_ptr<Node> n;
   if (needs_grad({&q, &k, &v})) {
     n = make_node(OpKind::attention, {&q, &k, &v});
@@ -509,6 +515,9 @@ Var attention_qkv(const Var& qkv_in, int64_t n_head, float scale_) {
   attention_heads_forward(qkv_heads[0], qkv_heads[1], qkv_heads[2], scale_, probs, y);
   Tensor out = Tensor::empty({B, T, C}, x.dtype(), MemCategory::activations);
   heads_copy(out, {y}, H, false);
+  // qkv read; the heads and the probabilities (kept for backward) and the output written.
+  prof.moves(mixtrain::detail::bytes_of({&x, &out}) + mixtrain::detail::bytes_of(qkv_heads) +
+             mixtrain::detail::bytes_of(probs));
   std::shared_ptr<Node> n;
   if (needs_grad({&qkv})) {
     n = make_node(OpKind::attention_qkv, {&qkv});

@@ -4,12 +4,14 @@
 namespace mixtrain {
 namespace {
 std::array<std::atomic<int64_t>, kNumWorkKinds> g_ns{};
+std::array<std::atomic<int64_t>, kNumWorkKinds> g_bytes{};
 constexpr std::array<std::string_view, kNumWorkKinds> kNames = {
     "gemm", "attention", "normalization", "elementwise", "casts", "loss", "optimizer", "scaler", "allocator"};
 }  // namespace
 
 std::atomic<bool> Profiler::enabled_{false};
 thread_local int ProfileScope::depth_ = 0;
+thread_local WorkKind ProfileScope::outer_kind_ = WorkKind::gemm;
 
 std::string_view work_kind_name(WorkKind k) { return kNames[static_cast<size_t>(k)]; }
 
@@ -17,6 +19,17 @@ void Profiler::set_enabled(bool on) { enabled_.store(on, std::memory_order_relax
 
 void Profiler::reset() {
   for (auto& n : g_ns) n.store(0, std::memory_order_relaxed);
+  for (auto& n : g_bytes) n.store(0, std::memory_order_relaxed);
+}
+
+std::array<int64_t, kNumWorkKinds> Profiler::bytes() {
+  std::array<int64_t, kNumWorkKinds> b{};
+  for (size_t i = 0; i < kNumWorkKinds; ++i) b[i] = g_bytes[i].load(std::memory_order_relaxed);
+  return b;
+}
+
+void Profiler::add_bytes(WorkKind k, int64_t bytes) {
+  g_bytes[static_cast<size_t>(k)].fetch_add(bytes, std::memory_order_relaxed);
 }
 
 std::array<double, kNumWorkKinds> Profiler::seconds() {

@@ -17,6 +17,7 @@
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/meta/meta_ops.h"
 #include "kernels/op.h"
+#include "kernels/op_checks.h"
 #include "kernels/ops_backward.h"
 #include "mixtrain/core/error.h"
 #include "mixtrain/core/profiler.h"
@@ -266,6 +267,7 @@ void heads_copy(const Tensor& rows, const std::vector<Tensor>& heads, int64_t H,
 
 void dropout_mask(const Tensor& x, float p, uint64_t seed, uint64_t offset, Tensor& out) {
   ProfileScope prof(WorkKind::elementwise);
+  prof.moves(detail::bytes_of({&x, &out}));
   if (!(p >= 0.f && p < 1.f))
     throw ArgumentError("dropout_mask: p must be in [0, 1), got " + std::to_string(p));
   if (!(out.shape() == x.shape()))

@@ -85,6 +85,7 @@ void check_indices(const char* op, const char* what, const Tensor& idx, int64_t 
 
 void gelu_backward(const Tensor& x, const Tensor& dout, Tensor& dx) {
   ProfileScope prof(WorkKind::elementwise);
+  prof.moves(detail::bytes_of({&x, &dout, &dx}));
   const char* op = "gelu_backward";
   const Device dev = detail::check_defined_same_device(op, {{"x", &x}, {"dout", &dout}, {"dx", &dx}});
   detail::check_float(op, {{"x", &x}, {"dout", &dout}, {"dx", &dx}});
@@ -95,6 +96,7 @@ void gelu_backward(const Tensor& x, const Tensor& dout, Tensor& dx) {
 
 void causal_softmax(const Tensor& x, float scale, Tensor& y) {
   ProfileScope prof(WorkKind::attention);
+  prof.moves(detail::bytes_of({&x, &y}));
   const char* op = "causal_softmax";
   const Device dev = detail::check_defined_same_device(op, {{"x", &x}, {"y", &y}});
   detail::check_float(op, {{"x", &x}, {"y", &y}});
@@ -106,6 +108,7 @@ void causal_softmax(const Tensor& x, float scale, Tensor& y) {
 
 void causal_softmax_backward(const Tensor& y, const Tensor& dy, float scale, Tensor& dx) {
   ProfileScope prof(WorkKind::attention);
+  prof.moves(detail::bytes_of({&y, &dy, &dx}));
   const char* op = "causal_softmax_backward";
   const Device dev = detail::check_defined_same_device(op, {{"y", &y}, {"dy", &dy}, {"dx", &dx}});
   detail::check_float(op, {{"y", &y}, {"dy", &dy}, {"dx", &dx}});
@@ -118,6 +121,7 @@ void causal_softmax_backward(const Tensor& y, const Tensor& dy, float scale, Ten
 
 void softmax_last_backward(const Tensor& y, const Tensor& dy, Tensor& dx) {
   ProfileScope prof(WorkKind::attention);
+  prof.moves(detail::bytes_of({&y, &dy, &dx}));
   const char* op = "softmax_last_backward";
   const Device dev = detail::check_defined_same_device(op, {{"y", &y}, {"dy", &dy}, {"dx", &dx}});
   detail::check_float(op, {{"y", &y}, {"dy", &dy}, {"dx", &dx}});
@@ -130,6 +134,7 @@ void softmax_last_backward(const Tensor& y, const Tensor& dy, Tensor& dx) {
 void layer_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& mean, const Tensor& rstd,
                          const Tensor& dout, Tensor& dx, Tensor& dweight, Tensor& dbias) {
   ProfileScope prof(WorkKind::normalization);
+  prof.moves(detail::bytes_of({&x, &weight, &mean, &rstd, &dout, &dx, &dweight, &dbias}));
   const char* op = "layer_norm_backward";
   const Device dev = detail::check_defined_same_device(op, {{"x", &x},
                                                             {"weight", &weight},
@@ -164,6 +169,9 @@ void layer_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& me
 
 void embedding_backward(const Tensor& ids, const Tensor& dout, Tensor& dweight) {
   ProfileScope prof(WorkKind::elementwise);
+  // dout read; the rows of dweight it adds to read and written (not the whole table)
+  prof.moves(detail::bytes_of({&ids, &dout}) +
+             2 * dout.numel() * static_cast<int64_t>(dtype_size(dweight.dtype())));
   const char* op = "embedding_backward";
   const Device dev =
       detail::check_defined_same_device(op, {{"ids", &ids}, {"dout", &dout}, {"dweight", &dweight}});
@@ -189,6 +197,7 @@ void embedding_backward(const Tensor& ids, const Tensor& dout, Tensor& dweight) 
 
 void cross_entropy_backward(const Tensor& logits, const Tensor& targets, float dloss, Tensor& dlogits) {
   ProfileScope prof(WorkKind::loss);
+  prof.moves(detail::bytes_of({&logits, &targets, &dlogits}));
   const char* op = "cross_entropy_backward";
   const Device dev = detail::check_defined_same_device(
       op, {{"logits", &logits}, {"targets", &targets}, {"dlogits", &dlogits}});
@@ -211,6 +220,7 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& targets, float d
 
 void sum_to_row_accumulate(const Tensor& x, Tensor& out) {
   ProfileScope prof(WorkKind::elementwise);
+  prof.moves(detail::bytes_of({&x, &out}));
   const char* op = "sum_to_row_accumulate";
   const Device dev = detail::check_defined_same_device(op, {{"x", &x}, {"out", &out}});
   detail::check_float(op, {{"x", &x}, {"out", &out}});
@@ -221,6 +231,7 @@ void sum_to_row_accumulate(const Tensor& x, Tensor& out) {
 
 void add_inplace(Tensor& acc, const Tensor& x) {
   ProfileScope prof(WorkKind::elementwise);
+  prof.moves(detail::bytes_of({&acc, &acc, &x}));  // acc read and written
   const char* op = "add_inplace";
   const Device dev = detail::check_defined_same_device(op, {{"acc", &acc}, {"x", &x}});
   detail::check_float(op, {{"acc", &acc}, {"x", &x}});

@@ -18,6 +18,7 @@ const Op<double(const Tensor&, const Tensor&, Tensor*)> cross_entropy{
 
 double cross_entropy(const Tensor& logits, const Tensor& targets, Tensor* losses) {
   ProfileScope prof(WorkKind::loss);
+  prof.moves(detail::bytes_of({&logits, &targets, losses}));
   const char* op = "cross_entropy";
   const Device dev = detail::check_defined_same_device(
       op, {{"logits", &logits}, {"targets", &targets}, {"losses", losses ? losses : &logits}});

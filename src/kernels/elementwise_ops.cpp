@@ -41,21 +41,25 @@ Device check_unary(const char* op, const char* in_name, const Tensor& x, const T
 
 void add(const Tensor& a, const Tensor& b, Tensor& out) {
   ProfileScope prof(WorkKind::elementwise);
+  prof.moves(detail::bytes_of({&a, &b, &out}));
   ops::add(check_binary("add", a, b, out), a, b, out);
 }
 
 void mul(const Tensor& a, const Tensor& b, Tensor& out) {
   ProfileScope prof(WorkKind::elementwise);
+  prof.moves(detail::bytes_of({&a, &b, &out}));
   ops::mul(check_binary("mul", a, b, out), a, b, out);
 }
 
 void scale(const Tensor& a, float s, Tensor& out) {
   ProfileScope prof(WorkKind::elementwise);
+  prof.moves(detail::bytes_of({&a, &out}));
   ops::scale(check_unary("scale", "a", a, out), a, s, out);
 }
 
 void gelu(const Tensor& x, Tensor& out) {
   ProfileScope prof(WorkKind::elementwise);
+  prof.moves(detail::bytes_of({&x, &out}));
   ops::gelu(check_unary("gelu", "x", x, out), x, out);
 }
 

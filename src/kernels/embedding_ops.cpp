@@ -47,6 +47,8 @@ void check_table_lookup(const char* op, const char* table_name, const Tensor& ta
 
 void embedding(const Tensor& weight, const Tensor& ids, Tensor& out) {
   ProfileScope prof(WorkKind::elementwise);
+  // The rows looked up (out's size in weight's dtype), not the whole table.
+  prof.moves(detail::bytes_of({&ids, &out}) + out.numel() * static_cast<int64_t>(dtype_size(weight.dtype())));
   const char* op = "embedding";
   const Device dev =
       detail::check_defined_same_device(op, {{"weight", &weight}, {"ids", &ids}, {"out", &out}});

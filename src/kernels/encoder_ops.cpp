@@ -22,6 +22,7 @@ const Op<void(const Tensor&, const Tensor&, float, Tensor&)> masked_softmax{
 
 void activation(Activation kind, const Tensor& x, Tensor& out) {
   ProfileScope prof(WorkKind::elementwise);
+  prof.moves(detail::bytes_of({&x, &out}));
   const char* op = "activation";
   const Device dev = detail::check_defined_same_device(op, {{"x", &x}, {"out", &out}});
   detail::check_float(op, {{"x", &x}, {"out", &out}});
@@ -31,6 +32,7 @@ void activation(Activation kind, const Tensor& x, Tensor& out) {
 
 void activation_backward(Activation kind, const Tensor& x, const Tensor& dout, Tensor& dx) {
   ProfileScope prof(WorkKind::elementwise);
+  prof.moves(detail::bytes_of({&x, &dout, &dx}));
   const char* op = "activation_backward";
   const Device dev = detail::check_defined_same_device(op, {{"x", &x}, {"dout", &dout}, {"dx", &dx}});
   detail::check_float(op, {{"x", &x}, {"dout", &dout}, {"dx", &dx}});
@@ -41,6 +43,7 @@ void activation_backward(Activation kind, const Tensor& x, const Tensor& dout, T
 
 void masked_softmax(const Tensor& x, const Tensor& key_mask, float scale, Tensor& y) {
   ProfileScope prof(WorkKind::attention);
+  prof.moves(detail::bytes_of({&x, &key_mask, &y}));
   const char* op = "masked_softmax";
   const Device dev = detail::check_defined_same_device(op, {{"x", &x}, {"key_mask", &key_mask}, {"y", &y}});
   detail::check_float(op, {{"x", &x}, {"y", &y}});

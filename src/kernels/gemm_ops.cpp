@@ -3,15 +3,21 @@
 // "gemm: a bf16(17, 5) and b bf16(6, 9): inner dims differ (5 vs 6)"; then dispatch to the backend
 // of the tensors' device. Semantics follow BLAS sgemm: c = alpha * op(a) @ op(b) + beta * c (+ bias),
 // c not read when beta == 0.
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <map>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/meta/meta_ops.h"
 #include "kernels/op.h"
 #include "kernels/op_checks.h"
 #include "mixtrain/core/profiler.h"
+#include "mixtrain/kernels/gemm_info.h"
 #include "mixtrain/kernels/ops.h"
 
 namespace mixtrain {
@@ -121,10 +127,78 @@ bool overlaps(const Tensor& x, const Tensor& y) {
   return xl < yh && yl < xh;
 }
 
+std::mutex g_problems_mu;
+std::map<GemmProblem, int64_t> g_problems;  // the profiled stretch's problems, with their calls
+
+void record_problem(const GemmDims& d, const Tensor& a, const Tensor& b, const Tensor& c,
+                    const GemmOptions& opt, const Tensor* bias) {
+  GemmProblem p;
+  p.batch = d.Bt;
+  p.m = d.M;
+  p.n = d.N;
+  p.k = d.K;
+  p.batched_b = b.dim() == 3;
+  p.in = a.dtype();
+  p.out = c.dtype();
+  p.trans_a = opt.trans_a;
+  p.trans_b = opt.trans_b;
+  p.bias = bias != nullptr;
+  p.accumulate = opt.beta != 0.f;
+  ProfileScope::outer_kind(p.kind);
+  std::lock_guard<std::mutex> lock(g_problems_mu);
+  ++g_problems[p];
+}
+
 }  // namespace
+
+std::vector<GemmProblemCalls> profiled_gemm_problems() {
+  std::lock_guard<std::mutex> lock(g_problems_mu);
+  std::vector<GemmProblemCalls> out;
+  for (const auto& [p, calls] : g_problems) out.push_back({p, calls});
+  return out;
+}
+
+void clear_profiled_gemm_problems() {
+  std::lock_guard<std::mutex> lock(g_problems_mu);
+  g_problems.clear();
+}
+
+double time_gemm_problem(const GemmProblem& p, double budget_seconds) {
+  using Clock = std::chrono::steady_clock;
+  const auto dims = [&](int64_t rows, int64_t cols, bool batched) {
+    return batched && p.batch > 1 ? Shape{p.batch, rows, cols} : Shape{rows, cols};
+  };
+  const bool batched = p.batch > 1;
+  const Tensor a = Tensor::randn(p.trans_a ? dims(p.k, p.m, batched) : dims(p.m, p.k, batched), p.in, 1, 0.f,
+                                 1.f, MemCategory::workspace);
+  const bool bb = batched && p.batched_b;
+  const Tensor b = Tensor::randn(p.trans_b ? dims(p.n, p.k, bb) : dims(p.k, p.n, bb), p.in, 2, 0.f, 1.f,
+                                 MemCategory::workspace);
+  Tensor c = Tensor::zeros(dims(p.m, p.n, batched), p.out, MemCategory::workspace);
+  const Tensor bias = p.bias ? Tensor::zeros({p.n}, DType::f32, MemCategory::workspace) : Tensor();
+  GemmOptions opt;
+  opt.trans_a = p.trans_a;
+  opt.trans_b = p.trans_b;
+  opt.beta = p.accumulate ? 1.f : 0.f;
+  const auto once = [&] {
+    const auto t0 = Clock::now();
+    gemm(a, b, c, opt, p.bias ? &bias : nullptr);
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+  };
+  const double first = once();  // creates and caches the primitive
+  std::vector<double> times;
+  double spent = first;
+  while (times.size() < 3 || (spent < budget_seconds && times.size() < 1000)) {
+    times.push_back(once());
+    spent += times.back();
+  }
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
 
 void gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmOptions& opt, const Tensor* bias) {
   ProfileScope prof(WorkKind::gemm);
+  prof.moves(detail::bytes_of({&a, &b, &c, bias}));
   const char* op = "gemm";
   detail::check_defined_same_device(op, {Arg{"a", &a}, Arg{"b", &b}, Arg{"c", &c}});
   if (bias) detail::check_defined_same_device(op, {Arg{"a", &a}, Arg{"bias", bias}});
@@ -162,6 +236,7 @@ void gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmOptions& opt, c
       throw ArgumentError(std::string(op) + ": output c " + c.to_string() + " overlaps input " +
                           detail::describe(x.name, *x.t));
 
+  if (Profiler::enabled() && !a.is_meta()) record_problem(d, a, b, c, opt, bias);
   ops::gemm(a.device(), a, b, c, opt, bias);
 }
 
@@ -179,6 +254,7 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, DTyp
                      " must be " + (f64 ? "f64 (the inputs are f64)" : "f32, bf16 or f16"));
   Tensor c =
       Tensor::empty(d.batched ? Shape{d.Bt, d.M, d.N} : Shape{d.M, d.N}, out_dtype, category, a.device());
+  prof.moves(detail::bytes_of({&a, &b, &c}));
   gemm(a, b, c, opt);
   return c;
 }

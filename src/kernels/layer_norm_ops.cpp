@@ -18,6 +18,7 @@ const Op<void(const Tensor&, const Tensor&, const Tensor&, float, Tensor&, Tenso
 void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps, Tensor& out,
                 Tensor* mean, Tensor* rstd, Tensor* xhat) {
   ProfileScope prof(WorkKind::normalization);
+  prof.moves(detail::bytes_of({&x, &weight, &bias, &out, mean, rstd, xhat}));
   const char* op = "layer_norm";
   using detail::Arg;
   const Device dev = detail::check_defined_same_device(op, {{"x", &x},

@@ -5,6 +5,7 @@
 #include <initializer_list>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "kernels/backend.h"
 #include "mixtrain/core/error.h"
@@ -65,6 +66,21 @@ inline void check_min_dim(const char* op, const Arg& a, int min_dim) {
   if (a.t->dim() < min_dim)
     throw ShapeError(std::string(op) + ": " + describe(a.name, *a.t) + " needs at least " +
                      std::to_string(min_dim) + " dim" + (min_dim > 1 ? "s" : ""));
+}
+
+// The bytes an op moves for the profiler (core/profiler.h, ProfileScope::moves): each tensor's
+// size, every input read once and every output written once; null and undefined ones count 0.
+inline int64_t bytes_of(std::initializer_list<const Tensor*> ts) {
+  int64_t n = 0;
+  for (const Tensor* t : ts)
+    if (t && t->defined()) n += static_cast<int64_t>(t->nbytes());
+  return n;
+}
+inline int64_t bytes_of(const std::vector<Tensor>& ts) {
+  int64_t n = 0;
+  for (const Tensor& t : ts)
+    if (t.defined()) n += static_cast<int64_t>(t.nbytes());
+  return n;
 }
 
 // x (..., C) -> its leading shape (...).

@@ -52,6 +52,7 @@ void check_vector(const char* op, const char* name, const Tensor& v, int64_t n, 
 
 void quantize_rows(const Tensor& x, Tensor& q, Tensor& scale) {
   ProfileScope prof(WorkKind::casts);
+  prof.moves(detail::bytes_of({&x, &q, &scale}));
   const char* op = "quantize_rows";
   const Device dev = detail::check_defined_same_device(op, {{"x", &x}, {"q", &q}, {"scale", &scale}});
   check_out_float(op, "x", x);
@@ -65,6 +66,7 @@ void quantize_rows(const Tensor& x, Tensor& q, Tensor& scale) {
 
 void dequantize_rows(const Tensor& q, const Tensor& scale, Tensor& out) {
   ProfileScope prof(WorkKind::casts);
+  prof.moves(detail::bytes_of({&q, &scale, &out}));
   const char* op = "dequantize_rows";
   const Device dev = detail::check_defined_same_device(op, {{"q", &q}, {"scale", &scale}, {"out", &out}});
   check_codes(op, "q", q);
@@ -77,6 +79,8 @@ void dequantize_rows(const Tensor& q, const Tensor& scale, Tensor& out) {
 
 void embedding_dequantized(const Tensor& q, const Tensor& scale, const Tensor& ids, Tensor& out) {
   ProfileScope prof(WorkKind::elementwise);
+  // The rows looked up (one-byte codes and a scale each), not the whole table.
+  prof.moves(detail::bytes_of({&ids, &out}) + out.numel() + ids.numel() * 4);
   const char* op = "embedding_dequantized";
   const Device dev =
       detail::check_defined_same_device(op, {{"q", &q}, {"scale", &scale}, {"ids", &ids}, {"out", &out}});
@@ -90,6 +94,7 @@ void embedding_dequantized(const Tensor& q, const Tensor& scale, const Tensor& i
 
 void gemm_s8(const Tensor& a, const Tensor& b, Tensor& acc) {
   ProfileScope prof(WorkKind::gemm);
+  prof.moves(detail::bytes_of({&a, &b, &acc}));
   const char* op = "gemm_s8";
   const Device dev = detail::check_defined_same_device(op, {{"a", &a}, {"b", &b}, {"acc", &acc}});
   detail::check_dtype(op, {"a", &a}, DType::i8);
@@ -108,6 +113,7 @@ void gemm_s8(const Tensor& a, const Tensor& b, Tensor& acc) {
 void dequantize_gemm(const Tensor& acc, const Tensor& row_scale, const Tensor& col_scale, const Tensor* bias,
                      Tensor& out) {
   ProfileScope prof(WorkKind::elementwise);
+  prof.moves(detail::bytes_of({&acc, &row_scale, &col_scale, bias, &out}));
   const char* op = "dequantize_gemm";
   const Device dev = detail::check_defined_same_device(
       op, {{"acc", &acc}, {"row_scale", &row_scale}, {"col_scale", &col_scale}, {"out", &out}});

@@ -21,6 +21,7 @@ const Op<void(const Tensor&, Tensor&)> argmax_last{"argmax_last", ref::argmax_la
 
 double reduce(const Tensor& x, ReduceOp op) {
   ProfileScope prof(WorkKind::elementwise);
+  prof.moves(detail::bytes_of({&x}));
   const Device dev = detail::check_defined_same_device("reduce", {{"x", &x}});
   detail::check_float("reduce", {{"x", &x}});
   if (op == ReduceOp::max && x.numel() == 0)
@@ -30,6 +31,7 @@ double reduce(const Tensor& x, ReduceOp op) {
 
 void reduce_last(const Tensor& x, ReduceOp op, Tensor& out) {
   ProfileScope prof(WorkKind::elementwise);
+  prof.moves(detail::bytes_of({&x, &out}));
   const char* op_name = "reduce_last";
   const Device dev = detail::check_defined_same_device(op_name, {{"x", &x}, {"out", &out}});
   detail::check_float(op_name, {{"x", &x}, {"out", &out}});
@@ -47,6 +49,7 @@ void reduce_last(const Tensor& x, ReduceOp op, Tensor& out) {
 
 void sum_to_row(const Tensor& x, Tensor& out) {
   ProfileScope prof(WorkKind::elementwise);
+  prof.moves(detail::bytes_of({&x, &out}));
   const char* op_name = "sum_to_row";
   const Device dev = detail::check_defined_same_device(op_name, {{"x", &x}, {"out", &out}});
   detail::check_float(op_name, {{"x", &x}, {"out", &out}});
@@ -59,6 +62,7 @@ void sum_to_row(const Tensor& x, Tensor& out) {
 
 void argmax_last(const Tensor& x, Tensor& out) {
   ProfileScope prof(WorkKind::elementwise);
+  prof.moves(detail::bytes_of({&x, &out}));
   const char* op_name = "argmax_last";
   const Device dev = detail::check_defined_same_device(op_name, {{"x", &x}, {"out", &out}});
   detail::check_float(op_name, {{"x", &x}});

@@ -14,6 +14,7 @@ const Op<void(const Tensor&, Tensor&)> softmax_last{"softmax_last", ref::softmax
 
 void softmax_last(const Tensor& x, Tensor& out) {
   ProfileScope prof(WorkKind::attention);
+  prof.moves(detail::bytes_of({&x, &out}));
   const char* op = "softmax_last";
   const Device dev = detail::check_defined_same_device(op, {{"x", &x}, {"out", &out}});
   detail::check_float(op, {{"x", &x}, {"out", &out}});

@@ -65,6 +65,8 @@ Tensor MixedPrecision::working_master() const {
 
 StepResult MixedPrecision::prepare_step(ParameterStore& store, double max_norm) {
   ProfileScope prof(WorkKind::scaler);
+  // What it must move: the gradients read (the norm, the non-finite check), written when unscaled.
+  prof.moves(int64_t(store.flat_grads().nbytes()) * (scaler_.enabled() ? 2 : 1));
   StepResult r;
   r.loss_scale = scaler_.scale();
   // unscale_ before clipping (pytorch/examples#1196); without a scaler the norm pass is the
@@ -84,6 +86,7 @@ StepResult MixedPrecision::prepare_step_sharded(ParameterStore& store, double ma
   r.loss_scale = scaler_.scale();
   const Tensor& all = store.flat_grads();
   Tensor g = optim_detail::shard_view(all, part.mine());
+  prof.moves(int64_t(g.nbytes()) * (scaler_.enabled() ? 2 : 1));  // as prepare_step's, this rank's part
   const bool meta = all.is_meta();
   const int64_t first = part.first_block(part.rank), total = part.total_blocks();
   // Every rank's block sums, gathered: the whole buffer's, in block order.

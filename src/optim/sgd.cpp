@@ -60,6 +60,10 @@ void SGD::step(ParameterStore& store, float lr, Tensor* working) {
                      uint64_t(steps_) * uint64_t(flat_numel_) + uint64_t(shard_.begin)};
   Tensor p = optim_detail::shard_view(store.flat_params(), shard_);
   const Tensor g = optim_detail::shard_view(store.flat_grads(), shard_);
+  // What the update must move: the gradient read, the state (and the master) read and written,
+  // the parameters written (and read, without a master), the working copy written.
+  prof.moves(int64_t(g.nbytes()) + 2 * state_bytes() + int64_t(p.nbytes()) * (master_.defined() ? 1 : 2) +
+             (w ? shard_.size() * int64_t(dtype_size(w.dtype)) : 0));
   if (master_.defined())  // the fp32 update of the master, the 16-bit parameters rounded from it
     ops::sgd_update(p.device(), master_.for_step(p), g, buf_, c_, spans_, s, lw, {p.raw_data(), dtype_});
   else

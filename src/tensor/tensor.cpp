@@ -292,6 +292,7 @@ Tensor Tensor::to(DType dtype, MemCategory category) const {
   std::optional<ProfileScope> prof;
   if (dtype != dtype_) prof.emplace(WorkKind::casts);
   Tensor t = empty(shape_, dtype, category, device());
+  if (prof) prof->moves(static_cast<int64_t>(nbytes() + t.nbytes()));
   t.copy_from(*this);
   return t;
 }

@@ -1,13 +1,58 @@
 // Training-step speed, MFU and the step time by kind of work (train/bench_train.h).
 #include "mixtrain/train/bench_train.h"
 
+#include <map>
+
 #include "mixtrain/core/error.h"
+#include "mixtrain/core/profiler.h"
+#include "mixtrain/kernels/gemm_info.h"
+#include "mixtrain/kernels/machine_limits.h"
 #include "mixtrain/kernels/threads.h"
 #include "mixtrain/tensor/memory.h"
 #include "mixtrain/train/trainer.h"
 
 namespace mixtrain {
 namespace {
+
+// After the run: its GEMM problems timed on their own, the triad, the ISA peak (bench_train.h).
+Roofline roofline_of(const TrainSummary& s, DType gemm_dtype, int threads, double model_flops_per_s) {
+  Roofline r;
+  const double steps = static_cast<double>(s.profiled_steps);
+  r.triad_bytes_per_s = measure_triad_bytes_per_s(0.3);
+  const IsaPeak peak = isa_peak(gemm_dtype);
+  r.peak_flops_per_s = peak.flops_per_s(threads);
+  r.peak_basis = peak.basis;
+  r.peak_ghz = peak.ghz;
+  const std::vector<GemmProblemCalls> problems = profiled_gemm_problems();
+  r.gemm_problems = static_cast<int64_t>(problems.size());
+  for (const GemmProblemCalls& pc : problems) {
+    const double calls = static_cast<double>(pc.calls) / steps;
+    const double t = time_gemm_problem(pc.problem, 0.05) * calls;
+    const double flops = pc.problem.flops() * calls;
+    if (pc.problem.kind == WorkKind::attention) {
+      r.attention_gemm_own_rate_s += t;
+      r.attention_gemm_flops += flops;
+    } else {
+      r.gemm_own_rate_s += t;
+      r.gemm_flops += flops;
+    }
+  }
+  const std::array<int64_t, kNumWorkKinds> bytes = s.profiled_bytes;
+  for (size_t k = 0; k < kNumWorkKinds; ++k) {
+    r.bytes[k] = static_cast<int64_t>(static_cast<double>(bytes[k]) / steps);
+    const auto kind = static_cast<WorkKind>(k);
+    const double memory = static_cast<double>(r.bytes[k]) / r.triad_bytes_per_s;
+    if (kind == WorkKind::gemm)
+      r.limit[k] = std::max(r.gemm_own_rate_s, memory);
+    else if (kind == WorkKind::attention)
+      r.limit[k] = r.attention_gemm_own_rate_s + memory;  // its GEMMs, then its softmax and copies
+    else if (kind != WorkKind::allocator)
+      r.limit[k] = memory;
+    r.step_limit += r.limit[k];
+  }
+  r.mfu_peak = r.peak_flops_per_s > 0 ? model_flops_per_s / r.peak_flops_per_s : 0;
+  return r;
+}
 
 BenchTrainRun run_one(const RunOptions& base, const BenchTaskRun& run, int threads) {
   set_num_threads(threads);
@@ -28,6 +73,7 @@ BenchTrainRun run_one(const RunOptions& base, const BenchTaskRun& run, int threa
   r.breakdown = s.breakdown_per_step();
   r.system_allocations_per_step = s.system_allocations_per_step();
   r.peak_bytes = s.memory.peak_total;
+  if (s.profiled_steps > 0) r.roofline = roofline_of(s, s.gemm_dtype, threads, r.model_flops_per_s);
   return r;
 }
 

@@ -157,6 +157,7 @@ TrainSummary run_prepared(Recipe& recipe, const RunOptions& opt, const RankSetup
   // Not for a run that ends diverged (its weights are what made the loss non-finite).
   if (!meta && !sum.interrupted && !sum.diverged && (ranks.world == nullptr || ranks.world->rank() == 0))
     recipe.finish(*model, sum, opt);
+  sum.gemm_dtype = spec.compute_dtype;
   // MFU against this machine's GEMM rate for the dtype the model's GEMMs run in, measured now.
   if (opt.measure_gemm_rate && !sum.interrupted && !meta) {
     sum.gemm_flops_per_s = measure_gemm_flops(spec.compute_dtype, 1024, 1024, 1024, 0.5);

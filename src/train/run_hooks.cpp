@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "mixtrain/kernels/gemm_info.h"
 #include "mixtrain/kernels/ops.h"
 #include "mixtrain/tensor/allocator.h"
 #include "mixtrain/train/output_paths.h"
@@ -129,6 +130,7 @@ void ProfileHook::on_step_begin(TrainingRun& run, int64_t step) {
   if (!profiled(run, step)) return;
   if (run.summary().profiled_steps == 0) {
     Profiler::reset();
+    clear_profiled_gemm_problems();
     allocations_before_ = cpu_allocator_stats().system_allocations;
   }
   Profiler::set_enabled(true);
@@ -142,6 +144,7 @@ void ProfileHook::after_update(TrainingRun& run, const StepRecord& r) {
   sum.profiled_seconds += r.seconds;
   sum.profiled_tokens += r.tokens;
   sum.breakdown = Profiler::seconds();
+  sum.profiled_bytes = Profiler::bytes();
   sum.profiled_system_allocations = cpu_allocator_stats().system_allocations - allocations_before_;
 }
 

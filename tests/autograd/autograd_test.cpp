@@ -7,6 +7,7 @@
 
 #include "mixtrain/amp/autocast.h"
 #include "mixtrain/autograd/functions.h"
+#include "mixtrain/kernels/gemm_info.h"
 #include "mixtrain/models/gpt.h"
 #include "mixtrain/tensor/memory.h"
 
@@ -133,7 +134,13 @@ TEST(Autograd, FusedAttentionEqualsTheComposedGraph) {
 // dropout -> matmul): the same kernels on chunks of batch rows of the same operands, so the
 // values and every gradient agree bit for bit in f32 and bf16 (the latter also under autocast),
 // with dropout on and off, a padded batch row and a fully padded one. B = 11 rows of H = 12
-// heads at T = 128 make three chunks (five rows each, then one).
+// heads at T = 128 make three chunks (five rows each, then one). One exception: oneDNN's AMX bf16
+// kernel sums a batched GEMM's products in an order that depends on the batch count (measured
+// with oneDNN 3.2 on a Xeon with AMX: the autocast case with dropout differs in dk by 1.5e-8
+// between the chunked op and the whole batch, and agrees bit for bit when one chunk holds every
+// row; the largest gap seen, 1.5e-8 in a dk whose largest value is 1.1e-4, is about 2^-13 of it:
+// bf16 roundings of sums that differ), so there they agree to one bf16 ulp of the largest value, as
+// the causal attention's comparison above does.
 TEST(Autograd, MaskedAttentionEqualsTheComposedGraph) {
   const int64_t B = 11, H = 12, T = 128, D = 8;
   std::vector<int32_t> m(static_cast<size_t>(B * T), 1);
@@ -171,10 +178,16 @@ TEST(Autograd, MaskedAttentionEqualsTheComposedGraph) {
       };
       const auto fused = run(true), composed = run(false);
       const char* names[] = {"y", "dq", "dk", "dv"};
-      for (size_t t = 0; t < fused.size(); ++t)
+      const bool bf16_gemms = dt == DType::bf16 || c.autocast;
+      const bool exact = !(bf16_gemms && gemm_impl_name(DType::bf16).find("amx") != std::string::npos);
+      for (size_t t = 0; t < fused.size(); ++t) {
+        double max_ref = 0;
+        for (double x : composed[t]) max_ref = std::max(max_ref, std::fabs(x));
         for (size_t i = 0; i < fused[t].size(); ++i)
-          ASSERT_EQ(fused[t][i], composed[t][i]) << dtype_name(dt) << (c.autocast ? " autocast" : "") << " p "
-                                                 << p << " " << names[t] << "[" << i << "]";
+          ASSERT_NEAR(fused[t][i], composed[t][i],
+                      exact ? 0.0 : std::ldexp(max_ref, -8)) << dtype_name(dt) << (c.autocast ? " autocast" : "")
+                                                        << " p " << p << " " << names[t] << "[" << i << "]";
+      }
     }
   // The fused op keeps q, k and v only: nothing of size T x T lives past it.
   Var q(Tensor::randn(s, DType::f32, 1), true), k(Tensor::randn(s, DType::f32, 2), true),

@@ -7,6 +7,10 @@
 #include <vector>
 
 #include "checkpoint/checkpoint_test_util.h"
+#include "mixtrain/core/profiler.h"
+#include "mixtrain/kernels/gemm_info.h"
+#include "mixtrain/kernels/machine_limits.h"
+#include "mixtrain/kernels/ops.h"
 #include "mixtrain/kernels/threads.h"
 #include "tiny_run.h"
 
@@ -48,6 +52,21 @@ void expect_consistent(const BenchTrainRun& r, const TrainOptions& o, int thread
   EXPECT_DOUBLE_EQ(r.mfu, r.model_flops_per_s / r.gemm_flops_per_s);
   EXPECT_GE(r.system_allocations_per_step, 0);
   EXPECT_GT(r.peak_bytes, 0);
+  // The roofline: the limits measured, every kind of work but the allocator with bytes to move.
+  const Roofline& rl = r.roofline;
+  EXPECT_GT(rl.triad_bytes_per_s, 1e8);
+  EXPECT_GT(rl.gemm_problems, 0);
+  EXPECT_GT(rl.gemm_flops, 0);
+  EXPECT_GT(rl.gemm_own_rate_s, 0);
+  for (WorkKind k : {WorkKind::gemm, WorkKind::attention, WorkKind::normalization, WorkKind::elementwise,
+                     WorkKind::loss, WorkKind::optimizer, WorkKind::scaler}) {
+    EXPECT_GT(rl.bytes[static_cast<size_t>(k)], 0) << work_kind_name(k);
+    EXPECT_GT(rl.limit[static_cast<size_t>(k)], 0) << work_kind_name(k);
+  }
+  EXPECT_EQ(rl.limit[static_cast<size_t>(WorkKind::allocator)], 0);
+  double sum = 0;
+  for (double l : rl.limit) sum += l;
+  EXPECT_DOUBLE_EQ(rl.step_limit, sum);
 }
 
 TEST(BenchTrain, ReportsTheProfiledSteps) {
@@ -90,6 +109,55 @@ TEST(BenchTrain, NeedsAStepAfterTheWarmUp) {
   o.steps = 3;
   o.model = "gpt-huge";
   testing_ckpt::expect_error<ArgumentError>([&] { bench_train(o, false); }, {"gpt-huge"});
+}
+
+// The bytes an op moves count once, in its outermost scope: matmul's output and inputs, not again
+// for the gemm it calls; an op inside another kind's scope adds nothing of its own.
+TEST(Profiler, CountsTheBytesOfTheOutermostOpOnly) {
+  const Tensor a = Tensor::randn({8, 16}, DType::f32, 1, 0.f, 1.f);
+  const Tensor b = Tensor::randn({16, 4}, DType::f32, 2, 0.f, 1.f);
+  Profiler::reset();
+  clear_profiled_gemm_problems();
+  Profiler::set_enabled(true);
+  Tensor c = matmul(a, b, false, false, DType::f32, MemCategory::activations);
+  Tensor d = Tensor::empty({8, 4}, DType::f32);
+  add(c, c, d);
+  {
+    ProfileScope outer(WorkKind::attention);
+    gemm(a, b, c);  // inside "attention": its bytes are the outer op's (none given here)
+  }
+  Profiler::set_enabled(false);
+  const auto bytes = Profiler::bytes();
+  EXPECT_EQ(bytes[static_cast<size_t>(WorkKind::gemm)], (8 * 16 + 16 * 4 + 8 * 4) * 4);
+  EXPECT_EQ(bytes[static_cast<size_t>(WorkKind::elementwise)], 3 * 8 * 4 * 4);
+  EXPECT_EQ(bytes[static_cast<size_t>(WorkKind::attention)], 0);
+  // Both GEMMs recorded as one problem each, by the kind of the op they ran in.
+  const std::vector<GemmProblemCalls> p = profiled_gemm_problems();
+  ASSERT_EQ(p.size(), 2u);
+  int64_t calls = 0;
+  for (const GemmProblemCalls& pc : p) {
+    EXPECT_EQ(pc.problem.m, 8);
+    EXPECT_EQ(pc.problem.n, 4);
+    EXPECT_EQ(pc.problem.k, 16);
+    EXPECT_EQ(pc.problem.flops(), 2.0 * 8 * 4 * 16);
+    calls += pc.calls;
+  }
+  EXPECT_EQ(calls, 2);
+  EXPECT_NE(p[0].problem.kind, p[1].problem.kind);
+  EXPECT_GT(time_gemm_problem(p[0].problem, 0.001), 0);
+  // Not profiling: nothing recorded.
+  clear_profiled_gemm_problems();
+  gemm(a, b, c);
+  EXPECT_TRUE(profiled_gemm_problems().empty());
+}
+
+TEST(MachineLimits, TriadAndPeak) {
+  EXPECT_GT(measure_triad_bytes_per_s(0.01, int64_t{4} << 20), 1e8);
+  const IsaPeak f32 = isa_peak(DType::f32), bf16 = isa_peak(DType::bf16);
+  EXPECT_GE(f32.flops_per_cycle, 8);
+  EXPECT_GE(bf16.flops_per_cycle, f32.flops_per_cycle);  // never slower than its fp32 route
+  EXPECT_FALSE(f32.basis.empty());
+  EXPECT_DOUBLE_EQ(f32.flops_per_s(2), f32.flops_per_cycle * f32.ghz * 1e9 * 2);
 }
 
 }  // namespace

@@ -4,7 +4,9 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
+#include "mixtrain/core/profiler.h"
 #include "mixtrain/tensor/dtype.h"
 
 namespace mixtrain {
@@ -42,5 +44,28 @@ struct GemmCacheStats {
 };
 GemmCacheStats gemm_cache_stats();
 void gemm_cache_clear();
+
+// The GEMMs of a profiled stretch (while core/profiler.h is enabled), by problem: `bench train`
+// times each problem again on its own, to set the step's GEMM time against the rate this machine
+// gives at the step's own shapes and dtypes (train/bench_train.h: Roofline).
+struct GemmProblem {
+  int64_t batch = 1, m = 0, n = 0, k = 0;  // op(a) (batch, m, k) @ op(b) (k, n); b shared when
+  bool batched_b = false;                  // not batched_b
+  DType in = DType::f32, out = DType::f32;
+  bool trans_a = false, trans_b = false, bias = false, accumulate = false;  // accumulate: beta != 0
+  WorkKind kind = WorkKind::gemm;  // the op it ran in (the attention op's q k^T and p v: attention)
+  double flops() const { return 2.0 * double(batch) * double(m) * double(n) * double(k); }
+  auto operator<=>(const GemmProblem&) const = default;
+};
+struct GemmProblemCalls {
+  GemmProblem problem;
+  int64_t calls = 0;
+};
+std::vector<GemmProblemCalls> profiled_gemm_problems();  // since the last clear, in problem order
+void clear_profiled_gemm_problems();
+// Seconds one call of p takes here now: contiguous operands of its shapes and dtypes (random
+// values), the median of the timed calls after one warm-up, as many as fit in about `budget`
+// seconds (at least 3).
+double time_gemm_problem(const GemmProblem& p, double budget_seconds);
 
 }  // namespace mixtrain

@@ -8,6 +8,7 @@
 //   BenchTrainResult r = bench_train(o, /*thread_scaling=*/true);
 //   r.run.mfu, r.run.breakdown.work[size_t(WorkKind::gemm)], r.thread_scaling->speedup
 #pragma once
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -16,6 +17,28 @@
 #include "mixtrain/train/train_options.h"
 
 namespace mixtrain {
+
+// How far each kind of work is from this machine's limit, per profiled step. The GEMMs (and the
+// attention op's GEMMs) against the rate this machine gives at the step's own GEMM problems, each
+// timed again on its own after the run (kernels/gemm_info.h), and against the ISA's nominal peak;
+// every other kind against the bytes it must move (core/profiler.h, ProfileScope::moves: inputs
+// read once, outputs written once) at the triad bandwidth measured after the run
+// (kernels/machine_limits.h). The allocator's time has no limit here (0).
+struct Roofline {
+  double triad_bytes_per_s = 0;
+  double peak_flops_per_s = 0;  // ISA peak for the mode's GEMM dtype at the run's threads (0: clock unknown)
+  std::string peak_basis;
+  double peak_ghz = 0;
+  int64_t gemm_problems = 0;        // distinct GEMM problems the step ran
+  double gemm_flops = 0;            // per step, the gemm kind's GEMMs
+  double attention_gemm_flops = 0;  // per step, the attention op's GEMMs
+  double gemm_own_rate_s = 0;       // the gemm kind's GEMMs at their own measured rate
+  double attention_gemm_own_rate_s = 0;
+  std::array<int64_t, kNumWorkKinds> bytes{};  // per step
+  std::array<double, kNumWorkKinds> limit{};   // seconds per step at the machine's limit
+  double step_limit = 0;                       // the sum of the kinds' limits
+  double mfu_peak = 0;                         // model FLOP/s over the ISA peak (0 when unknown)
+};
 
 // One measured run, over its profiled (steady-state) steps.
 struct BenchTrainRun {
@@ -29,6 +52,7 @@ struct BenchTrainRun {
   StepBreakdown breakdown;  // seconds per profiled step
   double system_allocations_per_step = 0;
   int64_t peak_bytes = 0;  // the tracker's peak total over the whole run
+  Roofline roofline;
 };
 
 struct ThreadScaling {

@@ -101,6 +101,7 @@ struct TrainSummary {
   int64_t parameters = 0;
   double elapsed_s = 0;
   std::string precision = "32-true";
+  DType gemm_dtype = DType::f32;  // the dtype the model's GEMMs take their inputs in
   // The fp32 GEMMs' precision (kernels/matmul_precision.h) and what the run's GEMMs ran on, per
   // input dtype: f32 (under that precision) and the mode's 16-bit compute dtype, e.g.
   // {"bf16": "brg:avx512_core (bf16 converted to fp32: ...)", "f32": "fp32 (brg:avx512_core)"}.
@@ -145,9 +146,11 @@ struct TrainSummary {
   double profiled_seconds = 0;                    // their total step time
   int64_t profiled_tokens = 0;                    // the tokens their batches held (no padding)
   std::array<double, kNumWorkKinds> breakdown{};  // seconds per kind of work over them
-  int64_t profiled_system_allocations = 0;        // blocks taken from the system during them
-  StepBreakdown breakdown_per_step() const;       // zeros without profiled steps
-  double system_allocations_per_step() const;     // 0 without profiled steps
+  std::array<int64_t, kNumWorkKinds>
+      profiled_bytes{};                        // bytes each kind moved over them (ProfileScope::moves)
+  int64_t profiled_system_allocations = 0;     // blocks taken from the system during them
+  StepBreakdown breakdown_per_step() const;    // zeros without profiled steps
+  double system_allocations_per_step() const;  // 0 without profiled steps
 };
 
 // The loss stayed non-finite for max_bad_steps steps in a row: the run stops; the step log up to
