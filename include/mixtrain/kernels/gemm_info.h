@@ -26,6 +26,10 @@ std::string gemm_impl_for(DType in_dtype, DType out_dtype, int64_t m, int64_t n,
 // overrides).
 bool gemm_converts_to_f32(DType in_dtype);
 
+// True when fp16 GEMMs run as bf16 GEMMs over their inputs split into bf16 hi + lo parts (four
+// exact products per fp16 product: MIXTRAIN_F16_GEMM=bf16x4; not the default, measured slower).
+bool gemm_splits_f16_into_bf16();
+
 // The oneDNN library loaded at run time, "major.minor.patch" (dnnl_version()).
 std::string onednn_version();
 

@@ -27,6 +27,11 @@ void gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmOptions& opt, c
 // overrides it), or forced either way (tests check both routes on one machine).
 enum class Bf16GemmRoute { automatic, native, via_f32 };
 void set_bf16_gemm_route(Bf16GemmRoute r);
+// How fp16 GEMMs run (gemm_onednn.cpp): automatic (oneDNN's fp16 kernel on AVX512-FP16, else
+// through the fp32 kernel; MIXTRAIN_F16_GEMM=native|fp32|bf16x4 overrides it: bf16x4 splits the
+// inputs into bf16 hi + lo parts for the bf16 kernel, exact), or forced (tests check every route).
+enum class F16GemmRoute { automatic, native, via_f32, bf16x4 };
+void set_f16_gemm_route(F16GemmRoute r);
 // How int8 GEMMs run (gemm_onednn.cpp): automatic (oneDNN's s8 matmul where the CPU has VNNI or
 // AMX-INT8, else the exact fp32 route; MIXTRAIN_S8_GEMM=onednn|fp32 overrides it), or forced.
 enum class S8GemmRoute { automatic, onednn, via_f32 };

@@ -14,7 +14,11 @@
 //   - so are bf16 inputs where oneDNN's bf16 kernel is slower than its fp32 one (bf16_via_f32()).
 //     Both conversions are exact (every fp16 and bf16 value is an fp32 value) and the 16-bit
 //     kernels accumulate in fp32 too: only the summation order differs (and the fp32 kernel keeps
-//     the subnormals that VDPBF16PS flushes).
+//     the subnormals that VDPBF16PS flushes);
+//   - on request (MIXTRAIN_F16_GEMM=bf16x4, f16_route()), fp16 inputs are split into bf16 parts,
+//     x = hi + lo exactly, and run as one bf16 GEMM over 4K: [ah al ah al] @ [bh; bh; bl; bl] =
+//     a @ b, each of the four partial products exact in fp32, summed in fp32 (split_f16 says why
+//     it is exact): AMX's bf16 rate for fp16 GEMMs, measured slower than the fp16 kernel so far.
 // Temporaries live in per-thread buffers charged to MemCategory::workspace and reused across
 // calls (buffers over 64 MiB are freed after each call).
 //
@@ -199,6 +203,79 @@ void copy_convert(const Mat& from, const Mat& to) {
   } else {
 #pragma omp parallel for schedule(static) if (total * len >= (1 << 16))
     for (int64_t l = 0; l < total; ++l) line(l);
+  }
+}
+
+// ---- fp16 as two bf16 parts ----------------------------------------------------------------------
+// x = hi + lo exactly for every finite fp16 x: hi = bf16(x) rounded to nearest even (8 significant
+// bits), and the rest, a multiple of x's fp16 ulp no larger than half a bf16 ulp (2^2 fp16 ulps),
+// has at most 3 significant bits, so it is a bf16 value too (cut from its fp32 bits exactly). fp16's
+// range (2^-24 .. 65504) is far inside bf16's, so neither part is a bf16 subnormal (which AMX
+// would flush), and every product of two parts (at most 16 significant bits) is exact in fp32:
+// [ah al ah al] @ [bh; bh; bl; bl] sums the exact partial products of a @ b in fp32. An infinite or
+// NaN x gets lo = 0 (hi carries it); a product with an infinity may then come out NaN where the
+// fp16 kernel gives the infinity (inf * 0 among the partial products): non-finite either way.
+void split_f16_line(const float* f, uint16_t* hi, uint16_t* lo, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t u = std::bit_cast<uint32_t>(f[i]);
+    const uint32_t h = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;  // round to nearest even
+    const float rest = f[i] - std::bit_cast<float>(h << 16);      // exact
+    hi[i] = static_cast<uint16_t>(h);
+    lo[i] = (h & 0x7F80u) == 0x7F80u ? uint16_t{0} : static_cast<uint16_t>(std::bit_cast<uint32_t>(rest) >> 16);
+  }
+}
+
+// from: an f16 operand; to: its split_like layout. K runs along from's columns (src) or rows (wei);
+// part j of K (j = 0..3) holds hi or lo: src [hi lo hi lo], wei [hi hi lo lo].
+void split_f16(const Mat& from, const Mat& to, bool k_is_cols) {
+  const int64_t K = k_is_cols ? from.c : from.r;
+  const bool along_cols = from.sc == 1 || from.c == 1;  // a line: a row (else a column)
+  if (!along_cols && from.sr != 1) {  // neither dim unit-stride (a strided view): element by element
+    for (int64_t bi = 0; bi < from.b; ++bi)
+      for (int64_t i = 0; i < from.r; ++i)
+        for (int64_t j = 0; j < from.c; ++j) {
+          const float v = load_as_f32(from.ptr, from.dtype, bi * from.sb + i * from.sr + j * from.sc);
+          uint16_t h, l;
+          split_f16_line(&v, &h, &l, 1);
+          for (int part = 0; part < 4; ++part) {
+            const bool is_hi = k_is_cols ? part % 2 == 0 : part < 2;
+            const int64_t r = i + (k_is_cols ? 0 : part * K), c = j + (k_is_cols ? part * K : 0);
+            static_cast<uint16_t*>(to.ptr)[bi * to.sb + r * to.sr + c * to.sc] = is_hi ? h : l;
+          }
+        }
+    return;
+  }
+  const int64_t len = along_cols ? from.c : from.r, nlines = along_cols ? from.r : from.c;
+  const int64_t from_step = along_cols ? from.sr : from.sc;     // between lines
+  const int64_t to_step = along_cols ? to.sr : to.sc;           // between lines, in to
+  const int64_t to_inner = along_cols ? to.sc : to.sr;          // along a line, in to
+  const int64_t to_part = (k_is_cols ? to.sc : to.sr) * K;      // from one part of K to the next
+  const int64_t total = from.b * nlines;
+  uint16_t* out = static_cast<uint16_t*>(to.ptr);
+#pragma omp parallel for schedule(static) if (total * len >= (1 << 15))
+  for (int64_t l = 0; l < total; ++l) {
+    const int64_t bi = l / nlines, i = l % nlines;
+    thread_local std::vector<float> f;
+    thread_local std::vector<uint16_t> parts;
+    if (f.size() < static_cast<size_t>(len)) {
+      f.resize(static_cast<size_t>(len));
+      parts.resize(2 * static_cast<size_t>(len));
+    }
+    convert_any(elem_ptr(from, bi * from.sb + i * from_step), DType::f16, f.data(), DType::f32,
+                static_cast<size_t>(len));
+    uint16_t* hi = parts.data();
+    uint16_t* lo = parts.data() + len;
+    split_f16_line(f.data(), hi, lo, len);
+    for (int part = 0; part < 4; ++part) {
+      const uint16_t* v = (k_is_cols ? part % 2 == 0 : part < 2) ? hi : lo;
+      uint16_t* d = out + bi * to.sb + i * to_step + part * to_part;
+      if (to_inner == 1) {
+        std::memcpy(d, v, static_cast<size_t>(len) * sizeof(uint16_t));
+      } else {
+        for (int64_t e = 0; e < len; ++e) d[e * to_inner] = v[e];
+      }
+    }
   }
 }
 
@@ -412,9 +489,34 @@ class PrimitiveCache {
 struct Variant {
   bool convert_inputs = false;  // src/wei converted to dense f32
   bool f32_dst = false;         // computed into a dense row-major f32 temporary
+  bool split_f16 = false;       // f16 src/wei split into bf16 parts along K (split_like, split_f16)
 };
 
 bool fp16_arithmetic() { return cpu_features().avx512_fp16; }
+
+// fp16 GEMMs: oneDNN's fp16 matmul where the CPU has AVX512-FP16 (it widens to fp32 inside for
+// its fp32 accumulation and runs at the fp32 rate: 318-358 GF/s against fp32's 317-355 at the
+// model's shapes on a Xeon with AMX, oneDNN 3.2), else the fp32 kernel (exact conversion). The
+// split into bf16 parts (bf16x4) is there on request: AMX runs the 4K-long bf16 GEMM at 1,350-2,000
+// GF/s (336-502 fp16 GF/s), but splitting both operands each call costs more than that gains:
+// gpt-mini 16-mixed spent 1,170 ms a step in GEMMs that way against 772 native (bench/RESULTS.md).
+// It would pay with the split fused into the GEMM's own packing, or the weights' split kept per
+// optimizer step.
+using cpu::F16GemmRoute;
+std::atomic<F16GemmRoute> g_f16_route{F16GemmRoute::automatic};
+
+F16GemmRoute f16_route() {
+  const F16GemmRoute forced = g_f16_route.load(std::memory_order_relaxed);
+  if (forced != F16GemmRoute::automatic) return forced;
+  static const F16GemmRoute chosen = [] {
+    const char* v = std::getenv("MIXTRAIN_F16_GEMM");
+    if (v && std::strcmp(v, "native") == 0) return F16GemmRoute::native;
+    if (v && std::strcmp(v, "fp32") == 0) return F16GemmRoute::via_f32;
+    if (v && std::strcmp(v, "bf16x4") == 0) return F16GemmRoute::bf16x4;
+    return fp16_arithmetic() ? F16GemmRoute::native : F16GemmRoute::via_f32;
+  }();
+  return chosen;
+}
 
 // bf16 GEMMs through the fp32 kernel on Intel CPUs with AVX512-BF16 but no AMX: there
 // VDPBF16PS issues on one port against FMA's two, and oneDNN's bf16 brgemm runs at about half
@@ -450,8 +552,34 @@ struct Plan {
   Problem run;  // the problem as executed (converted operands' layouts, temp dst layout)
 };
 
+// The bf16 layout of an f16 operand split along K (split_f16): src (M, K) -> (M, 4K), wei (K, N) ->
+// (4K, N), each dense in the operand's own orientation (a transposed operand stays transposed).
+Mat split_like(const Mat& m, bool k_is_cols) {
+  Mat d = m;
+  d.ptr = nullptr;
+  d.dtype = DType::bf16;
+  if (k_is_cols)
+    d.c = 4 * m.c;
+  else
+    d.r = 4 * m.r;
+  if (m.row_major()) {
+    d.sr = d.c;
+    d.sc = 1;
+  } else {
+    d.sr = 1;
+    d.sc = d.r;
+  }
+  d.sb = d.r * d.c;
+  d.normalize();
+  return d;
+}
+
 Problem apply_variant(const Problem& p, Variant v) {
   Problem q = p;
+  if (v.split_f16) {
+    q.src = split_like(p.src, true);
+    q.wei = split_like(p.wei, false);
+  }
   if (v.convert_inputs) {
     q.src = dense_like(p.src, DType::f32, false);
     q.wei = dense_like(p.wei, DType::f32, false);
@@ -461,13 +589,17 @@ Problem apply_variant(const Problem& p, Variant v) {
 }
 
 Plan choose(const Problem& p) {
-  std::array<Variant, 4> tries;
+  std::array<Variant, 6> tries;
   size_t n = 0;
-  const bool must_convert =
-      (p.src.dtype == DType::f16 && !fp16_arithmetic()) || (p.src.dtype == DType::bf16 && bf16_via_f32());
-  if (!must_convert) {
+  const F16GemmRoute f16 = p.src.dtype == DType::f16 ? f16_route() : F16GemmRoute::native;
+  const bool must_convert = f16 == F16GemmRoute::via_f32 || (p.src.dtype == DType::bf16 && bf16_via_f32());
+  const bool temp_dst = p.dst.dtype != DType::f32 || !p.dst.row_major();
+  if (f16 == F16GemmRoute::bf16x4) {
+    tries[n++] = {false, false, true};
+    if (temp_dst) tries[n++] = {false, true, true};
+  } else if (!must_convert) {
     tries[n++] = {false, false};
-    if (p.dst.dtype != DType::f32 || !p.dst.row_major()) tries[n++] = {false, true};
+    if (temp_dst) tries[n++] = {false, true};
   }
   tries[n++] = {true, false};
   tries[n++] = {true, true};
@@ -522,6 +654,12 @@ void execute(const Plan& plan, const Problem& p, ThreadScratch& tls, bool comput
   const Entry& e = *plan.entry;
   TrimScratchOnExit trim{tls};
   Mat src = plan.run.src, wei = plan.run.wei, dst = plan.run.dst;
+  if (plan.variant.split_f16) {
+    src.ptr = tls.a.get(src.bytes());
+    if (compute) split_f16(p.src, src, true);
+    wei.ptr = tls.b.get(wei.bytes());
+    if (compute) split_f16(p.wei, wei, false);
+  }
   if (plan.variant.convert_inputs) {
     src.ptr = tls.a.get(src.bytes());
     if (compute) copy_convert(p.src, src);
@@ -580,7 +718,12 @@ Problem make_problem(const Tensor& a, const Tensor& b, Tensor& c, const GemmOpti
 std::string describe_plan(const Plan& plan, DType in) {
   if (!plan.entry) return "reference (no oneDNN implementation)";
   std::string s = plan.entry->impl;
-  if (plan.variant.convert_inputs && in == DType::f16)
+  if (plan.variant.split_f16)
+    s += " (fp16 split into bf16 hi + lo: four exact bf16 products per fp16 product, fp32 accumulation)";
+  else if (plan.variant.convert_inputs && in == DType::f16 && f16_route() == F16GemmRoute::via_f32 &&
+           fp16_arithmetic())
+    s += " (fp16 converted to fp32: the fp32 route chosen, MIXTRAIN_F16_GEMM=fp32)";
+  else if (plan.variant.convert_inputs && in == DType::f16)
     s += fp16_arithmetic() ? " (fp16 converted to fp32: oneDNN has no fp16 matmul here)"
                            : " (fp16 converted to fp32: no fp16 arithmetic on this CPU)";
   else if (plan.variant.convert_inputs && in == DType::bf16 && bf16_via_f32())
@@ -618,6 +761,7 @@ void cpu::gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmOptions& o
 }
 
 void cpu::set_bf16_gemm_route(Bf16GemmRoute r) { g_bf16_route.store(r, std::memory_order_relaxed); }
+void cpu::set_f16_gemm_route(F16GemmRoute r) { g_f16_route.store(r, std::memory_order_relaxed); }
 
 void gemm_workspace_only(const Tensor& a, const Tensor& b, Tensor& c, const GemmOptions& opt,
                          const Tensor* bias) {
@@ -692,6 +836,11 @@ std::string matmul_precision_route(MatmulPrecision precision) {
 void gemm_scratch_release() {
   thread_scratch(Device::cpu()).trim(0);
   thread_scratch(Device::meta()).trim(0);
+}
+
+bool gemm_splits_f16_into_bf16() {
+  return !force_reference() &&
+         plan_for(DType::f16, DType::f32, kTypical, kTypical, kTypical, MatmulPrecision::highest).variant.split_f16;
 }
 
 bool gemm_converts_to_f32(DType in_dtype) {

@@ -104,6 +104,9 @@ IsaPeak isa_peak(DType dtype) {
       p.basis =
           "AVX512-BF16 dot products: " + std::to_string(static_cast<int>(2 * fp32)) + " bf16 flops/cycle";
     }
+  } else if (dtype == DType::f16 && !converted && gemm_splits_f16_into_bf16()) {
+    p.flops_per_cycle = 1024 / 4;  // four bf16 products per fp16 product
+    p.basis = "AMX-BF16 tiles, fp16 as bf16 hi + lo: 1024 / 4 = 256 fp16 flops/cycle";
   } else if (dtype == DType::f16 && !converted && f.avx512_fp16) {
     p.flops_per_cycle = 2 * fp32;  // 32 fp16 lanes per 512-bit FMA
     p.basis = "AVX512-FP16 FMA: " + std::to_string(static_cast<int>(2 * fp32)) + " fp16 flops/cycle";

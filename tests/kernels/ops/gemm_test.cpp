@@ -257,7 +257,9 @@ TEST(gemm, InfoNamesImplementations) {
   }
   if (force_reference()) return;
   const CpuFeatures& f = cpu_features();
-  if (!f.avx512_fp16) {
+  if (std::getenv("MIXTRAIN_F16_GEMM") != nullptr) {
+    // a forced fp16 route: F16SplitIsExact and F16RoutesMatchReference cover each
+  } else if (!f.avx512_fp16) {
     EXPECT_TRUE(gemm_converts_to_f32(DType::f16));
     EXPECT_NE(gemm_impl_name(DType::f16).find("fp16 converted to fp32"), std::string::npos);
   } else if (onednn_version().rfind("2.", 0) != 0) {  // oneDNN 3.x: an fp16 matmul on avx512_fp16
@@ -310,6 +312,88 @@ TEST(gemm, Bf16RoutesMatchReference) {
     }
   }
   cpu::set_bf16_gemm_route(cpu::Bf16GemmRoute::automatic);
+}
+
+// Every fp16 route (oneDNN's fp16 kernel, the exact conversion to fp32, the split into bf16 hi + lo
+// parts on the bf16 kernel) agrees with the reference, with every layout the model takes (either
+// operand transposed, a batch with the weights shared or not, a bias, beta, an fp16 output).
+TEST(gemm, F16RoutesMatchReference) {
+  if (force_reference()) GTEST_SKIP() << "MIXTRAIN_FORCE_REFERENCE: only the reference runs";
+  struct Case {
+    int64_t batch, m, n, k;
+    bool ta, tb, bias, batched_b;
+    float beta;
+    DType out;
+  };
+  const Case cases[] = {{1, 37, 29, 70, false, false, false, false, 0.f, DType::f32},
+                        {1, 37, 29, 70, true, false, true, false, 0.f, DType::f32},
+                        {1, 64, 48, 33, false, true, false, false, 1.f, DType::f32},
+                        {1, 17, 65, 40, true, true, true, false, 0.f, DType::f16},
+                        {3, 20, 24, 36, false, true, false, true, 0.f, DType::f32},
+                        {3, 20, 24, 36, true, false, false, false, 0.f, DType::f16}};
+  for (cpu::F16GemmRoute route :
+       {cpu::F16GemmRoute::native, cpu::F16GemmRoute::via_f32, cpu::F16GemmRoute::bf16x4}) {
+    cpu::set_f16_gemm_route(route);
+    for (const Case& c : cases) {
+      const auto shape = [&](int64_t r, int64_t cols, bool batched) {
+        return batched && c.batch > 1 ? Shape{c.batch, r, cols} : Shape{r, cols};
+      };
+      Tensor a = Tensor::rand_uniform(c.ta ? shape(c.k, c.m, true) : shape(c.m, c.k, true), DType::f16, 11, -2.f, 2.f);
+      Tensor b = Tensor::rand_uniform(c.tb ? shape(c.n, c.k, c.batched_b) : shape(c.k, c.n, c.batched_b), DType::f16,
+                                      12, -2.f, 2.f);
+      Tensor bias = Tensor::rand_uniform({c.n}, DType::f32, 13, -2.f, 2.f);
+      Tensor init = Tensor::rand_uniform(shape(c.m, c.n, true), c.out, 14, -2.f, 2.f);
+      Tensor got = init.clone(), want = init.clone();
+      GemmOptions opt;
+      opt.trans_a = c.ta;
+      opt.trans_b = c.tb;
+      opt.beta = c.beta;
+      gemm(a, b, got, opt, c.bias ? &bias : nullptr);
+      ref::gemm(a, b, want, opt, c.bias ? &bias : nullptr);
+      const std::vector<float> g = got.to_floats(), w = want.to_floats();
+      const float tol = c.out == DType::f16 ? 2e-3f : 1e-4f;
+      for (size_t i = 0; i < g.size(); ++i)
+        ASSERT_NEAR(g[i], w[i], tol * (1.f + std::fabs(w[i])))
+            << "route " << static_cast<int>(route) << " case m=" << c.m << " batch " << c.batch << " at " << i;
+    }
+  }
+  cpu::set_f16_gemm_route(cpu::F16GemmRoute::automatic);
+}
+
+// The split route is exact: with K = 1 every output is one product, which each route must give as
+// fp32 computes it (the product of two fp16 values is exact in fp32), for fp16 values across the
+// whole range: the largest (65504), subnormals (2^-24 .. 2^-14), values whose bf16 rounding carries
+// into the next binade, random ones.
+TEST(gemm, F16SplitIsExact) {
+  if (force_reference()) GTEST_SKIP() << "MIXTRAIN_FORCE_REFERENCE: only the reference runs";
+  std::vector<float> v = {65504.f, -65504.f, std::ldexp(1.f, -24), -std::ldexp(3.f, -24), std::ldexp(1023.f, -24),
+                          std::ldexp(1.f, -14), 1.f + std::ldexp(1.f, -10), 2047.f / 1024.f, -1.99951171875f,
+                          0.f, 3.140625f, 1000.5f};
+  const Tensor r = Tensor::rand_uniform({52}, DType::f16, 7, -300.f, 300.f);
+  for (float x : r.to_floats()) v.push_back(x);
+  const int64_t n = static_cast<int64_t>(v.size());
+  const Tensor a = Tensor::from_floats(v, {n, 1}, DType::f16), b = Tensor::from_floats(v, {1, n}, DType::f16);
+  const std::vector<float> x = a.to_floats();  // the fp16 values as floats
+  for (cpu::F16GemmRoute route :
+       {cpu::F16GemmRoute::native, cpu::F16GemmRoute::via_f32, cpu::F16GemmRoute::bf16x4}) {
+    cpu::set_f16_gemm_route(route);
+    Tensor c = Tensor::zeros({n, n}, DType::f32);
+    gemm(a, b, c);
+    const std::vector<float> got = c.to_floats();
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < n; ++j)
+        ASSERT_EQ(got[size_t(i * n + j)], x[size_t(i)] * x[size_t(j)])
+            << "route " << static_cast<int>(route) << ": " << x[size_t(i)] << " * " << x[size_t(j)];
+  }
+  cpu::set_f16_gemm_route(cpu::F16GemmRoute::automatic);
+  // info names the route: the split only on request (MIXTRAIN_F16_GEMM=bf16x4).
+  cpu::set_f16_gemm_route(cpu::F16GemmRoute::bf16x4);
+  EXPECT_TRUE(gemm_splits_f16_into_bf16());
+  EXPECT_NE(gemm_impl_name(DType::f16).find("split into bf16"), std::string::npos) << gemm_impl_name(DType::f16);
+  cpu::set_f16_gemm_route(cpu::F16GemmRoute::automatic);
+  if (std::getenv("MIXTRAIN_F16_GEMM") == nullptr) {
+    EXPECT_FALSE(gemm_splits_f16_into_bf16()) << gemm_impl_name(DType::f16);
+  }
 }
 
 // --matmul-precision: high is highest (no TF32/bf16x3 kernel on CPUs); medium is highest bit for bit
