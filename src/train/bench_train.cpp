@@ -7,6 +7,7 @@
 #include "mixtrain/core/profiler.h"
 #include "mixtrain/kernels/gemm_info.h"
 #include "mixtrain/kernels/machine_limits.h"
+#include "mixtrain/kernels/matmul_precision.h"
 #include "mixtrain/kernels/threads.h"
 #include "mixtrain/tensor/memory.h"
 #include "mixtrain/train/trainer.h"
@@ -15,11 +16,16 @@ namespace mixtrain {
 namespace {
 
 // After the run: its GEMM problems timed on their own, the triad, the ISA peak (bench_train.h).
-Roofline roofline_of(const TrainSummary& s, DType gemm_dtype, int threads, double model_flops_per_s) {
+// The GEMMs are timed again under the run's fp32 matmul precision (medium: bf16 products on AMX),
+// and an fp32 model whose GEMMs run bf16 products is held against the bf16 peak.
+Roofline roofline_of(const TrainSummary& s, DType gemm_dtype, MatmulPrecision precision, int threads,
+                     double model_flops_per_s) {
+  const MatmulPrecisionScope scope(precision);
   Roofline r;
   const double steps = static_cast<double>(s.profiled_steps);
   r.triad_bytes_per_s = measure_triad_bytes_per_s(0.3);
-  const IsaPeak peak = isa_peak(gemm_dtype);
+  const bool bf16_products = gemm_dtype == DType::f32 && matmul_precision_uses_bf16(precision);
+  const IsaPeak peak = isa_peak(bf16_products ? DType::bf16 : gemm_dtype);
   r.peak_flops_per_s = peak.flops_per_s(threads);
   r.peak_basis = peak.basis;
   r.peak_ghz = peak.ghz;
@@ -73,7 +79,7 @@ BenchTrainRun run_one(const RunOptions& base, const BenchTaskRun& run, int threa
   r.breakdown = s.breakdown_per_step();
   r.system_allocations_per_step = s.system_allocations_per_step();
   r.peak_bytes = s.memory.peak_total;
-  if (s.profiled_steps > 0) r.roofline = roofline_of(s, s.gemm_dtype, threads, r.model_flops_per_s);
+  if (s.profiled_steps > 0) r.roofline = roofline_of(s, s.gemm_dtype, o.matmul_precision, threads, r.model_flops_per_s);
   return r;
 }
 
