@@ -12,7 +12,9 @@
 #include "kernels/attention_ops.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/meta/meta_ops.h"
@@ -21,6 +23,7 @@
 #include "kernels/ops_backward.h"
 #include "mixtrain/core/error.h"
 #include "mixtrain/core/profiler.h"
+#include "mixtrain/kernels/gemm_info.h"
 #include "mixtrain/kernels/ops.h"
 
 namespace mixtrain {
@@ -31,7 +34,23 @@ const Op<void(const Tensor&, float, uint64_t, uint64_t, Tensor&)> dropout_mask{
     "dropout_mask", ref::dropout_mask, cpu::dropout_mask, meta::dropout_mask};
 }  // namespace ops
 
-int64_t attention_query_block(int64_t T) { return std::min<int64_t>(T, 64); }
+// Blocks of query rows make every GEMM operand but the first block's a strided slice (the rows
+// [r0, r1) or keys [0, r1) of each head), and oneDNN 3.2's AMX matmul takes no strided batch: it
+// runs those on its AVX-512 gemm:jit:bf16 kernel instead, which was 80% of the attention op's time
+// on a Xeon with AMX (gpt-mini, bf16-mixed). One block of all T rows keeps every operand dense,
+// so AMX runs them although they compute the masked triangle too (q k^T for 64 heads at T = 256:
+// 0.48 ms dense against 0.65 ms for the four strided blocks). Past T = 256 the wasted half and the
+// T x T probabilities grow with T, so longer sequences keep the blocks.
+int64_t attention_query_block(int64_t T, DType dtype) {
+  static const int64_t forced = [] {
+    const char* v = std::getenv("MIXTRAIN_ATTENTION_BLOCK");
+    return v ? std::max<int64_t>(0, std::atoll(v)) : int64_t{0};
+  }();
+  if (forced > 0) return std::min<int64_t>(T, forced);
+  static const bool bf16_on_amx = gemm_impl_name(DType::bf16).find("amx") != std::string::npos;
+  if (dtype == DType::bf16 && bf16_on_amx && T <= 256) return T;
+  return std::min<int64_t>(T, 64);
+}
 
 int64_t attention_heads_per_chunk(int64_t T, int64_t Tb) {
   return std::max<int64_t>(1, (int64_t{4} << 20) / (Tb * T * 4));
@@ -41,8 +60,8 @@ namespace {
 struct Block {
   int64_t r0, r1;
 };
-std::vector<Block> blocks_of(int64_t T) {
-  const int64_t Tb = attention_query_block(T);
+std::vector<Block> blocks_of(int64_t T, DType dtype) {
+  const int64_t Tb = attention_query_block(T, dtype);
   std::vector<Block> b;
   for (int64_t r0 = 0; r0 < T; r0 += Tb) b.push_back({r0, std::min(T, r0 + Tb)});
   return b;
@@ -54,7 +73,7 @@ DType accumulation_dtype(DType t) {
 
 std::vector<Tensor> attention_prob_blocks(int64_t n, int64_t T, DType dtype) {
   std::vector<Tensor> probs;
-  for (const Block& b : blocks_of(T)) probs.push_back(Tensor::empty({n, b.r1 - b.r0, b.r1}, dtype));
+  for (const Block& b : blocks_of(T, dtype)) probs.push_back(Tensor::empty({n, b.r1 - b.r0, b.r1}, dtype));
   return probs;
 }
 
@@ -72,7 +91,7 @@ std::vector<Tensor> attention_prob_slices(const std::vector<Tensor>& probs, int6
 void attention_chunk_forward(const Tensor& q, const Tensor& k, const Tensor& v, float scale,
                              const std::vector<Tensor>& probs, Tensor& y) {
   const DType acc = accumulation_dtype(q.dtype());
-  const std::vector<Block> blocks = blocks_of(q.size(1));
+  const std::vector<Block> blocks = blocks_of(q.size(1), q.dtype());
   for (size_t i = 0; i < blocks.size(); ++i) {
     const auto [r0, r1] = blocks[i];
     Tensor p = probs[i];  // (h, r1 - r0, r1)
@@ -91,7 +110,7 @@ void attention_chunk_backward(const Tensor& q, const Tensor& k, const Tensor& v,
                               Tensor dk, Tensor dv) {
   const DType acc = accumulation_dtype(q.dtype());
   const int64_t h = q.size(0), T = q.size(1), D = q.size(2);
-  const std::vector<Block> blocks = blocks_of(T);
+  const std::vector<Block> blocks = blocks_of(T, q.dtype());
   const bool need_qk = dq.defined(), need_v = dv.defined();
   const auto accumulator = [&](const Tensor& out) {
     return !out.defined() || out.dtype() == acc ? out : Tensor::empty({h, T, D}, acc, MemCategory::workspace);
@@ -134,7 +153,7 @@ int64_t chunked_end(const Tensor& q, int64_t n, int64_t chunk) {
 void attention_heads_forward(const Tensor& q, const Tensor& k, const Tensor& v, float scale,
                              const std::vector<Tensor>& probs, Tensor& y) {
   const int64_t BH = q.size(0), T = q.size(1);
-  const int64_t chunk = attention_heads_per_chunk(T, attention_query_block(T));
+  const int64_t chunk = attention_heads_per_chunk(T, attention_query_block(T, q.dtype()));
   for (int64_t h0 = 0; h0 < chunked_end(q, BH, chunk); h0 += chunk) {
     const int64_t h1 = std::min(BH, h0 + chunk);
     Tensor yc = y.slice(0, h0, h1);
@@ -147,7 +166,7 @@ void attention_heads_backward(const Tensor& q, const Tensor& k, const Tensor& v,
                               const std::vector<Tensor>& probs, const Tensor& g, float scale,
                               const Tensor& dq, const Tensor& dk, const Tensor& dv) {
   const int64_t BH = q.size(0), T = q.size(1);
-  const int64_t chunk = attention_heads_per_chunk(T, attention_query_block(T));
+  const int64_t chunk = attention_heads_per_chunk(T, attention_query_block(T, q.dtype()));
   const auto part = [](const Tensor& t, int64_t h0, int64_t h1) {
     return t.defined() ? t.slice(0, h0, h1) : Tensor();
   };
