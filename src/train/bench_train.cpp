@@ -79,7 +79,8 @@ BenchTrainRun run_one(const RunOptions& base, const BenchTaskRun& run, int threa
   r.breakdown = s.breakdown_per_step();
   r.system_allocations_per_step = s.system_allocations_per_step();
   r.peak_bytes = s.memory.peak_total;
-  if (s.profiled_steps > 0) r.roofline = roofline_of(s, s.gemm_dtype, o.matmul_precision, threads, r.model_flops_per_s);
+  if (s.profiled_steps > 0)
+    r.roofline = roofline_of(s, s.gemm_dtype, o.matmul_precision, threads, r.model_flops_per_s);
   return r;
 }
 

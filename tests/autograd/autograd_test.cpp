@@ -184,9 +184,9 @@ TEST(Autograd, MaskedAttentionEqualsTheComposedGraph) {
         double max_ref = 0;
         for (double x : composed[t]) max_ref = std::max(max_ref, std::fabs(x));
         for (size_t i = 0; i < fused[t].size(); ++i)
-          ASSERT_NEAR(fused[t][i], composed[t][i],
-                      exact ? 0.0 : std::ldexp(max_ref, -8)) << dtype_name(dt) << (c.autocast ? " autocast" : "")
-                                                        << " p " << p << " " << names[t] << "[" << i << "]";
+          ASSERT_NEAR(fused[t][i], composed[t][i], exact ? 0.0 : std::ldexp(max_ref, -8))
+              << dtype_name(dt) << (c.autocast ? " autocast" : "") << " p " << p << " " << names[t] << "["
+              << i << "]";
       }
     }
   // The fused op keeps q, k and v only: nothing of size T x T lives past it.

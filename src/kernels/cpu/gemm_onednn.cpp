@@ -220,9 +220,10 @@ void split_f16_line(const float* f, uint16_t* hi, uint16_t* lo, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     const uint32_t u = std::bit_cast<uint32_t>(f[i]);
     const uint32_t h = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;  // round to nearest even
-    const float rest = f[i] - std::bit_cast<float>(h << 16);      // exact
+    const float rest = f[i] - std::bit_cast<float>(h << 16);    // exact
     hi[i] = static_cast<uint16_t>(h);
-    lo[i] = (h & 0x7F80u) == 0x7F80u ? uint16_t{0} : static_cast<uint16_t>(std::bit_cast<uint32_t>(rest) >> 16);
+    lo[i] =
+        (h & 0x7F80u) == 0x7F80u ? uint16_t{0} : static_cast<uint16_t>(std::bit_cast<uint32_t>(rest) >> 16);
   }
 }
 
@@ -247,10 +248,10 @@ void split_f16(const Mat& from, const Mat& to, bool k_is_cols) {
     return;
   }
   const int64_t len = along_cols ? from.c : from.r, nlines = along_cols ? from.r : from.c;
-  const int64_t from_step = along_cols ? from.sr : from.sc;     // between lines
-  const int64_t to_step = along_cols ? to.sr : to.sc;           // between lines, in to
-  const int64_t to_inner = along_cols ? to.sc : to.sr;          // along a line, in to
-  const int64_t to_part = (k_is_cols ? to.sc : to.sr) * K;      // from one part of K to the next
+  const int64_t from_step = along_cols ? from.sr : from.sc;  // between lines
+  const int64_t to_step = along_cols ? to.sr : to.sc;        // between lines, in to
+  const int64_t to_inner = along_cols ? to.sc : to.sr;       // along a line, in to
+  const int64_t to_part = (k_is_cols ? to.sc : to.sr) * K;   // from one part of K to the next
   const int64_t total = from.b * nlines;
   uint16_t* out = static_cast<uint16_t*>(to.ptr);
 #pragma omp parallel for schedule(static) if (total * len >= (1 << 15))
@@ -840,7 +841,8 @@ void gemm_scratch_release() {
 
 bool gemm_splits_f16_into_bf16() {
   return !force_reference() &&
-         plan_for(DType::f16, DType::f32, kTypical, kTypical, kTypical, MatmulPrecision::highest).variant.split_f16;
+         plan_for(DType::f16, DType::f32, kTypical, kTypical, kTypical, MatmulPrecision::highest)
+             .variant.split_f16;
 }
 
 bool gemm_converts_to_f32(DType in_dtype) {

@@ -5,7 +5,11 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <string>
+
 #include "kernels/ops/op_harness.h"
+#include "mixtrain/kernels/gemm_info.h"
 
 namespace mixtrain::test {
 namespace {
@@ -113,6 +117,22 @@ TEST(AttentionOps, BadArgumentsAreTypedErrors) {
                ShapeError);  // D = 6, not 5
   EXPECT_THROW(heads_copy(rows, {Tensor::zeros({4, 3, 6}, DType::bf16)}, 2, true), ShapeError);  // dtype
   EXPECT_THROW(heads_copy(rows, {Tensor::zeros({4, 3, 6}, DType::f32)}, 5, true), ShapeError);   // 12 % 5
+}
+
+// The causal attention's query blocks: 64 rows, except bf16 whose GEMMs run on AMX up to T = 256
+// (one block of all T rows: dense operands, which oneDNN's AMX matmul needs); the probabilities
+// are stored per block.
+TEST(AttentionBlocks, OneBlockForBf16OnAmxElse64Rows) {
+  if (std::getenv("MIXTRAIN_ATTENTION_BLOCK") != nullptr)
+    GTEST_SKIP() << "MIXTRAIN_ATTENTION_BLOCK sets the block";
+  const bool amx = gemm_impl_name(DType::bf16).find("amx") != std::string::npos;
+  EXPECT_EQ(attention_query_block(256, DType::f32), 64);
+  EXPECT_EQ(attention_query_block(40, DType::f32), 40);
+  EXPECT_EQ(attention_query_block(1024, DType::bf16), 64);
+  EXPECT_EQ(attention_query_block(256, DType::bf16), amx ? 256 : 64);
+  EXPECT_EQ(attention_prob_blocks(2, 256, DType::bf16).size(), amx ? 1u : 4u);
+  EXPECT_EQ(attention_prob_blocks(2, 256, DType::f32).size(), 4u);
+  EXPECT_EQ(attention_prob_blocks(2, 150, DType::f32).back().shape(), (Shape{2, 150 - 128, 150}));
 }
 
 }  // namespace

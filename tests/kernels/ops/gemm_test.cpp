@@ -270,7 +270,9 @@ TEST(gemm, InfoNamesImplementations) {
   if (std::getenv("MIXTRAIN_BF16_GEMM") == nullptr && f.avx512_bf16) {
     EXPECT_EQ(gemm_converts_to_f32(DType::bf16), via_f32) << gemm_impl_name(DType::bf16);
     // oneDNN names its AMX kernel "avx512_core_amx" (3.x) or "avx512_core_amx_bf16" (2.x).
-    const char* want = via_f32 ? "bf16 converted to fp32" : f.amx_bf16 ? "avx512_core_amx" : "avx512_core_bf16";
+    const char* want = via_f32      ? "bf16 converted to fp32"
+                       : f.amx_bf16 ? "avx512_core_amx"
+                                    : "avx512_core_bf16";
     EXPECT_EQ(gemm_impl_name(DType::bf16).find(want) != std::string::npos, true)
         << gemm_impl_name(DType::bf16);
   }
@@ -338,9 +340,10 @@ TEST(gemm, F16RoutesMatchReference) {
       const auto shape = [&](int64_t r, int64_t cols, bool batched) {
         return batched && c.batch > 1 ? Shape{c.batch, r, cols} : Shape{r, cols};
       };
-      Tensor a = Tensor::rand_uniform(c.ta ? shape(c.k, c.m, true) : shape(c.m, c.k, true), DType::f16, 11, -2.f, 2.f);
-      Tensor b = Tensor::rand_uniform(c.tb ? shape(c.n, c.k, c.batched_b) : shape(c.k, c.n, c.batched_b), DType::f16,
-                                      12, -2.f, 2.f);
+      Tensor a = Tensor::rand_uniform(c.ta ? shape(c.k, c.m, true) : shape(c.m, c.k, true), DType::f16, 11,
+                                      -2.f, 2.f);
+      Tensor b = Tensor::rand_uniform(c.tb ? shape(c.n, c.k, c.batched_b) : shape(c.k, c.n, c.batched_b),
+                                      DType::f16, 12, -2.f, 2.f);
       Tensor bias = Tensor::rand_uniform({c.n}, DType::f32, 13, -2.f, 2.f);
       Tensor init = Tensor::rand_uniform(shape(c.m, c.n, true), c.out, 14, -2.f, 2.f);
       Tensor got = init.clone(), want = init.clone();
@@ -354,7 +357,8 @@ TEST(gemm, F16RoutesMatchReference) {
       const float tol = c.out == DType::f16 ? 2e-3f : 1e-4f;
       for (size_t i = 0; i < g.size(); ++i)
         ASSERT_NEAR(g[i], w[i], tol * (1.f + std::fabs(w[i])))
-            << "route " << static_cast<int>(route) << " case m=" << c.m << " batch " << c.batch << " at " << i;
+            << "route " << static_cast<int>(route) << " case m=" << c.m << " batch " << c.batch << " at "
+            << i;
     }
   }
   cpu::set_f16_gemm_route(cpu::F16GemmRoute::automatic);
@@ -366,9 +370,18 @@ TEST(gemm, F16RoutesMatchReference) {
 // into the next binade, random ones.
 TEST(gemm, F16SplitIsExact) {
   if (force_reference()) GTEST_SKIP() << "MIXTRAIN_FORCE_REFERENCE: only the reference runs";
-  std::vector<float> v = {65504.f, -65504.f, std::ldexp(1.f, -24), -std::ldexp(3.f, -24), std::ldexp(1023.f, -24),
-                          std::ldexp(1.f, -14), 1.f + std::ldexp(1.f, -10), 2047.f / 1024.f, -1.99951171875f,
-                          0.f, 3.140625f, 1000.5f};
+  std::vector<float> v = {65504.f,
+                          -65504.f,
+                          std::ldexp(1.f, -24),
+                          -std::ldexp(3.f, -24),
+                          std::ldexp(1023.f, -24),
+                          std::ldexp(1.f, -14),
+                          1.f + std::ldexp(1.f, -10),
+                          2047.f / 1024.f,
+                          -1.99951171875f,
+                          0.f,
+                          3.140625f,
+                          1000.5f};
   const Tensor r = Tensor::rand_uniform({52}, DType::f16, 7, -300.f, 300.f);
   for (float x : r.to_floats()) v.push_back(x);
   const int64_t n = static_cast<int64_t>(v.size());
@@ -389,7 +402,8 @@ TEST(gemm, F16SplitIsExact) {
   // info names the route: the split only on request (MIXTRAIN_F16_GEMM=bf16x4).
   cpu::set_f16_gemm_route(cpu::F16GemmRoute::bf16x4);
   EXPECT_TRUE(gemm_splits_f16_into_bf16());
-  EXPECT_NE(gemm_impl_name(DType::f16).find("split into bf16"), std::string::npos) << gemm_impl_name(DType::f16);
+  EXPECT_NE(gemm_impl_name(DType::f16).find("split into bf16"), std::string::npos)
+      << gemm_impl_name(DType::f16);
   cpu::set_f16_gemm_route(cpu::F16GemmRoute::automatic);
   if (std::getenv("MIXTRAIN_F16_GEMM") == nullptr) {
     EXPECT_FALSE(gemm_splits_f16_into_bf16()) << gemm_impl_name(DType::f16);
