@@ -83,7 +83,7 @@ void register_quantize(CLI::App& app, GlobalOptions& g, std::vector<Command>& co
   sub->add_option("--max-len", f->max_len, "--compare: tokens per text with [CLS]/[SEP]")
       ->check(CLI::Range(int64_t{3}, int64_t{1} << 20))
       ->capture_default_str();
-  add_json_option(sub, f->json, "The result as JSON");
+  add_json_option(sub, f->json, "The result");
   commands.push_back(
       {[sub] { return sub->parsed(); },
        [&g, f, sub] {
@@ -189,7 +189,7 @@ void register_quantize(CLI::App& app, GlobalOptions& g, std::vector<Command>& co
   ev->add_option("--batch-size", e->batch, "Texts (or GPT windows) per forward pass")
       ->check(CLI::Range(int64_t{1}, int64_t{65536}))
       ->capture_default_str();
-  add_json_option(ev, e->json, "The result as JSON");
+  add_json_option(ev, e->json, "The result");
   commands.push_back(
       {[ev] { return ev->parsed(); },
        [&g, e, ev] {
