@@ -18,8 +18,13 @@ namespace cpu {
 namespace {
 
 // max |x| over n elements, and whether all were finite (x * 0 is NaN exactly for inf and NaN).
+// Both reductions are free of order, so the lanes may split them (without the simd reductions
+// the compiler keeps fp32 sums in order: a scalar loop, 18% of an int8-dynamic evaluation on a
+// Xeon with AMX): the max of |x| is exact, and x * 0 is +-0 for a finite x and NaN otherwise,
+// so `bad` is NaN when any x is not finite, whatever the order, and +-0 == 0 otherwise.
 MIXTRAIN_SIMD_CLONES float row_amax(const float* x, int64_t n, bool* finite) {
   float m = 0.f, bad = 0.f;
+#pragma omp simd reduction(max : m) reduction(+ : bad)
   for (int64_t i = 0; i < n; ++i) {
     const float a = std::fabs(x[i]);
     m = a > m ? a : m;
@@ -131,17 +136,23 @@ namespace {
 // One output row of the epilogue: o[n] = fma(float(acc[n]) * rs, cs[n], b[n]).
 MIXTRAIN_SIMD_CLONES void scale_acc_i32(const int32_t* acc, float rs, const float* cs, const float* b,
                                         float* o, int64_t n) {
-  if (b)
+  if (b) {
+#pragma omp simd
     for (int64_t i = 0; i < n; ++i) o[i] = std::fma(static_cast<float>(acc[i]) * rs, cs[i], b[i]);
-  else
+  } else {
+#pragma omp simd
     for (int64_t i = 0; i < n; ++i) o[i] = std::fma(static_cast<float>(acc[i]) * rs, cs[i], 0.f);
+  }
 }
 MIXTRAIN_SIMD_CLONES void scale_acc_f32(const float* acc, float rs, const float* cs, const float* b, float* o,
                                         int64_t n) {
-  if (b)
+  if (b) {
+#pragma omp simd
     for (int64_t i = 0; i < n; ++i) o[i] = std::fma(acc[i] * rs, cs[i], b[i]);
-  else
+  } else {
+#pragma omp simd
     for (int64_t i = 0; i < n; ++i) o[i] = std::fma(acc[i] * rs, cs[i], 0.f);
+  }
 }
 }  // namespace
 }  // namespace cpu
