@@ -278,89 +278,67 @@ TEST(gemm, InfoNamesImplementations) {
   }
 }
 
-// Both bf16 routes (oneDNN's bf16 kernel, the exact conversion to the fp32 kernel) agree with the
-// reference, with every layout the model takes (transposes, a bias, beta, a bf16 output).
-TEST(gemm, Bf16RoutesMatchReference) {
-  if (force_reference()) GTEST_SKIP() << "MIXTRAIN_FORCE_REFERENCE: only the reference runs";
-  struct Case {
-    int64_t m, n, k;
-    bool ta, tb, bias;
-    float beta;
-    DType out;
-  };
-  const Case cases[] = {{37, 29, 70, false, false, false, 0.f, DType::f32},
-                        {37, 29, 70, true, false, true, 0.f, DType::f32},
-                        {64, 48, 33, false, true, false, 1.f, DType::f32},
-                        {17, 65, 40, true, true, true, 0.f, DType::bf16}};
-  for (cpu::Bf16GemmRoute route : {cpu::Bf16GemmRoute::native, cpu::Bf16GemmRoute::via_f32}) {
-    cpu::set_bf16_gemm_route(route);
-    for (const Case& c : cases) {
-      Tensor a = Tensor::rand_uniform(c.ta ? Shape{c.k, c.m} : Shape{c.m, c.k}, DType::bf16, 11, -2.f, 2.f);
-      Tensor b = Tensor::rand_uniform(c.tb ? Shape{c.n, c.k} : Shape{c.k, c.n}, DType::bf16, 12, -2.f, 2.f);
-      Tensor bias = Tensor::rand_uniform({c.n}, DType::f32, 13, -2.f, 2.f);
-      Tensor init = Tensor::rand_uniform({c.m, c.n}, c.out, 14, -2.f, 2.f);
-      Tensor got = init.clone(), want = init.clone();
-      GemmOptions opt;
-      opt.trans_a = c.ta;
-      opt.trans_b = c.tb;
-      opt.beta = c.beta;
-      gemm(a, b, got, opt, c.bias ? &bias : nullptr);
-      ref::gemm(a, b, want, opt, c.bias ? &bias : nullptr);
-      const std::vector<float> g = got.to_floats(), w = want.to_floats();
-      const float tol = c.out == DType::bf16 ? 1e-2f : 1e-4f;
-      for (size_t i = 0; i < g.size(); ++i)
-        ASSERT_NEAR(g[i], w[i], tol * (1.f + std::fabs(w[i])))
-            << "route " << static_cast<int>(route) << " case m=" << c.m << " at " << i;
-    }
-  }
-  cpu::set_bf16_gemm_route(cpu::Bf16GemmRoute::automatic);
-}
-
-// Every fp16 route (oneDNN's fp16 kernel, the exact conversion to fp32, the split into bf16 hi + lo
-// parts on the bf16 kernel) agrees with the reference, with every layout the model takes (either
-// operand transposed, a batch with the weights shared or not, a bias, beta, an fp16 output).
-TEST(gemm, F16RoutesMatchReference) {
-  if (force_reference()) GTEST_SKIP() << "MIXTRAIN_FORCE_REFERENCE: only the reference runs";
+// A GEMM route against the reference, with every layout the model takes: either operand
+// transposed, a batch with the weights shared or not, a bias, beta, a 16-bit output.
+void expect_route_matches_reference(DType in, const char* route) {
   struct Case {
     int64_t batch, m, n, k;
     bool ta, tb, bias, batched_b;
     float beta;
-    DType out;
+    bool out16;  // the output in the input dtype (else f32)
   };
-  const Case cases[] = {{1, 37, 29, 70, false, false, false, false, 0.f, DType::f32},
-                        {1, 37, 29, 70, true, false, true, false, 0.f, DType::f32},
-                        {1, 64, 48, 33, false, true, false, false, 1.f, DType::f32},
-                        {1, 17, 65, 40, true, true, true, false, 0.f, DType::f16},
-                        {3, 20, 24, 36, false, true, false, true, 0.f, DType::f32},
-                        {3, 20, 24, 36, true, false, false, false, 0.f, DType::f16}};
-  for (cpu::F16GemmRoute route :
-       {cpu::F16GemmRoute::native, cpu::F16GemmRoute::via_f32, cpu::F16GemmRoute::bf16x4}) {
-    cpu::set_f16_gemm_route(route);
-    for (const Case& c : cases) {
-      const auto shape = [&](int64_t r, int64_t cols, bool batched) {
-        return batched && c.batch > 1 ? Shape{c.batch, r, cols} : Shape{r, cols};
-      };
-      Tensor a = Tensor::rand_uniform(c.ta ? shape(c.k, c.m, true) : shape(c.m, c.k, true), DType::f16, 11,
-                                      -2.f, 2.f);
-      Tensor b = Tensor::rand_uniform(c.tb ? shape(c.n, c.k, c.batched_b) : shape(c.k, c.n, c.batched_b),
-                                      DType::f16, 12, -2.f, 2.f);
-      Tensor bias = Tensor::rand_uniform({c.n}, DType::f32, 13, -2.f, 2.f);
-      Tensor init = Tensor::rand_uniform(shape(c.m, c.n, true), c.out, 14, -2.f, 2.f);
-      Tensor got = init.clone(), want = init.clone();
-      GemmOptions opt;
-      opt.trans_a = c.ta;
-      opt.trans_b = c.tb;
-      opt.beta = c.beta;
-      gemm(a, b, got, opt, c.bias ? &bias : nullptr);
-      ref::gemm(a, b, want, opt, c.bias ? &bias : nullptr);
-      const std::vector<float> g = got.to_floats(), w = want.to_floats();
-      const float tol = c.out == DType::f16 ? 2e-3f : 1e-4f;
-      for (size_t i = 0; i < g.size(); ++i)
-        ASSERT_NEAR(g[i], w[i], tol * (1.f + std::fabs(w[i])))
-            << "route " << static_cast<int>(route) << " case m=" << c.m << " batch " << c.batch << " at "
-            << i;
-    }
+  const Case cases[] = {{1, 37, 29, 70, false, false, false, false, 0.f, false},
+                        {1, 37, 29, 70, true, false, true, false, 0.f, false},
+                        {1, 64, 48, 33, false, true, false, false, 1.f, false},
+                        {1, 17, 65, 40, true, true, true, false, 0.f, true},
+                        {3, 20, 24, 36, false, true, false, true, 0.f, false},
+                        {3, 20, 24, 36, true, false, false, false, 0.f, true}};
+  for (const Case& c : cases) {
+    const auto shape = [&](int64_t r, int64_t cols, bool batched) {
+      return batched && c.batch > 1 ? Shape{c.batch, r, cols} : Shape{r, cols};
+    };
+    const DType out = c.out16 ? in : DType::f32;
+    Tensor a = Tensor::rand_uniform(c.ta ? shape(c.k, c.m, true) : shape(c.m, c.k, true), in, 11, -2.f, 2.f);
+    Tensor b = Tensor::rand_uniform(c.tb ? shape(c.n, c.k, c.batched_b) : shape(c.k, c.n, c.batched_b), in,
+                                    12, -2.f, 2.f);
+    Tensor bias = Tensor::rand_uniform({c.n}, DType::f32, 13, -2.f, 2.f);
+    Tensor init = Tensor::rand_uniform(shape(c.m, c.n, true), out, 14, -2.f, 2.f);
+    Tensor got = init.clone(), want = init.clone();
+    GemmOptions opt;
+    opt.trans_a = c.ta;
+    opt.trans_b = c.tb;
+    opt.beta = c.beta;
+    gemm(a, b, got, opt, c.bias ? &bias : nullptr);
+    ref::gemm(a, b, want, opt, c.bias ? &bias : nullptr);
+    const std::vector<float> g = got.to_floats(), w = want.to_floats();
+    const float tol = out == DType::bf16 ? 1e-2f : out == DType::f16 ? 2e-3f : 1e-4f;
+    for (size_t i = 0; i < g.size(); ++i)
+      ASSERT_NEAR(g[i], w[i], tol * (1.f + std::fabs(w[i])))
+          << dtype_name(in) << " route " << route << " case m=" << c.m << " batch " << c.batch << " at " << i;
   }
+}
+
+// Both bf16 routes (oneDNN's bf16 kernel, the exact conversion to the fp32 kernel) agree with the
+// reference.
+TEST(gemm, Bf16RoutesMatchReference) {
+  if (force_reference()) GTEST_SKIP() << "MIXTRAIN_FORCE_REFERENCE: only the reference runs";
+  cpu::set_bf16_gemm_route(cpu::Bf16GemmRoute::native);
+  expect_route_matches_reference(DType::bf16, "native");
+  cpu::set_bf16_gemm_route(cpu::Bf16GemmRoute::via_f32);
+  expect_route_matches_reference(DType::bf16, "fp32");
+  cpu::set_bf16_gemm_route(cpu::Bf16GemmRoute::automatic);
+}
+
+// Every fp16 route (oneDNN's fp16 kernel, the exact conversion to fp32, the split into bf16 hi + lo
+// parts on the bf16 kernel) agrees with the reference.
+TEST(gemm, F16RoutesMatchReference) {
+  if (force_reference()) GTEST_SKIP() << "MIXTRAIN_FORCE_REFERENCE: only the reference runs";
+  cpu::set_f16_gemm_route(cpu::F16GemmRoute::native);
+  expect_route_matches_reference(DType::f16, "native");
+  cpu::set_f16_gemm_route(cpu::F16GemmRoute::via_f32);
+  expect_route_matches_reference(DType::f16, "fp32");
+  cpu::set_f16_gemm_route(cpu::F16GemmRoute::bf16x4);
+  expect_route_matches_reference(DType::f16, "bf16x4");
   cpu::set_f16_gemm_route(cpu::F16GemmRoute::automatic);
 }
 
