@@ -24,6 +24,7 @@
 #include "mixtrain/core/error.h"
 #include "mixtrain/core/profiler.h"
 #include "mixtrain/kernels/gemm_info.h"
+#include "mixtrain/kernels/matmul_precision.h"
 #include "mixtrain/kernels/ops.h"
 
 namespace mixtrain {
@@ -40,7 +41,10 @@ const Op<void(const Tensor&, float, uint64_t, uint64_t, Tensor&)> dropout_mask{
 // on a Xeon with AMX (gpt-mini, bf16-mixed). One block of all T rows keeps every operand dense,
 // so AMX runs them although they compute the masked triangle too (q k^T for 64 heads at T = 256:
 // 0.48 ms dense against 0.65 ms for the four strided blocks). Past T = 256 the wasted half and the
-// T x T probabilities grow with T, so longer sequences keep the blocks.
+// T x T probabilities grow with T, so longer sequences keep the blocks. fp32 GEMMs on the AVX-512
+// FMA kernel gain nothing from one block (gpt-mini 32-true: attention 199 ms a step with the
+// blocks, 213 without), so fp32 keeps them unless its products run on AMX (matmul precision
+// medium: 6,543 -> 7,035 tokens/s).
 int64_t attention_query_block(int64_t T, DType dtype) {
   static const int64_t forced = [] {
     const char* v = std::getenv("MIXTRAIN_ATTENTION_BLOCK");
@@ -48,7 +52,11 @@ int64_t attention_query_block(int64_t T, DType dtype) {
   }();
   if (forced > 0) return std::min<int64_t>(T, forced);
   static const bool bf16_on_amx = gemm_impl_name(DType::bf16).find("amx") != std::string::npos;
-  if (dtype == DType::bf16 && bf16_on_amx && T <= 256) return T;
+  // fp32 under --matmul-precision medium runs bf16 products on AMX too (where the route says so).
+  const bool on_amx =
+      bf16_on_amx && (dtype == DType::bf16 ||
+                      (dtype == DType::f32 && matmul_precision_uses_bf16(float32_matmul_precision())));
+  if (on_amx && T <= 256) return T;
   return std::min<int64_t>(T, 64);
 }
 

@@ -13,8 +13,9 @@ namespace mixtrain {
 // The attention op works on blocks of query rows: block i holds rows [i*Tb, min(T, (i+1)*Tb)) and,
 // being causal, only keys [0, r1) of them (r1 = its end row), so the masked upper triangle beyond
 // each block is never computed nor stored (about 40% of the T x T work at T = 256). Blocks of 64
-// rows, except for bf16 on AMX up to T = 256: there one block of all T rows (attention_ops.cpp
-// says why). MIXTRAIN_ATTENTION_BLOCK=N sets the block for every dtype (N >= 1).
+// rows, except where the GEMMs run on AMX (bf16, and fp32 at matmul precision medium) up to
+// T = 256: there one block of all T rows (attention_ops.cpp says why). MIXTRAIN_ATTENTION_BLOCK=N
+// sets the block for every dtype (N >= 1).
 int64_t attention_query_block(int64_t T, DType dtype);
 // Heads per chunk, so that the f32 scores (or their gradient) of one chunk of one query block
 // exist at a time: about 4 MiB of them, at least one head.

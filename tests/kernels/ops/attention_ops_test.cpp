@@ -10,6 +10,7 @@
 
 #include "kernels/ops/op_harness.h"
 #include "mixtrain/kernels/gemm_info.h"
+#include "mixtrain/kernels/matmul_precision.h"
 
 namespace mixtrain::test {
 namespace {
@@ -119,7 +120,8 @@ TEST(AttentionOps, BadArgumentsAreTypedErrors) {
   EXPECT_THROW(heads_copy(rows, {Tensor::zeros({4, 3, 6}, DType::f32)}, 5, true), ShapeError);   // 12 % 5
 }
 
-// The causal attention's query blocks: 64 rows, except bf16 whose GEMMs run on AMX up to T = 256
+// The causal attention's query blocks: 64 rows, except bf16 (and fp32 at matmul precision medium)
+// whose GEMMs run on AMX, up to T = 256
 // (one block of all T rows: dense operands, which oneDNN's AMX matmul needs); the probabilities
 // are stored per block.
 TEST(AttentionBlocks, OneBlockForBf16OnAmxElse64Rows) {
@@ -133,6 +135,10 @@ TEST(AttentionBlocks, OneBlockForBf16OnAmxElse64Rows) {
   EXPECT_EQ(attention_prob_blocks(2, 256, DType::bf16).size(), amx ? 1u : 4u);
   EXPECT_EQ(attention_prob_blocks(2, 256, DType::f32).size(), 4u);
   EXPECT_EQ(attention_prob_blocks(2, 150, DType::f32).back().shape(), (Shape{2, 150 - 128, 150}));
+  // fp32 under --matmul-precision medium: one block where its products run on AMX too.
+  const MatmulPrecisionScope medium(MatmulPrecision::medium);
+  EXPECT_EQ(attention_query_block(256, DType::f32),
+            amx && matmul_precision_uses_bf16(MatmulPrecision::medium) ? 256 : 64);
 }
 
 }  // namespace
