@@ -3,6 +3,9 @@
 // on every call so it can be flipped mid-run.
 #include "mixtrain/numeric/convert.h"
 
+#include <array>
+#include <cstdint>
+
 #include "mixtrain/core/cpu_features.h"
 #include "numeric/bulk.h"
 
@@ -84,16 +87,33 @@ const char* bf16_to_f32_impl_name() { return pick(best().bf16_to_f32, convert_bf
 const char* f32_to_fp16_impl_name() { return pick(best().f32_to_fp16, convert_f32_to_fp16_scalar).name; }
 const char* fp16_to_f32_impl_name() { return pick(best().fp16_to_f32, convert_fp16_to_f32_scalar).name; }
 
-// fp8 has no SIMD path yet (no x86 instruction converts to it); the scalar loops vectorise
-// poorly but fp8 tensors are converted once per scaling step, not per element op.
+// fp8 has no SIMD path yet (no x86 instruction converts to it). Encoding stays the scalar loop;
+// decoding reads a 256-entry table made from the scalar decode of every code (bit-identical by
+// construction, NaN payloads included): the branchy decode was most of fp8 inference's time,
+// whose weight and activation codes are widened on every call.
 void convert_f32_to_fp8_e4m3(const float* src, fp8_e4m3* dst, size_t n, Fp8Overflow overflow) {
   detail::run_chunked(src, dst, n, [overflow](const float* s, fp8_e4m3* d, size_t m) {
     for (size_t i = 0; i < m; ++i) d[i] = fp8_e4m3_from_f32(s[i], overflow);
   });
 }
+namespace {
+template <typename F8, float (*Decode)(F8)>
+const std::array<float, 256>& decode_table() {
+  static const std::array<float, 256> t = [] {
+    std::array<float, 256> a{};
+    for (int b = 0; b < 256; ++b) a[static_cast<size_t>(b)] = Decode(F8::from_bits(static_cast<uint8_t>(b)));
+    return a;
+  }();
+  return t;
+}
+float decode_e4m3(fp8_e4m3 v) { return f32_from_fp8_e4m3(v); }
+float decode_e5m2(fp8_e5m2 v) { return f32_from_fp8_e5m2(v); }
+}  // namespace
+
 void convert_fp8_e4m3_to_f32(const fp8_e4m3* src, float* dst, size_t n) {
-  detail::run_chunked(src, dst, n, [](const fp8_e4m3* s, float* d, size_t m) {
-    for (size_t i = 0; i < m; ++i) d[i] = f32_from_fp8_e4m3(s[i]);
+  const std::array<float, 256>& t = decode_table<fp8_e4m3, decode_e4m3>();
+  detail::run_chunked(src, dst, n, [&t](const fp8_e4m3* s, float* d, size_t m) {
+    for (size_t i = 0; i < m; ++i) d[i] = t[s[i].bits()];
   });
 }
 void convert_f32_to_fp8_e5m2(const float* src, fp8_e5m2* dst, size_t n, Fp8Overflow overflow) {
@@ -102,8 +122,9 @@ void convert_f32_to_fp8_e5m2(const float* src, fp8_e5m2* dst, size_t n, Fp8Overf
   });
 }
 void convert_fp8_e5m2_to_f32(const fp8_e5m2* src, float* dst, size_t n) {
-  detail::run_chunked(src, dst, n, [](const fp8_e5m2* s, float* d, size_t m) {
-    for (size_t i = 0; i < m; ++i) d[i] = f32_from_fp8_e5m2(s[i]);
+  const std::array<float, 256>& t = decode_table<fp8_e5m2, decode_e5m2>();
+  detail::run_chunked(src, dst, n, [&t](const fp8_e5m2* s, float* d, size_t m) {
+    for (size_t i = 0; i < m; ++i) d[i] = t[s[i].bits()];
   });
 }
 
