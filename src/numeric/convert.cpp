@@ -106,12 +106,10 @@ const std::array<float, 256>& decode_table() {
   }();
   return t;
 }
-float decode_e4m3(fp8_e4m3 v) { return f32_from_fp8_e4m3(v); }
-float decode_e5m2(fp8_e5m2 v) { return f32_from_fp8_e5m2(v); }
 }  // namespace
 
 void convert_fp8_e4m3_to_f32(const fp8_e4m3* src, float* dst, size_t n) {
-  const std::array<float, 256>& t = decode_table<fp8_e4m3, decode_e4m3>();
+  const std::array<float, 256>& t = decode_table<fp8_e4m3, f32_from_fp8_e4m3>();
   detail::run_chunked(src, dst, n, [&t](const fp8_e4m3* s, float* d, size_t m) {
     for (size_t i = 0; i < m; ++i) d[i] = t[s[i].bits()];
   });
@@ -122,7 +120,7 @@ void convert_f32_to_fp8_e5m2(const float* src, fp8_e5m2* dst, size_t n, Fp8Overf
   });
 }
 void convert_fp8_e5m2_to_f32(const fp8_e5m2* src, float* dst, size_t n) {
-  const std::array<float, 256>& t = decode_table<fp8_e5m2, decode_e5m2>();
+  const std::array<float, 256>& t = decode_table<fp8_e5m2, f32_from_fp8_e5m2>();
   detail::run_chunked(src, dst, n, [&t](const fp8_e5m2* s, float* d, size_t m) {
     for (size_t i = 0; i < m; ++i) d[i] = t[s[i].bits()];
   });

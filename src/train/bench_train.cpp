@@ -1,7 +1,7 @@
 // Training-step speed, MFU and the step time by kind of work (train/bench_train.h).
 #include "mixtrain/train/bench_train.h"
 
-#include <map>
+#include <algorithm>
 
 #include "mixtrain/core/error.h"
 #include "mixtrain/core/profiler.h"
@@ -43,9 +43,8 @@ Roofline roofline_of(const TrainSummary& s, DType gemm_dtype, MatmulPrecision pr
       r.gemm_flops += flops;
     }
   }
-  const std::array<int64_t, kNumWorkKinds> bytes = s.profiled_bytes;
   for (size_t k = 0; k < kNumWorkKinds; ++k) {
-    r.bytes[k] = static_cast<int64_t>(static_cast<double>(bytes[k]) / steps);
+    r.bytes[k] = static_cast<int64_t>(static_cast<double>(s.profiled_bytes[k]) / steps);
     const auto kind = static_cast<WorkKind>(k);
     const double memory = static_cast<double>(r.bytes[k]) / r.triad_bytes_per_s;
     if (kind == WorkKind::gemm)

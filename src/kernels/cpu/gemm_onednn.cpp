@@ -556,23 +556,12 @@ struct Plan {
 // The bf16 layout of an f16 operand split along K (split_f16): src (M, K) -> (M, 4K), wei (K, N) ->
 // (4K, N), each dense in the operand's own orientation (a transposed operand stays transposed).
 Mat split_like(const Mat& m, bool k_is_cols) {
-  Mat d = m;
-  d.ptr = nullptr;
-  d.dtype = DType::bf16;
+  Mat wide = m;  // m's orientation, K four times as long
   if (k_is_cols)
-    d.c = 4 * m.c;
+    wide.c = 4 * m.c;
   else
-    d.r = 4 * m.r;
-  if (m.row_major()) {
-    d.sr = d.c;
-    d.sc = 1;
-  } else {
-    d.sr = 1;
-    d.sc = d.r;
-  }
-  d.sb = d.r * d.c;
-  d.normalize();
-  return d;
+    wide.r = 4 * m.r;
+  return dense_like(wide, DType::bf16, false);
 }
 
 Problem apply_variant(const Problem& p, Variant v) {
