@@ -16,6 +16,7 @@
 #include <cstring>
 #include <string>
 
+#include "kernels/cpu/amx_tiles.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/meta/meta_ops.h"
 #include "kernels/op.h"
@@ -33,6 +34,13 @@ const Op<void(const Tensor&, const std::vector<Tensor>&, int64_t, bool)> heads_c
     "heads_copy", ref::heads_copy, cpu::heads_copy, meta::heads_copy};
 const Op<void(const Tensor&, float, uint64_t, uint64_t, Tensor&)> dropout_mask{
     "dropout_mask", ref::dropout_mask, cpu::dropout_mask, meta::dropout_mask};
+const Op<void(const Tensor&, const Tensor&, const Tensor&, float, Tensor&, Tensor&)> attention_fused_forward{
+    "attention_fused_forward", ref::attention_fused_forward, cpu::attention_fused_forward,
+    meta::attention_fused_forward};
+const Op<void(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, float, Tensor&,
+              Tensor&, Tensor&)>
+    attention_fused_backward{"attention_fused_backward", ref::attention_fused_backward,
+                             cpu::attention_fused_backward, meta::attention_fused_backward};
 }  // namespace ops
 
 // Blocks of query rows make every GEMM operand but the first block's a strided slice (the rows
@@ -158,8 +166,26 @@ int64_t chunked_end(const Tensor& q, int64_t n, int64_t chunk) {
 }
 }  // namespace
 
+// The fused op where it applies (attention_ops.h). On AMX it replaces oneDNN calls per chunk of
+// heads (their f32 scores through memory, a parallel region per softmax) with one pass per head
+// in L2: gpt-mini bf16-mixed on a Xeon with AMX, bench/RESULTS.md has the measurement.
+bool attention_fused_applies(const Tensor& q, const std::vector<Tensor>& probs) {
+  static const bool enabled = [] {
+    const char* v = std::getenv("MIXTRAIN_ATTENTION_FUSED");
+    return !(v && std::string(v) == "0") && cpu::tiles::amx_usable();
+  }();
+  if (!enabled || q.dtype() != DType::bf16 || q.dim() != 3 || probs.size() != 1) return false;
+  const int64_t T = q.size(1), D = q.size(2);
+  return T % 32 == 0 && D % 32 == 0 && D <= 256 && probs[0].size(2) == T && q.is_contiguous() &&
+         probs[0].is_contiguous();
+}
+
 void attention_heads_forward(const Tensor& q, const Tensor& k, const Tensor& v, float scale,
                              const std::vector<Tensor>& probs, Tensor& y) {
+  if (attention_fused_applies(q, probs) && k.is_contiguous() && v.is_contiguous() && y.is_contiguous()) {
+    Tensor p = probs[0];
+    return attention_fused_forward(q, k, v, scale, p, y);
+  }
   const int64_t BH = q.size(0), T = q.size(1);
   const int64_t chunk = attention_heads_per_chunk(T, attention_query_block(T, q.dtype()));
   for (int64_t h0 = 0; h0 < chunked_end(q, BH, chunk); h0 += chunk) {
@@ -173,6 +199,12 @@ void attention_heads_forward(const Tensor& q, const Tensor& k, const Tensor& v, 
 void attention_heads_backward(const Tensor& q, const Tensor& k, const Tensor& v,
                               const std::vector<Tensor>& probs, const Tensor& g, float scale,
                               const Tensor& dq, const Tensor& dk, const Tensor& dv) {
+  const auto dense = [](const Tensor& t) { return !t.defined() || t.is_contiguous(); };
+  if (attention_fused_applies(q, probs) && k.is_contiguous() && v.is_contiguous() && g.is_contiguous() &&
+      dense(dq) && dense(dk) && dense(dv)) {
+    Tensor dq_ = dq, dk_ = dk, dv_ = dv;
+    return attention_fused_backward(q, k, v, probs[0], g, scale, dq_, dk_, dv_);
+  }
   const int64_t BH = q.size(0), T = q.size(1);
   const int64_t chunk = attention_heads_per_chunk(T, attention_query_block(T, q.dtype()));
   const auto part = [](const Tensor& t, int64_t h0, int64_t h1) {
@@ -273,6 +305,42 @@ void masked_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v
     gemm(ds, kc, dqc);      // dq = dS k
     gemm(ds, qc, dkc, ta);  // dk = dS^T q
   }
+}
+
+namespace {
+void check_fused(const char* op, const Tensor& q, const std::vector<const Tensor*>& same,
+                 const Tensor& probs) {
+  const int64_t T = q.dim() == 3 ? q.size(1) : 0;
+  bool ok = q.dim() == 3 && q.dtype() == DType::bf16 && q.is_contiguous() && T % 32 == 0 &&
+            q.size(2) % 32 == 0 && T > 0 && q.size(2) > 0 && probs.dtype() == DType::bf16 &&
+            probs.is_contiguous() && probs.shape() == Shape{q.size(0), T, T};
+  for (const Tensor* t : same)
+    ok = ok && (!t->defined() || (t->shape() == q.shape() && t->dtype() == q.dtype() && t->is_contiguous() &&
+                                  t->device() == q.device()));
+  if (!ok)
+    throw ShapeError(
+        std::string(op) + ": q " + q.to_string() + " and probs " + probs.to_string() +
+        " must be contiguous bf16 (n, T, D) and (n, T, T) with T and D multiples of 32, every other "
+        "operand of q's shape");
+}
+}  // namespace
+
+void attention_fused_forward(const Tensor& q, const Tensor& k, const Tensor& v, float scale, Tensor& probs,
+                             Tensor& y) {
+  check_fused("attention_fused_forward", q, {&k, &v, &y}, probs);
+  if (!y.defined() || !k.defined() || !v.defined())
+    throw ShapeError("attention_fused_forward: k, v and y must be defined");
+  ops::attention_fused_forward(q.device(), q, k, v, scale, probs, y);
+}
+
+void attention_fused_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& probs,
+                              const Tensor& g, float scale, Tensor& dq, Tensor& dk, Tensor& dv) {
+  check_fused("attention_fused_backward", q, {&k, &v, &g, &dq, &dk, &dv}, probs);
+  if (!k.defined() || !v.defined() || !g.defined() || dq.defined() != dk.defined() ||
+      (!dq.defined() && !dv.defined()))
+    throw ShapeError(
+        "attention_fused_backward: k, v and g must be defined, dq and dk together, one output at least");
+  ops::attention_fused_backward(q.device(), q, k, v, probs, g, scale, dq, dk, dv);
 }
 
 void heads_copy(const Tensor& rows, const std::vector<Tensor>& heads, int64_t H, bool to_heads) {

@@ -30,6 +30,21 @@ void attention_heads_forward(const Tensor& q, const Tensor& k, const Tensor& v, 
 void attention_heads_backward(const Tensor& q, const Tensor& k, const Tensor& v,
                               const std::vector<Tensor>& probs, const Tensor& g, float scale,
                               const Tensor& dq, const Tensor& dk, const Tensor& dv);
+// The fused causal attention: every head of q, k, v (n, T, D) contiguous bf16 in one op, each
+// head in blocks of 32 query rows on the bf16 matrix unit (AMX), the scores and their gradient
+// never leaving a per-thread workspace (cpu/attention_fused_cpu.cpp says how). probs is the one
+// probability block (n, T, T) bf16 (row i holds P[i, 0:i] and zeros), saved by forward for
+// backward; backward as attention_heads_backward (dq and dk come together, either may be
+// undefined with dv defined). Same values as the composed op up to the order of fp32 sums.
+// attention_fused_applies says when attention_heads_forward/backward take it: q bf16, T and D
+// multiples of 32, one query block (attention_query_block(T) == T), contiguous operands, AMX
+// usable here, and MIXTRAIN_ATTENTION_FUSED not 0.
+bool attention_fused_applies(const Tensor& q, const std::vector<Tensor>& probs);
+void attention_fused_forward(const Tensor& q, const Tensor& k, const Tensor& v, float scale, Tensor& probs,
+                             Tensor& y);
+void attention_fused_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& probs,
+                              const Tensor& g, float scale, Tensor& dq, Tensor& dk, Tensor& dv);
+
 // The encoder's attention (bidirectional, a key padding mask, dropout on the probabilities) with
 // nothing of size T x T kept for backward: a chunk of batch rows at a time (about 4 MiB of scores),
 //   forward   S = q k^T;  P = masked_softmax(scale * S, key_mask);  Pd = dropout(P);  y = Pd v
@@ -57,6 +72,12 @@ namespace ref {
 // The scalar references of heads_copy and dropout_mask (same contracts).
 void heads_copy(const Tensor& rows, const std::vector<Tensor>& heads, int64_t H, bool to_heads);
 void dropout_mask(const Tensor& x, float p, uint64_t seed, uint64_t offset, Tensor& out);
+// The fused attention's: the definition with the reference GEMM and softmax ops, the roundings
+// where the fused op has them (S and dP f32, P and dS bf16, y, dq, dk, dv rounded once).
+void attention_fused_forward(const Tensor& q, const Tensor& k, const Tensor& v, float scale, Tensor& probs,
+                             Tensor& y);
+void attention_fused_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& probs,
+                              const Tensor& g, float scale, Tensor& dq, Tensor& dk, Tensor& dv);
 }  // namespace ref
 
 }  // namespace mixtrain

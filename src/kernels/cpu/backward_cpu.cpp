@@ -62,6 +62,15 @@ MIXTRAIN_SIMD_CLONES void gelu_backward_f32(const float* x, const float* g, floa
     o[i] = g[i] * (s + 2.f * v * s * (e * s) * k * (1.f + 3.f * a * v * v));
   }
 }
+MIXTRAIN_SIMD_CLONES void scale_inplace(float* o, float s, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) o[i] *= s;
+}
+MIXTRAIN_SIMD_CLONES void add_rows(float* acc, const float* a, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) acc[i] += a[i];
+}
+}  // namespace
+
+// The softmax row loops, shared with the fused attention (attention_fused_cpu.cpp; cpu_rows.h).
 // o = exp(scale * x - m): the scaled value rounded first, as a scaled copy would hold it.
 MIXTRAIN_SIMD_CLONES void exp_scaled_sub(const float* x, float scale, float m, float* o, int64_t n) {
 #pragma omp simd
@@ -72,9 +81,6 @@ MIXTRAIN_SIMD_CLONES void exp_scaled_sub(const float* x, float scale, float m, f
 }
 MIXTRAIN_SIMD_CLONES void scale_copy(const float* x, float s, float* o, int64_t n) {
   for (int64_t i = 0; i < n; ++i) o[i] = s * x[i];
-}
-MIXTRAIN_SIMD_CLONES void scale_inplace(float* o, float s, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) o[i] *= s;
 }
 // Stores src[0:n) * s and src[n:total) as they are into a row of dtype t (one rounding each).
 void store_row_scaled(float* src, float s, void* dst, DType t, int64_t n, int64_t total) {
@@ -89,14 +95,12 @@ void store_row_scaled(float* src, float s, void* dst, DType t, int64_t n, int64_
 MIXTRAIN_SIMD_CLONES void mul_rows(const float* a, const float* b, float* o, int64_t n) {
   for (int64_t i = 0; i < n; ++i) o[i] = a[i] * b[i];
 }
-MIXTRAIN_SIMD_CLONES void add_rows(float* acc, const float* a, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) acc[i] += a[i];
-}
 // dx = scale * y * (dy - dot)
 MIXTRAIN_SIMD_CLONES void softmax_bwd_row(const float* y, const float* dy, float dot, float scale, float* o,
                                           int64_t n) {
   for (int64_t i = 0; i < n; ++i) o[i] = scale * y[i] * (dy[i] - dot);
 }
+namespace {
 // Layer norm backward, first pass over a row: xhat, g = dout * w, and the row's share of the
 // parameter gradients (pw += dout * xhat, pb += dout).
 MIXTRAIN_SIMD_CLONES void ln_prep(const float* x, const float* d, const float* w, float mu, float rs,

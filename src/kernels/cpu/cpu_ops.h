@@ -21,6 +21,9 @@ void gemm_workspace_only(const Tensor& a, const Tensor& b, Tensor& c, const Gemm
 void gemm_s8_workspace_only(const Tensor& a, const Tensor& b, Tensor& acc);
 
 namespace cpu {
+namespace tiles {
+struct Kernels;
+}
 void gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmOptions& opt, const Tensor* bias);
 // How bf16 GEMMs run (gemm_onednn.cpp): automatic (the measured rule: through the fp32 kernel on
 // Intel with AVX512-BF16 and no AMX, else oneDNN's bf16 kernel; MIXTRAIN_BF16_GEMM=native|fp32
@@ -86,6 +89,19 @@ double global_norm(const Tensor& g);
 // attention_cpu.cpp
 void heads_copy(const Tensor& rows, const std::vector<Tensor>& heads, int64_t H, bool to_heads);
 void dropout_mask(const Tensor& x, float p, uint64_t seed, uint64_t offset, Tensor& out);
+void attention_fused_forward(const Tensor& q, const Tensor& k, const Tensor& v, float scale, Tensor& probs,
+                             Tensor& y);
+void attention_fused_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& probs,
+                              const Tensor& g, float scale, Tensor& dq, Tensor& dk, Tensor& dv);
+// The fused attention's workspace (f32): one row of scratch per thread, the thread's buffers.
+Tensor attention_fused_workspace(int64_t heads, int64_t T, int64_t D, bool backward);
+// The same with a given tile kernel set (amx_tiles.h): tests run the blocked algorithm with the
+// scalar tiles on any CPU and with AMX's where it has them.
+void attention_fused_forward_with(const tiles::Kernels& tk, const Tensor& q, const Tensor& k, const Tensor& v,
+                                  float scale, Tensor& probs, Tensor& y);
+void attention_fused_backward_with(const tiles::Kernels& tk, const Tensor& q, const Tensor& k,
+                                   const Tensor& v, const Tensor& probs, const Tensor& g, float scale,
+                                   Tensor& dq, Tensor& dk, Tensor& dv);
 }  // namespace cpu
 
 }  // namespace mixtrain

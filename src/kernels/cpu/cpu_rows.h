@@ -249,4 +249,13 @@ float pairwise_sum(const float* partials, int64_t n);
 // out[i] = exp(x[i] - m); returns the blocked sum of out. (Softmax numerators, log-sum-exp.)
 float exp_sub_sum_f32(const float* x, float m, float* out, int64_t n);
 
+// ---- the softmax row loops of causal_softmax(_backward) (defined in backward_cpu.cpp) ------------
+void exp_scaled_sub(const float* x, float scale, float m, float* o, int64_t n);  // o = exp(scale x - m)
+void scale_copy(const float* x, float s, float* o, int64_t n);                   // o = s x
+// Stores src[0:n) * s and src[n:total) as they are into a row of dtype t (one rounding each).
+void store_row_scaled(float* src, float s, void* dst, DType t, int64_t n, int64_t total);
+void mul_rows(const float* a, const float* b, float* o, int64_t n);  // o = a b
+// o = scale * y * (dy - dot)
+void softmax_bwd_row(const float* y, const float* dy, float dot, float scale, float* o, int64_t n);
+
 }  // namespace mixtrain::cpu

@@ -210,6 +210,15 @@ UnscaleResult meta::unscale_and_check(Tensor&, float) { return {}; }
 double meta::global_norm(const Tensor&) { return 0.0; }
 void meta::heads_copy(const Tensor&, const std::vector<Tensor>&, int64_t, bool) {}
 
+// attention_fused_cpu.cpp: its workspace, unless force_reference() sends it to the reference.
+void meta::attention_fused_forward(const Tensor& q, const Tensor&, const Tensor&, float, Tensor&, Tensor&) {
+  if (!force_reference()) cpu::attention_fused_workspace(q.size(0), q.size(1), q.size(2), false);
+}
+void meta::attention_fused_backward(const Tensor& q, const Tensor&, const Tensor&, const Tensor&,
+                                    const Tensor&, float, Tensor&, Tensor&, Tensor&) {
+  if (!force_reference()) cpu::attention_fused_workspace(q.size(0), q.size(1), q.size(2), true);
+}
+
 void meta::dropout_mask(const Tensor& x, float, uint64_t, uint64_t,
                         Tensor& out) {  // attention_cpu.cpp
   if (all_fast({&x, &out})) unary_rows(x, out);

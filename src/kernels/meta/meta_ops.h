@@ -61,5 +61,9 @@ double global_norm(const Tensor& g);
 
 void heads_copy(const Tensor& rows, const std::vector<Tensor>& heads, int64_t H, bool to_heads);
 void dropout_mask(const Tensor& x, float p, uint64_t seed, uint64_t offset, Tensor& out);
+void attention_fused_forward(const Tensor& q, const Tensor& k, const Tensor& v, float scale, Tensor& probs,
+                             Tensor& y);
+void attention_fused_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& probs,
+                              const Tensor& g, float scale, Tensor& dq, Tensor& dk, Tensor& dv);
 
 }  // namespace mixtrain::meta

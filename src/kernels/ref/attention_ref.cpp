@@ -2,6 +2,7 @@
 // a time through the dtype-generic accessors, written from the definitions rather than from the
 // CPU kernels (which copy whole head rows and work on contiguous fp32 copies).
 #include "kernels/attention_ops.h"
+#include "kernels/ops_backward.h"
 #include "kernels/ref/ref_util.h"
 #include "mixtrain/numeric/stochastic.h"
 
@@ -42,6 +43,41 @@ void dropout_mask(const Tensor& x, float p, uint64_t seed, uint64_t offset, Tens
     else
       detail::store<float>(out, o, static_cast<float>(v));  // the CPU kernel's fp32 value
   }
+}
+
+}  // namespace mixtrain::ref
+
+namespace mixtrain::ref {
+
+// The fused causal attention from its definition, every step a reference op on whole heads:
+//   S = q k^T (f32); P = causal_softmax(scale * S) (bf16); y = P v
+//   dP = dy v^T (f32); dS = causal_softmax_backward(P, dP, scale) (bf16); dq = dS k;
+//   dk = dS^T q; dv = P^T dy (f32 sums, each output rounded once)
+void attention_fused_forward(const Tensor& q, const Tensor& k, const Tensor& v, float scale, Tensor& probs,
+                             Tensor& y) {
+  const int64_t n = q.size(0), T = q.size(1);
+  Tensor s = Tensor::empty({n, T, T}, DType::f32, MemCategory::workspace);
+  GemmOptions nt;
+  nt.trans_b = true;
+  ref::gemm(q, k, s, nt, nullptr);
+  ref::causal_softmax(s, scale, probs);
+  ref::gemm(probs, v, y, {}, nullptr);
+}
+
+void attention_fused_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& probs,
+                              const Tensor& g, float scale, Tensor& dq, Tensor& dk, Tensor& dv) {
+  const int64_t n = q.size(0), T = q.size(1);
+  GemmOptions nt, tn;
+  nt.trans_b = true;
+  tn.trans_a = true;
+  if (dv.defined()) ref::gemm(probs, g, dv, tn, nullptr);
+  if (!dq.defined()) return;
+  Tensor dp = Tensor::empty({n, T, T}, DType::f32, MemCategory::workspace);
+  ref::gemm(g, v, dp, nt, nullptr);
+  Tensor ds = Tensor::empty({n, T, T}, probs.dtype(), MemCategory::workspace);
+  ref::causal_softmax_backward(probs, dp, scale, ds);
+  ref::gemm(ds, k, dq, {}, nullptr);
+  ref::gemm(ds, q, dk, tn, nullptr);
 }
 
 }  // namespace mixtrain::ref

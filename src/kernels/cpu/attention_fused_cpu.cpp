@@ -1,0 +1,219 @@
+// The fused causal attention (kernels/attention_ops.h) on the CPU: one head per work item, its
+// blocks of 32 query rows computed with bf16 tile GEMMs (amx_tiles.h: AMX where the CPU has it,
+// else the scalar tile reference, the same blocked algorithm), the scores and their gradient
+// living in a per-thread workspace of a few hundred KiB (in L2) instead of 4 MiB f32 tensors per
+// chunk of heads, and no library call, parallel region or barrier per block.
+//
+// One head (T x D), block b = query rows [r0, r1), r1 = r0 + 32, keys [0, r1):
+//   forward   S = q[r0:r1] k[0:r1]^T (f32);  P[r0:r1] = causal_softmax(scale * S) (bf16, saved);
+//             y[r0:r1] = P[r0:r1, 0:r1] v[0:r1]
+//   backward  dP = dy[r0:r1] v[0:r1]^T (f32);  dS = scale * P (dP - rowsum(P dP)) (bf16);
+//             dq[r0:r1] = dS k[0:r1];  then per block of 32 keys [c0, c0 + 32), over the query
+//             rows that see them ([c0, T)):  dk^T = q^T dS,  dv^T = dy^T P  (f32, rounded once)
+// The softmax and its backward use the row loops of causal_softmax(_backward) (backward_cpu.cpp)
+// on the same f32 scores, so P and dS are what the composed op computes from the same S and dP;
+// the GEMMs add the same exact products in another order.
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/attention_ops.h"
+#include "kernels/cpu/amx_tiles.h"
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/cpu_rows.h"
+#include "mixtrain/kernels/threads.h"
+
+namespace mixtrain {
+
+namespace {
+constexpr int64_t kRows = 32;  // query rows (and keys) per block
+
+// Offsets (in floats) of one thread's buffers in the workspace; bf16 buffers take half as many.
+struct ForwardScratch {
+  int64_t kp, vp, s, e, y, total;
+  ForwardScratch(int64_t T, int64_t D) {
+    kp = 0;               // k^T in pairs (D/2 x 2T bf16)
+    vp = kp + T * D / 2;  // v in pairs (T/2 x 2D bf16)
+    s = vp + T * D / 2;   // scores of a block (32 x T f32)
+    e = s + kRows * T;    // one row's exponentials (T f32)
+    y = e + T;            // the block's output (32 x D f32)
+    total = y + kRows * D;
+  }
+};
+struct BackwardScratch {
+  int64_t vtp, krp, qt, gt, dsp, pp, dsr, dp, dq, dkt, dvt, p, prod, o, tmp, total;
+  BackwardScratch(int64_t T, int64_t D) {
+    vtp = 0;                   // v^T in pairs (D/2 x 2T bf16)
+    krp = vtp + T * D / 2;     // k in pairs (T/2 x 2D bf16)
+    qt = krp + T * D / 2;      // q^T (D x T bf16)
+    gt = qt + T * D / 2;       // dy^T (D x T bf16)
+    dsp = gt + T * D / 2;      // dS in pairs of query rows (T/2 x 2T bf16)
+    pp = dsp + T * T / 2;      // P in pairs of query rows (T/2 x 2T bf16)
+    dsr = pp + T * T / 2;      // dS rows of a block (32 x T bf16)
+    dp = dsr + kRows * T / 2;  // dP of a block (32 x T f32)
+    dq = dp + kRows * T;       // dq of a block (32 x D f32)
+    dkt = dq + kRows * D;      // dk^T (D x T f32)
+    dvt = dkt + D * T;         // dv^T (D x T f32)
+    p = dvt + D * T;           // one row of P widened, the products, dS (T f32 each)
+    prod = p + T;
+    o = prod + T;
+    tmp = o + T;  // a transpose's row pairs (T x D bf16), dk or dv before rounding (T x D f32)
+    total = tmp + T * D;
+  }
+};
+
+bf16* as_bf16(float* base, int64_t off) { return reinterpret_cast<bf16*>(base + off); }
+
+int fused_threads(int64_t heads) {
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(num_threads(), heads)));
+}
+
+void head_forward(const cpu::tiles::Kernels& tk, const bf16* q, const bf16* k, const bf16* v, float scale,
+                  int64_t T, int64_t D, bf16* P, bf16* y, float* w) {
+  const ForwardScratch L(T, D);
+  bf16 *kp = as_bf16(w, L.kp), *vp = as_bf16(w, L.vp);
+  float *s = w + L.s, *e = w + L.e, *yb = w + L.y;
+  cpu::tiles::pack_pairs_cols(k, D, T, D, kp, 2 * T);  // B(d, j) = k[j][d]
+  cpu::tiles::pack_pairs_rows(v, D, T, D, vp, 2 * D);  // B(j, d) = v[j][d]
+  for (int64_t r0 = 0; r0 < T; r0 += kRows) {
+    const int64_t r1 = r0 + kRows;
+    tk.gemm(kRows, r1, D, q + r0 * D, D, kp, 2 * T, s, T, false);
+    for (int64_t i = 0; i < kRows; ++i) {  // causal_softmax's row loop (backward_cpu.cpp)
+      const int64_t n = r0 + i + 1;
+      const float* si = s + i * T;
+      float sum;
+      if (scale > 0.f) {
+        cpu::exp_scaled_sub(si, scale, scale * cpu::max_f32(si, n), e, n);
+        sum = cpu::sum_f32(e, n);
+      } else {
+        cpu::scale_copy(si, scale, e, n);
+        sum = cpu::exp_sub_sum_f32(e, cpu::max_f32(e, n), e, n);
+      }
+      std::fill(e + n, e + T, 0.f);
+      cpu::store_row_scaled(e, 1.f / sum, P + (r0 + i) * T, DType::bf16, n, T);
+    }
+    tk.gemm(kRows, D, r1, P + r0 * T, T, vp, 2 * D, yb, D, false);
+    cpu::round_bf16_row(yb, y + r0 * D, kRows * D);
+  }
+}
+
+// dk or dv (T x D bf16) from its transpose (D x T f32), each element rounded once.
+void store_transposed(const float* t, int64_t T, int64_t D, bf16* out, float* tmp) {
+  cpu::tiles::transpose32(reinterpret_cast<const uint32_t*>(t), T, D, T, reinterpret_cast<uint32_t*>(tmp), D);
+  cpu::round_bf16_row(tmp, out, T * D);
+}
+
+void head_backward(const cpu::tiles::Kernels& tk, const bf16* q, const bf16* k, const bf16* v, const bf16* P,
+                   const bf16* g, float scale, int64_t T, int64_t D, bf16* dq, bf16* dk, bf16* dv, float* w) {
+  const BackwardScratch L(T, D);
+  const bool need_qk = dq != nullptr, need_v = dv != nullptr;
+  bf16 *vtp = as_bf16(w, L.vtp), *krp = as_bf16(w, L.krp), *qt = as_bf16(w, L.qt), *gt = as_bf16(w, L.gt),
+       *dsp = as_bf16(w, L.dsp), *pp = as_bf16(w, L.pp), *dsr = as_bf16(w, L.dsr);
+  float *dp = w + L.dp, *dqb = w + L.dq, *dkt = w + L.dkt, *dvt = w + L.dvt, *pr = w + L.p,
+        *prod = w + L.prod, *o = w + L.o, *tmp = w + L.tmp;
+  if (need_qk) {
+    cpu::tiles::pack_pairs_cols(v, D, T, D, vtp, 2 * T);  // B(d, j) = v[j][d]
+    cpu::tiles::pack_pairs_rows(k, D, T, D, krp, 2 * D);  // B(j, d) = k[j][d]
+    cpu::tiles::transpose(q, D, T, D, qt, T, as_bf16(tmp, 0));
+  }
+  if (need_v) cpu::tiles::transpose(g, D, T, D, gt, T, as_bf16(tmp, 0));
+  for (int64_t r0 = 0; r0 < T; r0 += kRows) {
+    const int64_t r1 = r0 + kRows;
+    if (need_v) cpu::tiles::pack_pairs_rows(P + r0 * T, T, kRows, r1, pp + (r0 / 2) * 2 * T, 2 * T);
+    if (!need_qk) continue;
+    tk.gemm(kRows, r1, D, g + r0 * D, D, vtp, 2 * T, dp, T, false);
+    for (int64_t i = 0; i < kRows; ++i) {  // causal_softmax_backward's row loop (backward_cpu.cpp)
+      const int64_t n = r0 + i + 1;
+      const float* dpi = dp + i * T;
+      cpu::widen_bf16_row(P + (r0 + i) * T, pr, n);
+      cpu::mul_rows(pr, dpi, prod, n);
+      cpu::softmax_bwd_row(pr, dpi, cpu::sum_f32(prod, n), scale, o, n);
+      std::fill(o + n, o + r1, 0.f);
+      cpu::round_bf16_row(o, dsr + i * T, r1);
+    }
+    tk.gemm(kRows, D, r1, dsr, T, krp, 2 * D, dqb, D, false);
+    cpu::round_bf16_row(dqb, dq + r0 * D, kRows * D);
+    cpu::tiles::pack_pairs_rows(dsr, T, kRows, r1, dsp + (r0 / 2) * 2 * T, 2 * T);
+  }
+  // Keys [c0, c0 + 32) are seen by the query rows [c0, T) only: the blocks of pairs there hold
+  // every column up to their own r1 > c0 + 31.
+  for (int64_t c0 = 0; c0 < T; c0 += kRows) {
+    const int64_t off = (c0 / 2) * 2 * T + 2 * c0;
+    if (need_qk) tk.gemm(D, kRows, T - c0, qt + c0, T, dsp + off, 2 * T, dkt + c0, T, false);
+    if (need_v) tk.gemm(D, kRows, T - c0, gt + c0, T, pp + off, 2 * T, dvt + c0, T, false);
+  }
+  if (need_qk) store_transposed(dkt, T, D, dk, tmp);
+  if (need_v) store_transposed(dvt, T, D, dv, tmp);
+}
+
+const cpu::tiles::Kernels& kernels_here() {
+  return cpu::tiles::amx_usable() ? cpu::tiles::amx_kernels() : cpu::tiles::reference_kernels();
+}
+}  // namespace
+
+Tensor cpu::attention_fused_workspace(int64_t heads, int64_t T, int64_t D, bool backward) {
+  const int64_t per = backward ? BackwardScratch(T, D).total : ForwardScratch(T, D).total;
+  return Tensor::empty({fused_threads(heads), per}, DType::f32, MemCategory::workspace);
+}
+
+void cpu::attention_fused_forward_with(const cpu::tiles::Kernels& tk, const Tensor& q, const Tensor& k,
+                                       const Tensor& v, float scale, Tensor& probs, Tensor& y) {
+  const int64_t n = q.size(0), T = q.size(1), D = q.size(2);
+  Tensor ws = attention_fused_workspace(n, T, D, false);
+  const int64_t per = ws.size(1);
+  const bf16 *Q = q.data<bf16>(), *K = k.data<bf16>(), *V = v.data<bf16>();
+  bf16 *P = probs.data<bf16>(), *Y = y.data<bf16>();
+  float* W = ws.data<float>();
+  const int nt = static_cast<int>(ws.size(0));
+#pragma omp parallel num_threads(nt) if (nt > 1)
+  {
+    float* w = W + omp_get_thread_num() * per;
+    tk.begin();
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t h = 0; h < n; ++h)
+      head_forward(tk, Q + h * T * D, K + h * T * D, V + h * T * D, scale, T, D, P + h * T * T, Y + h * T * D,
+                   w);
+    tk.end();
+  }
+}
+
+void cpu::attention_fused_backward_with(const cpu::tiles::Kernels& tk, const Tensor& q, const Tensor& k,
+                                        const Tensor& v, const Tensor& probs, const Tensor& g, float scale,
+                                        Tensor& dq, Tensor& dk, Tensor& dv) {
+  const int64_t n = q.size(0), T = q.size(1), D = q.size(2);
+  Tensor ws = attention_fused_workspace(n, T, D, true);
+  const int64_t per = ws.size(1);
+  const bf16 *Q = q.data<bf16>(), *K = k.data<bf16>(), *V = v.data<bf16>(), *P = probs.data<bf16>(),
+             *G = g.data<bf16>();
+  const auto out = [](Tensor& t) { return t.defined() ? t.data<bf16>() : nullptr; };
+  bf16 *DQ = out(dq), *DK = out(dk), *DV = out(dv);
+  float* W = ws.data<float>();
+  const int nt = static_cast<int>(ws.size(0));
+#pragma omp parallel num_threads(nt) if (nt > 1)
+  {
+    float* w = W + omp_get_thread_num() * per;
+    tk.begin();
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t h = 0; h < n; ++h) {
+      const int64_t o = h * T * D;
+      head_backward(tk, Q + o, K + o, V + o, P + h * T * T, G + o, scale, T, D, DQ ? DQ + o : nullptr,
+                    DK ? DK + o : nullptr, DV ? DV + o : nullptr, w);
+    }
+    tk.end();
+  }
+}
+
+void cpu::attention_fused_forward(const Tensor& q, const Tensor& k, const Tensor& v, float scale,
+                                  Tensor& probs, Tensor& y) {
+  if (force_reference()) return ref::attention_fused_forward(q, k, v, scale, probs, y);
+  attention_fused_forward_with(kernels_here(), q, k, v, scale, probs, y);
+}
+
+void cpu::attention_fused_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& probs,
+                                   const Tensor& g, float scale, Tensor& dq, Tensor& dk, Tensor& dv) {
+  if (force_reference()) return ref::attention_fused_backward(q, k, v, probs, g, scale, dq, dk, dv);
+  attention_fused_backward_with(kernels_here(), q, k, v, probs, g, scale, dq, dk, dv);
+}
+
+}  // namespace mixtrain
