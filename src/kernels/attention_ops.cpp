@@ -174,7 +174,10 @@ bool attention_fused_applies(const Tensor& q, const std::vector<Tensor>& probs) 
     const char* v = std::getenv("MIXTRAIN_ATTENTION_FUSED");
     return !(v && std::string(v) == "0") && cpu::tiles::amx_usable();
   }();
-  if (!enabled || q.dtype() != DType::bf16 || q.dim() != 3 || probs.size() != 1) return false;
+  // f32 where its products are bf16 anyway (matmul precision medium on the matrix unit).
+  const bool f32_medium = q.dtype() == DType::f32 && matmul_precision_uses_bf16(float32_matmul_precision());
+  if (!enabled || (q.dtype() != DType::bf16 && !f32_medium) || q.dim() != 3 || probs.size() != 1)
+    return false;
   const int64_t T = q.size(1), D = q.size(2);
   return T % 32 == 0 && D % 32 == 0 && D <= 256 && probs[0].size(2) == T && q.is_contiguous() &&
          probs[0].is_contiguous();
@@ -311,8 +314,8 @@ namespace {
 void check_fused(const char* op, const Tensor& q, const std::vector<const Tensor*>& same,
                  const Tensor& probs) {
   const int64_t T = q.dim() == 3 ? q.size(1) : 0;
-  bool ok = q.dim() == 3 && q.dtype() == DType::bf16 && q.is_contiguous() && T % 32 == 0 &&
-            q.size(2) % 32 == 0 && T > 0 && q.size(2) > 0 && probs.dtype() == DType::bf16 &&
+  bool ok = q.dim() == 3 && (q.dtype() == DType::bf16 || q.dtype() == DType::f32) && q.is_contiguous() &&
+            T % 32 == 0 && q.size(2) % 32 == 0 && T > 0 && q.size(2) > 0 && probs.dtype() == q.dtype() &&
             probs.is_contiguous() && probs.shape() == Shape{q.size(0), T, T};
   for (const Tensor* t : same)
     ok = ok && (!t->defined() || (t->shape() == q.shape() && t->dtype() == q.dtype() && t->is_contiguous() &&
@@ -320,7 +323,7 @@ void check_fused(const char* op, const Tensor& q, const std::vector<const Tensor
   if (!ok)
     throw ShapeError(
         std::string(op) + ": q " + q.to_string() + " and probs " + probs.to_string() +
-        " must be contiguous bf16 (n, T, D) and (n, T, T) with T and D multiples of 32, every other "
+        " must be contiguous bf16 or f32 (n, T, D) and (n, T, T) with T and D multiples of 32, every other "
         "operand of q's shape");
 }
 }  // namespace

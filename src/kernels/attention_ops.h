@@ -33,12 +33,15 @@ void attention_heads_backward(const Tensor& q, const Tensor& k, const Tensor& v,
 // The fused causal attention: every head of q, k, v (n, T, D) contiguous bf16 in one op, each
 // head in blocks of 32 query rows on the bf16 matrix unit (AMX), the scores and their gradient
 // never leaving a per-thread workspace (cpu/attention_fused_cpu.cpp says how). probs is the one
-// probability block (n, T, T) bf16 (row i holds P[i, 0:i] and zeros), saved by forward for
-// backward; backward as attention_heads_backward (dq and dk come together, either may be
+// probability block (n, T, T) of q's dtype (row i holds P[i, 0:i] and zeros), saved by forward
+// for backward; backward as attention_heads_backward (dq and dk come together, either may be
 // undefined with dv defined). Same values as the composed op up to the order of fp32 sums.
-// attention_fused_applies says when attention_heads_forward/backward take it: q bf16, T and D
-// multiples of 32, one query block (attention_query_block(T) == T), contiguous operands, AMX
-// usable here, and MIXTRAIN_ATTENTION_FUSED not 0.
+// f32 operands are multiplied as matmul precision medium multiplies them: every GEMM input
+// (q, k, v, P, dy, dS) rounded to bf16, fp32 sums; S, P, dP and the outputs stay f32.
+// attention_fused_applies says when attention_heads_forward/backward take it: q bf16 (or f32
+// under --matmul-precision medium where that runs on the matrix unit), T and D multiples of 32,
+// one query block (attention_query_block(T) == T), contiguous operands, AMX usable here, and
+// MIXTRAIN_ATTENTION_FUSED not 0.
 bool attention_fused_applies(const Tensor& q, const std::vector<Tensor>& probs);
 void attention_fused_forward(const Tensor& q, const Tensor& k, const Tensor& v, float scale, Tensor& probs,
                              Tensor& y);
@@ -73,7 +76,8 @@ namespace ref {
 void heads_copy(const Tensor& rows, const std::vector<Tensor>& heads, int64_t H, bool to_heads);
 void dropout_mask(const Tensor& x, float p, uint64_t seed, uint64_t offset, Tensor& out);
 // The fused attention's: the definition with the reference GEMM and softmax ops, the roundings
-// where the fused op has them (S and dP f32, P and dS bf16, y, dq, dk, dv rounded once).
+// where the fused op has them (S and dP f32, P and dS bf16, y, dq, dk, dv rounded once; for f32,
+// each GEMM input rounded to bf16 first and everything else f32).
 void attention_fused_forward(const Tensor& q, const Tensor& k, const Tensor& v, float scale, Tensor& probs,
                              Tensor& y);
 void attention_fused_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& probs,

@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "kernels/attention_ops.h"
 #include "kernels/cpu/amx_tiles.h"
@@ -30,20 +31,24 @@ namespace {
 constexpr int64_t kRows = 32;  // query rows (and keys) per block
 
 // Offsets (in floats) of one thread's buffers in the workspace; bf16 buffers take half as many.
+// f32 operands (matmul precision medium) are first rounded to bf16 in `stage` (q, k, v, and dy in
+// backward), and each block of P in `pb`.
 struct ForwardScratch {
-  int64_t kp, vp, s, e, y, total;
-  ForwardScratch(int64_t T, int64_t D) {
+  int64_t kp, vp, s, e, y, stage, pb, total;
+  ForwardScratch(int64_t T, int64_t D, bool f32) {
     kp = 0;               // k^T in pairs (D/2 x 2T bf16)
     vp = kp + T * D / 2;  // v in pairs (T/2 x 2D bf16)
     s = vp + T * D / 2;   // scores of a block (32 x T f32)
     e = s + kRows * T;    // one row's exponentials (T f32)
     y = e + T;            // the block's output (32 x D f32)
-    total = y + kRows * D;
+    stage = y + kRows * D;
+    pb = stage + (f32 ? 3 * T * D / 2 : 0);
+    total = pb + (f32 ? kRows * T / 2 : 0);
   }
 };
 struct BackwardScratch {
-  int64_t vtp, krp, qt, gt, dsp, pp, dsr, dp, dq, dkt, dvt, p, prod, o, tmp, total;
-  BackwardScratch(int64_t T, int64_t D) {
+  int64_t vtp, krp, qt, gt, dsp, pp, dsr, dp, dq, dkt, dvt, p, prod, o, tmp, stage, pb, total;
+  BackwardScratch(int64_t T, int64_t D, bool f32) {
     vtp = 0;                   // v^T in pairs (D/2 x 2T bf16)
     krp = vtp + T * D / 2;     // k in pairs (T/2 x 2D bf16)
     qt = krp + T * D / 2;      // q^T (D x T bf16)
@@ -59,7 +64,9 @@ struct BackwardScratch {
     prod = p + T;
     o = prod + T;
     tmp = o + T;  // a transpose's row pairs (T x D bf16), dk or dv before rounding (T x D f32)
-    total = tmp + T * D;
+    stage = tmp + T * D;
+    pb = stage + (f32 ? 4 * T * D / 2 : 0);
+    total = pb + (f32 ? kRows * T / 2 : 0);
   }
 };
 
@@ -69,11 +76,36 @@ int fused_threads(int64_t heads) {
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(num_threads(), heads)));
 }
 
-void head_forward(const cpu::tiles::Kernels& tk, const bf16* q, const bf16* k, const bf16* v, float scale,
-                  int64_t T, int64_t D, bf16* P, bf16* y, float* w) {
-  const ForwardScratch L(T, D);
-  bf16 *kp = as_bf16(w, L.kp), *vp = as_bf16(w, L.vp);
+// The operand types: bf16 as it is, f32 through bf16 (medium's products: each input rounded once).
+template <class IO>
+constexpr DType io_dtype() {
+  return std::is_same_v<IO, bf16> ? DType::bf16 : DType::f32;
+}
+const bf16* tile_input(const bf16* x, int64_t, bf16*) { return x; }
+const bf16* tile_input(const float* x, int64_t n, bf16* stage) {
+  cpu::round_bf16_row(x, stage, n);
+  return stage;
+}
+void store_out(const float* src, bf16* dst, int64_t n) { cpu::round_bf16_row(src, dst, n); }
+void store_out(const float* src, float* dst, int64_t n) { std::memcpy(dst, src, static_cast<size_t>(n) * 4); }
+void load_row(const bf16* src, float* dst, int64_t n) { cpu::widen_bf16_row(src, dst, n); }
+void load_row(const float* src, float* dst, int64_t n) { std::memcpy(dst, src, static_cast<size_t>(n) * 4); }
+// Rows [r0, r0 + 32) of P, columns [0, r1), as bf16 with row stride T.
+const bf16* prob_block(const bf16* P, int64_t T, int64_t r0, int64_t, bf16*) { return P + r0 * T; }
+const bf16* prob_block(const float* P, int64_t T, int64_t r0, int64_t r1, bf16* pb) {
+  for (int64_t i = 0; i < kRows; ++i) cpu::round_bf16_row(P + (r0 + i) * T, pb + i * T, r1);
+  return pb;
+}
+
+template <class IO>
+void head_forward(const cpu::tiles::Kernels& tk, const IO* q_in, const IO* k_in, const IO* v_in, float scale,
+                  int64_t T, int64_t D, IO* P, IO* y, float* w) {
+  const ForwardScratch L(T, D, std::is_same_v<IO, float>);
+  bf16 *kp = as_bf16(w, L.kp), *vp = as_bf16(w, L.vp), *stage = as_bf16(w, L.stage), *pb = as_bf16(w, L.pb);
   float *s = w + L.s, *e = w + L.e, *yb = w + L.y;
+  const bf16* q = tile_input(q_in, T * D, stage);
+  const bf16* k = tile_input(k_in, T * D, stage + T * D);
+  const bf16* v = tile_input(v_in, T * D, stage + 2 * T * D);
   cpu::tiles::pack_pairs_cols(k, D, T, D, kp, 2 * T);  // B(d, j) = k[j][d]
   cpu::tiles::pack_pairs_rows(v, D, T, D, vp, 2 * D);  // B(j, d) = v[j][d]
   for (int64_t r0 = 0; r0 < T; r0 += kRows) {
@@ -91,28 +123,35 @@ void head_forward(const cpu::tiles::Kernels& tk, const bf16* q, const bf16* k, c
         sum = cpu::exp_sub_sum_f32(e, cpu::max_f32(e, n), e, n);
       }
       std::fill(e + n, e + T, 0.f);
-      cpu::store_row_scaled(e, 1.f / sum, P + (r0 + i) * T, DType::bf16, n, T);
+      cpu::store_row_scaled(e, 1.f / sum, P + (r0 + i) * T, io_dtype<IO>(), n, T);
     }
-    tk.gemm(kRows, D, r1, P + r0 * T, T, vp, 2 * D, yb, D, false);
-    cpu::round_bf16_row(yb, y + r0 * D, kRows * D);
+    tk.gemm(kRows, D, r1, prob_block(P, T, r0, r1, pb), T, vp, 2 * D, yb, D, false);
+    store_out(yb, y + r0 * D, kRows * D);
   }
 }
 
-// dk or dv (T x D bf16) from its transpose (D x T f32), each element rounded once.
-void store_transposed(const float* t, int64_t T, int64_t D, bf16* out, float* tmp) {
+// dk or dv (T x D) from its transpose (D x T f32), each element rounded once.
+template <class IO>
+void store_transposed(const float* t, int64_t T, int64_t D, IO* out, float* tmp) {
   cpu::tiles::transpose32(reinterpret_cast<const uint32_t*>(t), T, D, T, reinterpret_cast<uint32_t*>(tmp), D);
-  cpu::round_bf16_row(tmp, out, T * D);
+  store_out(tmp, out, T * D);
 }
 
-void head_backward(const cpu::tiles::Kernels& tk, const bf16* q, const bf16* k, const bf16* v, const bf16* P,
-                   const bf16* g, float scale, int64_t T, int64_t D, bf16* dq, bf16* dk, bf16* dv, float* w) {
-  const BackwardScratch L(T, D);
+template <class IO>
+void head_backward(const cpu::tiles::Kernels& tk, const IO* q_in, const IO* k_in, const IO* v_in, const IO* P,
+                   const IO* g_in, float scale, int64_t T, int64_t D, IO* dq, IO* dk, IO* dv, float* w) {
+  const BackwardScratch L(T, D, std::is_same_v<IO, float>);
   const bool need_qk = dq != nullptr, need_v = dv != nullptr;
   bf16 *vtp = as_bf16(w, L.vtp), *krp = as_bf16(w, L.krp), *qt = as_bf16(w, L.qt), *gt = as_bf16(w, L.gt),
-       *dsp = as_bf16(w, L.dsp), *pp = as_bf16(w, L.pp), *dsr = as_bf16(w, L.dsr);
+       *dsp = as_bf16(w, L.dsp), *pp = as_bf16(w, L.pp), *dsr = as_bf16(w, L.dsr),
+       *stage = as_bf16(w, L.stage), *pb = as_bf16(w, L.pb);
   float *dp = w + L.dp, *dqb = w + L.dq, *dkt = w + L.dkt, *dvt = w + L.dvt, *pr = w + L.p,
         *prod = w + L.prod, *o = w + L.o, *tmp = w + L.tmp;
+  const bf16* g = tile_input(g_in, T * D, stage);
   if (need_qk) {
+    const bf16* q = tile_input(q_in, T * D, stage + T * D);
+    const bf16* k = tile_input(k_in, T * D, stage + 2 * T * D);
+    const bf16* v = tile_input(v_in, T * D, stage + 3 * T * D);
     cpu::tiles::pack_pairs_cols(v, D, T, D, vtp, 2 * T);  // B(d, j) = v[j][d]
     cpu::tiles::pack_pairs_rows(k, D, T, D, krp, 2 * D);  // B(j, d) = k[j][d]
     cpu::tiles::transpose(q, D, T, D, qt, T, as_bf16(tmp, 0));
@@ -120,20 +159,21 @@ void head_backward(const cpu::tiles::Kernels& tk, const bf16* q, const bf16* k, 
   if (need_v) cpu::tiles::transpose(g, D, T, D, gt, T, as_bf16(tmp, 0));
   for (int64_t r0 = 0; r0 < T; r0 += kRows) {
     const int64_t r1 = r0 + kRows;
-    if (need_v) cpu::tiles::pack_pairs_rows(P + r0 * T, T, kRows, r1, pp + (r0 / 2) * 2 * T, 2 * T);
+    if (need_v)
+      cpu::tiles::pack_pairs_rows(prob_block(P, T, r0, r1, pb), T, kRows, r1, pp + (r0 / 2) * 2 * T, 2 * T);
     if (!need_qk) continue;
     tk.gemm(kRows, r1, D, g + r0 * D, D, vtp, 2 * T, dp, T, false);
     for (int64_t i = 0; i < kRows; ++i) {  // causal_softmax_backward's row loop (backward_cpu.cpp)
       const int64_t n = r0 + i + 1;
       const float* dpi = dp + i * T;
-      cpu::widen_bf16_row(P + (r0 + i) * T, pr, n);
+      load_row(P + (r0 + i) * T, pr, n);
       cpu::mul_rows(pr, dpi, prod, n);
       cpu::softmax_bwd_row(pr, dpi, cpu::sum_f32(prod, n), scale, o, n);
       std::fill(o + n, o + r1, 0.f);
-      cpu::round_bf16_row(o, dsr + i * T, r1);
+      cpu::round_bf16_row(o, dsr + i * T, r1);  // dS in bf16 (f32: medium rounds it for the GEMMs)
     }
     tk.gemm(kRows, D, r1, dsr, T, krp, 2 * D, dqb, D, false);
-    cpu::round_bf16_row(dqb, dq + r0 * D, kRows * D);
+    store_out(dqb, dq + r0 * D, kRows * D);
     cpu::tiles::pack_pairs_rows(dsr, T, kRows, r1, dsp + (r0 / 2) * 2 * T, 2 * T);
   }
   // Keys [c0, c0 + 32) are seen by the query rows [c0, T) only: the blocks of pairs there hold
@@ -150,20 +190,15 @@ void head_backward(const cpu::tiles::Kernels& tk, const bf16* q, const bf16* k, 
 const cpu::tiles::Kernels& kernels_here() {
   return cpu::tiles::amx_usable() ? cpu::tiles::amx_kernels() : cpu::tiles::reference_kernels();
 }
-}  // namespace
 
-Tensor cpu::attention_fused_workspace(int64_t heads, int64_t T, int64_t D, bool backward) {
-  const int64_t per = backward ? BackwardScratch(T, D).total : ForwardScratch(T, D).total;
-  return Tensor::empty({fused_threads(heads), per}, DType::f32, MemCategory::workspace);
-}
-
-void cpu::attention_fused_forward_with(const cpu::tiles::Kernels& tk, const Tensor& q, const Tensor& k,
-                                       const Tensor& v, float scale, Tensor& probs, Tensor& y) {
+template <class IO>
+void fused_forward(const cpu::tiles::Kernels& tk, const Tensor& q, const Tensor& k, const Tensor& v,
+                   float scale, Tensor& probs, Tensor& y) {
   const int64_t n = q.size(0), T = q.size(1), D = q.size(2);
-  Tensor ws = attention_fused_workspace(n, T, D, false);
+  Tensor ws = cpu::attention_fused_workspace(n, T, D, q.dtype(), false);
   const int64_t per = ws.size(1);
-  const bf16 *Q = q.data<bf16>(), *K = k.data<bf16>(), *V = v.data<bf16>();
-  bf16 *P = probs.data<bf16>(), *Y = y.data<bf16>();
+  const IO *Q = q.data<IO>(), *K = k.data<IO>(), *V = v.data<IO>();
+  IO *P = probs.data<IO>(), *Y = y.data<IO>();
   float* W = ws.data<float>();
   const int nt = static_cast<int>(ws.size(0));
 #pragma omp parallel num_threads(nt) if (nt > 1)
@@ -178,16 +213,15 @@ void cpu::attention_fused_forward_with(const cpu::tiles::Kernels& tk, const Tens
   }
 }
 
-void cpu::attention_fused_backward_with(const cpu::tiles::Kernels& tk, const Tensor& q, const Tensor& k,
-                                        const Tensor& v, const Tensor& probs, const Tensor& g, float scale,
-                                        Tensor& dq, Tensor& dk, Tensor& dv) {
+template <class IO>
+void fused_backward(const cpu::tiles::Kernels& tk, const Tensor& q, const Tensor& k, const Tensor& v,
+                    const Tensor& probs, const Tensor& g, float scale, Tensor& dq, Tensor& dk, Tensor& dv) {
   const int64_t n = q.size(0), T = q.size(1), D = q.size(2);
-  Tensor ws = attention_fused_workspace(n, T, D, true);
+  Tensor ws = cpu::attention_fused_workspace(n, T, D, q.dtype(), true);
   const int64_t per = ws.size(1);
-  const bf16 *Q = q.data<bf16>(), *K = k.data<bf16>(), *V = v.data<bf16>(), *P = probs.data<bf16>(),
-             *G = g.data<bf16>();
-  const auto out = [](Tensor& t) { return t.defined() ? t.data<bf16>() : nullptr; };
-  bf16 *DQ = out(dq), *DK = out(dk), *DV = out(dv);
+  const IO *Q = q.data<IO>(), *K = k.data<IO>(), *V = v.data<IO>(), *P = probs.data<IO>(), *G = g.data<IO>();
+  const auto out = [](Tensor& t) { return t.defined() ? t.data<IO>() : nullptr; };
+  IO *DQ = out(dq), *DK = out(dk), *DV = out(dv);
   float* W = ws.data<float>();
   const int nt = static_cast<int>(ws.size(0));
 #pragma omp parallel num_threads(nt) if (nt > 1)
@@ -202,6 +236,26 @@ void cpu::attention_fused_backward_with(const cpu::tiles::Kernels& tk, const Ten
     }
     tk.end();
   }
+}
+}  // namespace
+
+Tensor cpu::attention_fused_workspace(int64_t heads, int64_t T, int64_t D, DType dtype, bool backward) {
+  const bool f32 = dtype == DType::f32;
+  const int64_t per = backward ? BackwardScratch(T, D, f32).total : ForwardScratch(T, D, f32).total;
+  return Tensor::empty({fused_threads(heads), per}, DType::f32, MemCategory::workspace);
+}
+
+void cpu::attention_fused_forward_with(const cpu::tiles::Kernels& tk, const Tensor& q, const Tensor& k,
+                                       const Tensor& v, float scale, Tensor& probs, Tensor& y) {
+  if (q.dtype() == DType::f32) return fused_forward<float>(tk, q, k, v, scale, probs, y);
+  fused_forward<bf16>(tk, q, k, v, scale, probs, y);
+}
+
+void cpu::attention_fused_backward_with(const cpu::tiles::Kernels& tk, const Tensor& q, const Tensor& k,
+                                        const Tensor& v, const Tensor& probs, const Tensor& g, float scale,
+                                        Tensor& dq, Tensor& dk, Tensor& dv) {
+  if (q.dtype() == DType::f32) return fused_backward<float>(tk, q, k, v, probs, g, scale, dq, dk, dv);
+  fused_backward<bf16>(tk, q, k, v, probs, g, scale, dq, dk, dv);
 }
 
 void cpu::attention_fused_forward(const Tensor& q, const Tensor& k, const Tensor& v, float scale,

@@ -94,7 +94,7 @@ void attention_fused_forward(const Tensor& q, const Tensor& k, const Tensor& v, 
 void attention_fused_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& probs,
                               const Tensor& g, float scale, Tensor& dq, Tensor& dk, Tensor& dv);
 // The fused attention's workspace (f32): one row of scratch per thread, the thread's buffers.
-Tensor attention_fused_workspace(int64_t heads, int64_t T, int64_t D, bool backward);
+Tensor attention_fused_workspace(int64_t heads, int64_t T, int64_t D, DType dtype, bool backward);
 // The same with a given tile kernel set (amx_tiles.h): tests run the blocked algorithm with the
 // scalar tiles on any CPU and with AMX's where it has them.
 void attention_fused_forward_with(const tiles::Kernels& tk, const Tensor& q, const Tensor& k, const Tensor& v,

@@ -212,11 +212,11 @@ void meta::heads_copy(const Tensor&, const std::vector<Tensor>&, int64_t, bool) 
 
 // attention_fused_cpu.cpp: its workspace, unless force_reference() sends it to the reference.
 void meta::attention_fused_forward(const Tensor& q, const Tensor&, const Tensor&, float, Tensor&, Tensor&) {
-  if (!force_reference()) cpu::attention_fused_workspace(q.size(0), q.size(1), q.size(2), false);
+  if (!force_reference()) cpu::attention_fused_workspace(q.size(0), q.size(1), q.size(2), q.dtype(), false);
 }
 void meta::attention_fused_backward(const Tensor& q, const Tensor&, const Tensor&, const Tensor&,
                                     const Tensor&, float, Tensor&, Tensor&, Tensor&) {
-  if (!force_reference()) cpu::attention_fused_workspace(q.size(0), q.size(1), q.size(2), true);
+  if (!force_reference()) cpu::attention_fused_workspace(q.size(0), q.size(1), q.size(2), q.dtype(), true);
 }
 
 void meta::dropout_mask(const Tensor& x, float, uint64_t, uint64_t,

@@ -53,15 +53,22 @@ namespace mixtrain::ref {
 //   S = q k^T (f32); P = causal_softmax(scale * S) (bf16); y = P v
 //   dP = dy v^T (f32); dS = causal_softmax_backward(P, dP, scale) (bf16); dq = dS k;
 //   dk = dS^T q; dv = P^T dy (f32 sums, each output rounded once)
+namespace {
+// A GEMM input as the fused op multiplies it: f32 rounded to bf16 (matmul precision medium), bf16 as is.
+Tensor gemm_input(const Tensor& t) {
+  return t.dtype() == DType::f32 ? t.to(DType::bf16, MemCategory::workspace) : t;
+}
+}  // namespace
+
 void attention_fused_forward(const Tensor& q, const Tensor& k, const Tensor& v, float scale, Tensor& probs,
                              Tensor& y) {
   const int64_t n = q.size(0), T = q.size(1);
   Tensor s = Tensor::empty({n, T, T}, DType::f32, MemCategory::workspace);
   GemmOptions nt;
   nt.trans_b = true;
-  ref::gemm(q, k, s, nt, nullptr);
+  ref::gemm(gemm_input(q), gemm_input(k), s, nt, nullptr);
   ref::causal_softmax(s, scale, probs);
-  ref::gemm(probs, v, y, {}, nullptr);
+  ref::gemm(gemm_input(probs), gemm_input(v), y, {}, nullptr);
 }
 
 void attention_fused_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& probs,
@@ -70,14 +77,15 @@ void attention_fused_backward(const Tensor& q, const Tensor& k, const Tensor& v,
   GemmOptions nt, tn;
   nt.trans_b = true;
   tn.trans_a = true;
-  if (dv.defined()) ref::gemm(probs, g, dv, tn, nullptr);
+  const Tensor pi = gemm_input(probs), gi = gemm_input(g);
+  if (dv.defined()) ref::gemm(pi, gi, dv, tn, nullptr);
   if (!dq.defined()) return;
   Tensor dp = Tensor::empty({n, T, T}, DType::f32, MemCategory::workspace);
-  ref::gemm(g, v, dp, nt, nullptr);
-  Tensor ds = Tensor::empty({n, T, T}, probs.dtype(), MemCategory::workspace);
+  ref::gemm(gi, gemm_input(v), dp, nt, nullptr);
+  Tensor ds = Tensor::empty({n, T, T}, DType::bf16, MemCategory::workspace);
   ref::causal_softmax_backward(probs, dp, scale, ds);
-  ref::gemm(ds, k, dq, {}, nullptr);
-  ref::gemm(ds, q, dk, tn, nullptr);
+  ref::gemm(ds, gemm_input(k), dq, {}, nullptr);
+  ref::gemm(ds, gemm_input(q), dk, tn, nullptr);
 }
 
 }  // namespace mixtrain::ref

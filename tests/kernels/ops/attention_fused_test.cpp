@@ -14,6 +14,7 @@
 #include "kernels/cpu/amx_tiles.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/ops/op_harness.h"
+#include "mixtrain/kernels/matmul_precision.h"
 
 namespace mixtrain::test {
 namespace {
@@ -21,19 +22,20 @@ namespace {
 // sizes = {n, T, D}; flags: 1 = negative scale (softmax's other branch), 2 = backward without dq/dk.
 std::vector<OpConfig> fused_configs() {
   std::vector<OpConfig> c;
-  for (auto sz : std::vector<std::vector<int64_t>>{{1, 32, 32}, {3, 64, 64}, {5, 96, 32}, {4, 128, 128}})
-    for (int flags : {0, 1, 2}) {
-      OpConfig g;
-      g.sizes = sz;
-      g.in = g.out = DType::bf16;
-      g.flags = flags;
-      g.seed = 11 + static_cast<uint64_t>(sz[1] + flags);
-      g.label = "n=" + std::to_string(sz[0]) + " T=" + std::to_string(sz[1]) + " D=" + std::to_string(sz[2]) +
-                (flags == 1   ? " scale<0"
-                 : flags == 2 ? " dv only"
-                              : "");
-      c.push_back(g);
-    }
+  for (DType t : {DType::bf16, DType::f32})
+    for (auto sz : std::vector<std::vector<int64_t>>{{1, 32, 32}, {3, 64, 64}, {5, 96, 32}, {4, 128, 128}})
+      for (int flags : {0, 1, 2}) {
+        if (t == DType::f32 && sz[1] == 128) continue;  // the f32 staging is the same at every size
+        OpConfig g;
+        g.sizes = sz;
+        g.in = g.out = t;
+        g.flags = flags;
+        g.seed = 11 + static_cast<uint64_t>(sz[1] + flags);
+        const char* what = flags == 1 ? " scale<0" : flags == 2 ? " dv only" : "";
+        g.label = std::string(dtype_name(t)) + " n=" + std::to_string(sz[0]) + " T=" + std::to_string(sz[1]) +
+                  " D=" + std::to_string(sz[2]) + what;
+        c.push_back(g);
+      }
   return c;
 }
 
@@ -47,16 +49,18 @@ struct Inputs {
 };
 Inputs inputs(const OpConfig& cfg) {
   const Shape s{cfg.sizes[0], cfg.sizes[1], cfg.sizes[2]};
-  return {Tensor::rand_uniform(s, DType::bf16, cfg.seed, -2.f, 2.f),
-          Tensor::rand_uniform(s, DType::bf16, cfg.seed + 1, -2.f, 2.f),
-          Tensor::rand_uniform(s, DType::bf16, cfg.seed + 2, -2.f, 2.f),
-          Tensor::rand_uniform(s, DType::bf16, cfg.seed + 3, -1.f, 1.f)};
+  return {Tensor::rand_uniform(s, cfg.in, cfg.seed, -2.f, 2.f),
+          Tensor::rand_uniform(s, cfg.in, cfg.seed + 1, -2.f, 2.f),
+          Tensor::rand_uniform(s, cfg.in, cfg.seed + 2, -2.f, 2.f),
+          Tensor::rand_uniform(s, cfg.in, cfg.seed + 3, -1.f, 1.f)};
 }
 
 // The outputs are bf16 after fp32 sums over T (keys or queries) of terms up to about 2 in size:
 // the harness budget for that (one bf16 ulp plus the fp32 order differences), scaled by the terms.
 // P itself and everything after it may sit one ulp apart where an fp32 score rounded across a bf16
-// boundary; that moves a sum of T terms by far less than this budget's atol.
+// boundary; that moves a sum of T terms by far less than this budget's atol. f32 operands get the
+// same budget: their GEMM inputs are rounded to bf16 (P among them), so a P one f32 ulp apart can
+// round to bf16 values one bf16 ulp apart.
 Tolerance fused_tolerance(const OpConfig& cfg) { return default_tolerance(DType::bf16, cfg.sizes[1], 2.0); }
 
 struct AttentionFusedForwardTest : OpTest {
@@ -65,7 +69,7 @@ struct AttentionFusedForwardTest : OpTest {
   std::vector<Tensor> run(const OpConfig& cfg, bool reference) const override {
     const Inputs in = inputs(cfg);
     const int64_t n = cfg.sizes[0], T = cfg.sizes[1];
-    Tensor probs = Tensor::empty({n, T, T}, DType::bf16), y = Tensor::empty(in.q.shape(), DType::bf16);
+    Tensor probs = Tensor::empty({n, T, T}, cfg.in), y = Tensor::empty(in.q.shape(), cfg.in);
     (reference ? ref::attention_fused_forward : mixtrain::attention_fused_forward)(in.q, in.k, in.v,
                                                                                    scale_of(cfg), probs, y);
     return {probs, y};
@@ -80,12 +84,11 @@ struct AttentionFusedBackwardTest : OpTest {
     const Inputs in = inputs(cfg);
     const int64_t n = cfg.sizes[0], T = cfg.sizes[1];
     // The probabilities both sides start from: the reference's (the backward is under test here).
-    Tensor probs = Tensor::empty({n, T, T}, DType::bf16), y = Tensor::empty(in.q.shape(), DType::bf16);
+    Tensor probs = Tensor::empty({n, T, T}, cfg.in), y = Tensor::empty(in.q.shape(), cfg.in);
     ref::attention_fused_forward(in.q, in.k, in.v, scale_of(cfg), probs, y);
     const bool qk = cfg.flags != 2;
-    Tensor dq = qk ? Tensor::empty(in.q.shape(), DType::bf16) : Tensor(),
-           dk = qk ? Tensor::empty(in.q.shape(), DType::bf16) : Tensor(),
-           dv = Tensor::empty(in.q.shape(), DType::bf16);
+    Tensor dq = qk ? Tensor::empty(in.q.shape(), cfg.in) : Tensor(),
+           dk = qk ? Tensor::empty(in.q.shape(), cfg.in) : Tensor(), dv = Tensor::empty(in.q.shape(), cfg.in);
     (reference ? ref::attention_fused_backward : mixtrain::attention_fused_backward)(
         in.q, in.k, in.v, probs, in.g, scale_of(cfg), dq, dk, dv);
     if (!qk) return {dv};
@@ -189,21 +192,24 @@ TEST(AttentionTiles, AmxGemmSumsTheProducts) {
 TEST(AttentionTiles, BlockedAlgorithmSameWithEitherTiles) {
   if (!cpu::tiles::amx_usable())
     GTEST_SKIP() << "no AMX-BF16 on this CPU (the op harness runs the scalar tiles)";
-  OpConfig cfg = fused_configs()[3];  // n=3 T=64 D=64
-  const Inputs in = inputs(cfg);
-  const float s = scale_of(cfg);
-  std::vector<Tensor> out[2];
-  for (int i = 0; i < 2; ++i) {
-    const cpu::tiles::Kernels& tk = i ? cpu::tiles::amx_kernels() : cpu::tiles::reference_kernels();
-    Tensor probs = Tensor::empty({3, 64, 64}, DType::bf16), y = Tensor::empty(in.q.shape(), DType::bf16);
-    cpu::attention_fused_forward_with(tk, in.q, in.k, in.v, s, probs, y);
-    Tensor dq = Tensor::empty(in.q.shape(), DType::bf16), dk = Tensor::empty(in.q.shape(), DType::bf16),
-           dv = Tensor::empty(in.q.shape(), DType::bf16);
-    cpu::attention_fused_backward_with(tk, in.q, in.k, in.v, probs, in.g, s, dq, dk, dv);
-    out[i] = {probs, y, dq, dk, dv};
+  for (const OpConfig& cfg : fused_configs()) {
+    if (cfg.sizes[1] != 64 || cfg.flags != 0) continue;  // n=3 T=64 D=64, bf16 and f32
+    SCOPED_TRACE(cfg.label);
+    const Inputs in = inputs(cfg);
+    const float s = scale_of(cfg);
+    std::vector<Tensor> out[2];
+    for (int i = 0; i < 2; ++i) {
+      const cpu::tiles::Kernels& tk = i ? cpu::tiles::amx_kernels() : cpu::tiles::reference_kernels();
+      Tensor probs = Tensor::empty({3, 64, 64}, cfg.in), y = Tensor::empty(in.q.shape(), cfg.in);
+      cpu::attention_fused_forward_with(tk, in.q, in.k, in.v, s, probs, y);
+      Tensor dq = Tensor::empty(in.q.shape(), cfg.in), dk = Tensor::empty(in.q.shape(), cfg.in),
+             dv = Tensor::empty(in.q.shape(), cfg.in);
+      cpu::attention_fused_backward_with(tk, in.q, in.k, in.v, probs, in.g, s, dq, dk, dv);
+      out[i] = {probs, y, dq, dk, dv};
+    }
+    for (size_t j = 0; j < out[0].size(); ++j)
+      EXPECT_TRUE(all_close(out[0][j], out[1][j], fused_tolerance(cfg), "output " + std::to_string(j)));
   }
-  for (size_t j = 0; j < out[0].size(); ++j)
-    EXPECT_TRUE(all_close(out[0][j], out[1][j], fused_tolerance(cfg), "output " + std::to_string(j)));
 }
 
 // When the attention ops take the fused kernel (attention_ops.h): bf16 on AMX, T and D multiples
@@ -216,7 +222,13 @@ TEST(AttentionTiles, FusedAppliesWhereItShould) {
   const auto probs = [](DType t, int64_t T) { return attention_prob_blocks(2, T, t); };
   EXPECT_EQ(attention_fused_applies(q(DType::bf16, 256, 64), probs(DType::bf16, 256)),
             amx && probs(DType::bf16, 256).size() == 1);
-  EXPECT_FALSE(attention_fused_applies(q(DType::f32, 256, 64), probs(DType::f32, 256)));
+  EXPECT_FALSE(attention_fused_applies(q(DType::f32, 256, 64), probs(DType::f32, 256)));  // highest
+  {
+    const MatmulPrecisionScope medium(MatmulPrecision::medium);  // bf16 products: the fused op too
+    EXPECT_EQ(
+        attention_fused_applies(q(DType::f32, 256, 64), probs(DType::f32, 256)),
+        amx && matmul_precision_uses_bf16(MatmulPrecision::medium) && probs(DType::f32, 256).size() == 1);
+  }
   EXPECT_FALSE(attention_fused_applies(q(DType::bf16, 48, 64), probs(DType::bf16, 48)));
   EXPECT_FALSE(attention_fused_applies(q(DType::bf16, 64, 48), probs(DType::bf16, 64)));
   EXPECT_FALSE(attention_fused_applies(q(DType::bf16, 512, 64), probs(DType::bf16, 512)));  // 8 blocks
@@ -227,8 +239,10 @@ TEST(AttentionTiles, FusedOpsRefuseBadOperands) {
   Tensor probs = Tensor::zeros({2, 64, 64}, DType::bf16);
   Tensor odd = Tensor::zeros({2, 48, 32}, DType::bf16), odd_p = Tensor::zeros({2, 48, 48}, DType::bf16);
   EXPECT_THROW(attention_fused_forward(odd, odd, odd, 1.f, odd_p, odd), ShapeError);  // T % 32
+  Tensor h = Tensor::zeros({2, 64, 32}, DType::f16), hp = Tensor::zeros({2, 64, 64}, DType::f16);
+  EXPECT_THROW(attention_fused_forward(h, h, h, 1.f, hp, h), ShapeError);  // dtype
   Tensor f = Tensor::zeros({2, 64, 32}, DType::f32);
-  EXPECT_THROW(attention_fused_forward(f, f, f, 1.f, probs, f), ShapeError);  // dtype
+  EXPECT_THROW(attention_fused_forward(f, f, f, 1.f, probs, f), ShapeError);  // probs' dtype
   Tensor small_p = Tensor::zeros({2, 64, 32}, DType::bf16);
   EXPECT_THROW(attention_fused_forward(q, q, q, 1.f, small_p, y), ShapeError);  // probs shape
   Tensor none;
