@@ -305,12 +305,25 @@ void attention_backward(Node& n, const Tensor& g) {
   accumulate_grad(K, dk);
 }
 
-// attention_qkv: saved = q, k, v (B*H, T, D), then the probability blocks. The gradient of the
+// attention_qkv: saved = q, k, v (B*H, T, D), then the probability blocks (or, i1 = 1: the fused
+// kernel's x itself and the one block). The gradient of the
 // output is copied into heads, dq, dk, dv back into one (B, T, 3C) gradient (no zeros, no sums).
 void attention_qkv_backward(Node& n, const Tensor& g) {
   ProfileScope prof(WorkKind::attention);
   VarImpl& X = *n.inputs[0];
   if (!X.requires_grad) return;
+  if (n.i1 == 1) {  // the fused kernel, in place: saved = x (B, T, 3C), the probabilities
+    const Tensor& x = n.saved[0];
+    const int64_t H = n.i0, B = x.size(0), T = x.size(1), C = x.size(2) / 3, D = C / H;
+    const Tensor gc = g.dtype() == x.dtype() ? g.contiguous() : g.to(x.dtype(), MemCategory::workspace);
+    Tensor dx = Tensor::empty(X.shape, x.dtype(), MemCategory::activations);  // (B, T, 3C)
+    prof.moves(mixtrain::detail::bytes_of({&gc, &dx}) + mixtrain::detail::bytes_of(n.saved));
+    Tensor dq = heads_view(dx, 0, H), dk = heads_view(dx, 1, H), dv = heads_view(dx, 2, H);
+    attention_fused_backward(heads_view(x, 0, H), heads_view(x, 1, H), heads_view(x, 2, H), n.saved[1],
+                             gc.reshape({B, T, H, D}).transpose(1, 2), static_cast<float>(n.f), dq, dk, dv);
+    accumulate_grad(X, dx);
+    return;
+  }
   const Tensor &q = n.saved[0], &k = n.saved[1], &v = n.saved[2];
   const std::vector<Tensor> probs(n.saved.begin() + 3, n.saved.end());
   const int64_t H = n.i0;

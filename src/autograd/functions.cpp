@@ -506,6 +506,25 @@ Var attention_qkv(const Var& qkv_in, int64_t n_head, float scale_) {
   autocast(OpKind::attention_qkv, {&qkv});
   const Tensor x = checked_qkv("attention_qkv", qkv, n_head);
   const int64_t B = x.size(0), T = x.size(1), C = x.size(2) / 3, H = n_head, D = C / H;
+  // The fused kernel (kernels/attention_ops.h) reads q, k and v in place out of x and writes y in
+  // place into the output rows: no head copies either way; backward then keeps x itself (i1 = 1).
+  if (std::vector<Tensor> probs = attention_prob_blocks(B * H, T, x.dtype());
+      attention_fused_applies(heads_view(x, 0, H), probs)) {
+    Tensor out = Tensor::empty({B, T, C}, x.dtype(), MemCategory::activations);
+    Tensor y = out.reshape({B, T, H, D}).transpose(1, 2);  // (B, H, T, D) view of the rows
+    attention_fused_forward(heads_view(x, 0, H), heads_view(x, 1, H), heads_view(x, 2, H), scale_, probs[0],
+                            y);
+    prof.moves(mixtrain::detail::bytes_of({&x, &out}) + mixtrain::detail::bytes_of(probs));
+    std::shared_ptr<Node> n;
+    if (needs_grad({&qkv})) {
+      n = make_node(OpKind::attention_qkv, {&qkv});
+      n->saved = {x, std::move(probs[0])};
+      n->f = scale_;
+      n->i0 = H;
+      n->i1 = 1;
+    }
+    return make_output(out, n);
+  }
   std::vector<Tensor> qkv_heads;  // q, k, v: (B*H, T, D)
   for (int i = 0; i < 3; ++i)
     qkv_heads.push_back(Tensor::empty({B * H, T, D}, x.dtype(), MemCategory::activations));

@@ -176,10 +176,11 @@ bool attention_fused_applies(const Tensor& q, const std::vector<Tensor>& probs) 
   }();
   // f32 where its products are bf16 anyway (matmul precision medium on the matrix unit).
   const bool f32_medium = q.dtype() == DType::f32 && matmul_precision_uses_bf16(float32_matmul_precision());
-  if (!enabled || (q.dtype() != DType::bf16 && !f32_medium) || q.dim() != 3 || probs.size() != 1)
+  if (!enabled || (q.dtype() != DType::bf16 && !f32_medium) || (q.dim() != 3 && q.dim() != 4) ||
+      probs.size() != 1)
     return false;
-  const int64_t T = q.size(1), D = q.size(2);
-  return T % 32 == 0 && D % 32 == 0 && D <= 256 && probs[0].size(2) == T && q.is_contiguous() &&
+  const int64_t T = q.size(-2), D = q.size(-1);
+  return T % 32 == 0 && D % 32 == 0 && D <= 256 && probs[0].size(2) == T && q.stride(-1) == 1 &&
          probs[0].is_contiguous();
 }
 
@@ -311,38 +312,52 @@ void masked_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v
 }
 
 namespace {
-void check_fused(const char* op, const Tensor& q, const std::vector<const Tensor*>& same,
-                 const Tensor& probs) {
-  const int64_t T = q.dim() == 3 ? q.size(1) : 0;
-  bool ok = q.dim() == 3 && (q.dtype() == DType::bf16 || q.dtype() == DType::f32) && q.is_contiguous() &&
-            T % 32 == 0 && q.size(2) % 32 == 0 && T > 0 && q.size(2) > 0 && probs.dtype() == q.dtype() &&
-            probs.is_contiguous() && probs.shape() == Shape{q.size(0), T, T};
-  for (const Tensor* t : same)
-    ok = ok && (!t->defined() || (t->shape() == q.shape() && t->dtype() == q.dtype() && t->is_contiguous() &&
-                                  t->device() == q.device()));
+// q: (n, T, D) or (B, H, T, D), unit stride in D, T and D multiples of 32; `alike` share q's
+// shape, dtype and strides (k and v with q; dq, dk and dv among themselves), `outs` q's shape and
+// dtype with unit stride in D; probs contiguous (heads, T, T) of q's dtype.
+void check_fused(const char* op, const Tensor& q, const std::vector<const Tensor*>& alike,
+                 const std::vector<const Tensor*>& outs, const Tensor& probs) {
+  const bool rank = q.dim() == 3 || q.dim() == 4;
+  const int64_t T = rank ? q.size(-2) : 0, D = rank ? q.size(-1) : 0;
+  const int64_t heads = q.dim() == 4 ? q.size(0) * q.size(1) : rank ? q.size(0) : 0;
+  bool ok = rank && (q.dtype() == DType::bf16 || q.dtype() == DType::f32) && q.stride(-1) == 1 && T > 0 &&
+            D > 0 && T % 32 == 0 && D % 32 == 0 && probs.dtype() == q.dtype() && probs.is_contiguous() &&
+            probs.shape() == Shape{heads, T, T} && probs.device() == q.device();
+  const auto like = [&](const Tensor& t) {
+    return t.shape() == q.shape() && t.dtype() == q.dtype() && t.stride(-1) == 1 && t.device() == q.device();
+  };
+  const Tensor* first = nullptr;
+  for (const Tensor* t : alike) {
+    if (!t->defined()) continue;
+    ok = ok && like(*t) && (!first || t->strides() == first->strides());
+    if (!first) first = t;
+  }
+  for (const Tensor* t : outs) ok = ok && (!t->defined() || like(*t));
   if (!ok)
     throw ShapeError(
         std::string(op) + ": q " + q.to_string() + " and probs " + probs.to_string() +
-        " must be contiguous bf16 or f32 (n, T, D) and (n, T, T) with T and D multiples of 32, every other "
-        "operand of q's shape");
+        " must be bf16 or f32 (n, T, D) or (B, H, T, D) with unit stride in D and (heads, T, T) "
+        "contiguous, T and D multiples of 32, every other operand of q's shape (k and v with q's "
+        "strides, dq, dk and dv with one another's)");
 }
 }  // namespace
 
 void attention_fused_forward(const Tensor& q, const Tensor& k, const Tensor& v, float scale, Tensor& probs,
                              Tensor& y) {
-  check_fused("attention_fused_forward", q, {&k, &v, &y}, probs);
   if (!y.defined() || !k.defined() || !v.defined())
     throw ShapeError("attention_fused_forward: k, v and y must be defined");
+  check_fused("attention_fused_forward", q, {&q, &k, &v}, {&y}, probs);
   ops::attention_fused_forward(q.device(), q, k, v, scale, probs, y);
 }
 
 void attention_fused_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& probs,
                               const Tensor& g, float scale, Tensor& dq, Tensor& dk, Tensor& dv) {
-  check_fused("attention_fused_backward", q, {&k, &v, &g, &dq, &dk, &dv}, probs);
   if (!k.defined() || !v.defined() || !g.defined() || dq.defined() != dk.defined() ||
       (!dq.defined() && !dv.defined()))
     throw ShapeError(
         "attention_fused_backward: k, v and g must be defined, dq and dk together, one output at least");
+  check_fused("attention_fused_backward", q, {&q, &k, &v}, {&g}, probs);
+  check_fused("attention_fused_backward", q, {&dq, &dk, &dv}, {}, probs);
   ops::attention_fused_backward(q.device(), q, k, v, probs, g, scale, dq, dk, dv);
 }
 

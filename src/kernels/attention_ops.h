@@ -75,9 +75,9 @@ namespace ref {
 // The scalar references of heads_copy and dropout_mask (same contracts).
 void heads_copy(const Tensor& rows, const std::vector<Tensor>& heads, int64_t H, bool to_heads);
 void dropout_mask(const Tensor& x, float p, uint64_t seed, uint64_t offset, Tensor& out);
-// The fused attention's: the definition with the reference GEMM and softmax ops, the roundings
-// where the fused op has them (S and dP f32, P and dS bf16, y, dq, dk, dv rounded once; for f32,
-// each GEMM input rounded to bf16 first and everything else f32).
+// The fused attention's: the definition in plain loops (sums in double, no tensor allocated), the
+// roundings where the fused op has them (S and dP f32, P in q's dtype, dS bf16, each GEMM input as
+// the GEMMs take it (f32 rounded to bf16), y, dq, dk, dv rounded once).
 void attention_fused_forward(const Tensor& q, const Tensor& k, const Tensor& v, float scale, Tensor& probs,
                              Tensor& y);
 void attention_fused_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& probs,

@@ -81,13 +81,24 @@ template <class IO>
 constexpr DType io_dtype() {
   return std::is_same_v<IO, bf16> ? DType::bf16 : DType::f32;
 }
-const bf16* tile_input(const bf16* x, int64_t, bf16*) { return x; }
-const bf16* tile_input(const float* x, int64_t n, bf16* stage) {
-  cpu::round_bf16_row(x, stage, n);
-  return stage;
+// One head's operand (T x D, row stride ld) as the tiles take it: bf16 in place, f32 rounded into
+// `stage` (T x D); returns the rows and their stride.
+struct Rows {
+  const bf16* p;
+  int64_t ld;
+};
+Rows tile_input(const bf16* x, int64_t ld, int64_t, int64_t, bf16*) { return {x, ld}; }
+Rows tile_input(const float* x, int64_t ld, int64_t T, int64_t D, bf16* stage) {
+  for (int64_t t = 0; t < T; ++t) cpu::round_bf16_row(x + t * ld, stage + t * D, D);
+  return {stage, D};
 }
 void store_out(const float* src, bf16* dst, int64_t n) { cpu::round_bf16_row(src, dst, n); }
 void store_out(const float* src, float* dst, int64_t n) { std::memcpy(dst, src, static_cast<size_t>(n) * 4); }
+// R rows of D (contiguous in src) into rows of stride ld.
+template <class IO>
+void store_rows(const float* src, int64_t R, int64_t D, IO* dst, int64_t ld) {
+  for (int64_t r = 0; r < R; ++r) store_out(src + r * D, dst + r * ld, D);
+}
 void load_row(const bf16* src, float* dst, int64_t n) { cpu::widen_bf16_row(src, dst, n); }
 void load_row(const float* src, float* dst, int64_t n) { std::memcpy(dst, src, static_cast<size_t>(n) * 4); }
 // Rows [r0, r0 + 32) of P, columns [0, r1), as bf16 with row stride T.
@@ -98,19 +109,19 @@ const bf16* prob_block(const float* P, int64_t T, int64_t r0, int64_t r1, bf16* 
 }
 
 template <class IO>
-void head_forward(const cpu::tiles::Kernels& tk, const IO* q_in, const IO* k_in, const IO* v_in, float scale,
-                  int64_t T, int64_t D, IO* P, IO* y, float* w) {
+void head_forward(const cpu::tiles::Kernels& tk, const IO* q_in, const IO* k_in, const IO* v_in, int64_t ld,
+                  float scale, int64_t T, int64_t D, IO* P, IO* y, int64_t ldy, float* w) {
   const ForwardScratch L(T, D, std::is_same_v<IO, float>);
   bf16 *kp = as_bf16(w, L.kp), *vp = as_bf16(w, L.vp), *stage = as_bf16(w, L.stage), *pb = as_bf16(w, L.pb);
   float *s = w + L.s, *e = w + L.e, *yb = w + L.y;
-  const bf16* q = tile_input(q_in, T * D, stage);
-  const bf16* k = tile_input(k_in, T * D, stage + T * D);
-  const bf16* v = tile_input(v_in, T * D, stage + 2 * T * D);
-  cpu::tiles::pack_pairs_cols(k, D, T, D, kp, 2 * T);  // B(d, j) = k[j][d]
-  cpu::tiles::pack_pairs_rows(v, D, T, D, vp, 2 * D);  // B(j, d) = v[j][d]
+  const Rows q = tile_input(q_in, ld, T, D, stage);
+  const Rows k = tile_input(k_in, ld, T, D, stage + T * D);
+  const Rows v = tile_input(v_in, ld, T, D, stage + 2 * T * D);
+  cpu::tiles::pack_pairs_cols(k.p, k.ld, T, D, kp, 2 * T);  // B(d, j) = k[j][d]
+  cpu::tiles::pack_pairs_rows(v.p, v.ld, T, D, vp, 2 * D);  // B(j, d) = v[j][d]
   for (int64_t r0 = 0; r0 < T; r0 += kRows) {
     const int64_t r1 = r0 + kRows;
-    tk.gemm(kRows, r1, D, q + r0 * D, D, kp, 2 * T, s, T, false);
+    tk.gemm(kRows, r1, D, q.p + r0 * q.ld, q.ld, kp, 2 * T, s, T, false);
     for (int64_t i = 0; i < kRows; ++i) {  // causal_softmax's row loop (backward_cpu.cpp)
       const int64_t n = r0 + i + 1;
       const float* si = s + i * T;
@@ -126,20 +137,21 @@ void head_forward(const cpu::tiles::Kernels& tk, const IO* q_in, const IO* k_in,
       cpu::store_row_scaled(e, 1.f / sum, P + (r0 + i) * T, io_dtype<IO>(), n, T);
     }
     tk.gemm(kRows, D, r1, prob_block(P, T, r0, r1, pb), T, vp, 2 * D, yb, D, false);
-    store_out(yb, y + r0 * D, kRows * D);
+    store_rows(yb, kRows, D, y + r0 * ldy, ldy);
   }
 }
 
-// dk or dv (T x D) from its transpose (D x T f32), each element rounded once.
+// dk or dv (T x D, row stride ld) from its transpose (D x T f32), each element rounded once.
 template <class IO>
-void store_transposed(const float* t, int64_t T, int64_t D, IO* out, float* tmp) {
+void store_transposed(const float* t, int64_t T, int64_t D, IO* out, int64_t ld, float* tmp) {
   cpu::tiles::transpose32(reinterpret_cast<const uint32_t*>(t), T, D, T, reinterpret_cast<uint32_t*>(tmp), D);
-  store_out(tmp, out, T * D);
+  store_rows(tmp, T, D, out, ld);
 }
 
 template <class IO>
-void head_backward(const cpu::tiles::Kernels& tk, const IO* q_in, const IO* k_in, const IO* v_in, const IO* P,
-                   const IO* g_in, float scale, int64_t T, int64_t D, IO* dq, IO* dk, IO* dv, float* w) {
+void head_backward(const cpu::tiles::Kernels& tk, const IO* q_in, const IO* k_in, const IO* v_in, int64_t ld,
+                   const IO* P, const IO* g_in, int64_t ldg, float scale, int64_t T, int64_t D, IO* dq,
+                   IO* dk, IO* dv, int64_t ldd, float* w) {
   const BackwardScratch L(T, D, std::is_same_v<IO, float>);
   const bool need_qk = dq != nullptr, need_v = dv != nullptr;
   bf16 *vtp = as_bf16(w, L.vtp), *krp = as_bf16(w, L.krp), *qt = as_bf16(w, L.qt), *gt = as_bf16(w, L.gt),
@@ -147,22 +159,22 @@ void head_backward(const cpu::tiles::Kernels& tk, const IO* q_in, const IO* k_in
        *stage = as_bf16(w, L.stage), *pb = as_bf16(w, L.pb);
   float *dp = w + L.dp, *dqb = w + L.dq, *dkt = w + L.dkt, *dvt = w + L.dvt, *pr = w + L.p,
         *prod = w + L.prod, *o = w + L.o, *tmp = w + L.tmp;
-  const bf16* g = tile_input(g_in, T * D, stage);
+  const Rows g = tile_input(g_in, ldg, T, D, stage);
   if (need_qk) {
-    const bf16* q = tile_input(q_in, T * D, stage + T * D);
-    const bf16* k = tile_input(k_in, T * D, stage + 2 * T * D);
-    const bf16* v = tile_input(v_in, T * D, stage + 3 * T * D);
-    cpu::tiles::pack_pairs_cols(v, D, T, D, vtp, 2 * T);  // B(d, j) = v[j][d]
-    cpu::tiles::pack_pairs_rows(k, D, T, D, krp, 2 * D);  // B(j, d) = k[j][d]
-    cpu::tiles::transpose(q, D, T, D, qt, T, as_bf16(tmp, 0));
+    const Rows q = tile_input(q_in, ld, T, D, stage + T * D);
+    const Rows k = tile_input(k_in, ld, T, D, stage + 2 * T * D);
+    const Rows v = tile_input(v_in, ld, T, D, stage + 3 * T * D);
+    cpu::tiles::pack_pairs_cols(v.p, v.ld, T, D, vtp, 2 * T);  // B(d, j) = v[j][d]
+    cpu::tiles::pack_pairs_rows(k.p, k.ld, T, D, krp, 2 * D);  // B(j, d) = k[j][d]
+    cpu::tiles::transpose(q.p, q.ld, T, D, qt, T, as_bf16(tmp, 0));
   }
-  if (need_v) cpu::tiles::transpose(g, D, T, D, gt, T, as_bf16(tmp, 0));
+  if (need_v) cpu::tiles::transpose(g.p, g.ld, T, D, gt, T, as_bf16(tmp, 0));
   for (int64_t r0 = 0; r0 < T; r0 += kRows) {
     const int64_t r1 = r0 + kRows;
     if (need_v)
       cpu::tiles::pack_pairs_rows(prob_block(P, T, r0, r1, pb), T, kRows, r1, pp + (r0 / 2) * 2 * T, 2 * T);
     if (!need_qk) continue;
-    tk.gemm(kRows, r1, D, g + r0 * D, D, vtp, 2 * T, dp, T, false);
+    tk.gemm(kRows, r1, D, g.p + r0 * g.ld, g.ld, vtp, 2 * T, dp, T, false);
     for (int64_t i = 0; i < kRows; ++i) {  // causal_softmax_backward's row loop (backward_cpu.cpp)
       const int64_t n = r0 + i + 1;
       const float* dpi = dp + i * T;
@@ -173,7 +185,7 @@ void head_backward(const cpu::tiles::Kernels& tk, const IO* q_in, const IO* k_in
       cpu::round_bf16_row(o, dsr + i * T, r1);  // dS in bf16 (f32: medium rounds it for the GEMMs)
     }
     tk.gemm(kRows, D, r1, dsr, T, krp, 2 * D, dqb, D, false);
-    store_out(dqb, dq + r0 * D, kRows * D);
+    store_rows(dqb, kRows, D, dq + r0 * ldd, ldd);
     cpu::tiles::pack_pairs_rows(dsr, T, kRows, r1, dsp + (r0 / 2) * 2 * T, 2 * T);
   }
   // Keys [c0, c0 + 32) are seen by the query rows [c0, T) only: the blocks of pairs there hold
@@ -183,20 +195,37 @@ void head_backward(const cpu::tiles::Kernels& tk, const IO* q_in, const IO* k_in
     if (need_qk) tk.gemm(D, kRows, T - c0, qt + c0, T, dsp + off, 2 * T, dkt + c0, T, false);
     if (need_v) tk.gemm(D, kRows, T - c0, gt + c0, T, pp + off, 2 * T, dvt + c0, T, false);
   }
-  if (need_qk) store_transposed(dkt, T, D, dk, tmp);
-  if (need_v) store_transposed(dvt, T, D, dv, tmp);
+  if (need_qk) store_transposed(dkt, T, D, dk, ldd, tmp);
+  if (need_v) store_transposed(dvt, T, D, dv, ldd, tmp);
 }
 
 const cpu::tiles::Kernels& kernels_here() {
   return cpu::tiles::amx_usable() ? cpu::tiles::amx_kernels() : cpu::tiles::reference_kernels();
 }
 
+// The heads of a (n, T, D) contiguous tensor or a (B, H, T, D) view with unit stride in D (q, k
+// or v read in place out of c_attn's (B, T, 3C) output; y, dq, dk, dv written in place into rows):
+// head i starts at (i / H) * sb + (i % H) * sh, its rows ld apart.
+struct Heads {
+  int64_t H, sb, sh, ld;
+  explicit Heads(const Tensor& t) {
+    const bool four = t.dim() == 4;
+    H = four ? t.size(1) : 1;
+    sb = t.stride(0);
+    sh = four ? t.stride(1) : 0;
+    ld = t.stride(four ? 2 : 1);
+  }
+  int64_t at(int64_t i) const { return (i / H) * sb + (i % H) * sh; }
+};
+int64_t heads_of(const Tensor& t) { return t.dim() == 4 ? t.size(0) * t.size(1) : t.size(0); }
+
 template <class IO>
 void fused_forward(const cpu::tiles::Kernels& tk, const Tensor& q, const Tensor& k, const Tensor& v,
                    float scale, Tensor& probs, Tensor& y) {
-  const int64_t n = q.size(0), T = q.size(1), D = q.size(2);
+  const int64_t n = heads_of(q), T = q.size(-2), D = q.size(-1);
   Tensor ws = cpu::attention_fused_workspace(n, T, D, q.dtype(), false);
   const int64_t per = ws.size(1);
+  const Heads hq(q), hk(k), hv(v), hy(y);
   const IO *Q = q.data<IO>(), *K = k.data<IO>(), *V = v.data<IO>();
   IO *P = probs.data<IO>(), *Y = y.data<IO>();
   float* W = ws.data<float>();
@@ -207,8 +236,8 @@ void fused_forward(const cpu::tiles::Kernels& tk, const Tensor& q, const Tensor&
     tk.begin();
 #pragma omp for schedule(dynamic, 1)
     for (int64_t h = 0; h < n; ++h)
-      head_forward(tk, Q + h * T * D, K + h * T * D, V + h * T * D, scale, T, D, P + h * T * T, Y + h * T * D,
-                   w);
+      head_forward(tk, Q + hq.at(h), K + hk.at(h), V + hv.at(h), hq.ld, scale, T, D, P + h * T * T,
+                   Y + hy.at(h), hy.ld, w);
     tk.end();
   }
 }
@@ -216,9 +245,10 @@ void fused_forward(const cpu::tiles::Kernels& tk, const Tensor& q, const Tensor&
 template <class IO>
 void fused_backward(const cpu::tiles::Kernels& tk, const Tensor& q, const Tensor& k, const Tensor& v,
                     const Tensor& probs, const Tensor& g, float scale, Tensor& dq, Tensor& dk, Tensor& dv) {
-  const int64_t n = q.size(0), T = q.size(1), D = q.size(2);
+  const int64_t n = heads_of(q), T = q.size(-2), D = q.size(-1);
   Tensor ws = cpu::attention_fused_workspace(n, T, D, q.dtype(), true);
   const int64_t per = ws.size(1);
+  const Heads hq(q), hk(k), hv(v), hg(g), hd(dv.defined() ? dv : dq);
   const IO *Q = q.data<IO>(), *K = k.data<IO>(), *V = v.data<IO>(), *P = probs.data<IO>(), *G = g.data<IO>();
   const auto out = [](Tensor& t) { return t.defined() ? t.data<IO>() : nullptr; };
   IO *DQ = out(dq), *DK = out(dk), *DV = out(dv);
@@ -230,9 +260,10 @@ void fused_backward(const cpu::tiles::Kernels& tk, const Tensor& q, const Tensor
     tk.begin();
 #pragma omp for schedule(dynamic, 1)
     for (int64_t h = 0; h < n; ++h) {
-      const int64_t o = h * T * D;
-      head_backward(tk, Q + o, K + o, V + o, P + h * T * T, G + o, scale, T, D, DQ ? DQ + o : nullptr,
-                    DK ? DK + o : nullptr, DV ? DV + o : nullptr, w);
+      const int64_t o = hd.at(h);
+      head_backward(tk, Q + hq.at(h), K + hk.at(h), V + hv.at(h), hq.ld, P + h * T * T, G + hg.at(h), hg.ld,
+                    scale, T, D, DQ ? DQ + o : nullptr, DK ? DK + o : nullptr, DV ? DV + o : nullptr, hd.ld,
+                    w);
     }
     tk.end();
   }

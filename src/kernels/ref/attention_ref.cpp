@@ -1,8 +1,11 @@
 // The scalar references of heads_copy and dropout_mask (kernels/attention_ops.h): one element at
 // a time through the dtype-generic accessors, written from the definitions rather than from the
 // CPU kernels (which copy whole head rows and work on contiguous fp32 copies).
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
 #include "kernels/attention_ops.h"
-#include "kernels/ops_backward.h"
 #include "kernels/ref/ref_util.h"
 #include "mixtrain/numeric/stochastic.h"
 
@@ -54,38 +57,117 @@ namespace mixtrain::ref {
 //   dP = dy v^T (f32); dS = causal_softmax_backward(P, dP, scale) (bf16); dq = dS k;
 //   dk = dS^T q; dv = P^T dy (f32 sums, each output rounded once)
 namespace {
-// A GEMM input as the fused op multiplies it: f32 rounded to bf16 (matmul precision medium), bf16 as is.
-Tensor gemm_input(const Tensor& t) {
-  return t.dtype() == DType::f32 ? t.to(DType::bf16, MemCategory::workspace) : t;
+// One head of a (n, T, D) or (B, H, T, D) operand as T x D values (double), each a GEMM input
+// the way the fused op multiplies it: f32 rounded to bf16 (matmul precision medium), bf16 as is.
+using Mat = std::vector<double>;
+double as_gemm_input(double v, DType t) {
+  return t == DType::f32 ? static_cast<double>(f32_from_bf16(bf16_from_f32(static_cast<float>(v)))) : v;
+}
+int64_t head_offset(const Tensor& t, int64_t h) {
+  return t.dim() == 4 ? (h / t.size(1)) * t.stride(0) + (h % t.size(1)) * t.stride(1) : h * t.stride(0);
+}
+Mat load_head(const Tensor& t, int64_t h, bool gemm_input) {
+  const int64_t T = t.size(-2), D = t.size(-1), o = head_offset(t, h);
+  Mat m(static_cast<size_t>(T * D));
+  for (int64_t i = 0; i < T; ++i)
+    for (int64_t d = 0; d < D; ++d) {
+      const double v = detail::load<double>(t, o + i * t.stride(-2) + d * t.stride(-1));
+      m[static_cast<size_t>(i * D + d)] = gemm_input ? as_gemm_input(v, t.dtype()) : v;
+    }
+  return m;
+}
+void store_head(const Tensor& t, int64_t h, const Mat& m) {
+  const int64_t T = t.size(-2), D = t.size(-1), o = head_offset(t, h);
+  for (int64_t i = 0; i < T; ++i)
+    for (int64_t d = 0; d < D; ++d)
+      detail::store<double>(t, o + i * t.stride(-2) + d * t.stride(-1), m[static_cast<size_t>(i * D + d)]);
+}
+// A value as stored in dtype t and read back.
+double stored(double v, DType t) {
+  return t == DType::f32 ? static_cast<double>(static_cast<float>(v))
+                         : static_cast<double>(f32_from_bf16(bf16_from_f32(static_cast<float>(v))));
 }
 }  // namespace
 
+// Per head, with fp32 scores (products and sums in double, rounded to f32 once: the order of the
+// fp32 sums is the only freedom the fast kernel has):
+//   S = q k^T;  P[i, j] = exp(scale S[i, j] - max_j) / sum_j (j <= i), stored in q's dtype;
+//   y = P v (P and v as GEMM inputs).
 void attention_fused_forward(const Tensor& q, const Tensor& k, const Tensor& v, float scale, Tensor& probs,
                              Tensor& y) {
-  const int64_t n = q.size(0), T = q.size(1);
-  Tensor s = Tensor::empty({n, T, T}, DType::f32, MemCategory::workspace);
-  GemmOptions nt;
-  nt.trans_b = true;
-  ref::gemm(gemm_input(q), gemm_input(k), s, nt, nullptr);
-  ref::causal_softmax(s, scale, probs);
-  ref::gemm(gemm_input(probs), gemm_input(v), y, {}, nullptr);
+  const int64_t T = q.size(-2), D = q.size(-1), n = probs.size(0);
+  const DType pt = probs.dtype();
+  for (int64_t h = 0; h < n; ++h) {
+    const Mat Q = load_head(q, h, true), K = load_head(k, h, true), V = load_head(v, h, true);
+    Mat Y(static_cast<size_t>(T * D), 0.0);
+    std::vector<double> srow(static_cast<size_t>(T)), prow(static_cast<size_t>(T));
+    for (int64_t i = 0; i < T; ++i) {
+      double m = -INFINITY;
+      for (int64_t j = 0; j <= i; ++j) {
+        double acc = 0;
+        for (int64_t d = 0; d < D; ++d) acc += Q[size_t(i * D + d)] * K[size_t(j * D + d)];
+        srow[size_t(j)] = static_cast<double>(scale * static_cast<float>(acc));
+        m = std::max(m, srow[size_t(j)]);
+      }
+      double sum = 0;
+      for (int64_t j = 0; j <= i; ++j) sum += std::exp(srow[size_t(j)] - m);
+      for (int64_t j = 0; j < T; ++j) {
+        const double p = j <= i ? stored(std::exp(srow[size_t(j)] - m) / sum, pt) : 0.0;
+        detail::store<double>(probs, (h * T + i) * T + j, p);
+        prow[size_t(j)] = as_gemm_input(p, pt);
+      }
+      for (int64_t d = 0; d < D; ++d) {
+        double acc = 0;
+        for (int64_t j = 0; j <= i; ++j) acc += prow[size_t(j)] * V[size_t(j * D + d)];
+        Y[size_t(i * D + d)] = acc;
+      }
+    }
+    store_head(y, h, Y);
+  }
 }
 
+//   dP = dy v^T (f32);  dS[i, j] = scale P (dP - sum_j P dP) (j <= i), rounded to bf16 as the
+//   GEMMs take it;  dq = dS k;  dk = dS^T q;  dv = P^T dy
 void attention_fused_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& probs,
                               const Tensor& g, float scale, Tensor& dq, Tensor& dk, Tensor& dv) {
-  const int64_t n = q.size(0), T = q.size(1);
-  GemmOptions nt, tn;
-  nt.trans_b = true;
-  tn.trans_a = true;
-  const Tensor pi = gemm_input(probs), gi = gemm_input(g);
-  if (dv.defined()) ref::gemm(pi, gi, dv, tn, nullptr);
-  if (!dq.defined()) return;
-  Tensor dp = Tensor::empty({n, T, T}, DType::f32, MemCategory::workspace);
-  ref::gemm(gi, gemm_input(v), dp, nt, nullptr);
-  Tensor ds = Tensor::empty({n, T, T}, DType::bf16, MemCategory::workspace);
-  ref::causal_softmax_backward(probs, dp, scale, ds);
-  ref::gemm(ds, gemm_input(k), dq, {}, nullptr);
-  ref::gemm(ds, gemm_input(q), dk, tn, nullptr);
+  const int64_t T = q.size(-2), D = q.size(-1), n = probs.size(0);
+  const DType pt = probs.dtype();
+  for (int64_t h = 0; h < n; ++h) {
+    const Mat Q = load_head(q, h, true), K = load_head(k, h, true), V = load_head(v, h, true),
+              G = load_head(g, h, true);
+    Mat P(static_cast<size_t>(T * T)), dS(static_cast<size_t>(T * T), 0.0);
+    for (int64_t i = 0; i < T * T; ++i) P[size_t(i)] = detail::load<double>(probs, h * T * T + i);
+    if (dv.defined()) {
+      Mat DV(static_cast<size_t>(T * D), 0.0);
+      for (int64_t j = 0; j < T; ++j)
+        for (int64_t d = 0; d < D; ++d)
+          for (int64_t i = j; i < T; ++i)
+            DV[size_t(j * D + d)] += as_gemm_input(P[size_t(i * T + j)], pt) * G[size_t(i * D + d)];
+      store_head(dv, h, DV);
+    }
+    if (!dq.defined()) continue;
+    for (int64_t i = 0; i < T; ++i) {
+      std::vector<double> dp(static_cast<size_t>(i + 1));
+      double dot = 0;
+      for (int64_t j = 0; j <= i; ++j) {
+        double acc = 0;
+        for (int64_t d = 0; d < D; ++d) acc += G[size_t(i * D + d)] * V[size_t(j * D + d)];
+        dp[size_t(j)] = static_cast<double>(static_cast<float>(acc));
+        dot += P[size_t(i * T + j)] * dp[size_t(j)];
+      }
+      for (int64_t j = 0; j <= i; ++j)
+        dS[size_t(i * T + j)] = stored(scale * P[size_t(i * T + j)] * (dp[size_t(j)] - dot), DType::bf16);
+    }
+    Mat DQ(static_cast<size_t>(T * D), 0.0), DK(static_cast<size_t>(T * D), 0.0);
+    for (int64_t i = 0; i < T; ++i)
+      for (int64_t j = 0; j <= i; ++j)
+        for (int64_t d = 0; d < D; ++d) {
+          DQ[size_t(i * D + d)] += dS[size_t(i * T + j)] * K[size_t(j * D + d)];
+          DK[size_t(j * D + d)] += dS[size_t(i * T + j)] * Q[size_t(i * D + d)];
+        }
+    store_head(dq, h, DQ);
+    store_head(dk, h, DK);
+  }
 }
 
 }  // namespace mixtrain::ref

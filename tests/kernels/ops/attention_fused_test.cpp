@@ -1,6 +1,6 @@
 // The fused causal attention (kernels/attention_ops.h, cpu/attention_fused_cpu.cpp) and its bf16
-// tile kernels (cpu/amx_tiles.h): in the op harness against the reference (the definition on the
-// reference GEMM and softmax ops), bit for bit across thread counts; the packing against its index
+// tile kernels (cpu/amx_tiles.h): in the op harness against the reference (the definition in plain
+// loops), in place on (B, H, T, D) views too, bit for bit across thread counts; the packing against its index
 // formulas, bit for bit; the tile GEMMs against plain sums; the blocked algorithm with the scalar
 // tiles (any CPU) against AMX's (where the CPU has AMX); and when the attention ops take it.
 #include <gtest/gtest.h>
@@ -36,7 +36,24 @@ std::vector<OpConfig> fused_configs() {
                   " D=" + std::to_string(sz[2]) + what;
         c.push_back(g);
       }
+  for (DType t : {DType::bf16, DType::f32}) {  // in place: 2 batch rows x 3 heads out of (B, T, 3C)
+    OpConfig g;
+    g.sizes = {6, 64, 32};
+    g.in = g.out = t;
+    g.flags = 3;
+    g.seed = 97;
+    g.label = std::string(dtype_name(t)) + " B=2 H=3 T=64 D=32 in place";
+    c.push_back(g);
+  }
   return c;
+}
+
+// flags 3: q, k, v (B, H, T, D) views of one (B, T, 3C) tensor, y (and dy, dq, dk, dv) views of
+// (B, T, C) (or (B, T, 3C)) rows, as attention_qkv passes them; B = 2.
+constexpr int64_t kInPlaceB = 2;
+Tensor heads_of_rows(const Tensor& rows, int which, int64_t H, int64_t D) {
+  const int64_t B = rows.size(0), T = rows.size(1), W = rows.size(2);
+  return rows.as_strided({B, H, T, D}, {T * W, D, W, 1}, which * H * D);
 }
 
 float scale_of(const OpConfig& cfg) {
@@ -67,6 +84,16 @@ struct AttentionFusedForwardTest : OpTest {
   std::string name() const override { return "attention_fused_forward"; }
   std::vector<OpConfig> configs() const override { return fused_configs(); }
   std::vector<Tensor> run(const OpConfig& cfg, bool reference) const override {
+    const auto op = reference ? ref::attention_fused_forward : mixtrain::attention_fused_forward;
+    if (cfg.flags == 3) {
+      const int64_t B = kInPlaceB, H = cfg.sizes[0] / B, T = cfg.sizes[1], D = cfg.sizes[2];
+      const Tensor x = Tensor::rand_uniform({B, T, 3 * H * D}, cfg.in, cfg.seed, -2.f, 2.f);
+      Tensor rows = Tensor::zeros({B, T, H * D}, cfg.in), probs = Tensor::empty({B * H, T, T}, cfg.in);
+      Tensor y = heads_of_rows(rows, 0, H, D);
+      op(heads_of_rows(x, 0, H, D), heads_of_rows(x, 1, H, D), heads_of_rows(x, 2, H, D), scale_of(cfg),
+         probs, y);
+      return {probs, rows};
+    }
     const Inputs in = inputs(cfg);
     const int64_t n = cfg.sizes[0], T = cfg.sizes[1];
     Tensor probs = Tensor::empty({n, T, T}, cfg.in), y = Tensor::empty(in.q.shape(), cfg.in);
@@ -81,6 +108,21 @@ struct AttentionFusedBackwardTest : OpTest {
   std::string name() const override { return "attention_fused_backward"; }
   std::vector<OpConfig> configs() const override { return fused_configs(); }
   std::vector<Tensor> run(const OpConfig& cfg, bool reference) const override {
+    const auto op = reference ? ref::attention_fused_backward : mixtrain::attention_fused_backward;
+    if (cfg.flags == 3) {
+      const int64_t B = kInPlaceB, H = cfg.sizes[0] / B, T = cfg.sizes[1], D = cfg.sizes[2];
+      const Tensor x = Tensor::rand_uniform({B, T, 3 * H * D}, cfg.in, cfg.seed, -2.f, 2.f);
+      const Tensor gr = Tensor::rand_uniform({B, T, H * D}, cfg.in, cfg.seed + 1, -1.f, 1.f);
+      const Tensor q = heads_of_rows(x, 0, H, D), k = heads_of_rows(x, 1, H, D),
+                   v = heads_of_rows(x, 2, H, D);
+      Tensor probs = Tensor::empty({B * H, T, T}, cfg.in), y = Tensor::empty({B, H, T, D}, cfg.in);
+      ref::attention_fused_forward(q, k, v, scale_of(cfg), probs, y);
+      Tensor dx = Tensor::zeros({B, T, 3 * H * D}, cfg.in);
+      Tensor dq = heads_of_rows(dx, 0, H, D), dk = heads_of_rows(dx, 1, H, D),
+             dv = heads_of_rows(dx, 2, H, D);
+      op(q, k, v, probs, heads_of_rows(gr, 0, H, D), scale_of(cfg), dq, dk, dv);
+      return {dx};
+    }
     const Inputs in = inputs(cfg);
     const int64_t n = cfg.sizes[0], T = cfg.sizes[1];
     // The probabilities both sides start from: the reference's (the backward is under test here).
@@ -193,7 +235,7 @@ TEST(AttentionTiles, BlockedAlgorithmSameWithEitherTiles) {
   if (!cpu::tiles::amx_usable())
     GTEST_SKIP() << "no AMX-BF16 on this CPU (the op harness runs the scalar tiles)";
   for (const OpConfig& cfg : fused_configs()) {
-    if (cfg.sizes[1] != 64 || cfg.flags != 0) continue;  // n=3 T=64 D=64, bf16 and f32
+    if (cfg.sizes[0] != 3 || cfg.flags != 0) continue;  // n=3 T=64 D=64, bf16 and f32
     SCOPED_TRACE(cfg.label);
     const Inputs in = inputs(cfg);
     const float s = scale_of(cfg);
