@@ -305,9 +305,9 @@ void attention_backward(Node& n, const Tensor& g) {
   accumulate_grad(K, dk);
 }
 
-// attention_qkv: saved = q, k, v (B*H, T, D), then the probability blocks (or, i1 = 1: the fused
-// kernel's x itself and the one block). The gradient of the
+// attention_qkv: saved = q, k, v (B*H, T, D), then the probability blocks. The gradient of the
 // output is copied into heads, dq, dk, dv back into one (B, T, 3C) gradient (no zeros, no sums).
+// With the fused kernel (i1 = 1): saved = x and the one block, everything read and written in place.
 void attention_qkv_backward(Node& n, const Tensor& g) {
   ProfileScope prof(WorkKind::attention);
   VarImpl& X = *n.inputs[0];

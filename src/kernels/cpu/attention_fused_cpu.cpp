@@ -219,15 +219,11 @@ struct Heads {
 };
 int64_t heads_of(const Tensor& t) { return t.dim() == 4 ? t.size(0) * t.size(1) : t.size(0); }
 
-template <class IO>
-void fused_forward(const cpu::tiles::Kernels& tk, const Tensor& q, const Tensor& k, const Tensor& v,
-                   float scale, Tensor& probs, Tensor& y) {
-  const int64_t n = heads_of(q), T = q.size(-2), D = q.size(-1);
-  Tensor ws = cpu::attention_fused_workspace(n, T, D, q.dtype(), false);
+// body(h, w) for every head h, the heads shared out dynamically, w the thread's row of the workspace;
+// the tile configuration loaded once per thread.
+template <class Body>
+void for_each_head(const cpu::tiles::Kernels& tk, Tensor& ws, int64_t n, const Body& body) {
   const int64_t per = ws.size(1);
-  const Heads hq(q), hk(k), hv(v), hy(y);
-  const IO *Q = q.data<IO>(), *K = k.data<IO>(), *V = v.data<IO>();
-  IO *P = probs.data<IO>(), *Y = y.data<IO>();
   float* W = ws.data<float>();
   const int nt = static_cast<int>(ws.size(0));
 #pragma omp parallel num_threads(nt) if (nt > 1)
@@ -235,45 +231,47 @@ void fused_forward(const cpu::tiles::Kernels& tk, const Tensor& q, const Tensor&
     float* w = W + omp_get_thread_num() * per;
     tk.begin();
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t h = 0; h < n; ++h)
-      head_forward(tk, Q + hq.at(h), K + hk.at(h), V + hv.at(h), hq.ld, scale, T, D, P + h * T * T,
-                   Y + hy.at(h), hy.ld, w);
+    for (int64_t h = 0; h < n; ++h) body(h, w);
     tk.end();
   }
+}
+
+template <class IO>
+void fused_forward(const cpu::tiles::Kernels& tk, const Tensor& q, const Tensor& k, const Tensor& v,
+                   float scale, Tensor& probs, Tensor& y) {
+  const int64_t n = heads_of(q), T = q.size(-2), D = q.size(-1);
+  Tensor ws = cpu::attention_fused_workspace(q, false);
+  const Heads hq(q), hk(k), hv(v), hy(y);
+  const IO *Q = q.data<IO>(), *K = k.data<IO>(), *V = v.data<IO>();
+  IO *P = probs.data<IO>(), *Y = y.data<IO>();
+  for_each_head(tk, ws, n, [&](int64_t h, float* w) {
+    head_forward(tk, Q + hq.at(h), K + hk.at(h), V + hv.at(h), hq.ld, scale, T, D, P + h * T * T,
+                 Y + hy.at(h), hy.ld, w);
+  });
 }
 
 template <class IO>
 void fused_backward(const cpu::tiles::Kernels& tk, const Tensor& q, const Tensor& k, const Tensor& v,
                     const Tensor& probs, const Tensor& g, float scale, Tensor& dq, Tensor& dk, Tensor& dv) {
   const int64_t n = heads_of(q), T = q.size(-2), D = q.size(-1);
-  Tensor ws = cpu::attention_fused_workspace(n, T, D, q.dtype(), true);
-  const int64_t per = ws.size(1);
+  Tensor ws = cpu::attention_fused_workspace(q, true);
   const Heads hq(q), hk(k), hv(v), hg(g), hd(dv.defined() ? dv : dq);
   const IO *Q = q.data<IO>(), *K = k.data<IO>(), *V = v.data<IO>(), *P = probs.data<IO>(), *G = g.data<IO>();
   const auto out = [](Tensor& t) { return t.defined() ? t.data<IO>() : nullptr; };
   IO *DQ = out(dq), *DK = out(dk), *DV = out(dv);
-  float* W = ws.data<float>();
-  const int nt = static_cast<int>(ws.size(0));
-#pragma omp parallel num_threads(nt) if (nt > 1)
-  {
-    float* w = W + omp_get_thread_num() * per;
-    tk.begin();
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t h = 0; h < n; ++h) {
-      const int64_t o = hd.at(h);
-      head_backward(tk, Q + hq.at(h), K + hk.at(h), V + hv.at(h), hq.ld, P + h * T * T, G + hg.at(h), hg.ld,
-                    scale, T, D, DQ ? DQ + o : nullptr, DK ? DK + o : nullptr, DV ? DV + o : nullptr, hd.ld,
-                    w);
-    }
-    tk.end();
-  }
+  for_each_head(tk, ws, n, [&](int64_t h, float* w) {
+    const int64_t o = hd.at(h);
+    head_backward(tk, Q + hq.at(h), K + hk.at(h), V + hv.at(h), hq.ld, P + h * T * T, G + hg.at(h), hg.ld,
+                  scale, T, D, DQ ? DQ + o : nullptr, DK ? DK + o : nullptr, DV ? DV + o : nullptr, hd.ld, w);
+  });
 }
 }  // namespace
 
-Tensor cpu::attention_fused_workspace(int64_t heads, int64_t T, int64_t D, DType dtype, bool backward) {
-  const bool f32 = dtype == DType::f32;
+Tensor cpu::attention_fused_workspace(const Tensor& q, bool backward) {
+  const int64_t T = q.size(-2), D = q.size(-1);
+  const bool f32 = q.dtype() == DType::f32;
   const int64_t per = backward ? BackwardScratch(T, D, f32).total : ForwardScratch(T, D, f32).total;
-  return Tensor::empty({fused_threads(heads), per}, DType::f32, MemCategory::workspace);
+  return Tensor::empty({fused_threads(heads_of(q)), per}, DType::f32, MemCategory::workspace);
 }
 
 void cpu::attention_fused_forward_with(const cpu::tiles::Kernels& tk, const Tensor& q, const Tensor& k,

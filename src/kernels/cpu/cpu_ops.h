@@ -93,8 +93,9 @@ void attention_fused_forward(const Tensor& q, const Tensor& k, const Tensor& v, 
                              Tensor& y);
 void attention_fused_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& probs,
                               const Tensor& g, float scale, Tensor& dq, Tensor& dk, Tensor& dv);
-// The fused attention's workspace (f32): one row of scratch per thread, the thread's buffers.
-Tensor attention_fused_workspace(int64_t heads, int64_t T, int64_t D, DType dtype, bool backward);
+// The fused attention's workspace (f32) for q (n, T, D) or (B, H, T, D): one row of scratch per
+// thread, the thread's buffers.
+Tensor attention_fused_workspace(const Tensor& q, bool backward);
 // The same with a given tile kernel set (amx_tiles.h): tests run the blocked algorithm with the
 // scalar tiles on any CPU and with AMX's where it has them.
 void attention_fused_forward_with(const tiles::Kernels& tk, const Tensor& q, const Tensor& k, const Tensor& v,

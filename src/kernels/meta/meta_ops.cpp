@@ -211,18 +211,12 @@ double meta::global_norm(const Tensor&) { return 0.0; }
 void meta::heads_copy(const Tensor&, const std::vector<Tensor>&, int64_t, bool) {}
 
 // attention_fused_cpu.cpp: its workspace, unless force_reference() sends it to the reference.
-namespace {
-void fused_workspace(const Tensor& q, bool backward) {  // q: (n, T, D) or (B, H, T, D)
-  const int64_t heads = q.dim() == 4 ? q.size(0) * q.size(1) : q.size(0);
-  if (!force_reference()) cpu::attention_fused_workspace(heads, q.size(-2), q.size(-1), q.dtype(), backward);
-}
-}  // namespace
 void meta::attention_fused_forward(const Tensor& q, const Tensor&, const Tensor&, float, Tensor&, Tensor&) {
-  fused_workspace(q, false);
+  if (!force_reference()) cpu::attention_fused_workspace(q, false);
 }
 void meta::attention_fused_backward(const Tensor& q, const Tensor&, const Tensor&, const Tensor&,
                                     const Tensor&, float, Tensor&, Tensor&, Tensor&) {
-  fused_workspace(q, true);
+  if (!force_reference()) cpu::attention_fused_workspace(q, true);
 }
 
 void meta::dropout_mask(const Tensor& x, float, uint64_t, uint64_t,
