@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "kernels/gradient_kernels.h"
+#include "mixtrain/kernels/fp8.h"
 #include "mixtrain/kernels/ops.h"
 #include "mixtrain/kernels/optimizer_kernels.h"
 #include "mixtrain/kernels/quantize.h"
@@ -39,6 +40,9 @@ void set_f16_gemm_route(F16GemmRoute r);
 // AMX-INT8, else the exact fp32 route; MIXTRAIN_S8_GEMM=onednn|fp32 overrides it), or forced.
 enum class S8GemmRoute { automatic, onednn, via_f32 };
 void set_s8_gemm_route(S8GemmRoute r);
+// fp8_cpu.cpp
+void fp8_quantize(const Tensor& x, const Fp8Quant& how, const Tensor* scale, Tensor& q, Tensor& scale_inv,
+                  Tensor& amax);
 // quantize_cpu.cpp, gemm_onednn.cpp (gemm_s8)
 void quantize_rows(const Tensor& x, Tensor& q, Tensor& scale);
 void dequantize_rows(const Tensor& q, const Tensor& scale, Tensor& out);

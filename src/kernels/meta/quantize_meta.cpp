@@ -11,6 +11,8 @@ void meta::quantize_rows(const Tensor&, Tensor&, Tensor&) {}
 void meta::dequantize_rows(const Tensor&, const Tensor&, Tensor&) {}
 void meta::embedding_dequantized(const Tensor&, const Tensor&, const Tensor&, Tensor&) {}
 void meta::gemm_s8(const Tensor& a, const Tensor& b, Tensor& acc) { gemm_s8_workspace_only(a, b, acc); }
+// fp8_cpu.cpp's per-thread amax grids are plain vectors: nothing tracked.
+void meta::fp8_quantize(const Tensor&, const Fp8Quant&, const Tensor*, Tensor&, Tensor&, Tensor&) {}
 void meta::dequantize_gemm(const Tensor&, const Tensor&, const Tensor&, const Tensor*, Tensor&) {}
 
 }  // namespace mixtrain

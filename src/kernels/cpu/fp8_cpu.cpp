@@ -1,0 +1,142 @@
+// Fast CPU kernel of the fp8 recipes' quantization (kernels/fp8.h): the block amaxes in one pass
+// over the rows (threads take contiguous row ranges, each with its own grid of partial maxima,
+// merged with max, which is exact and free of order), the scales from the grid (kernels/
+// fp8_formula.h, the reference's rule), then the cast in a second pass over the rows, branch free
+// so it vectorises (fp8q::cast_value_fast, held to the reference's cast on every bf16 input by
+// tests/kernels/ops/fp8_test.cpp). Layouts without a row view go to the reference.
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/cpu_rows.h"
+#include "kernels/fp8_formula.h"
+#include "mixtrain/kernels/fp8.h"
+#include "mixtrain/numeric/convert.h"
+
+namespace mixtrain {
+namespace cpu {
+namespace {
+
+// |x|, with NaN counted as +inf (a block holding either is not finite).
+inline float abs_or_inf(float v) {
+  const float a = std::fabs(v);
+  return a != a ? INFINITY : a;
+}
+
+// g[c] = max(g[c], |x[c]|): the column blocks of one column each.
+MIXTRAIN_SIMD_CLONES void max_into(const float* x, float* g, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float a = abs_or_inf(x[i]);
+    g[i] = a > g[i] ? a : g[i];
+  }
+}
+
+// max |x[0..n)| (NaN as +inf).
+MIXTRAIN_SIMD_CLONES float block_max(const float* x, int64_t n) {
+  float m = 0.f;
+#pragma omp simd reduction(max : m)
+  for (int64_t i = 0; i < n; ++i) {
+    const float a = abs_or_inf(x[i]);
+    m = a > m ? a : m;
+  }
+  return m;
+}
+
+template <DType F>
+MIXTRAIN_SIMD_CLONES void cast_span(const float* x, float s, float sinv, bool dequantize, float* o,
+                                    int64_t n) {
+  if (dequantize) {
+    for (int64_t i = 0; i < n; ++i) o[i] = fp8q::cast_value_fast(x[i] * s, F) * sinv;
+  } else {
+    for (int64_t i = 0; i < n; ++i) o[i] = fp8q::cast_value_fast(x[i] * s, F);
+  }
+}
+
+// One output row (fp32, in o) into q's row: bf16/f32/f16 as values, the fp8 formats as codes (the
+// values are exact in the format: nothing is rounded again).
+void store_q_row(const float* o, void* dst, DType t, int64_t n) {
+  if (t == DType::f8_e4m3)
+    convert_f32_to_fp8_e4m3(o, static_cast<fp8_e4m3*>(dst), static_cast<size_t>(n));
+  else if (t == DType::f8_e5m2)
+    convert_f32_to_fp8_e5m2(o, static_cast<fp8_e5m2*>(dst), static_cast<size_t>(n));
+  else
+    store_row(o, dst, t, n);
+}
+
+}  // namespace
+}  // namespace cpu
+
+void cpu::fp8_quantize(const Tensor& x, const Fp8Quant& how, const Tensor* scale, Tensor& q,
+                       Tensor& scale_inv, Tensor& amax) {
+  cpu::RowView xv, qv;
+  if (force_reference() || !cpu::fast_dtype(x.dtype()) || x.dim() != 2 || !cpu::as_rows(x, xv) ||
+      !cpu::as_rows(q, qv))
+    return ref::fp8_quantize(x, how, scale, q, scale_inv, amax);
+  const int64_t R = x.size(0), C = x.size(1);
+  if (R == 0 || C == 0) return;
+  const int64_t br = how.block_rows > 0 ? how.block_rows : R;
+  const int64_t bc = how.block_cols > 0 ? how.block_cols : C;
+  const int64_t nbr = (R + br - 1) / br, nbc = (C + bc - 1) / bc;
+  const int64_t grid = nbr * nbc;
+
+  // Pass 1: the block amaxes. Thread t takes rows [t R / nt, (t + 1) R / nt) into its own grid.
+  const int nt = cpu::threads_for(R * C);
+  std::vector<float> part(static_cast<size_t>(nt * grid), 0.f);
+#pragma omp parallel num_threads(nt) if (nt > 1)
+  {
+    const int t = nt > 1 ? omp_get_thread_num() : 0;
+    float* g = part.data() + t * grid;
+    float* buf = cpu::scratch(0, C);
+    for (int64_t r = R * t / nt; r < R * (t + 1) / nt; ++r) {
+      const float* row = cpu::load_row(xv.row(r), xv.dtype, C, buf);
+      float* gr = g + (r / br) * nbc;
+      if (bc == 1) {
+        cpu::max_into(row, gr, C);
+      } else {
+        for (int64_t j = 0; j < nbc; ++j) {
+          const float m = cpu::block_max(row + j * bc, std::min(bc, C - j * bc));
+          gr[j] = m > gr[j] ? m : gr[j];
+        }
+      }
+    }
+  }
+  float* am = amax.data<float>();
+  float* si = scale_inv.data<float>();
+  std::vector<float> sc(static_cast<size_t>(grid));
+  for (int64_t b = 0; b < grid; ++b) {
+    float m = part[size_t(b)];
+    for (int t = 1; t < nt; ++t) m = std::max(m, part[size_t(t * grid + b)]);
+    am[b] = m;
+    fp8q::Scale s =
+        scale ? fp8q::given_scale(scale->data<float>()[b]) : fp8q::scale_from_amax(m, how.format, how.rule);
+    if (!std::isfinite(m)) s = {NAN, NAN};
+    sc[size_t(b)] = s.scale;
+    si[b] = s.scale_inv;
+  }
+
+  // Pass 2: the cast, rows split over threads.
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+  for (int64_t r = 0; r < R; ++r) {
+    const float* row = cpu::load_row(xv.row(r), xv.dtype, C, cpu::scratch(0, C));
+    float* o = qv.dtype == DType::f32 ? static_cast<float*>(qv.row(r)) : cpu::scratch(1, C);
+    const int64_t gi = (r / br) * nbc;
+    for (int64_t j = 0; j < nbc; ++j) {
+      const int64_t c0 = j * bc, n = std::min(bc, C - c0);
+      const float s = sc[size_t(gi + j)], sinv = si[gi + j];
+      if (!std::isfinite(am[gi + j])) {
+        std::fill(o + c0, o + c0 + n, NAN);
+      } else if (how.format == DType::f8_e4m3) {
+        cpu::cast_span<DType::f8_e4m3>(row + c0, s, sinv, how.dequantize, o + c0, n);
+      } else {
+        cpu::cast_span<DType::f8_e5m2>(row + c0, s, sinv, how.dequantize, o + c0, n);
+      }
+    }
+    if (qv.dtype != DType::f32) cpu::store_q_row(o, qv.row(r), qv.dtype, C);
+  }
+}
+
+}  // namespace mixtrain

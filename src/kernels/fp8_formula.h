@@ -1,0 +1,84 @@
+// The fp8 recipes' scale rules (kernels/fp8.h), shared by the scalar reference and the fast kernel
+// so that both compute one definition, and the cast written twice: the reference's
+// (numeric/fp8.h's conversions, one value at a time) and a branch-free form of the same rounding
+// that vectorises (the fast kernel's; tests/kernels/ops/fp8_test.cpp holds it to the reference's
+// on every bf16 input and on random fp32 bit patterns).
+#pragma once
+#include <bit>
+#include <cfloat>
+#include <cmath>
+#include <cstdint>
+
+#include "mixtrain/kernels/fp8.h"
+#include "mixtrain/numeric/fp8.h"
+#include "mixtrain/tensor/dtype.h"
+
+namespace mixtrain::fp8q {
+
+struct Scale {
+  float scale;      // x * scale is cast
+  float scale_inv;  // code * scale_inv is the dequantized value
+};
+
+// A block's scale from its amax (amax = +inf for a block that is not finite).
+inline Scale scale_from_amax(float amax, DType format, Fp8ScaleRule rule) {
+  if (!std::isfinite(amax)) return {NAN, NAN};
+  if (rule == Fp8ScaleRule::e8m0) {
+    const int emax = format == DType::f8_e4m3 ? 8 : 15;
+    int shared = -127;
+    if (amax > 0.f) {
+      // floor(log2(amax)), exactly, from the bits (amax may be an fp32 subnormal).
+      const uint32_t b = std::bit_cast<uint32_t>(amax);
+      const int e = int(b >> 23);
+      const int floor_log2 = e != 0 ? e - 127 : int(std::bit_width(b & 0x7fffffu)) - 1 - 149;
+      shared = floor_log2 - emax;
+      shared = shared < -127 ? -127 : (shared > 127 ? 127 : shared);
+    }
+    return {std::ldexp(1.f, -shared), std::ldexp(1.f, shared)};
+  }
+  if (amax == 0.f) return {1.f, 1.f};
+  float s = fp8_max(format) / amax;
+  if (std::isinf(s)) s = FLT_MAX;
+  if (rule == Fp8ScaleRule::pow2) s = std::bit_cast<float>(std::bit_cast<uint32_t>(s) & 0xff800000u);
+  return {s, 1.f / s};
+}
+
+// A given scale (delayed scaling): its inverse.
+inline Scale given_scale(float s) { return {s, 1.f / s}; }
+
+// The reference's cast: fp32 -> the format, round to nearest even, saturating.
+inline float cast_value(float v, DType format) {
+  if (format == DType::f8_e4m3) return f32_from_fp8_e4m3(fp8_e4m3_from_f32(v, Fp8Overflow::saturate));
+  return f32_from_fp8_e5m2(fp8_e5m2_from_f32(v, Fp8Overflow::saturate));
+}
+
+// The same rounding without branches, on the value: M mantissa bits, normals down to 2^emin,
+// subnormals in steps of 2^(emin - M), saturating at fmax. For a normal, adding half an ulp less
+// one plus the ulp's parity bit to the fp32 bits and clearing the low bits rounds to nearest even
+// (a carry into the exponent is the correct next binade); below 2^emin the value is rounded as an
+// integer multiple of the subnormal step (adding and subtracting 1.5 * 2^23 times the step rounds
+// to nearest even in the default mode). inf saturates; NaN becomes the quiet NaN.
+template <int M, int Emin>
+inline float round_fp8_fast(float v, float fmax) {
+  constexpr uint32_t drop = 23 - M;
+  constexpr uint32_t half = (1u << (drop - 1)) - 1u;
+  const uint32_t b = std::bit_cast<uint32_t>(v);
+  const uint32_t sign = b & 0x80000000u;
+  const float a = std::fabs(v);
+  const uint32_t ab = b & 0x7fffffffu;
+  const uint32_t rn = (ab + half + ((ab >> drop) & 1u)) & ~((1u << drop) - 1u);
+  float r = std::bit_cast<float>(rn);
+  constexpr float step = 1.f / float(1u << (M - Emin));  // the subnormal step 2^(emin - M)
+  constexpr float magic = 12582912.f * step;             // 1.5 * 2^23 * step
+  constexpr float min_normal = 1.f / float(1u << -Emin);
+  const float sub = (a + magic) - magic;
+  r = a < min_normal ? sub : r;
+  r = r > fmax ? fmax : r;
+  r = a != a ? std::bit_cast<float>(0x7fc00000u) : r;  // NaN (the kernel never casts one: see fp8.h)
+  return std::bit_cast<float>(std::bit_cast<uint32_t>(r) | sign);
+}
+inline float cast_value_fast(float v, DType format) {
+  return format == DType::f8_e4m3 ? round_fp8_fast<3, -6>(v, 448.f) : round_fp8_fast<2, -14>(v, 57344.f);
+}
+
+}  // namespace mixtrain::fp8q
