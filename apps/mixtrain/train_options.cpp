@@ -156,7 +156,8 @@ void add_output_flags(CLI::App* sub, TrainFlags& f) {
 void add_precision_flags(CLI::App* sub, TrainFlags& f, bool with_precision) {
   PrecisionOptions& o = f.opt;
   if (with_precision)
-    sub->add_option("--precision", f.precision, "32-true, 16-mixed, bf16-mixed, 16-true or bf16-true")
+    sub->add_option("--precision", f.precision,
+                    "32-true, 16-mixed, bf16-mixed, 16-true, bf16-true or fp8-mixed")
         ->capture_default_str();
   sub->add_option("--update-rounding", f.update_rounding,
                   "Rounding of 16-bit weight updates in *-true modes: nearest, stochastic, kahan, or master "
@@ -187,6 +188,34 @@ void add_precision_flags(CLI::App* sub, TrainFlags& f, bool with_precision) {
       "--keep-fp32", o.keep_fp32,
       "PATTERN (repeatable): autocast runs the modules matching this glob (and their children) in fp32, "
       "e.g. 'transformer.h.5.mlp.*'");
+  sub->add_option(
+         "--fp8-recipe", f.fp8_recipe,
+         "fp8-mixed: delayed (Transformer Engine's DelayedScaling), current (per-tensor amax at each cast), "
+         "rowwise (a scale per row along the summed dimension, torchao), mxfp8 (OCP MX: 32-element blocks, "
+         "E8M0 scales) or block (1x128 activations and gradients, 128x128 weights, power-of-two scales)")
+      ->check(CLI::IsMember({"delayed", "current", "rowwise", "mxfp8", "block"}))
+      ->capture_default_str();
+  sub->add_option(
+         "--fp8-format", f.fp8_format,
+         "fp8-mixed: hybrid (E4M3 activations and weights, E5M2 gradients) or e4m3 (default: hybrid for "
+         "delayed and current, e4m3 for rowwise, mxfp8 and block)")
+      ->check(CLI::IsMember({"hybrid", "e4m3"}));
+  sub->add_option("--fp8-amax-history", o.fp8.amax_history, "fp8-mixed, delayed: amax history length")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
+      ->capture_default_str();
+  sub->add_option("--fp8-amax-compute", f.fp8_amax_compute,
+                  "fp8-mixed, delayed: the history's max, or its most_recent entry")
+      ->check(CLI::IsMember({"max", "most_recent"}))
+      ->capture_default_str();
+  sub->add_option("--fp8-margin", o.fp8.margin, "fp8-mixed, delayed: scale = fp8_max / amax / 2^margin")
+      ->check(CLI::Range(0, 64))
+      ->capture_default_str();
+  sub->add_option(
+      "--fp8-keep", o.fp8.keep,
+      "PATTERN (repeatable): fp8-mixed keeps the linear layers of the modules matching this glob in "
+      "bf16, e.g. 'transformer.h.3.mlp.*'");
+  sub->add_flag("--fp8-first-last{false}", o.fp8.keep_first_last,
+                "fp8-mixed: the first and last transformer block in fp8 too (by default they stay bf16)");
 }
 
 void add_run_flags(CLI::App* sub, TrainFlags& f, bool with_precision, const RunLengthHelp& help) {
@@ -267,6 +296,9 @@ void TrainFlags::finish(const std::vector<PrecisionMode>& precisions) {
   opt.precision = parse_precision(precision);
   opt.update_rounding = parse_update_rounding(update_rounding);
   opt.matmul_precision = *parse_matmul_precision(matmul_precision);  // CLI::IsMember checked it
+  opt.fp8.recipe = parse_fp8_recipe(fp8_recipe);
+  opt.fp8.format = fp8_format.empty() ? std::nullopt : std::optional<Fp8Format>(parse_fp8_format(fp8_format));
+  opt.fp8.amax_compute = parse_fp8_amax_compute(fp8_amax_compute);
   opt.optimizer = parse_optimizer_kind(optimizer);
   if (!loss_scale.empty()) {
     opt.force_loss_scaling = true;
@@ -351,6 +383,13 @@ void TrainFlags::warn_ineffective(const std::vector<PrecisionMode>& modes) const
          std::to_string(*opt.steps) + " (evaluated there anyway)");
   if (given("--numerics-every") && opt.numerics.path.empty())
     warn("--numerics-every has no effect without --numerics FILE");
+  for (const char* flag : {"--fp8-recipe", "--fp8-format", "--fp8-amax-history", "--fp8-amax-compute",
+                           "--fp8-margin", "--fp8-keep", "--fp8-first-last"})
+    if (given(flag) && !any([](PrecisionMode m) { return m == PrecisionMode::mixed_fp8; }))
+      warn(std::string(flag) + " has no effect: it configures --precision fp8-mixed");
+  for (const char* flag : {"--fp8-amax-history", "--fp8-amax-compute", "--fp8-margin"})
+    if (given(flag) && opt.fp8.recipe != Fp8Recipe::delayed)
+      warn(std::string(flag) + " has no effect: it configures --fp8-recipe delayed");
   if (given("--keep-fp32") && !any([](PrecisionMode m) { return precision_spec(m).autocast; }))
     warn("--keep-fp32 has no effect: " + std::string(precision_spec(modes.front()).name) +
          " has no autocast (every op already runs in the weights' dtype)");

@@ -17,6 +17,9 @@ struct TrainFlags {
   std::string precision = "32-true";
   std::string update_rounding = "nearest";
   std::string matmul_precision = "highest";
+  std::string fp8_recipe = "delayed";
+  std::string fp8_format;  // empty: the recipe's default
+  std::string fp8_amax_compute = "max";
   std::string optimizer = "adamw";
   std::string loss_scale;        // "dynamic" or a number (static scale); empty: the mode's default
   std::string inject_nonfinite;  // "3,7"

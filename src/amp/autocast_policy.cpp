@@ -43,6 +43,7 @@ constexpr std::array<PolicyEntry, autograd::kNumOpKinds> kPolicy = {{
     // stored once in 16 bits, for backward and for p v alike; the softmax math is fp32 inside
     {OpKind::masked_attention, CastPolicy::lower_precision},  // the same attention fused: q, k, v
     // and every intermediate in the compute dtype, as the unfused ops store them
+    {OpKind::fp8_linear, CastPolicy::lower_precision},  // as linear: its GEMMs then quantize to fp8
 }};
 
 constexpr bool table_in_order() {

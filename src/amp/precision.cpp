@@ -12,12 +12,14 @@ namespace {
 
 //                         mode                     name          param        grad         optim state
 //                         compute      autocast scaler
-constexpr std::array<PrecisionSpec, 5> kSpecs = {{
+constexpr std::array<PrecisionSpec, 6> kSpecs = {{
     {PrecisionMode::true32, "32-true", DType::f32, DType::f32, DType::f32, DType::f32, false, false},
     {PrecisionMode::mixed16, "16-mixed", DType::f32, DType::f32, DType::f32, DType::f16, true, true},
     {PrecisionMode::mixed_bf16, "bf16-mixed", DType::f32, DType::f32, DType::f32, DType::bf16, true, false},
     {PrecisionMode::true16, "16-true", DType::f16, DType::f16, DType::f16, DType::f16, false, false},
     {PrecisionMode::true_bf16, "bf16-true", DType::bf16, DType::bf16, DType::bf16, DType::bf16, false, false},
+    // bf16-mixed's table: its fp8 GEMMs are the linear layers' own (amp/fp8.h)
+    {PrecisionMode::mixed_fp8, "fp8-mixed", DType::f32, DType::f32, DType::f32, DType::bf16, true, false},
 }};
 
 }  // namespace
@@ -39,7 +41,7 @@ PrecisionMode parse_precision(std::string_view s) {
   for (const auto& spec : kSpecs)
     if (spec.name == s) return spec.mode;
   throw ArgumentError("unknown precision '" + std::string(s) +
-                      "' (valid: 32-true, 16-mixed, bf16-mixed, 16-true, bf16-true)");
+                      "' (valid: 32-true, 16-mixed, bf16-mixed, 16-true, bf16-true, fp8-mixed)");
 }
 
 }  // namespace mixtrain

@@ -10,6 +10,7 @@
 #include "internal.h"
 #include "kernels/op_checks.h"
 #include "kernels/ops_backward.h"
+#include "mixtrain/autograd/fp8_linear.h"
 #include "mixtrain/autograd/node.h"
 #include "mixtrain/core/profiler.h"
 #include "mixtrain/kernels/ops.h"
@@ -98,6 +99,40 @@ void linear_backward(Node& n, const Tensor& g) {
   }
   if (W.requires_grad) grad_gemm(W, g2, x.contiguous().reshape({-1, in}), true, false);  // dW = dy^T x
   grad_row_sum(Bi, g2);                                                                  // db = sum_rows dy
+}
+
+// The fp8 linear (autograd/fp8_linear.h): each GEMM quantizes its operands along its own summed
+// dimension (the recipes' blocks lie along it), x and w again from the saved 16-bit values.
+void fp8_linear_backward(Node& n, const Tensor& g) {
+  VarImpl& X = *n.inputs[0];
+  VarImpl& W = *n.inputs[1];
+  VarImpl& Bi = *n.inputs[2];
+  Fp8Site& site = *n.fp8;
+  const Tensor& w = n.in_values[1];
+  const int64_t in = w.size(1), out = w.size(0);
+  const Tensor g2 = g.contiguous().reshape({-1, out});  // (M, OUT)
+  if (X.requires_grad) {                                // dx = dy W: sums along OUT
+    const Fp8Operand gq = fp8_operand(g2, site, Fp8Role::grad_output, true);
+    const Fp8Operand wq = fp8_operand(w, site, Fp8Role::weight, false);
+    Tensor dx = Tensor::empty(X.shape, X.dtype);
+    Tensor dx2 = dx.reshape({-1, in});
+    fp8_gemm(gq, wq, false, false, dx2, nullptr, false);
+    accumulate_grad(X, dx);
+  }
+  VarImpl& Wt = grad_target(W);
+  if (Wt.requires_grad) {  // dW = dy^T x: sums along the rows M
+    const Fp8Operand gq = fp8_operand(g2, site, Fp8Role::grad_output, false);
+    const Fp8Operand xq =
+        fp8_operand(n.in_values[0].contiguous().reshape({-1, in}), site, Fp8Role::input, false);
+    if (Wt.grad_is_buffer) {
+      fp8_gemm(gq, xq, true, false, param_grad(Wt), nullptr, true);
+    } else {
+      Tensor dw = Tensor::empty({out, in}, Wt.dtype, MemCategory::activations);
+      fp8_gemm(gq, xq, true, false, dw, nullptr, false);
+      accumulate_grad(Wt, dw);
+    }
+  }
+  grad_row_sum(Bi, g2);  // db = sum_rows dy, from the unquantized gradient
 }
 
 void add_backward(Node& n, const Tensor& g) {
@@ -390,6 +425,7 @@ constexpr std::array<RuleRow, kNumOpKinds> kRules = {{
     {activation_backward_rule, 0b001},  // relu: its input
     {masked_softmax_backward_rule, 0b000},    // masked_softmax: its output (in saved)
     {masked_attention_backward_rule, 0b111},  // masked_attention: q, k, v (the mask in ids; nothing T x T)
+    {fp8_linear_backward, 0b011},             // fp8_linear: x and w, quantized again for each GEMM
 }};
 static_assert(kRules.size() == kNumOpKinds);
 
@@ -415,7 +451,8 @@ constexpr std::array<std::string_view, kNumOpKinds> kNames = {"matmul",
                                                               "tanh",
                                                               "relu",
                                                               "masked_softmax",
-                                                              "masked_attention"};
+                                                              "masked_attention",
+                                                              "fp8_linear"};
 
 }  // namespace
 

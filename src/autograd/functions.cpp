@@ -10,6 +10,7 @@
 #include "internal.h"
 #include "kernels/op_checks.h"
 #include "kernels/ops_backward.h"
+#include "mixtrain/autograd/fp8_linear.h"
 #include "mixtrain/autograd/node.h"
 #include "mixtrain/core/profiler.h"
 #include "mixtrain/kernels/ops.h"
@@ -149,6 +150,42 @@ Var linear(const Var& x_in, const Var& w_in, const Var& b_in) {
   }
   std::shared_ptr<Node> n;
   if (needs_grad({&x, &w, &b})) n = make_node(OpKind::linear, {&x, &w, &b});
+  return make_output(out, n);
+}
+
+Var fp8_linear(const Var& x_in, const Var& w_in, const Var& b_in, const std::shared_ptr<Fp8Site>& site) {
+  ScopedOp site_op("fp8_linear");  // names what this op allocates (tensor/alloc_site.h)
+  if (!site) throw ArgumentError("fp8_linear: no fp8 site");
+  Var x = x_in, w = w_in, b = b_in;
+  autocast(OpKind::fp8_linear, {&x, &w, &b});
+  require(x, "fp8_linear", "x");
+  require(w, "fp8_linear", "w");
+  const Tensor& xv = x.value();
+  if (w.value().dim() != 2 || xv.dim() < 1 || xv.size(-1) != w.size(1))
+    throw ShapeError("fp8_linear: x " + xv.to_string() + " and weight " + w.value().to_string() +
+                     " (OUT, IN) do not match");
+  if (b.defined() && b.dtype() == DType::f64)
+    throw DTypeError(
+        "fp8_linear: an f64 bias (fp8 GEMMs are for training in 16 bits, not for gradient checks)");
+  const int64_t in = w.size(1), outf = w.size(0);
+  const Tensor x2 = xv.contiguous().reshape({-1, in});  // (M, IN)
+  Shape out_shape = xv.shape();
+  out_shape[out_shape.size() - 1] = outf;
+  Tensor out = Tensor::empty(out_shape, x.dtype());
+  Tensor out2 = out.reshape({-1, outf});  // (M, OUT)
+  Tensor bias32;
+  if (b.defined())
+    bias32 = b.dtype() == DType::f32 ? b.value() : b.value().to(DType::f32, MemCategory::workspace);
+  {
+    const Fp8Operand xq = fp8_operand(x2, *site, Fp8Role::input, true);
+    const Fp8Operand wq = fp8_operand(w.value(), *site, Fp8Role::weight, true);
+    fp8_gemm(xq, wq, false, true, out2, b.defined() ? &bias32 : nullptr, false);  // x w^T
+  }
+  std::shared_ptr<Node> n;
+  if (needs_grad({&x, &w, &b})) {
+    n = make_node(OpKind::fp8_linear, {&x, &w, &b});
+    n->fp8 = site;
+  }
   return make_output(out, n);
 }
 

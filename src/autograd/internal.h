@@ -10,3 +10,24 @@ namespace mixtrain::autograd {
 // The (B, H, T, D) strided view of q (which=0), k (1) or v (2) inside qkv (B, T, 3C).
 Tensor heads_view(const Tensor& qkv, int which, int64_t n_head);
 }  // namespace mixtrain::autograd
+
+namespace mixtrain::autograd {
+struct Fp8Site;
+enum class Fp8Role : uint8_t;
+
+// One GEMM operand quantized by an fp8 site's recipe (autograd/fp8_linear.h, src/autograd/fp8_gemm.cpp):
+// q in bf16 (the codes, or the dequantized values for the power-of-two recipes), the scale grid.
+struct Fp8Operand {
+  Tensor q;          // (R, C) bf16
+  Tensor scale_inv;  // the block grid, f32
+  bool dequantized = false;
+};
+// t (R, C) quantized for a GEMM that sums along its columns (reduce_along_cols) or its rows; the
+// delayed recipe casts with the site's scale for the role; every recipe records the amax.
+Fp8Operand fp8_operand(const Tensor& t, Fp8Site& site, Fp8Role role, bool reduce_along_cols);
+// out (M, N) = op(a) op(b) as the fp8 GEMM (+ bias (N) f32, or += out when accumulate): a bf16
+// GEMM with fp32 accumulation on the operands, the scales applied to its fp32 result as
+// fma(acc * row_scale, col_scale, bias) (kernels/quantize.h: dequantize_gemm) unless dequantized.
+void fp8_gemm(const Fp8Operand& a, const Fp8Operand& b, bool ta, bool tb, Tensor& out, const Tensor* bias,
+              bool accumulate);
+}  // namespace mixtrain::autograd

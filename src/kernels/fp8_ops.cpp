@@ -25,6 +25,60 @@ float fp8_max(DType format) {
                    " is not an fp8 format (f8_e4m3, f8_e5m2)");
 }
 
+Fp8Quant fp8_operand_quant(Fp8Recipe recipe, DType format, bool weight, bool reduce_along_cols) {
+  Fp8Quant q;
+  q.format = format;
+  const auto along = [&](int64_t n) {  // blocks of n along the summed dimension
+    q.block_rows = reduce_along_cols ? 1 : n;
+    q.block_cols = reduce_along_cols ? n : 1;
+  };
+  switch (recipe) {
+    case Fp8Recipe::delayed:
+    case Fp8Recipe::current:
+      break;  // the whole tensor
+    case Fp8Recipe::rowwise:
+      along(0);  // a scale per row (or column) over the whole summed dimension
+      break;
+    case Fp8Recipe::mxfp8:
+      along(32);
+      q.rule = Fp8ScaleRule::e8m0;
+      q.dequantize = true;
+      break;
+    case Fp8Recipe::block:
+      if (weight)
+        q.block_rows = q.block_cols = 128;
+      else
+        along(128);
+      q.rule = Fp8ScaleRule::pow2;
+      q.dequantize = true;
+      break;
+  }
+  return q;
+}
+
+const char* fp8_recipe_name(Fp8Recipe r) {
+  switch (r) {
+    case Fp8Recipe::delayed:
+      return "delayed";
+    case Fp8Recipe::current:
+      return "current";
+    case Fp8Recipe::rowwise:
+      return "rowwise";
+    case Fp8Recipe::mxfp8:
+      return "mxfp8";
+    case Fp8Recipe::block:
+      return "block";
+  }
+  return "?";
+}
+
+Fp8Recipe parse_fp8_recipe(const std::string& s) {
+  for (Fp8Recipe r :
+       {Fp8Recipe::delayed, Fp8Recipe::current, Fp8Recipe::rowwise, Fp8Recipe::mxfp8, Fp8Recipe::block})
+    if (s == fp8_recipe_name(r)) return r;
+  throw ArgumentError("unknown fp8 recipe '" + s + "' (valid: delayed, current, rowwise, mxfp8, block)");
+}
+
 void fp8_quantize(const Tensor& x, const Fp8Quant& how, const Tensor* scale, Tensor& q, Tensor& scale_inv,
                   Tensor& amax) {
   ProfileScope prof(WorkKind::casts);

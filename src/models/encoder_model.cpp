@@ -348,6 +348,16 @@ std::vector<NamedWeight> EncoderClassifier::named_weights() const {
   return w;
 }
 
+std::vector<std::vector<std::string>> EncoderClassifier::fp8_linears() const {
+  std::vector<std::vector<std::string>> v;
+  for (const EncoderLayer& l : layers_) {
+    v.emplace_back();
+    for (const nn::Linear* lin : {&l.qkv, &l.attn_out, &l.ffn_in, &l.ffn_out})
+      v.back().push_back(lin->prefix);
+  }
+  return v;
+}
+
 std::vector<std::string> EncoderClassifier::quantizable_parameters() const {
   std::vector<std::string> n{word_.prefix + ".weight"};
   if (!cfg_.sinusoidal_positions) n.push_back(pos_.prefix + ".weight");

@@ -73,6 +73,7 @@ class EncoderClassifier final : public Model {
   // The encoder layers' linear weights and the learned embedding tables (not the head, the
   // layer norms, the biases, nor DistilBERT's fixed sinusoidal positions).
   std::vector<std::string> quantizable_parameters() const override;
+  std::vector<std::vector<std::string>> fp8_linears() const override;
   std::vector<NamedWeight> named_grads() const;  // the same names, gradient views
   const std::vector<EncoderSlot>& slots() const { return slots_; }
   // Whether a Hugging Face name belongs to the classification head (classifier, pre_classifier,

@@ -286,6 +286,16 @@ std::vector<NamedWeight> Gpt::named_weights() const {
   return w;
 }
 
+std::vector<std::vector<std::string>> Gpt::fp8_linears() const {
+  std::vector<std::vector<std::string>> v;
+  for (const nn::Block& b : blocks_) {
+    v.emplace_back();
+    for (const nn::Linear* l : {&b.attn.c_attn, &b.attn.c_proj, &b.mlp.c_fc, &b.mlp.c_proj})
+      v.back().push_back(l->prefix);
+  }
+  return v;
+}
+
 std::vector<std::string> Gpt::quantizable_parameters() const {
   std::vector<std::string> n{"transformer.wte.weight", "transformer.wpe.weight"};
   for (const nn::Block& b : blocks_)

@@ -2,7 +2,10 @@
 #include "mixtrain/nn/layers.h"
 
 #include <cmath>
+#include <memory>
 
+#include "mixtrain/amp/fp8.h"
+#include "mixtrain/autograd/fp8_linear.h"
 #include "tensor/alloc_site.h"
 
 namespace mixtrain::nn {
@@ -34,6 +37,8 @@ void Linear::bind(const ParameterStore& s) {
 Var Linear::operator()(const Var& x) const {
   const ScopedModule site(prefix);
   if (quantized()) return autograd::quantized_linear(x, qweight, bias);
+  if (const std::shared_ptr<autograd::Fp8Site> s = fp8_site_for(prefix))
+    return autograd::fp8_linear(x, weight, bias, s);
   return autograd::linear(x, weight, bias);
 }
 

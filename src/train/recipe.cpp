@@ -17,6 +17,7 @@
 #include "mixtrain/train/output_paths.h"
 #include "mixtrain/train/run_hooks.h"
 #include "train/dir_lock.h"
+#include "train/fp8_hooks.h"
 #include "train/observer_hooks.h"
 #include "train/rank_setup.h"
 
@@ -63,6 +64,8 @@ std::vector<AgreedField> trajectory_fields(const RunOptions& o) {
   for (const int64_t s : o.inject_nonfinite) inject += i(s) + ",";
   std::string keep;
   for (const std::string& k : o.keep_fp32) keep += k + ",";
+  std::string fp8_keep;
+  for (const std::string& k : o.fp8.keep) fp8_keep += k + ",";
   const GradScalerConfig& g = o.scaler;
   const CheckpointOptions& c = o.checkpoint;
   return {
@@ -93,6 +96,12 @@ std::vector<AgreedField> trajectory_fields(const RunOptions& o) {
        inject + " rank " + (o.inject_nonfinite_rank ? i(*o.inject_nonfinite_rank) : "all")},
       {"max_bad_steps", i(o.max_bad_steps_or_default())},
       {"keep_fp32", keep},
+      {"fp8", o.precision != PrecisionMode::mixed_fp8
+                  ? std::string("off")
+                  : std::string(fp8_recipe_name(o.fp8.recipe)) + " " +
+                        fp8_format_name(o.fp8.format_or_default()) + " " + i(o.fp8.amax_history) + " " +
+                        fp8_amax_compute_name(o.fp8.amax_compute) + " " + i(o.fp8.margin) + " " +
+                        i(o.fp8.keep_first_last) + " " + fp8_keep},
       {"checkpoint_activations", i(o.checkpoint_activations)},
       {"checkpoint.save_every", i(c.dir.empty() ? -1 : c.save_every)},
       {"checkpoint.stop_after", i(c.stop_after)},
@@ -145,6 +154,20 @@ TrainSummary run_prepared(Recipe& recipe, const RunOptions& opt, const RankSetup
   recipe.add_hooks(run, opt);
   if (opt.add_hooks) opt.add_hooks(run);
   const KeepFp32Scope keep(opt.keep_fp32);
+  // fp8-mixed: the linear layers' sites (amp/fp8.h), installed for the run, updated after each step.
+  std::unique_ptr<Fp8State> fp8;
+  if (opt.precision == PrecisionMode::mixed_fp8) {
+    fp8 = std::make_unique<Fp8State>(opt.fp8, model->fp8_linears(), opt.keep_fp32);
+    if (fp8->sites().empty())
+      throw ArgumentError(
+          {"fp8.keep_first_last"},
+          "fp8-mixed: no linear layer runs in fp8 (the model has " +
+              std::to_string(model->fp8_linears().size()) +
+              " transformer blocks; the first and last stay bf16 unless fp8.keep_first_last is off, "
+              "and fp8.keep / keep_fp32 keep the rest)");
+    run.add_hook(std::make_unique<Fp8UpdateHook>(*fp8, ranks.world));
+  }
+  const Fp8Scope fp8_scope(fp8.get());
   TrainSummary sum;
   try {
     sum = run.run();

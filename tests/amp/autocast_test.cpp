@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "autograd/cast_hook.h"
+#include "mixtrain/autograd/fp8_linear.h"
 #include "mixtrain/autograd/functions.h"
 #include "mixtrain/numeric/bf16.h"
 
@@ -94,6 +95,9 @@ std::vector<OpCase> op_cases() {
          return masked_attention(v[0], v[1], v[2], Tensor::from_ints({1, 1, 0, 1, 0, 0}, {2, 3}), 0.5f, 0.25f,
                                  7, 0);
        }},
+      {OpKind::fp8_linear,
+       {{2, 3, 4}, {5, 4}, {5}},
+       [](const std::vector<Var>& v) { return fp8_linear(v[0], v[1], v[2], std::make_shared<Fp8Site>()); }},
   };
 }
 

@@ -169,7 +169,7 @@ json.dump(m, open(ck + "/manifest.json", "w"), indent=2)
 PY
 }
 for edit in 'state["step"] = "4"' 'state["scaler"]["scale"] = -1' 'state["model"] = 3' \
-  'state["optimizer"]["kind"] = "lion"' 'del state["counters"]' 'state["precision"] = "fp8-mixed"'; do
+  'state["optimizer"]["kind"] = "lion"' 'del state["counters"]' 'state["precision"] = "fp4-mixed"'; do
   F="$TMP/forged"
   rm -rf "$F"
   cp -r "$C/step-000004" "$F"

@@ -81,7 +81,7 @@ expect_stderr_has "error: --batch-size must be positive, got 0" "zero batch name
 expect_exit 2 "negative seq-len" -- "$MIXTRAIN" memory --model gpt-nano --seq-len -3 --predict-only
 expect_exit 2 "impossible batch" -- "$MIXTRAIN" memory --model gpt2-small --batch-size 100000000000 --predict-only
 expect_stderr_has "error: --batch-size must be at most 2^20 (1048576), got 100000000000" "impossible batch names the flag"
-expect_exit 2 "bad precision" -- "$MIXTRAIN" memory --model gpt-nano --precision fp8-mixed --predict-only
+expect_exit 2 "bad precision" -- "$MIXTRAIN" memory --model gpt-nano --precision fp4-mixed --predict-only
 expect_exit 2 "bad optimizer" -- "$MIXTRAIN" memory --model gpt-nano --optimizer lion --predict-only
 expect_exit 2 "bad rounding" -- "$MIXTRAIN" memory --model gpt-nano --update-rounding up --predict-only
 echo '{"n_layer": 2, "n_head": 3, "n_embd": 32}' >"$TMP/heads.json"

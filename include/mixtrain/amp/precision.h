@@ -11,7 +11,8 @@
 
 namespace mixtrain {
 
-enum class PrecisionMode : uint8_t { true32, mixed16, mixed_bf16, true16, true_bf16 };
+// mixed_fp8 ("fp8-mixed"): bf16-mixed with the linear layers' GEMMs in fp8 (amp/fp8.h).
+enum class PrecisionMode : uint8_t { true32, mixed16, mixed_bf16, true16, true_bf16, mixed_fp8 };
 
 struct PrecisionSpec {
   PrecisionMode mode;
@@ -29,7 +30,8 @@ const PrecisionSpec& precision_spec(PrecisionMode m);
 // the master copy of the 16-bit working weights (MemCategory::master_weights; the working copy,
 // optim/mixed_precision.h, is MemCategory::parameters), else the parameters themselves.
 MemCategory weights_category(const PrecisionSpec& spec);
-// Throws ArgumentError "unknown precision 'x' (valid: 32-true, 16-mixed, bf16-mixed, 16-true, bf16-true)".
+// Throws ArgumentError "unknown precision 'x' (valid: 32-true, 16-mixed, bf16-mixed, 16-true, bf16-true,
+// fp8-mixed)".
 PrecisionMode parse_precision(std::string_view s);
 std::vector<PrecisionMode> all_precision_modes();
 

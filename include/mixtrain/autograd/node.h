@@ -11,6 +11,8 @@
 
 namespace mixtrain::autograd {
 
+struct Fp8Site;  // autograd/fp8_linear.h
+
 enum class OpKind : uint8_t {
   matmul,            // out = op(a) @ op(b), batched
   linear,            // out = x @ w^T (+ b)
@@ -35,6 +37,7 @@ enum class OpKind : uint8_t {
   relu,              // max(x, 0)
   masked_softmax,    // softmax(scale * x) over the last dim with a key padding mask (bidirectional)
   masked_attention,  // dropout(masked_softmax(scale * q k^T)) v, nothing T x T kept (recomputed in backward)
+  fp8_linear,        // out = x @ w^T (+ b), the GEMMs on fp8-quantized operands (autograd/fp8_linear.h)
   count_,
 };
 constexpr size_t kNumOpKinds = static_cast<size_t>(OpKind::count_);
@@ -52,6 +55,7 @@ struct Node {
   bool b0 = false, b1 = false;        // flags (transposes)
   std::function<Var(const Var&)> fn;  // checkpoint: runs the function again, in the forward's autocast state
   const std::string* module = nullptr;  // the nn module that recorded it (names memory in backward), or null
+  std::shared_ptr<Fp8Site> fp8;         // fp8_linear: its site (recipe, formats, delayed-scaling state)
 };
 
 // The backward rule of each op: given the node and d(loss)/d(output), accumulates

@@ -41,6 +41,7 @@
 // two, unless the product falls below bf16's subnormals).
 #pragma once
 #include <cstdint>
+#include <string>
 
 #include "mixtrain/tensor/tensor.h"
 
@@ -66,6 +67,19 @@ float fp8_max(DType format);
 // blocks of their own size.
 void fp8_quantize(const Tensor& x, const Fp8Quant& how, const Tensor* scale, Tensor& q, Tensor& scale_inv,
                   Tensor& amax);
+
+// The recipes (the table above) and how each quantizes one operand of one GEMM. `weight`: the
+// operand is a weight (the block recipe tiles weights 128 x 128); `reduce_along_cols`: the GEMM
+// sums along the operand's columns (x (M, K) and w (N, K) in the forward GEMM, dy (M, N) in the
+// input-gradient GEMM), else along its rows (w in the input-gradient GEMM, dy and x in the
+// weight-gradient GEMM): the rowwise, MXFP8 and 1 x 128 blocks lie along the summed dimension.
+// The recipes with power-of-two scales (mxfp8, block) dequantize (exact in bf16); the others keep
+// codes and their scales are applied to the GEMM's fp32 result.
+enum class Fp8Recipe : uint8_t { delayed, current, rowwise, mxfp8, block };
+Fp8Quant fp8_operand_quant(Fp8Recipe recipe, DType format, bool weight, bool reduce_along_cols);
+const char* fp8_recipe_name(Fp8Recipe r);  // "delayed"
+// ArgumentError "unknown fp8 recipe 'x' (valid: delayed, current, rowwise, mxfp8, block)".
+Fp8Recipe parse_fp8_recipe(const std::string& s);
 
 namespace ref {
 void fp8_quantize(const Tensor& x, const Fp8Quant& how, const Tensor* scale, Tensor& q, Tensor& scale_inv,

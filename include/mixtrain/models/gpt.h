@@ -60,6 +60,7 @@ class Gpt final : public Model {
   // Conv1D weights of each block (is_hf_conv1d_weight) as (IN, OUT) views of our (OUT, IN).
   std::vector<NamedWeight> named_weights() const override;
   std::vector<std::string> quantizable_parameters() const override;
+  std::vector<std::vector<std::string>> fp8_linears() const override;
 
   // logits (B, T, V); loss scalar f32 (undefined without targets).
   using Output = ModelOutput;

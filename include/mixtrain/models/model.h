@@ -71,6 +71,10 @@ class Model {
   // weights and the embedding tables; not the layer norms, the biases, nor a classification head.
   // None by default (a model that cannot be quantized).
   virtual std::vector<std::string> quantizable_parameters() const { return {}; }
+  // The transformer blocks in order, each its linear layers' module paths: the layers fp8-mixed
+  // may run in fp8 (amp/fp8.h). Not the embeddings, the output head nor a classifier. None by
+  // default.
+  virtual std::vector<std::vector<std::string>> fp8_linears() const { return {}; }
   int64_t num_parameters() const { return params().numel(); }
 };
 

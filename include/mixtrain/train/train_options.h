@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "mixtrain/amp/fp8.h"
 #include "mixtrain/amp/grad_scaler.h"
 #include "mixtrain/amp/precision.h"
 #include "mixtrain/core/profiler.h"
@@ -52,6 +53,8 @@ struct PrecisionOptions {
   std::vector<std::string> keep_fp32;
   // fp32 GEMMs' precision for the run (kernels/matmul_precision.h, torch.set_float32_matmul_precision).
   MatmulPrecision matmul_precision = MatmulPrecision::highest;
+  // fp8-mixed's recipe, format and layers (amp/fp8.h); read only in that mode.
+  Fp8Config fp8;
 };
 
 // The optimizer and the learning-rate schedule's shared part (a task adds its shape: LM's cosine
