@@ -102,6 +102,30 @@ std::vector<float> Fp8State::history(size_t site, autograd::Fp8Role role) const 
   return v;
 }
 
+Fp8State::Snapshot Fp8State::snapshot() const {
+  Snapshot s;
+  s.updates = updates_;
+  s.history = hist_;
+  for (const auto& site : sites_) s.scale.insert(s.scale.end(), site->scale.begin(), site->scale.end());
+  return s;
+}
+
+void Fp8State::restore(const Snapshot& s) {
+  if (s.history.size() != hist_.size() || s.scale.size() != sites_.size() * autograd::kFp8Roles ||
+      s.updates < 0)
+    throw ArgumentError("fp8 state: " + std::to_string(s.scale.size() / autograd::kFp8Roles) +
+                        " sites with " + std::to_string(s.history.size()) +
+                        " history entries, this run has " + std::to_string(sites_.size()) + " sites with " +
+                        std::to_string(hist_.size()));
+  hist_ = s.history;
+  updates_ = s.updates;
+  for (size_t i = 0; i < sites_.size(); ++i)
+    for (int r = 0; r < autograd::kFp8Roles; ++r) {
+      sites_[i]->scale[size_t(r)] = s.scale[i * autograd::kFp8Roles + size_t(r)];
+      sites_[i]->step_amax[size_t(r)] = 0.f;
+    }
+}
+
 namespace {
 const Fp8State* g_fp8 = nullptr;
 }  // namespace

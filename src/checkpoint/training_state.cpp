@@ -93,6 +93,8 @@ std::vector<uint8_t> encode_training_state(const TrainingState& s) {
   c["skips_by_site"] = s.counters.skips_by_site;
   j["counters"] = c;
   j["rng"] = s.rng;
+  if (s.fp8.present())
+    j["fp8"] = {{"sites", s.fp8.sites}, {"amax_history", s.fp8.amax_history}, {"updates", s.fp8.updates}};
 
   SafetensorsWriter w;
   w.add("params", s.params);
@@ -104,6 +106,10 @@ std::vector<uint8_t> encode_training_state(const TrainingState& s) {
   }
   if (s.optimizer.compensation.defined()) w.add("optim.compensation", s.optimizer.compensation);
   if (s.optimizer.master.defined()) w.add("optim.master", s.optimizer.master);
+  if (s.fp8.present()) {
+    w.add("fp8.amax_history", s.fp8.history);
+    w.add("fp8.scale", s.fp8.scale);
+  }
   w.set_metadata("format", kFormat);
   w.set_metadata("version", kVersion);
   w.set_metadata("mixtrain", j.dump());
@@ -183,6 +189,35 @@ TrainingState decode_training_state(std::vector<uint8_t> bytes, const std::strin
     }
   }
 
+  // fp8-mixed's histories and scales: their own lengths, f32; amaxes non-negative (inf is an amax),
+  // scales positive and finite.
+  size_t fp8_tensors = 0;
+  if (j.contains("fp8")) {
+    if (mode != PrecisionMode::mixed_fp8) top.fail("fp8", "only exists in fp8-mixed");
+    const Fields f8 = top.object("fp8");
+    s.fp8.sites = f8.count("sites");
+    s.fp8.amax_history = f8.count("amax_history");
+    s.fp8.updates = f8.count("updates");
+    if (s.fp8.amax_history < 1 || s.fp8.amax_history > (int64_t{1} << 20) || s.fp8.sites > (int64_t{1} << 20))
+      f8.fail("fp8", "sites or amax_history out of range");
+    const auto take8 = [&](const std::string& tname, int64_t n) {
+      const SafetensorsEntry* e = f.find(tname);
+      if (!e) fail("tensor '" + tname + "' is missing");
+      DType t{};
+      if (!dtype_from_safetensors(e->dtype, t) || t != DType::f32 || e->shape.size() != 1 || e->shape[0] != n)
+        fail("tensor '" + tname + "' must be 1-D f32 of " + std::to_string(n) + " elements");
+      return f.tensor(*e, MemCategory::optimizer_state);
+    };
+    s.fp8.history = take8("fp8.amax_history", s.fp8.sites * 3 * s.fp8.amax_history);
+    s.fp8.scale = take8("fp8.scale", s.fp8.sites * 3);
+    for (double v : s.fp8.history.to_doubles())
+      if (!(v >= 0)) fail("tensor 'fp8.amax_history' holds " + std::to_string(v) + " (an amax is >= 0)");
+    for (double v : s.fp8.scale.to_doubles())
+      if (!(v > 0) || !std::isfinite(v))
+        fail("tensor 'fp8.scale' holds " + std::to_string(v) + " (positive, finite)");
+    fp8_tensors = 2;
+  }
+
   // Tensors: exactly the expected set, 1-D, one length, the precision's parameter dtype.
   const DType want = precision_spec(mode).param_dtype;
   int64_t length = -1;
@@ -211,7 +246,7 @@ TrainingState decode_training_state(std::vector<uint8_t> bytes, const std::strin
   };
   const DType state = master ? DType::f32 : want;
   s.params = take("params", true, want);
-  size_t expected = 1;
+  size_t expected = 1 + fp8_tensors;
   if (s.optimizer.kind == OptimizerKind::adamw) {
     s.optimizer.exp_avg = take("optim.exp_avg", true, state);
     s.optimizer.exp_avg_sq = take("optim.exp_avg_sq", true, state);
@@ -227,7 +262,8 @@ TrainingState decode_training_state(std::vector<uint8_t> bytes, const std::strin
   if (f.entries().size() != expected) {
     for (const auto& e : f.entries())
       if (e.name != "params" && e.name != "optim.exp_avg" && e.name != "optim.exp_avg_sq" &&
-          e.name != "optim.momentum_buffer" && e.name != "optim.compensation" && e.name != "optim.master")
+          e.name != "optim.momentum_buffer" && e.name != "optim.compensation" && e.name != "optim.master" &&
+          (fp8_tensors == 0 || (e.name != "fp8.amax_history" && e.name != "fp8.scale")))
         fail("unexpected tensor '" + printable(e.name) + "'");
     fail("tensors do not match optimizer '" + std::string(optimizer_kind_name(s.optimizer.kind)) + "'");
   }

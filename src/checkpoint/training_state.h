@@ -9,13 +9,17 @@
 //            optim.momentum_buffer (flat_numel) SGD, momentum != 0 only
 //            optim.compensation    (flat_numel) Kahan compensation, kahan rounding only
 //            optim.master          (flat_numel) f32 master weights, master rounding only
+//            fp8.amax_history      (sites * 3 * amax_history) f32, fp8-mixed only (amp/fp8.h:
+//                                  the histories as a ring, site by site, role by role)
+//            fp8.scale             (sites * 3) f32, fp8-mixed only: each site's scales
 //   metadata format "mixtrain-train-state", version "1", mixtrain: {step, precision, model (the
 //            model's configuration, Model::config_json(): a GptConfig, an encoder's config.json;
 //            any JSON object), run (the options that shape the trajectory, compared on resume),
 //            optimizer {kind, steps}, scaler {scale, growth_tracker, hysteresis_left, overflows,
 //            skipped_steps}, counters {skipped_steps, overflows, bad_in_a_row, hit_min_scale,
 //            last_loss, skips_by_site {site: count} (absent in older states: none)}, rng {seed,
-//            data_position, stochastic_rounding_counter}}
+//            data_position, stochastic_rounding_counter}, fp8 {sites, amax_history, updates}
+//            (fp8-mixed only)}
 // Every random stream in mixtrain is counter-based (data windows and dropout from (seed,
 // position), stochastic rounding from (seed, optimizer step * flat_numel + i)), so the RNG state
 // is the seed and the counters; they are recorded so a reader can see where each stream stands.
@@ -41,6 +45,14 @@ struct TrainCounters {
   std::map<std::string, int64_t> skips_by_site;  // TrainSummary::skips_by_site
 };
 
+// fp8-mixed's amax histories and scales (amp/fp8.h: Fp8State::Snapshot), absent in other modes.
+struct Fp8TrainingState {
+  int64_t sites = 0, amax_history = 0, updates = 0;
+  Tensor history;  // (sites * 3 * amax_history) f32
+  Tensor scale;    // (sites * 3) f32
+  bool present() const { return history.defined(); }
+};
+
 struct TrainingState {
   int64_t step = 0;                                 // optimizer steps completed (the next one is step + 1)
   std::string precision;                            // "bf16-mixed"
@@ -51,6 +63,7 @@ struct TrainingState {
   GradScalerState scaler;
   TrainCounters counters;
   nlohmann::json rng = nlohmann::json::object();  // {seed, data_position, stochastic_rounding_counter}
+  Fp8TrainingState fp8;
 };
 
 std::vector<uint8_t> encode_training_state(const TrainingState& s);

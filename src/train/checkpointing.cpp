@@ -15,6 +15,7 @@
 #include "checkpoint/file_io.h"
 #include "checkpoint/gpt_weights.h"
 #include "core/json_input.h"
+#include "mixtrain/amp/fp8.h"
 #include "mixtrain/amp/grad_scaler.h"
 #include "mixtrain/checkpoint/load_model.h"
 #include "mixtrain/data/text_corpus.h"
@@ -38,6 +39,7 @@ nlohmann::json run_options(const TrainOptions& o, int64_t T, const TextCorpus& c
   // Recorded where it is not the default, so checkpoints from before the option resume as they did.
   if (o.matmul_precision != MatmulPrecision::highest)
     j["matmul_precision"] = std::string(matmul_precision_name(o.matmul_precision));
+  if (o.precision == PrecisionMode::mixed_fp8) j["fp8"] = fp8_run_options(o.fp8);
   j["update_rounding"] = std::string(update_rounding_name(o.update_rounding));
   j["optimizer"] = std::string(optimizer_kind_name(o.optimizer));
   j["lr"] = num(o.lr);
@@ -127,6 +129,16 @@ void CheckpointOptions::validate() const {
         "checkpoint.resume and checkpoint.init_from exclude each other (a checkpoint holds its own weights)");
 }
 
+nlohmann::json fp8_run_options(const Fp8Config& c) {
+  return {{"recipe", fp8_recipe_name(c.recipe)},
+          {"format", fp8_format_name(c.format_or_default())},
+          {"amax_history", c.amax_history},
+          {"amax_compute", fp8_amax_compute_name(c.amax_compute)},
+          {"margin", c.margin},
+          {"keep_first_last", c.keep_first_last},
+          {"keep", c.keep}};
+}
+
 CheckpointHook::CheckpointHook(const RunOptions& opt, nlohmann::json run_options, std::string last_step_words)
     : opt_(opt), run_(std::move(run_options)), last_step_words_(std::move(last_step_words)) {
   opt.checkpoint.validate();
@@ -148,6 +160,18 @@ TrainingState CheckpointHook::capture(int64_t step, TrainingRun& r) const {
   s.counters.hit_min_scale = r.summary().hit_min_scale;
   s.counters.last_loss = r.summary().final_train_loss;
   s.counters.skips_by_site = r.summary().skips_by_site;
+  if (Fp8State* f = r.fp8()) {
+    const Fp8State::Snapshot snap = f->snapshot();
+    s.fp8.sites = static_cast<int64_t>(f->sites().size());
+    s.fp8.amax_history = f->config().amax_history;
+    s.fp8.updates = snap.updates;
+    const auto tensor = [](const std::vector<float>& v) {
+      return Tensor::from_vector(std::vector<double>(v.begin(), v.end()), {static_cast<int64_t>(v.size())},
+                                 DType::f32);
+    };
+    s.fp8.history = tensor(snap.history);
+    s.fp8.scale = tensor(snap.scale);
+  }
   s.rng = {{"seed", opt_.seed},
            {"data_position", step * opt_.grad_accum},
            {"stochastic_rounding_counter", s.optimizer.steps * store.flat_numel()}};
@@ -296,6 +320,19 @@ int64_t CheckpointHook::restore(TrainingRun& r) {
     r.mp().scaler().load_state(s.scaler);
   } catch (const ArgumentError& e) {
     throw IoError(bad + "loss scaler state: " + e.what());
+  }
+  if (Fp8State* f8 = r.fp8()) {
+    if (!s.fp8.present())
+      throw IoError(bad + "no fp8 amax histories (tensors 'fp8.amax_history', 'fp8.scale')");
+    Fp8State::Snapshot snap;
+    snap.updates = s.fp8.updates;
+    for (double v : s.fp8.history.to_doubles()) snap.history.push_back(static_cast<float>(v));
+    for (double v : s.fp8.scale.to_doubles()) snap.scale.push_back(static_cast<float>(v));
+    try {
+      f8->restore(snap);
+    } catch (const ArgumentError& e) {
+      throw IoError(bad + e.what());
+    }
   }
   restore_task_state(found->info.contains("task_state") ? found->info["task_state"] : nlohmann::json());
   Tensor flat = store.flat_params();  // shares the storage

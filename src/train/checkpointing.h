@@ -21,6 +21,10 @@ namespace mixtrain {
 
 class TextCorpus;
 
+// fp8-mixed's options in a checkpoint's run options (compared on resume): recipe, format, the
+// delayed recipe's history length, reduction and margin, the layers kept in bf16.
+nlohmann::json fp8_run_options(const Fp8Config& c);
+
 // Whether a checkpoint is written after `step` of a run whose last step is `last`: checkpoint.dir
 // is set and the step is the last, stop_after's, one that ends an interrupted run, or a multiple
 // of save_every.

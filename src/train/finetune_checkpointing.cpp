@@ -18,6 +18,7 @@ nlohmann::json shared_run_options(const RunOptions& o) {
   // Recorded where it is not the default, so checkpoints from before the option resume as they did.
   if (o.matmul_precision != MatmulPrecision::highest)
     j["matmul_precision"] = std::string(matmul_precision_name(o.matmul_precision));
+  if (o.precision == PrecisionMode::mixed_fp8) j["fp8"] = fp8_run_options(o.fp8);
   j["update_rounding"] = std::string(update_rounding_name(o.update_rounding));
   j["optimizer"] = std::string(optimizer_kind_name(o.optimizer));
   j["lr"] = num(o.lr);

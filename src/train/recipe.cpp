@@ -166,6 +166,7 @@ TrainSummary run_prepared(Recipe& recipe, const RunOptions& opt, const RankSetup
               " transformer blocks; the first and last stay bf16 unless fp8.keep_first_last is off, "
               "and fp8.keep / keep_fp32 keep the rest)");
     run.add_hook(std::make_unique<Fp8UpdateHook>(*fp8, ranks.world));
+    run.set_fp8(fp8.get());
   }
   const Fp8Scope fp8_scope(fp8.get());
   TrainSummary sum;

@@ -3,8 +3,10 @@
 // the recipe's quantization makes (the emulation is faithful), for every recipe and format; and
 // gpt-nano trains in fp8-mixed under every recipe, close to bf16-mixed.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -217,6 +219,30 @@ TEST(Fp8Mixed, AModelWithNoFp8LayerIsRefused) {
   TrainOptions o = train_test::tiny_run(PrecisionMode::mixed_fp8);
   o.fp8.keep = {"*"};
   EXPECT_THROW(train(o), ArgumentError);
+}
+
+// The delayed recipe's histories and scales are training state: a run stopped and resumed ends
+// where the straight run ends, bit for bit; a checkpoint of another recipe is refused.
+TEST(Fp8Mixed, DelayedScalingResumesExactly) {
+  const std::string dir = ::testing::TempDir() + "fp8_resume_" + std::to_string(::getpid());
+  TrainOptions o = train_test::tiny_run(PrecisionMode::mixed_fp8);
+  o.steps = 6;
+  o.fp8.keep_first_last = false;
+  o.fp8.amax_history = 4;  // wraps within the run
+  const TrainSummary straight = train(o);
+  TrainOptions a = o;
+  a.checkpoint.dir = dir;
+  a.checkpoint.stop_after = 3;
+  (void)train(a);
+  TrainOptions b = o;
+  b.checkpoint.resume = dir;
+  const TrainSummary resumed = train(b);
+  EXPECT_EQ(resumed.final_train_loss, straight.final_train_loss);
+  EXPECT_EQ(resumed.val_loss, straight.val_loss);
+  TrainOptions c = b;
+  c.fp8.recipe = Fp8Recipe::current;
+  EXPECT_THROW(train(c), ArgumentError);  // "options differ, fp8.recipe ..."
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -69,6 +69,14 @@ class Fp8State {
   // The histories, site by site, role by role, oldest first (checkpoints and tests).
   std::vector<float> history(size_t site, autograd::Fp8Role role) const;
   int64_t updates() const { return updates_; }
+  // What a checkpoint keeps (the histories as a ring, sites x roles x amax_history, the scales,
+  // sites x roles, the updates so far) and restores; restore() refuses another layout (ArgumentError).
+  struct Snapshot {
+    int64_t updates = 0;
+    std::vector<float> history, scale;
+  };
+  Snapshot snapshot() const;
+  void restore(const Snapshot& s);
 
  private:
   Fp8Config cfg_;

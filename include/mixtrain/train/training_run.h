@@ -195,6 +195,7 @@ struct StepRecord {
 };
 
 class TrainingRun;
+class Fp8State;
 class ZeroOptimizer;
 
 // Everything around the loop. Hooks run in the order they were added.
@@ -248,6 +249,9 @@ class TrainingRun {
   Model& model() { return model_; }
   Optimizer& optimizer() { return optimizer_; }
   MixedPrecision& mp() { return mp_; }
+  // fp8-mixed's layers and histories (amp/fp8.h), or null: checkpoints save and restore them.
+  Fp8State* fp8() { return fp8_; }
+  void set_fp8(Fp8State* s) { fp8_ = s; }
   const DataSource& data() const { return data_; }
   const RunConfig& config() const { return config_; }
   TrainSummary& summary() { return summary_; }  // counters live here while running
@@ -278,6 +282,7 @@ class TrainingRun {
   Optimizer& optimizer_;
   const ZeroOptimizer* zero_ = nullptr;  // the optimizer, when it is ZeRO's (optim/zero.h)
   MixedPrecision& mp_;
+  Fp8State* fp8_ = nullptr;
   const DataSource& data_;
   RunConfig config_;
   std::vector<std::unique_ptr<TrainingHook>> hooks_;
