@@ -108,12 +108,22 @@ void fp8_linear_backward(Node& n, const Tensor& g) {
   VarImpl& W = *n.inputs[1];
   VarImpl& Bi = *n.inputs[2];
   Fp8Site& site = *n.fp8;
-  const Tensor& w = n.in_values[1];
-  const int64_t in = w.size(1), out = w.size(0);
+  const int64_t in = W.shape[1], out = W.shape[0];
   const Tensor g2 = g.contiguous().reshape({-1, out});  // (M, OUT)
-  if (X.requires_grad) {                                // dx = dy W: sums along OUT
-    const Fp8Operand gq = fp8_operand(g2, site, Fp8Role::grad_output, true);
-    const Fp8Operand wq = fp8_operand(w, site, Fp8Role::weight, false);
+  const auto saved = [&](size_t i) {                    // forward's quantization of x (0) or w (2)
+    Fp8Operand o;
+    o.q = n.saved[i];
+    o.scale_inv = n.saved[i + 1];
+    o.dequantized = site.recipe == Fp8Recipe::block;
+    return o;
+  };
+  // A per-tensor recipe quantizes dy once for both GEMMs.
+  const bool one_g = fp8_reuses_input(site.recipe);
+  Fp8Operand gq;
+  if (X.requires_grad) {  // dx = dy W: sums along OUT
+    gq = fp8_operand(g2, site, Fp8Role::grad_output, true);
+    const Fp8Operand wq =
+        n.saved[2].defined() ? saved(2) : fp8_operand(n.in_values[1], site, Fp8Role::weight, false);
     Tensor dx = Tensor::empty(X.shape, X.dtype);
     Tensor dx2 = dx.reshape({-1, in});
     fp8_gemm(gq, wq, false, false, dx2, nullptr, false);
@@ -121,14 +131,15 @@ void fp8_linear_backward(Node& n, const Tensor& g) {
   }
   VarImpl& Wt = grad_target(W);
   if (Wt.requires_grad) {  // dW = dy^T x: sums along the rows M
-    const Fp8Operand gq = fp8_operand(g2, site, Fp8Role::grad_output, false);
-    const Fp8Operand xq =
-        fp8_operand(n.in_values[0].contiguous().reshape({-1, in}), site, Fp8Role::input, false);
+    const Fp8Operand gc = one_g && gq.q.defined() ? gq : fp8_operand(g2, site, Fp8Role::grad_output, false);
+    const Fp8Operand xq = n.saved[0].defined() ? saved(0)
+                                               : fp8_operand(n.in_values[0].contiguous().reshape({-1, in}),
+                                                             site, Fp8Role::input, false);
     if (Wt.grad_is_buffer) {
-      fp8_gemm(gq, xq, true, false, param_grad(Wt), nullptr, true);
+      fp8_gemm(gc, xq, true, false, param_grad(Wt), nullptr, true);
     } else {
       Tensor dw = Tensor::empty({out, in}, Wt.dtype, MemCategory::activations);
-      fp8_gemm(gq, xq, true, false, dw, nullptr, false);
+      fp8_gemm(gc, xq, true, false, dw, nullptr, false);
       accumulate_grad(Wt, dw);
     }
   }
@@ -425,7 +436,7 @@ constexpr std::array<RuleRow, kNumOpKinds> kRules = {{
     {activation_backward_rule, 0b001},  // relu: its input
     {masked_softmax_backward_rule, 0b000},    // masked_softmax: its output (in saved)
     {masked_attention_backward_rule, 0b111},  // masked_attention: q, k, v (the mask in ids; nothing T x T)
-    {fp8_linear_backward, 0b011},             // fp8_linear: x and w, quantized again for each GEMM
+    {fp8_linear_backward, 0b011},  // fp8_linear: x and w (released where forward's quantizations serve)
 }};
 static_assert(kRules.size() == kNumOpKinds);
 

@@ -38,7 +38,8 @@ const char* fp8_role_name(Fp8Role r) {
   return "?";
 }
 
-Fp8Operand fp8_operand(const Tensor& t, Fp8Site& site, Fp8Role role, bool reduce_along_cols) {
+Fp8Operand fp8_operand(const Tensor& t, Fp8Site& site, Fp8Role role, bool reduce_along_cols,
+                       MemCategory category) {
   const int ri = static_cast<int>(role);
   const Fp8Quant how =
       fp8_operand_quant(site.recipe, site.format(role), role == Fp8Role::weight, reduce_along_cols);
@@ -47,7 +48,7 @@ Fp8Operand fp8_operand(const Tensor& t, Fp8Site& site, Fp8Role role, bool reduce
   const int64_t bc = how.block_cols ? how.block_cols : std::max<int64_t>(C, 1);
   const Shape grid{(R + br - 1) / br, (C + bc - 1) / bc};
   Fp8Operand o;
-  o.q = Tensor::empty({R, C}, DType::bf16, MemCategory::workspace);
+  o.q = Tensor::empty({R, C}, DType::bf16, category);
   o.scale_inv = Tensor::empty(grid, DType::f32, MemCategory::workspace);
   o.dequantized = how.dequantize;
   Tensor amax = Tensor::empty(grid, DType::f32, MemCategory::workspace);
@@ -60,7 +61,9 @@ Fp8Operand fp8_operand(const Tensor& t, Fp8Site& site, Fp8Role role, bool reduce
   fp8_quantize(t, how, given.defined() ? &given : nullptr, o.q, o.scale_inv, amax);
   if (!meta) {
     float m = site.step_amax[size_t(ri)];
-    for (double a : amax.to_doubles()) m = std::max(m, float(a));
+    const float* a = amax.data<float>();
+    const int64_t n = amax.numel();
+    for (int64_t i = 0; i < n; ++i) m = std::max(m, a[i]);
     site.step_amax[size_t(ri)] = m;
   }
   return o;
@@ -78,6 +81,15 @@ void fp8_gemm(const Fp8Operand& a, const Fp8Operand& b, bool ta, bool tb, Tensor
   }
   if (a.dequantized != b.dequantized)
     throw ArgumentError("fp8_gemm: both operands must be dequantized or neither (one recipe per GEMM)");
+  if (a.scale_inv.numel() == 1 && b.scale_inv.numel() == 1) {
+    // Per-tensor scales (delayed, current): alpha = sa * sb in the GEMM itself, as cuBLASLt's fp8
+    // GEMM takes them (no pass over the output). The meta device reads no scale: any alpha != 1
+    // plans the same GEMM.
+    o.alpha = a.q.device().is_meta() ? 0.5f : a.scale_inv.data<float>()[0] * b.scale_inv.data<float>()[0];
+    if (accumulate) o.beta = 1.f;
+    gemm(a.q, b.q, out, o, bias);
+    return;
+  }
   const int64_t M = out.size(0), N = out.size(1);
   Tensor acc = Tensor::empty({M, N}, DType::f32, MemCategory::workspace);
   gemm(a.q, b.q, acc, o);

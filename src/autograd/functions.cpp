@@ -176,15 +176,31 @@ Var fp8_linear(const Var& x_in, const Var& w_in, const Var& b_in, const std::sha
   Tensor bias32;
   if (b.defined())
     bias32 = b.dtype() == DType::f32 ? b.value() : b.value().to(DType::f32, MemCategory::workspace);
-  {
-    const Fp8Operand xq = fp8_operand(x2, *site, Fp8Role::input, true);
-    const Fp8Operand wq = fp8_operand(w.value(), *site, Fp8Role::weight, true);
-    fp8_gemm(xq, wq, false, true, out2, b.defined() ? &bias32 : nullptr, false);  // x w^T
-  }
+  const bool grad = needs_grad({&x, &w, &b});
+  // Backward takes the quantized x and w from here where the recipe allows (internal.h), instead
+  // of x and w themselves: kept as activations then.
+  const bool keep_x = grad && fp8_reuses_input(site->recipe),
+             keep_w = grad && fp8_reuses_weight(site->recipe);
+  const Fp8Operand xq = fp8_operand(x2, *site, Fp8Role::input, true,
+                                    keep_x ? MemCategory::activations : MemCategory::workspace);
+  const Fp8Operand wq = fp8_operand(w.value(), *site, Fp8Role::weight, true,
+                                    keep_w ? MemCategory::activations : MemCategory::workspace);
+  fp8_gemm(xq, wq, false, true, out2, b.defined() ? &bias32 : nullptr, false);  // x w^T
   std::shared_ptr<Node> n;
-  if (needs_grad({&x, &w, &b})) {
+  if (grad) {
     n = make_node(OpKind::fp8_linear, {&x, &w, &b});
     n->fp8 = site;
+    n->saved.resize(4);  // xq, its scales, wq, its scales (or undefined: quantized again)
+    if (keep_x) {
+      n->saved[0] = xq.q;
+      n->saved[1] = xq.scale_inv;
+      n->in_values[0] = Tensor();
+    }
+    if (keep_w) {
+      n->saved[2] = wq.q;
+      n->saved[3] = wq.scale_inv;
+      n->in_values[1] = Tensor();
+    }
   }
   return make_output(out, n);
 }

@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "kernels/attention_ops.h"  // the blocked attention, heads_copy, dropout_mask
+#include "mixtrain/kernels/fp8.h"
 #include "mixtrain/tensor/tensor.h"
 
 namespace mixtrain::autograd {
@@ -24,10 +25,17 @@ struct Fp8Operand {
 };
 // t (R, C) quantized for a GEMM that sums along its columns (reduce_along_cols) or its rows; the
 // delayed recipe casts with the site's scale for the role; every recipe records the amax.
-Fp8Operand fp8_operand(const Tensor& t, Fp8Site& site, Fp8Role role, bool reduce_along_cols);
+// `category`: what q's memory counts as (activations when backward keeps it).
+Fp8Operand fp8_operand(const Tensor& t, Fp8Site& site, Fp8Role role, bool reduce_along_cols,
+                       MemCategory category = MemCategory::workspace);
 // out (M, N) = op(a) op(b) as the fp8 GEMM (+ bias (N) f32, or += out when accumulate): a bf16
 // GEMM with fp32 accumulation on the operands, the scales applied to its fp32 result as
-// fma(acc * row_scale, col_scale, bias) (kernels/quantize.h: dequantize_gemm) unless dequantized.
+// fma(acc * row_scale, col_scale, bias) (kernels/quantize.h: dequantize_gemm) unless dequantized;
+// per-tensor scales (delayed, current) as the GEMM's alpha = sa * sb: alpha * acc + bias.
+// Which quantizations backward can take from forward (the recipe's operand does not depend on
+// the GEMM): all for the per-tensor recipes, the weight's 128 x 128 tiles for block.
+inline bool fp8_reuses_input(Fp8Recipe r) { return r == Fp8Recipe::delayed || r == Fp8Recipe::current; }
+inline bool fp8_reuses_weight(Fp8Recipe r) { return fp8_reuses_input(r) || r == Fp8Recipe::block; }
 void fp8_gemm(const Fp8Operand& a, const Fp8Operand& b, bool ta, bool tb, Tensor& out, const Tensor* bias,
               bool accumulate);
 }  // namespace mixtrain::autograd

@@ -20,6 +20,11 @@ struct Scale {
   float scale_inv;  // code * scale_inv is the dequantized value
 };
 
+// 2^k for k in [-127, 127], exactly (2^-127 is an fp32 subnormal), from the bits.
+inline float pow2(int k) {
+  return k >= -126 ? std::bit_cast<float>(uint32_t(k + 127) << 23) : std::bit_cast<float>(0x00400000u);
+}
+
 // A block's scale from its amax (amax = +inf for a block that is not finite).
 inline Scale scale_from_amax(float amax, DType format, Fp8ScaleRule rule) {
   if (!std::isfinite(amax)) return {NAN, NAN};
@@ -34,7 +39,7 @@ inline Scale scale_from_amax(float amax, DType format, Fp8ScaleRule rule) {
       shared = floor_log2 - emax;
       shared = shared < -127 ? -127 : (shared > 127 ? 127 : shared);
     }
-    return {std::ldexp(1.f, -shared), std::ldexp(1.f, shared)};
+    return {pow2(-shared), pow2(shared)};
   }
   if (amax == 0.f) return {1.f, 1.f};
   float s = fp8_max(format) / amax;

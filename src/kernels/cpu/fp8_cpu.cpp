@@ -35,15 +35,19 @@ MIXTRAIN_SIMD_CLONES void max_into(const float* x, float* g, int64_t n) {
   }
 }
 
-// max |x[0..n)| (NaN as +inf).
-MIXTRAIN_SIMD_CLONES float block_max(const float* x, int64_t n) {
-  float m = 0.f;
+// g[j] = max(g[j], max |x| over the j-th run of bc columns), for a whole row in one call (the
+// MXFP8 and 1 x 128 blocks are short: a call per block cost more than its work).
+MIXTRAIN_SIMD_CLONES void row_block_maxes(const float* x, int64_t C, int64_t bc, float* g) {
+  for (int64_t j = 0, c0 = 0; c0 < C; ++j, c0 += bc) {
+    const int64_t n = std::min(bc, C - c0);
+    float m = 0.f;
 #pragma omp simd reduction(max : m)
-  for (int64_t i = 0; i < n; ++i) {
-    const float a = abs_or_inf(x[i]);
-    m = a > m ? a : m;
+    for (int64_t i = 0; i < n; ++i) {
+      const float a = abs_or_inf(x[c0 + i]);
+      m = a > m ? a : m;
+    }
+    g[j] = m > g[j] ? m : g[j];
   }
-  return m;
 }
 
 template <DType F>
@@ -53,6 +57,19 @@ MIXTRAIN_SIMD_CLONES void cast_span(const float* x, float s, float sinv, bool de
     for (int64_t i = 0; i < n; ++i) o[i] = fp8q::cast_value_fast(x[i] * s, F) * sinv;
   } else {
     for (int64_t i = 0; i < n; ++i) o[i] = fp8q::cast_value_fast(x[i] * s, F);
+  }
+}
+
+// Narrow blocks (a few columns each, e.g. one: the transposed rowwise, MXFP8 and 1 x 128 uses):
+// each column with its block's scale, spread over the row, so the loop runs over all C at once.
+// A block that is not finite has NaN scales: x * NaN is the quiet NaN, as the wide loop's fill.
+template <DType F>
+MIXTRAIN_SIMD_CLONES void cast_span_scaled(const float* x, const float* s, const float* sinv, bool dequantize,
+                                           float* o, int64_t n) {
+  if (dequantize) {
+    for (int64_t i = 0; i < n; ++i) o[i] = fp8q::cast_value_fast(x[i] * s[i], F) * sinv[i];
+  } else {
+    for (int64_t i = 0; i < n; ++i) o[i] = fp8q::cast_value_fast(x[i] * s[i], F);
   }
 }
 
@@ -83,59 +100,119 @@ void cpu::fp8_quantize(const Tensor& x, const Fp8Quant& how, const Tensor* scale
   const int64_t nbr = (R + br - 1) / br, nbc = (C + bc - 1) / bc;
   const int64_t grid = nbr * nbc;
 
-  // Pass 1: the block amaxes. Thread t takes rows [t R / nt, (t + 1) R / nt) into its own grid.
+  float* am = amax.data<float>();
+  float* si = scale_inv.data<float>();
   const int nt = cpu::threads_for(R * C);
-  std::vector<float> part(static_cast<size_t>(nt * grid), 0.f);
+  const auto cast_row = [&](const float* row, const float* s, const float* sinv, float* o) {
+    if (how.format == DType::f8_e4m3)
+      cpu::cast_span_scaled<DType::f8_e4m3>(row, s, sinv, how.dequantize, o, C);
+    else
+      cpu::cast_span_scaled<DType::f8_e5m2>(row, s, sinv, how.dequantize, o, C);
+  };
+  // One pass where a block is a run within one row (rowwise, MXFP8, 1 x 128): each row's amaxes,
+  // scales and casts while the row is at hand.
+  if (br == 1) {
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+    for (int64_t r = 0; r < R; ++r) {
+      const float* row = cpu::load_row(xv.row(r), xv.dtype, C, cpu::scratch(0, C));
+      float* o = qv.dtype == DType::f32 ? static_cast<float*>(qv.row(r)) : cpu::scratch(1, C);
+      float* s_row = cpu::scratch(2, C);
+      float* si_row = cpu::scratch(3, C);
+      float* ar = am + r * nbc;
+      std::fill(ar, ar + nbc, 0.f);
+      cpu::row_block_maxes(row, C, bc, ar);
+      for (int64_t j = 0, c0 = 0; c0 < C; ++j, c0 += bc) {
+        const int64_t b = r * nbc + j, n = std::min(bc, C - c0);
+        fp8q::Scale s = scale ? fp8q::given_scale(scale->data<float>()[b])
+                              : fp8q::scale_from_amax(am[b], how.format, how.rule);
+        if (!std::isfinite(am[b])) s = {NAN, NAN};
+        si[b] = s.scale_inv;
+        std::fill(s_row + c0, s_row + c0 + n, s.scale);
+        std::fill(si_row + c0, si_row + c0 + n, s.scale_inv);
+      }
+      cast_row(row, s_row, si_row, o);
+      if (qv.dtype != DType::f32) cpu::store_q_row(o, qv.row(r), qv.dtype, C);
+    }
+    return;
+  }
+
+  // Pass 1: the block amaxes. Thread t takes rows [t R / nt, (t + 1) R / nt) into its own grid.
+  // Grow-only buffers kept between calls: fresh ones of an MXFP8 grid's size (a float per 32
+  // elements) are new pages every call, and the kernel spent more time clearing them than casting.
+  thread_local std::vector<float> part_buf, sc_buf;
+  if (part_buf.size() < size_t(nt * grid)) part_buf.resize(size_t(nt * grid));
+  if (sc_buf.size() < size_t(grid)) sc_buf.resize(size_t(grid));
+  float* part = part_buf.data();
+  std::fill(part, part + nt * grid, 0.f);
 #pragma omp parallel num_threads(nt) if (nt > 1)
   {
     const int t = nt > 1 ? omp_get_thread_num() : 0;
-    float* g = part.data() + t * grid;
+    float* g = part + t * grid;
     float* buf = cpu::scratch(0, C);
     for (int64_t r = R * t / nt; r < R * (t + 1) / nt; ++r) {
       const float* row = cpu::load_row(xv.row(r), xv.dtype, C, buf);
       float* gr = g + (r / br) * nbc;
-      if (bc == 1) {
+      if (bc == 1)
         cpu::max_into(row, gr, C);
-      } else {
-        for (int64_t j = 0; j < nbc; ++j) {
-          const float m = cpu::block_max(row + j * bc, std::min(bc, C - j * bc));
-          gr[j] = m > gr[j] ? m : gr[j];
-        }
-      }
+      else
+        cpu::row_block_maxes(row, C, bc, gr);
     }
   }
-  float* am = amax.data<float>();
-  float* si = scale_inv.data<float>();
-  std::vector<float> sc(static_cast<size_t>(grid));
+  float* sc = sc_buf.data();
   for (int64_t b = 0; b < grid; ++b) {
-    float m = part[size_t(b)];
-    for (int t = 1; t < nt; ++t) m = std::max(m, part[size_t(t * grid + b)]);
+    float m = part[b];
+    for (int t = 1; t < nt; ++t) m = std::max(m, part[t * grid + b]);
     am[b] = m;
     fp8q::Scale s =
         scale ? fp8q::given_scale(scale->data<float>()[b]) : fp8q::scale_from_amax(m, how.format, how.rule);
     if (!std::isfinite(m)) s = {NAN, NAN};
-    sc[size_t(b)] = s.scale;
+    sc[b] = s.scale;
     si[b] = s.scale_inv;
   }
 
   // Pass 2: the cast, rows split over threads.
-#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
-  for (int64_t r = 0; r < R; ++r) {
-    const float* row = cpu::load_row(xv.row(r), xv.dtype, C, cpu::scratch(0, C));
-    float* o = qv.dtype == DType::f32 ? static_cast<float*>(qv.row(r)) : cpu::scratch(1, C);
-    const int64_t gi = (r / br) * nbc;
-    for (int64_t j = 0; j < nbc; ++j) {
-      const int64_t c0 = j * bc, n = std::min(bc, C - c0);
-      const float s = sc[size_t(gi + j)], sinv = si[gi + j];
-      if (!std::isfinite(am[gi + j])) {
-        std::fill(o + c0, o + c0 + n, NAN);
-      } else if (how.format == DType::f8_e4m3) {
-        cpu::cast_span<DType::f8_e4m3>(row + c0, s, sinv, how.dequantize, o + c0, n);
-      } else {
-        cpu::cast_span<DType::f8_e5m2>(row + c0, s, sinv, how.dequantize, o + c0, n);
+  const bool narrow = bc <= 128;  // MXFP8's 32, the block recipe's 128, and single columns
+#pragma omp parallel num_threads(nt) if (nt > 1)
+  {
+    int64_t spread_gi = -1;  // the block row whose scales s_row / si_row hold
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < R; ++r) {
+      const float* row = cpu::load_row(xv.row(r), xv.dtype, C, cpu::scratch(0, C));
+      float* o = qv.dtype == DType::f32 ? static_cast<float*>(qv.row(r)) : cpu::scratch(1, C);
+      const int64_t gi = (r / br) * nbc;
+      if (narrow) {
+        // The block row's scales spread over the columns (again only when the block row changes).
+        float* s_row = cpu::scratch(2, C);
+        float* si_row = cpu::scratch(3, C);
+        if (spread_gi != gi) {
+          for (int64_t j = 0, c0 = 0; c0 < C; ++j, c0 += bc) {
+            const int64_t b = gi + j, n = std::min(bc, C - c0);
+            const bool finite = std::isfinite(am[b]);
+            std::fill(s_row + c0, s_row + c0 + n, finite ? sc[b] : NAN);
+            std::fill(si_row + c0, si_row + c0 + n, finite ? si[b] : NAN);
+          }
+          spread_gi = gi;
+        }
+        if (how.format == DType::f8_e4m3)
+          cpu::cast_span_scaled<DType::f8_e4m3>(row, s_row, si_row, how.dequantize, o, C);
+        else
+          cpu::cast_span_scaled<DType::f8_e5m2>(row, s_row, si_row, how.dequantize, o, C);
+        if (qv.dtype != DType::f32) cpu::store_q_row(o, qv.row(r), qv.dtype, C);
+        continue;
       }
+      for (int64_t j = 0; j < nbc; ++j) {
+        const int64_t c0 = j * bc, n = std::min(bc, C - c0);
+        const float s = sc[gi + j], sinv = si[gi + j];
+        if (!std::isfinite(am[gi + j])) {
+          std::fill(o + c0, o + c0 + n, NAN);
+        } else if (how.format == DType::f8_e4m3) {
+          cpu::cast_span<DType::f8_e4m3>(row + c0, s, sinv, how.dequantize, o + c0, n);
+        } else {
+          cpu::cast_span<DType::f8_e5m2>(row + c0, s, sinv, how.dequantize, o + c0, n);
+        }
+      }
+      if (qv.dtype != DType::f32) cpu::store_q_row(o, qv.row(r), qv.dtype, C);
     }
-    if (qv.dtype != DType::f32) cpu::store_q_row(o, qv.row(r), qv.dtype, C);
   }
 }
 

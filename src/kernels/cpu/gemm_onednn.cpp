@@ -372,7 +372,9 @@ Key make_key(const Problem& p) {
   }
   put(static_cast<int64_t>(bias_mode(p)));
   put(p.bias ? p.bias_stride : 0);
-  put(std::bit_cast<int32_t>(p.alpha));
+  // 3.x takes alpha at execution (a runtime weights scale): one primitive serves every alpha != 1
+  // (the fp8 GEMMs' scale products change every call); 2.x bakes it in.
+  put(DNNL_VERSION_MAJOR >= 3 ? int64_t{p.alpha != 1.f} : int64_t{std::bit_cast<int32_t>(p.alpha)});
   put(std::bit_cast<int32_t>(p.beta));
   put(p.fpmath_bf16);
   put(omp_get_max_threads());  // oneDNN fixes its thread partition when the primitive is made
@@ -633,7 +635,7 @@ BoundArgs& bound_args(const std::shared_ptr<const Entry>& e) {
   add(DNNL_ARG_DST, e->dst_md);
   if (e->bias_arg) add(e->bias_arg, e->bias_md);
   if (e->scratch_md.get_size() > 0) add(DNNL_ARG_SCRATCHPAD, e->scratch_md);
-  if (e->runtime_alpha())  // the entry's own alpha: one f32, pointed at once
+  if (e->runtime_alpha())  // one f32, the call's alpha (execute points it at its own)
     b.args.emplace(kScaleArg, dnnl::memory(dnnl::memory::desc({1}, ddt::f32, dnnl::memory::dims{1}), eng,
                                            const_cast<float*>(&e->alpha)));
   return b;
@@ -669,6 +671,11 @@ void execute(const Plan& plan, const Problem& p, ThreadScratch& tls, bool comput
   bound.set(DNNL_ARG_WEIGHTS, wei.ptr);
   bound.set(DNNL_ARG_DST, dst.ptr);
   if (e.bias_arg) bound.set(e.bias_arg, const_cast<float*>(p.bias));
+  thread_local float alpha;  // alive until the primitive has run (s.wait() below)
+  if (e.runtime_alpha()) {
+    alpha = p.alpha;
+    bound.set(kScaleArg, &alpha);
+  }
   if (const size_t sp = e.scratch_md.get_size(); sp > 0) bound.set(DNNL_ARG_SCRATCHPAD, tls.pad.get(sp));
   dnnl::stream& s = cpu_stream();
   e.prim.execute(s, bound.args);
