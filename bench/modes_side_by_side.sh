@@ -4,13 +4,20 @@
 # (AMX throughput swings 3-5x on the shared Xeons) hits them alike; then per mode the median
 # tokens/s, its range, the ratio of medians to 32-true, and the median step breakdown.
 #   bench/modes_side_by_side.sh [BINARY] [ROUNDS] [STEPS]
-# A mode may carry flags: "32-true --matmul-precision medium". Run it on an idle machine.
+# A mode may carry flags: "32-true --matmul-precision medium". MODES="a;b;c" replaces the list
+# (the ratio column is then against its first entry), e.g. the fp8 recipes beside bf16-mixed:
+#   MODES="bf16-mixed;fp8-mixed --fp8-recipe delayed;fp8-mixed --fp8-recipe mxfp8" bench/modes_side_by_side.sh
+# Run it on an idle machine.
 set -euo pipefail
 bin="${1:-build/mixtrain}"
 rounds="${2:-3}"
 steps="${3:-6}"
 cd "$(dirname "$0")/.."
-MODES=("32-true" "32-true --matmul-precision medium" "bf16-mixed" "16-mixed" "bf16-true")
+if [[ -n "${MODES:-}" ]]; then
+  IFS=';' read -r -a MODES <<<"$MODES"
+else
+  MODES=("32-true" "32-true --matmul-precision medium" "bf16-mixed" "16-mixed" "bf16-true")
+fi
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 "$bin" info | sed -n '2,9p'
@@ -33,7 +40,7 @@ def run(i, r):
     j = json.load(open(f"{tmp}/{i}.{r}.json"))
     return j["runs"][0] if isinstance(j, dict) and "runs" in j else j
 base = None
-print(f"{'mode':<36}{'tok/s':>8}{'range':>16}{'x 32-true':>10}   ms/step: gemm attention norm elementwise casts step (x roofline)")
+print(f"{'mode':<36}{'tok/s':>8}{'range':>16}{'x first':>10}   ms/step: gemm attention norm elementwise casts step (x roofline)")
 for i, m in enumerate(modes):
     rs = [run(i, r) for r in range(1, rounds + 1)]
     tok = [x["tokens_per_s"] for x in rs]

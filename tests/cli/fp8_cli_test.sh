@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# fp8-mixed end to end: every recipe trains (the summary says fp8-mixed); the --fp8-* flags warn
+# when they have no effect and refuse bad values; a model left with no fp8 layer is refused; a
+# delayed-scaling checkpoint resumes only with the options it was saved with; `memory` predicts
+# fp8-mixed; `compare` takes fp8-mixed beside bf16-mixed.
+MIXTRAIN="$1"
+. "$(dirname "$0")/cli_common.sh"
+
+write_text "$TMP/text.txt"
+write_tiny_model "$TMP/tiny.json" 3 32 16
+TRAIN=("$MIXTRAIN" --threads 2 train --model "$TMP/tiny.json" --data "$TMP/text.txt" --batch-size 4 --seq-len 16)
+
+for r in delayed current rowwise mxfp8 block; do
+  expect_exit 0 "train fp8-mixed $r" -- "${TRAIN[@]}" --steps 3 --precision fp8-mixed --fp8-recipe "$r" --json
+  grep -q '"precision": "fp8-mixed"' "$TMP/out" && pass || fail "summary of $r lacks its precision"
+done
+expect_exit 0 "e4m3 gradients, every block in fp8" -- "${TRAIN[@]}" --steps 2 --precision fp8-mixed \
+  --fp8-format e4m3 --fp8-first-last --fp8-amax-history 2 --fp8-amax-compute most_recent --fp8-margin 1
+
+# Flags with no effect warn; bad values are one-line errors.
+expect_exit 0 "fp8 flag without fp8-mixed" -- "${TRAIN[@]}" --steps 1 --precision bf16-mixed --fp8-recipe current
+expect_stderr_has "--fp8-recipe has no effect" "fp8 flag without fp8-mixed warns"
+expect_exit 0 "history without delayed" -- "${TRAIN[@]}" --steps 1 --precision fp8-mixed --fp8-recipe mxfp8 \
+  --fp8-amax-history 16
+expect_stderr_has "--fp8-amax-history has no effect" "history without delayed warns"
+expect_exit 2 "bad recipe" -- "${TRAIN[@]}" --steps 1 --precision fp8-mixed --fp8-recipe fp4
+expect_exit 2 "bad format" -- "${TRAIN[@]}" --steps 1 --precision fp8-mixed --fp8-format e5m2
+expect_exit 2 "history 0" -- "${TRAIN[@]}" --steps 1 --precision fp8-mixed --fp8-amax-history 0
+# Three blocks, the first and last kept, the middle one kept by pattern: nothing left in fp8.
+expect_exit 2 "no fp8 layer" -- "${TRAIN[@]}" --steps 1 --precision fp8-mixed --fp8-keep 'transformer.h.1.*'
+expect_stderr_has "no linear layer runs in fp8" "no fp8 layer says why"
+
+# A delayed-scaling checkpoint: the same options resume, another recipe is refused.
+expect_exit 0 "fp8 checkpoint" -- "${TRAIN[@]}" --steps 4 --precision fp8-mixed --checkpoint-dir "$TMP/ck" \
+  --stop-after 2
+expect_exit 0 "fp8 resume" -- "${TRAIN[@]}" --steps 4 --precision fp8-mixed --resume "$TMP/ck"
+expect_exit 2 "fp8 resume, other recipe" -- "${TRAIN[@]}" --steps 4 --precision fp8-mixed --fp8-recipe current \
+  --resume "$TMP/ck"
+expect_stderr_has "fp8" "the refusal names the fp8 options"
+
+# Memory prediction and compare.
+expect_exit 0 "memory fp8-mixed" -- "$MIXTRAIN" --threads 2 memory --model "$TMP/tiny.json" --data "$TMP/text.txt" \
+  --precision fp8-mixed --fp8-recipe block --batch-size 4 --seq-len 16 --steps 2 --json "$TMP/m.json"
+python3 -c "
+import json, sys
+j = json.load(open('$TMP/m.json'))
+assert j['relative_error']['peak_bytes'] == 0, j['relative_error']
+" && pass || fail "fp8-mixed memory prediction is not exact: $(head -c 300 "$TMP/m.json")"
+expect_exit 0 "compare with fp8-mixed" -- "$MIXTRAIN" --threads 2 compare --model "$TMP/tiny.json" --data "$TMP/text.txt" \
+  --batch-size 4 --seq-len 16 --steps 2 --precisions bf16-mixed,fp8-mixed --fp8-recipe current
+grep -q "fp8-mixed" "$TMP/out" && pass || fail "compare lacks the fp8-mixed row"
+
+finish
