@@ -59,6 +59,7 @@ Fp8Operand fp8_operand(const Tensor& t, Fp8Site& site, Fp8Role role, bool reduce
     if (!meta) given.fill(site.scale[size_t(ri)]);
   }
   fp8_quantize(t, how, given.defined() ? &given : nullptr, o.q, o.scale_inv, amax);
+  if (site.collect && !meta) fp8_quant_error(t, how, o.q, o.scale_inv, site.stats[size_t(ri)]);
   if (!meta) {
     float m = site.step_amax[size_t(ri)];
     const float* a = amax.data<float>();

@@ -86,4 +86,20 @@ inline float cast_value_fast(float v, DType format) {
   return format == DType::f8_e4m3 ? round_fp8_fast<3, -6>(v, 448.f) : round_fp8_fast<2, -14>(v, 57344.f);
 }
 
+// One element's part of Fp8ErrorStats (kernels/fp8.h), shared by the reference and the fast kernel.
+// qv: q's value; si: the block's scale_inv; row: the row's running stats.
+inline void error_element(float x, float qv, float si, const Fp8Quant& how, Fp8ErrorStats& row) {
+  if (!std::isfinite(x) || !std::isfinite(si)) return;
+  const double code = how.dequantize ? double(qv) / double(si) : double(qv);
+  const double deq = how.dequantize ? double(qv) : double(qv) * double(si);
+  const double fmax = fp8_max(how.format);
+  const double min_normal = how.format == DType::f8_e4m3 ? 0x1p-6 : 0x1p-14;
+  ++row.count;
+  if (std::fabs(code) == fmax && std::fabs(double(x)) > fmax * double(si)) ++row.saturated;
+  if (x != 0.f && std::fabs(code) < min_normal) ++row.underflow;
+  const double e = deq - double(x);
+  row.err2 += e * e;
+  row.ref2 += double(x) * double(x);
+}
+
 }  // namespace mixtrain::fp8q

@@ -16,7 +16,34 @@ namespace mixtrain {
 namespace ops {
 const Op<void(const Tensor&, const Fp8Quant&, const Tensor*, Tensor&, Tensor&, Tensor&)> fp8_quantize{
     "fp8_quantize", ref::fp8_quantize, cpu::fp8_quantize, meta::fp8_quantize};
+const Op<void(const Tensor&, const Fp8Quant&, const Tensor&, const Tensor&, Fp8ErrorStats&)> fp8_quant_error{
+    "fp8_quant_error", ref::fp8_quant_error, cpu::fp8_quant_error, meta::fp8_quant_error};
 }  // namespace ops
+
+double Fp8ErrorStats::relative_error() const { return ref2 > 0 ? std::sqrt(err2 / ref2) : 0.0; }
+
+void fp8_quant_error(const Tensor& x, const Fp8Quant& how, const Tensor& q, const Tensor& scale_inv,
+                     Fp8ErrorStats& s) {
+  ProfileScope prof(WorkKind::casts);
+  prof.moves(detail::bytes_of({&x, &q}));
+  const char* op = "fp8_quant_error";
+  const Device dev = detail::check_defined_same_device(op, {{"x", &x}, {"q", &q}, {"scale_inv", &scale_inv}});
+  if (how.format != DType::f8_e4m3 && how.format != DType::f8_e5m2)
+    throw DTypeError(std::string(op) + ": the format " + std::string(dtype_name(how.format)) +
+                     " is not an fp8 format");
+  if (x.dim() != 2 || !(q.shape() == x.shape()))
+    throw ShapeError(std::string(op) + ": x " + x.to_string() + " and q " + q.to_string() +
+                     " must be the same (R, C)");
+  const int64_t R = x.size(0), C = x.size(1);
+  const int64_t br = how.block_rows > 0 ? how.block_rows : std::max<int64_t>(R, 1);
+  const int64_t bc = how.block_cols > 0 ? how.block_cols : std::max<int64_t>(C, 1);
+  const Shape grid{(R + br - 1) / br, (C + bc - 1) / bc};
+  detail::check_dtype(op, {"scale_inv", &scale_inv}, DType::f32);
+  if (!(scale_inv.shape() == grid) || !scale_inv.is_contiguous())
+    throw ShapeError(std::string(op) + ": scale_inv " + scale_inv.to_string() + " must be contiguous " +
+                     grid.to_string());
+  ops::fp8_quant_error(dev, x, how, q, scale_inv, s);
+}
 
 float fp8_max(DType format) {
   if (format == DType::f8_e4m3) return 448.f;

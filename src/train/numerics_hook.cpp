@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "mixtrain/amp/fp8.h"
 #include "mixtrain/train/output_paths.h"
 #include "train/checkpointing.h"
 #include "train/numerics_sites.h"
@@ -41,6 +42,11 @@ void NumericsHook::on_step_begin(TrainingRun& run, int64_t step) {
   active_ = sampled(step);
   if (!active_) return;
   table_->clear();
+  if (Fp8State* f = run.fp8())  // the fp8 casts of this step report how well they kept their tensors
+    for (const auto& s : f->sites()) {
+      s->collect = true;
+      s->stats = {};
+    }
   const ParameterStore& params = run.model().params();
   for (size_t i = 0; i < params.size(); ++i)
     table_->add(&params.infos()[i].name, "param", ProbeKind::weight, params.param(i));
@@ -82,6 +88,12 @@ void NumericsHook::after_update(TrainingRun& run, const StepRecord& r) {
   }
   std::string lines;
   for (const SiteStats& s : table_->sites()) lines += site_record_json(r.step, r.loss_scale, s) + "\n";
+  if (Fp8State* f = run.fp8())
+    for (const auto& s : f->sites()) {
+      s->collect = false;
+      for (int role = 0; role < autograd::kFp8Roles; ++role)
+        lines += fp8_record_json(r.step, *s, role) + "\n";
+    }
   if (out_) out_->write(lines);  // one write per step: a killed run leaves whole steps
   if (on_sample_) on_sample_(r.step, table_->sites());
 }

@@ -66,6 +66,27 @@ std::string site_record_json(int64_t step, double loss_scale, const SiteStats& s
   return j.dump();
 }
 
+std::string fp8_record_json(int64_t step, const autograd::Fp8Site& site, int role) {
+  const Fp8ErrorStats& e = site.stats[size_t(role)];
+  const double n = e.count > 0 ? static_cast<double>(e.count) : 1.0;
+  const autograd::Fp8Role r = static_cast<autograd::Fp8Role>(role);
+  nlohmann::ordered_json j;
+  j["step"] = step;
+  j["site"] = site.path;
+  j["op"] = "fp8_linear";
+  j["kind"] = "fp8";
+  j["role"] = autograd::fp8_role_name(r);
+  j["recipe"] = fp8_recipe_name(site.recipe);
+  j["format"] = std::string(dtype_name(site.format(r)));
+  j["numel"] = e.count;
+  j["amax"] = site.step_amax[size_t(role)];
+  if (site.recipe == Fp8Recipe::delayed) j["scale"] = site.scale[size_t(role)];
+  j["saturated"] = static_cast<double>(e.saturated) / n;
+  j["underflow"] = static_cast<double>(e.underflow) / n;
+  j["rel_error"] = e.relative_error();
+  return j.dump();
+}
+
 void SiteStats::merge(const SiteStats& o) {
   calls += o.calls;
   stats.merge(o.stats);

@@ -38,6 +38,26 @@ expect_exit 2 "fp8 resume, other recipe" -- "${TRAIN[@]}" --steps 4 --precision 
   --resume "$TMP/ck"
 expect_stderr_has "fp8" "the refusal names the fp8 options"
 
+# The fp8 diagnostics: one line per fp8 site and role per sampled step (kind "fp8"). Delayed
+# scaling's first step casts with scale 1: most output gradients underflow in E5M2 there.
+expect_exit 0 "fp8 numerics" -- "${TRAIN[@]}" --steps 3 --precision fp8-mixed --numerics "$TMP/n.jsonl" \
+  --numerics-every 2
+python3 - "$TMP/n.jsonl" <<'PY' && pass || fail "fp8 numerics lines"
+import json, sys
+L = [json.loads(l) for l in open(sys.argv[1])]
+F = [l for l in L if l["kind"] == "fp8"]
+assert {l["step"] for l in F} == {1, 3}, {l["step"] for l in F}
+assert len(F) == 2 * 4 * 3, len(F)  # 2 sampled steps, the middle block's 4 linear layers, 3 roles
+for l in F:
+    assert l["op"] == "fp8_linear" and l["recipe"] == "delayed" and l["site"].startswith("transformer.h.1."), l
+    assert l["role"] in ("input", "weight", "grad_output") and l["numel"] > 0, l
+    assert l["format"] == ("f8_e5m2" if l["role"] == "grad_output" else "f8_e4m3"), l
+    assert 0 <= l["saturated"] <= 1 and 0 <= l["underflow"] <= 1 and 0 < l["rel_error"] < 0.5, l
+first = [l for l in F if l["step"] == 1 and l["role"] == "grad_output"]
+assert all(l["scale"] == 1.0 for l in first), first
+assert max(l["underflow"] for l in first) > 0.5, first
+PY
+
 # Memory prediction and compare.
 expect_exit 0 "memory fp8-mixed" -- "$MIXTRAIN" --threads 2 memory --model "$TMP/tiny.json" --data "$TMP/text.txt" \
   --precision fp8-mixed --fp8-recipe block --batch-size 4 --seq-len 16 --steps 2 --json "$TMP/m.json"

@@ -34,6 +34,10 @@ struct Fp8Site {
   DType bwd_format = DType::f8_e5m2;  // grad_output
   std::array<float, kFp8Roles> scale{1.f, 1.f, 1.f};
   std::array<float, kFp8Roles> step_amax{0.f, 0.f, 0.f};
+  // The fp8 diagnostics (`--numerics`): while `collect` is set, every cast adds how well it kept
+  // its tensor (kernels/fp8.h: fp8_quant_error) to its role's stats.
+  bool collect = false;
+  std::array<Fp8ErrorStats, kFp8Roles> stats{};
   DType format(Fp8Role r) const { return r == Fp8Role::grad_output ? bwd_format : fwd_format; }
 };
 

@@ -68,6 +68,29 @@ float fp8_max(DType format);
 void fp8_quantize(const Tensor& x, const Fp8Quant& how, const Tensor* scale, Tensor& q, Tensor& scale_inv,
                   Tensor& amax);
 
+// How well a quantization kept x (the fp8 diagnostics, `--numerics`): over the finite elements of
+// x in finite blocks, with code = q (codes) or q / scale_inv (dequantized) and the dequantized
+// value x~ = code * scale_inv (in double):
+//   saturated  |code| == fp8_max and |x| > fp8_max * scale_inv (the cast clipped it);
+//   underflow  x != 0 and |code| below the format's smallest normal (2^-6 E4M3, 2^-14 E5M2):
+//              zero or subnormal, with 3 (2) significant bits or fewer;
+//   err2, ref2 sums of (x~ - x)^2 and x^2 (each row's sum in double, the rows added in order).
+struct Fp8ErrorStats {
+  int64_t count = 0, saturated = 0, underflow = 0;
+  double err2 = 0, ref2 = 0;
+  void add(const Fp8ErrorStats& o) {
+    count += o.count;
+    saturated += o.saturated;
+    underflow += o.underflow;
+    err2 += o.err2;
+    ref2 += o.ref2;
+  }
+  double relative_error() const;  // sqrt(err2 / ref2), 0 when ref2 is 0
+};
+// x (R, C) and what fp8_quantize(x, how, ...) made of it (q, scale_inv): the stats, added into s.
+void fp8_quant_error(const Tensor& x, const Fp8Quant& how, const Tensor& q, const Tensor& scale_inv,
+                     Fp8ErrorStats& s);
+
 // The recipes (the table above) and how each quantizes one operand of one GEMM. `weight`: the
 // operand is a weight (the block recipe tiles weights 128 x 128); `reduce_along_cols`: the GEMM
 // sums along the operand's columns (x (M, K) and w (N, K) in the forward GEMM, dy (M, N) in the
@@ -84,6 +107,8 @@ Fp8Recipe parse_fp8_recipe(const std::string& s);
 namespace ref {
 void fp8_quantize(const Tensor& x, const Fp8Quant& how, const Tensor* scale, Tensor& q, Tensor& scale_inv,
                   Tensor& amax);
+void fp8_quant_error(const Tensor& x, const Fp8Quant& how, const Tensor& q, const Tensor& scale_inv,
+                     Fp8ErrorStats& s);
 }  // namespace ref
 
 }  // namespace mixtrain

@@ -41,6 +41,8 @@ void set_f16_gemm_route(F16GemmRoute r);
 enum class S8GemmRoute { automatic, onednn, via_f32 };
 void set_s8_gemm_route(S8GemmRoute r);
 // fp8_cpu.cpp
+void fp8_quant_error(const Tensor& x, const Fp8Quant& how, const Tensor& q, const Tensor& scale_inv,
+                     Fp8ErrorStats& s);
 void fp8_quantize(const Tensor& x, const Fp8Quant& how, const Tensor* scale, Tensor& q, Tensor& scale_inv,
                   Tensor& amax);
 // quantize_cpu.cpp, gemm_onednn.cpp (gemm_s8)

@@ -216,4 +216,32 @@ void cpu::fp8_quantize(const Tensor& x, const Fp8Quant& how, const Tensor* scale
   }
 }
 
+// The stats row by row (rows split over threads, each row's sums kept, added in row order
+// afterwards: the reference's order, whatever the thread count); q's rows staged in fp32.
+void cpu::fp8_quant_error(const Tensor& x, const Fp8Quant& how, const Tensor& q, const Tensor& scale_inv,
+                          Fp8ErrorStats& s) {
+  cpu::RowView xv, qv;
+  if (force_reference() || !cpu::fast_dtype(x.dtype()) || x.dim() != 2 || !cpu::as_rows(x, xv) ||
+      !cpu::as_rows(q, qv))
+    return ref::fp8_quant_error(x, how, q, scale_inv, s);
+  const int64_t R = x.size(0), C = x.size(1);
+  if (R == 0 || C == 0) return;
+  const int64_t br = how.block_rows > 0 ? how.block_rows : R;
+  const int64_t bc = how.block_cols > 0 ? how.block_cols : C;
+  const int64_t nbc = (C + bc - 1) / bc;
+  const float* si = scale_inv.data<float>();
+  std::vector<Fp8ErrorStats> rows(static_cast<size_t>(R));
+  const int nt = cpu::threads_for(R * C);
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+  for (int64_t r = 0; r < R; ++r) {
+    const float* xr = cpu::load_row(xv.row(r), xv.dtype, C, cpu::scratch(0, C));
+    float* qr = cpu::scratch(1, C);
+    convert_any(qv.row(r), qv.dtype, qr, DType::f32, static_cast<size_t>(C));
+    Fp8ErrorStats& row = rows[size_t(r)];
+    const float* sr = si + (r / br) * nbc;
+    for (int64_t c = 0; c < C; ++c) fp8q::error_element(xr[c], qr[c], sr[c / bc], how, row);
+  }
+  for (const Fp8ErrorStats& row : rows) s.add(row);
+}
+
 }  // namespace mixtrain

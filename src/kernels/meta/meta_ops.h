@@ -30,6 +30,8 @@ void softmax_last(const Tensor& x, Tensor& out);
 void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps, Tensor& out,
                 Tensor* mean, Tensor* rstd, Tensor* xhat);
 void embedding(const Tensor& weight, const Tensor& ids, Tensor& out);
+void fp8_quant_error(const Tensor& x, const Fp8Quant& how, const Tensor& q, const Tensor& scale_inv,
+                     Fp8ErrorStats& s);
 void fp8_quantize(const Tensor& x, const Fp8Quant& how, const Tensor* scale, Tensor& q, Tensor& scale_inv,
                   Tensor& amax);                                // quantize_meta.cpp
 void quantize_rows(const Tensor& x, Tensor& q, Tensor& scale);  // quantize_meta.cpp

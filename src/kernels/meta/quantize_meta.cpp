@@ -13,6 +13,7 @@ void meta::embedding_dequantized(const Tensor&, const Tensor&, const Tensor&, Te
 void meta::gemm_s8(const Tensor& a, const Tensor& b, Tensor& acc) { gemm_s8_workspace_only(a, b, acc); }
 // fp8_cpu.cpp's per-thread amax grids are plain vectors: nothing tracked.
 void meta::fp8_quantize(const Tensor&, const Fp8Quant&, const Tensor*, Tensor&, Tensor&, Tensor&) {}
+void meta::fp8_quant_error(const Tensor&, const Fp8Quant&, const Tensor&, const Tensor&, Fp8ErrorStats&) {}
 void meta::dequantize_gemm(const Tensor&, const Tensor&, const Tensor&, const Tensor*, Tensor&) {}
 
 }  // namespace mixtrain

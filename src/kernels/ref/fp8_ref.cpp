@@ -43,4 +43,21 @@ void fp8_quantize(const Tensor& x, const Fp8Quant& how, const Tensor* scale, Ten
     }
 }
 
+void fp8_quant_error(const Tensor& x, const Fp8Quant& how, const Tensor& q, const Tensor& scale_inv,
+                     Fp8ErrorStats& s) {
+  const int64_t R = x.size(0), C = x.size(1);
+  const int64_t br = how.block_rows > 0 ? how.block_rows : std::max<int64_t>(R, 1);
+  const int64_t bc = how.block_cols > 0 ? how.block_cols : std::max<int64_t>(C, 1);
+  const int64_t nbc = (C + bc - 1) / bc;
+  const float* si = static_cast<const float*>(scale_inv.raw_data());
+  for (int64_t r = 0; r < R; ++r) {
+    Fp8ErrorStats row;
+    for (int64_t c = 0; c < C; ++c)
+      fp8q::error_element(load_as_f32(x.raw_data(), x.dtype(), r * x.stride(0) + c * x.stride(1)),
+                          load_as_f32(q.raw_data(), q.dtype(), r * q.stride(0) + c * q.stride(1)),
+                          si[(r / br) * nbc + c / bc], how, row);
+    s.add(row);
+  }
+}
+
 }  // namespace mixtrain::ref
