@@ -233,7 +233,10 @@ void register_compare(CLI::App& app, GlobalOptions& g, std::vector<Command>& com
   add_train_flags(sub, *f, /*with_precision=*/false);
   add_task_flags(sub, *task);
   add_data_parallel_flags(sub, *f);
-  sub->add_option("--precisions", *precisions, "Comma-separated precision modes")->capture_default_str();
+  sub->add_option("--precisions", *precisions,
+                  "Comma-separated precision modes; MODE:ROUNDING for a *-true mode (bf16-true:kahan), "
+                  "fp8-mixed:RECIPE for an fp8 recipe (fp8-mixed:mxfp8)")
+      ->capture_default_str();
   add_json_option(sub, *json_path, "Also the comparison");
   sub->add_option("--report", *report_path,
                   "Also write the comparison as a self-contained HTML report to FILE");

@@ -46,8 +46,10 @@ std::vector<CompareEntry> parse_compare_entries(std::string_view list, UpdateRou
   for (std::string item; std::getline(ss, item, ',');) {
     if (item.empty()) continue;
     const auto colon = item.find(':');
-    CompareEntry e{parse_precision(item.substr(0, colon)), default_rounding, item};
-    if (colon != std::string::npos) {
+    CompareEntry e{parse_precision(item.substr(0, colon)), default_rounding, item, std::nullopt};
+    if (colon != std::string::npos && e.mode == PrecisionMode::mixed_fp8) {
+      e.fp8_recipe = parse_fp8_recipe(item.substr(colon + 1));
+    } else if (colon != std::string::npos) {
       e.rounding = parse_update_rounding(item.substr(colon + 1));
       if (!has_16bit_weights(e.mode))
         throw ArgumentError(item + ": an update rounding applies to 16-true and bf16-true only");
@@ -95,6 +97,7 @@ CompareResult compare_precisions(const RunOptions& base, const std::vector<Compa
     RunOptions o = base;
     o.precision = e.mode;
     o.update_rounding = e.rounding;
+    if (e.fp8_recipe) o.fp8.recipe = *e.fp8_recipe;
     o.quiet = true;
     o.log_jsonl = compare_log_path(base.log_jsonl, e);
     o.numerics.path = compare_log_path(base.numerics.path, e);  // one numerics log per mode

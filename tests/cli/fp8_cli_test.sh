@@ -66,8 +66,17 @@ import json, sys
 j = json.load(open('$TMP/m.json'))
 assert j['relative_error']['peak_bytes'] == 0, j['relative_error']
 " && pass || fail "fp8-mixed memory prediction is not exact: $(head -c 300 "$TMP/m.json")"
-expect_exit 0 "compare with fp8-mixed" -- "$MIXTRAIN" --threads 2 compare --model "$TMP/tiny.json" --data "$TMP/text.txt" \
-  --batch-size 4 --seq-len 16 --steps 2 --precisions bf16-mixed,fp8-mixed --fp8-recipe current
-grep -q "fp8-mixed" "$TMP/out" && pass || fail "compare lacks the fp8-mixed row"
+expect_exit 0 "compare with fp8 recipes" -- "$MIXTRAIN" --threads 2 compare --model "$TMP/tiny.json" \
+  --data "$TMP/text.txt" --batch-size 4 --seq-len 16 --steps 2 --precisions bf16-mixed,fp8-mixed,fp8-mixed:mxfp8 \
+  --fp8-recipe current --json "$TMP/c.json"
+python3 -c "
+import json
+j = json.load(open('$TMP/c.json'))
+labels = [r['precision'] for r in j['runs']]
+assert labels == ['bf16-mixed', 'fp8-mixed', 'fp8-mixed:mxfp8'], labels
+assert j['runs'][1]['val_loss'] != j['runs'][2]['val_loss'], j['runs']
+" && pass || fail "compare rows per fp8 recipe: $(head -c 400 "$TMP/c.json")"
+expect_exit 2 "compare, bad fp8 recipe" -- "$MIXTRAIN" --threads 2 compare --model "$TMP/tiny.json" \
+  --data "$TMP/text.txt" --batch-size 4 --seq-len 16 --steps 2 --precisions fp8-mixed:fp4
 
 finish

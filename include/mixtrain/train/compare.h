@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "mixtrain/amp/precision.h"
+#include "mixtrain/kernels/fp8.h"
 #include "mixtrain/tensor/memory.h"
 #include "mixtrain/train/train_options.h"
 
@@ -24,11 +25,13 @@ struct CompareEntry {
   UpdateRounding rounding = UpdateRounding::nearest;  // of the 16-bit weights (*-true modes)
   // The run's name: "32-true", "bf16-true:kahan" (a *-true mode always shows its rounding).
   std::string label;
+  std::optional<Fp8Recipe> fp8_recipe;  // fp8-mixed:RECIPE; unset: the run's own
 };
 
 // Parses a comma-separated list of MODE or MODE:ROUNDING ("32-true,bf16-mixed,bf16-true:kahan"),
 // so one comparison can show what each update rounding of a *-true mode costs and buys; a *-true
-// mode without a rounding takes `default_rounding`. Empty items are skipped. Throws ArgumentError
+// mode without a rounding takes `default_rounding`; fp8-mixed:RECIPE ("fp8-mixed:mxfp8") runs that
+// fp8 recipe (plain fp8-mixed: the options' own). Empty items are skipped. Throws ArgumentError
 // for an unknown mode or rounding, a rounding on a mode whose weights are fp32, the same run listed
 // twice, or no entry at all.
 std::vector<CompareEntry> parse_compare_entries(std::string_view list,
