@@ -70,6 +70,7 @@ nlohmann::ordered_json compare_report(const nlohmann::ordered_json& j,
     nlohmann::ordered_json run;
     std::string label = row["precision"].get<std::string>();
     if (row.contains("update_rounding")) label.append(":").append(row["update_rounding"].get<std::string>());
+    if (row.contains("fp8_recipe")) label.append(":").append(row["fp8_recipe"].get<std::string>());
     run["label"] = label;
     run["summary"] = row;
     run["steps"] = i < steps.size() ? json_of(report_steps_json(steps[i])) : nlohmann::ordered_json::array();
@@ -89,6 +90,7 @@ nlohmann::ordered_json runs_json(const CompareResult& result, const Columns& col
     row["precision"] = run.summary.precision;
     if (precision_spec(run.entry.mode).param_dtype != DType::f32)
       row["update_rounding"] = update_rounding_name(run.entry.rounding);
+    if (run.entry.fp8_recipe) row["fp8_recipe"] = fp8_recipe_name(*run.entry.fp8_recipe);
     columns(row, run);
     runs.push_back(row);
   }

@@ -82,6 +82,8 @@ CompareResult compare_precisions(const RunOptions& base, const std::vector<Compa
   const auto true32 = std::find_if(order.begin(), order.end(),
                                    [](const CompareEntry& e) { return e.mode == PrecisionMode::true32; });
   if (true32 != order.end()) std::rotate(order.begin(), true32, true32 + 1);
+  for (CompareEntry& e : order)  // each fp8 row names its recipe (the options' own when not listed)
+    if (e.mode == PrecisionMode::mixed_fp8 && !e.fp8_recipe) e.fp8_recipe = base.fp8.recipe;
   CompareResult result;
   result.baseline = order.front().label;
   result.threads = num_threads();

@@ -72,8 +72,8 @@ expect_exit 0 "compare with fp8 recipes" -- "$MIXTRAIN" --threads 2 compare --mo
 python3 -c "
 import json
 j = json.load(open('$TMP/c.json'))
-labels = [r['precision'] for r in j['runs']]
-assert labels == ['bf16-mixed', 'fp8-mixed', 'fp8-mixed:mxfp8'], labels
+labels = [(r['precision'], r.get('fp8_recipe')) for r in j['runs']]
+assert labels == [('bf16-mixed', None), ('fp8-mixed', 'current'), ('fp8-mixed', 'mxfp8')], labels
 assert j['runs'][1]['val_loss'] != j['runs'][2]['val_loss'], j['runs']
 " && pass || fail "compare rows per fp8 recipe: $(head -c 400 "$TMP/c.json")"
 expect_exit 2 "compare, bad fp8 recipe" -- "$MIXTRAIN" --threads 2 compare --model "$TMP/tiny.json" \
