@@ -28,16 +28,19 @@ COMMON=(--data "$TMP/text.txt" --model "$TMP/tiny.json" --batch-size 2 --threads
 # 2 ranks against one process with --grad-accum 2 --exact-grad-accum, which makes each
 # micro-batch's gradients apart and adds them as the two ranks' sum does: the same step log bit for
 # bit (every field but the timings) and the same final weights and optimizer state, byte for byte,
-# in all five modes (16-true too: fp16 weights and gradients without loss scaling).
-check_mode() {  # MODE
+# in all five modes (16-true too: fp16 weights and gradients without loss scaling), and in fp8-mixed
+# with delayed scaling (the ranks' amaxes reduced with max, as one process's micro-batches are: the
+# same histories in the training state).
+check_mode() {  # MODE [FLAGS...]
   local mode="$1" d="$TMP/$1"
+  shift
   mkdir -p "$d"
-  if ! timeout 60 "${MPIRUN[@]}" "$MIXTRAIN" train "${COMMON[@]}" --steps 6 --precision "$mode" --verify-replicas \
+  if ! timeout 60 "${MPIRUN[@]}" "$MIXTRAIN" train "${COMMON[@]}" --steps 6 --precision "$mode" "$@" --verify-replicas \
       --bucket-mb 0.01 --log-jsonl "$d/two.jsonl" --checkpoint-dir "$d/two" >"$d/out" 2>"$d/err"; then
     fail "$mode: 2-rank run failed: $(tail -c 400 "$d/err")"
     return
   fi
-  if ! "$MIXTRAIN" train "${COMMON[@]}" --steps 6 --precision "$mode" --grad-accum 2 --exact-grad-accum \
+  if ! "$MIXTRAIN" train "${COMMON[@]}" --steps 6 --precision "$mode" "$@" --grad-accum 2 --exact-grad-accum \
       --log-jsonl "$d/one.jsonl" --checkpoint-dir "$d/one" >"$d/out" 2>"$d/err"; then
     fail "$mode: 1-process run failed: $(tail -c 400 "$d/err")"
     return
@@ -53,6 +56,7 @@ check_mode() {  # MODE
   done
 }
 for mode in 32-true 16-mixed bf16-mixed 16-true bf16-true; do check_mode "$mode"; done
+check_mode fp8-mixed --fp8-first-last
 
 # The default accumulation (fused: the second micro-batch's weight gradient lands on the first
 # inside the GEMM, beta = 1) is close to the 2-rank sums but not equal: fp32 gradients differ by an
