@@ -167,25 +167,17 @@ Var fp8_linear(const Var& x_in, const Var& w_in, const Var& b_in, const std::sha
   if (b.defined() && b.dtype() == DType::f64)
     throw DTypeError(
         "fp8_linear: an f64 bias (fp8 GEMMs are for training in 16 bits, not for gradient checks)");
-  const int64_t in = w.size(1), outf = w.size(0);
-  const Tensor x2 = xv.contiguous().reshape({-1, in});  // (M, IN)
-  Shape out_shape = xv.shape();
-  out_shape[out_shape.size() - 1] = outf;
-  Tensor out = Tensor::empty(out_shape, x.dtype());
-  Tensor out2 = out.reshape({-1, outf});  // (M, OUT)
-  Tensor bias32;
-  if (b.defined())
-    bias32 = b.dtype() == DType::f32 ? b.value() : b.value().to(DType::f32, MemCategory::workspace);
+  LinearFrame f = linear_frame(xv, w.size(1), w.size(0), x.dtype(), b.defined() ? &b.value() : nullptr);
   const bool grad = needs_grad({&x, &w, &b});
   // Backward takes the quantized x and w from here where the recipe allows (internal.h), instead
   // of x and w themselves: kept as activations then.
   const bool keep_x = grad && fp8_reuses_input(site->recipe),
              keep_w = grad && fp8_reuses_weight(site->recipe);
-  const Fp8Operand xq = fp8_operand(x2, *site, Fp8Role::input, true,
+  const Fp8Operand xq = fp8_operand(f.x2, *site, Fp8Role::input, true,
                                     keep_x ? MemCategory::activations : MemCategory::workspace);
   const Fp8Operand wq = fp8_operand(w.value(), *site, Fp8Role::weight, true,
                                     keep_w ? MemCategory::activations : MemCategory::workspace);
-  fp8_gemm(xq, wq, false, true, out2, b.defined() ? &bias32 : nullptr, false);  // x w^T
+  fp8_gemm(xq, wq, false, true, f.out2, b.defined() ? &f.bias32 : nullptr, false);  // x w^T
   std::shared_ptr<Node> n;
   if (grad) {
     n = make_node(OpKind::fp8_linear, {&x, &w, &b});
@@ -202,7 +194,7 @@ Var fp8_linear(const Var& x_in, const Var& w_in, const Var& b_in, const std::sha
       n->in_values[1] = Tensor();
     }
   }
-  return make_output(out, n);
+  return make_output(f.out, n);
 }
 
 Var add(const Var& a_in, const Var& b_in) {

@@ -13,6 +13,25 @@ Tensor heads_view(const Tensor& qkv, int which, int64_t n_head);
 }  // namespace mixtrain::autograd
 
 namespace mixtrain::autograd {
+
+// What a linear layer's forward sets up around its GEMM (fp8_linear, quantized_linear): x's rows
+// (M, IN), the output (..., OUT) in out_dtype and its rows (M, OUT), the bias widened to f32
+// (undefined without one).
+struct LinearFrame {
+  Tensor x2, out, out2, bias32;
+};
+inline LinearFrame linear_frame(const Tensor& xv, int64_t in, int64_t outf, DType out_dtype,
+                                const Tensor* bias) {
+  LinearFrame f;
+  f.x2 = xv.contiguous().reshape({-1, in});
+  Shape out_shape = xv.shape();
+  out_shape[out_shape.size() - 1] = outf;
+  f.out = Tensor::empty(out_shape, out_dtype);
+  f.out2 = f.out.reshape({-1, outf});
+  if (bias) f.bias32 = bias->dtype() == DType::f32 ? *bias : bias->to(DType::f32, MemCategory::workspace);
+  return f;
+}
+
 struct Fp8Site;
 enum class Fp8Role : uint8_t;
 

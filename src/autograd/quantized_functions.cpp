@@ -3,6 +3,7 @@
 #include <string>
 
 #include "autograd/cast_hook.h"
+#include "internal.h"
 #include "mixtrain/autograd/functions.h"
 #include "mixtrain/core/error.h"
 #include "mixtrain/kernels/ops.h"
@@ -25,16 +26,11 @@ Var quantized_linear(const Var& x_in, const QuantizedTensor& w, const Var& b_in)
   if (xv.dim() < 1 || xv.size(-1) != in)
     throw ShapeError("quantized_linear: x " + xv.to_string() + " and weight " + w.codes.to_string() +
                      " (OUT, IN) do not match");
-  const Tensor x2 = xv.contiguous().reshape({-1, in});  // (M, IN)
+  LinearFrame f = linear_frame(xv, in, outf, x.dtype(), b.defined() ? &b.value() : nullptr);
+  const Tensor& x2 = f.x2;  // (M, IN)
+  Tensor& out2 = f.out2;    // (M, OUT)
   const int64_t M = x2.size(0);
-  Shape out_shape = xv.shape();
-  out_shape[out_shape.size() - 1] = outf;
-  Tensor out = Tensor::empty(out_shape, x.dtype());
-  Tensor out2 = out.reshape({-1, outf});  // (M, OUT)
-  Tensor bias32;
-  if (b.defined())
-    bias32 = b.dtype() == DType::f32 ? b.value() : b.value().to(DType::f32, MemCategory::workspace);
-  const Tensor* bias = b.defined() ? &bias32 : nullptr;
+  const Tensor* bias = b.defined() ? &f.bias32 : nullptr;
   switch (w.scheme) {
     case QuantScheme::int8_dynamic: {
       Tensor qx = Tensor::empty({M, in}, DType::i8, MemCategory::workspace);
@@ -72,7 +68,7 @@ Var quantized_linear(const Var& x_in, const QuantizedTensor& w, const Var& b_in)
     case QuantScheme::none:
       throw ArgumentError("quantized_linear: the weight has no quantization scheme");
   }
-  return Var(out);
+  return Var(f.out);
 }
 
 Var quantized_embedding(const QuantizedTensor& table, const Tensor& ids, DType dtype) {
