@@ -50,27 +50,45 @@ MIXTRAIN_SIMD_CLONES void row_block_maxes(const float* x, int64_t C, int64_t bc,
   }
 }
 
+// The cast loops, one per format: a template inlined into non-template clones (clang's
+// target_clones takes no function template).
 template <DType F>
-MIXTRAIN_SIMD_CLONES void cast_span(const float* x, float s, float sinv, bool dequantize, float* o,
-                                    int64_t n) {
+__attribute__((always_inline)) inline void cast_loop(const float* x, float s, float sinv, bool dequantize,
+                                                     float* o, int64_t n) {
   if (dequantize) {
     for (int64_t i = 0; i < n; ++i) o[i] = fp8q::cast_value_fast(x[i] * s, F) * sinv;
   } else {
     for (int64_t i = 0; i < n; ++i) o[i] = fp8q::cast_value_fast(x[i] * s, F);
   }
 }
+MIXTRAIN_SIMD_CLONES void cast_span_e4m3(const float* x, float s, float sinv, bool dequantize, float* o,
+                                         int64_t n) {
+  cast_loop<DType::f8_e4m3>(x, s, sinv, dequantize, o, n);
+}
+MIXTRAIN_SIMD_CLONES void cast_span_e5m2(const float* x, float s, float sinv, bool dequantize, float* o,
+                                         int64_t n) {
+  cast_loop<DType::f8_e5m2>(x, s, sinv, dequantize, o, n);
+}
 
 // Narrow blocks (a few columns each, e.g. one: the transposed rowwise, MXFP8 and 1 x 128 uses):
 // each column with its block's scale, spread over the row, so the loop runs over all C at once.
 // A block that is not finite has NaN scales: x * NaN is the quiet NaN, as the wide loop's fill.
 template <DType F>
-MIXTRAIN_SIMD_CLONES void cast_span_scaled(const float* x, const float* s, const float* sinv, bool dequantize,
-                                           float* o, int64_t n) {
+__attribute__((always_inline)) inline void cast_loop_scaled(const float* x, const float* s, const float* sinv,
+                                                            bool dequantize, float* o, int64_t n) {
   if (dequantize) {
     for (int64_t i = 0; i < n; ++i) o[i] = fp8q::cast_value_fast(x[i] * s[i], F) * sinv[i];
   } else {
     for (int64_t i = 0; i < n; ++i) o[i] = fp8q::cast_value_fast(x[i] * s[i], F);
   }
+}
+MIXTRAIN_SIMD_CLONES void cast_span_scaled_e4m3(const float* x, const float* s, const float* sinv,
+                                                bool dequantize, float* o, int64_t n) {
+  cast_loop_scaled<DType::f8_e4m3>(x, s, sinv, dequantize, o, n);
+}
+MIXTRAIN_SIMD_CLONES void cast_span_scaled_e5m2(const float* x, const float* s, const float* sinv,
+                                                bool dequantize, float* o, int64_t n) {
+  cast_loop_scaled<DType::f8_e5m2>(x, s, sinv, dequantize, o, n);
 }
 
 // One output row (fp32, in o) into q's row: bf16/f32/f16 as values, the fp8 formats as codes (the
@@ -105,9 +123,9 @@ void cpu::fp8_quantize(const Tensor& x, const Fp8Quant& how, const Tensor* scale
   const int nt = cpu::threads_for(R * C);
   const auto cast_row = [&](const float* row, const float* s, const float* sinv, float* o) {
     if (how.format == DType::f8_e4m3)
-      cpu::cast_span_scaled<DType::f8_e4m3>(row, s, sinv, how.dequantize, o, C);
+      cpu::cast_span_scaled_e4m3(row, s, sinv, how.dequantize, o, C);
     else
-      cpu::cast_span_scaled<DType::f8_e5m2>(row, s, sinv, how.dequantize, o, C);
+      cpu::cast_span_scaled_e5m2(row, s, sinv, how.dequantize, o, C);
   };
   // One pass where a block is a run within one row (rowwise, MXFP8, 1 x 128): each row's amaxes,
   // scales and casts while the row is at hand.
@@ -194,9 +212,9 @@ void cpu::fp8_quantize(const Tensor& x, const Fp8Quant& how, const Tensor* scale
           spread_gi = gi;
         }
         if (how.format == DType::f8_e4m3)
-          cpu::cast_span_scaled<DType::f8_e4m3>(row, s_row, si_row, how.dequantize, o, C);
+          cpu::cast_span_scaled_e4m3(row, s_row, si_row, how.dequantize, o, C);
         else
-          cpu::cast_span_scaled<DType::f8_e5m2>(row, s_row, si_row, how.dequantize, o, C);
+          cpu::cast_span_scaled_e5m2(row, s_row, si_row, how.dequantize, o, C);
         if (qv.dtype != DType::f32) cpu::store_q_row(o, qv.row(r), qv.dtype, C);
         continue;
       }
@@ -206,9 +224,9 @@ void cpu::fp8_quantize(const Tensor& x, const Fp8Quant& how, const Tensor* scale
         if (!std::isfinite(am[gi + j])) {
           std::fill(o + c0, o + c0 + n, NAN);
         } else if (how.format == DType::f8_e4m3) {
-          cpu::cast_span<DType::f8_e4m3>(row + c0, s, sinv, how.dequantize, o + c0, n);
+          cpu::cast_span_e4m3(row + c0, s, sinv, how.dequantize, o + c0, n);
         } else {
-          cpu::cast_span<DType::f8_e5m2>(row + c0, s, sinv, how.dequantize, o + c0, n);
+          cpu::cast_span_e5m2(row + c0, s, sinv, how.dequantize, o + c0, n);
         }
       }
       if (qv.dtype != DType::f32) cpu::store_q_row(o, qv.row(r), qv.dtype, C);
