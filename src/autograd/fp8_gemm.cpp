@@ -43,12 +43,9 @@ Fp8Operand fp8_operand(const Tensor& t, Fp8Site& site, Fp8Role role, bool reduce
   const int ri = static_cast<int>(role);
   const Fp8Quant how =
       fp8_operand_quant(site.recipe, site.format(role), role == Fp8Role::weight, reduce_along_cols);
-  const int64_t R = t.size(0), C = t.size(1);
-  const int64_t br = how.block_rows ? how.block_rows : std::max<int64_t>(R, 1);
-  const int64_t bc = how.block_cols ? how.block_cols : std::max<int64_t>(C, 1);
-  const Shape grid{(R + br - 1) / br, (C + bc - 1) / bc};
+  const Shape grid = fp8_blocks(how, t.size(0), t.size(1)).grid();
   Fp8Operand o;
-  o.q = Tensor::empty({R, C}, DType::bf16, category);
+  o.q = Tensor::empty(t.shape(), DType::bf16, category);
   o.scale_inv = Tensor::empty(grid, DType::f32, MemCategory::workspace);
   o.dequantized = how.dequantize;
   Tensor amax = Tensor::empty(grid, DType::f32, MemCategory::workspace);

@@ -125,32 +125,18 @@ Var linear(const Var& x_in, const Var& w_in, const Var& b_in) {
   autocast(OpKind::linear, {&x, &w, &b});
   require(x, "linear", "x");
   require(w, "linear", "w");
-  const Tensor& xv = x.value();
-  if (w.value().dim() != 2 || xv.dim() < 1 || xv.size(-1) != w.size(1))
-    throw ShapeError("linear: x " + xv.to_string() + " and weight " + w.value().to_string() +
-                     " (OUT, IN) do not match");
-  const int64_t in = w.size(1), outf = w.size(0);
-  const Tensor x2 = xv.contiguous().reshape({-1, in});
-  Shape out_shape = xv.shape();
-  out_shape[out_shape.size() - 1] = outf;
-  Tensor out = Tensor::empty(out_shape, x.dtype());
-  Tensor out2 = out.reshape({-1, outf});
-  GemmOptions o;
-  o.trans_b = true;
   // The GEMM adds an f32 bias row in its epilogue; a 16-bit bias widens to f32 exactly. An f64
   // bias (gradient checks) is added separately so no precision is lost.
-  if (b.defined() && b.dtype() == DType::f64) {
-    gemm(x2, w.value(), out2, o);
-    mixtrain::add(out2, b.value(), out2);
-  } else {
-    Tensor bias32;
-    if (b.defined())
-      bias32 = b.dtype() == DType::f32 ? b.value() : b.value().to(DType::f32, MemCategory::workspace);
-    gemm(x2, w.value(), out2, o, b.defined() ? &bias32 : nullptr);
-  }
+  const bool bias_f64 = b.defined() && b.dtype() == DType::f64;
+  LinearFrame f = linear_frame("linear", x.value(), w.value(), x.dtype(),
+                               b.defined() && !bias_f64 ? &b.value() : nullptr);
+  GemmOptions o;
+  o.trans_b = true;
+  gemm(f.x2, w.value(), f.out2, o, f.bias32.defined() ? &f.bias32 : nullptr);
+  if (bias_f64) mixtrain::add(f.out2, b.value(), f.out2);
   std::shared_ptr<Node> n;
   if (needs_grad({&x, &w, &b})) n = make_node(OpKind::linear, {&x, &w, &b});
-  return make_output(out, n);
+  return make_output(f.out, n);
 }
 
 Var fp8_linear(const Var& x_in, const Var& w_in, const Var& b_in, const std::shared_ptr<Fp8Site>& site) {
@@ -160,14 +146,11 @@ Var fp8_linear(const Var& x_in, const Var& w_in, const Var& b_in, const std::sha
   autocast(OpKind::fp8_linear, {&x, &w, &b});
   require(x, "fp8_linear", "x");
   require(w, "fp8_linear", "w");
-  const Tensor& xv = x.value();
-  if (w.value().dim() != 2 || xv.dim() < 1 || xv.size(-1) != w.size(1))
-    throw ShapeError("fp8_linear: x " + xv.to_string() + " and weight " + w.value().to_string() +
-                     " (OUT, IN) do not match");
   if (b.defined() && b.dtype() == DType::f64)
     throw DTypeError(
         "fp8_linear: an f64 bias (fp8 GEMMs are for training in 16 bits, not for gradient checks)");
-  LinearFrame f = linear_frame(xv, w.size(1), w.size(0), x.dtype(), b.defined() ? &b.value() : nullptr);
+  LinearFrame f =
+      linear_frame("fp8_linear", x.value(), w.value(), x.dtype(), b.defined() ? &b.value() : nullptr);
   const bool grad = needs_grad({&x, &w, &b});
   // Backward takes the quantized x and w from here where the recipe allows (internal.h), instead
   // of x and w themselves: kept as activations then.

@@ -1,8 +1,10 @@
 // Pieces shared by the forward functions and their backward rules (not public API).
 #pragma once
+#include <string>
 #include <vector>
 
 #include "kernels/attention_ops.h"  // the blocked attention, heads_copy, dropout_mask
+#include "mixtrain/core/error.h"
 #include "mixtrain/kernels/fp8.h"
 #include "mixtrain/tensor/tensor.h"
 
@@ -14,14 +16,19 @@ Tensor heads_view(const Tensor& qkv, int which, int64_t n_head);
 
 namespace mixtrain::autograd {
 
-// What a linear layer's forward sets up around its GEMM (fp8_linear, quantized_linear): x's rows
+// What a linear layer's forward sets up around its GEMM (linear, fp8_linear, quantized_linear),
+// after checking that x (..., IN) and the weight (OUT, IN) fit (ShapeError naming `op`): x's rows
 // (M, IN), the output (..., OUT) in out_dtype and its rows (M, OUT), the bias widened to f32
 // (undefined without one).
 struct LinearFrame {
   Tensor x2, out, out2, bias32;
 };
-inline LinearFrame linear_frame(const Tensor& xv, int64_t in, int64_t outf, DType out_dtype,
+inline LinearFrame linear_frame(const char* op, const Tensor& xv, const Tensor& w, DType out_dtype,
                                 const Tensor* bias) {
+  if (w.dim() != 2 || xv.dim() < 1 || xv.size(-1) != w.size(1))
+    throw ShapeError(std::string(op) + ": x " + xv.to_string() + " and weight " + w.to_string() +
+                     " (OUT, IN) do not match");
+  const int64_t in = w.size(1), outf = w.size(0);
   LinearFrame f;
   f.x2 = xv.contiguous().reshape({-1, in});
   Shape out_shape = xv.shape();

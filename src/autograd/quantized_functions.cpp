@@ -21,12 +21,9 @@ Var quantized_linear(const Var& x_in, const QuantizedTensor& w, const Var& b_in)
     throw ArgumentError("quantized_linear: quantized weights are for inference; x requires a gradient");
   if (!w.codes.defined() || w.codes.dim() != 2)
     throw ArgumentError("quantized_linear: the weight is not a quantized matrix");
-  const Tensor& xv = x.value();
   const int64_t in = w.codes.size(1), outf = w.codes.size(0);
-  if (xv.dim() < 1 || xv.size(-1) != in)
-    throw ShapeError("quantized_linear: x " + xv.to_string() + " and weight " + w.codes.to_string() +
-                     " (OUT, IN) do not match");
-  LinearFrame f = linear_frame(xv, in, outf, x.dtype(), b.defined() ? &b.value() : nullptr);
+  LinearFrame f =
+      linear_frame("quantized_linear", x.value(), w.codes, x.dtype(), b.defined() ? &b.value() : nullptr);
   const Tensor& x2 = f.x2;  // (M, IN)
   Tensor& out2 = f.out2;    // (M, OUT)
   const int64_t M = x2.size(0);

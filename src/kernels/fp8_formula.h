@@ -51,6 +51,13 @@ inline Scale scale_from_amax(float amax, DType format, Fp8ScaleRule rule) {
 // A given scale (delayed scaling): its inverse.
 inline Scale given_scale(float s) { return {s, 1.f / s}; }
 
+// A block's scale as fp8_quantize takes it: the given one (delayed scaling; null: none) or the
+// rule's from the amax; NaN for a block that is not finite, whichever.
+inline Scale block_scale(float amax, const Fp8Quant& how, const float* given) {
+  if (!std::isfinite(amax)) return {NAN, NAN};
+  return given ? given_scale(*given) : scale_from_amax(amax, how.format, how.rule);
+}
+
 // The reference's cast: fp32 -> the format, round to nearest even, saturating.
 inline float cast_value(float v, DType format) {
   if (format == DType::f8_e4m3) return f32_from_fp8_e4m3(fp8_e4m3_from_f32(v, Fp8Overflow::saturate));

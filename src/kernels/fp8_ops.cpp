@@ -34,10 +34,7 @@ void fp8_quant_error(const Tensor& x, const Fp8Quant& how, const Tensor& q, cons
   if (x.dim() != 2 || !(q.shape() == x.shape()))
     throw ShapeError(std::string(op) + ": x " + x.to_string() + " and q " + q.to_string() +
                      " must be the same (R, C)");
-  const int64_t R = x.size(0), C = x.size(1);
-  const int64_t br = how.block_rows > 0 ? how.block_rows : std::max<int64_t>(R, 1);
-  const int64_t bc = how.block_cols > 0 ? how.block_cols : std::max<int64_t>(C, 1);
-  const Shape grid{(R + br - 1) / br, (C + bc - 1) / bc};
+  const Shape grid = fp8_blocks(how, x.size(0), x.size(1)).grid();
   detail::check_dtype(op, {"scale_inv", &scale_inv}, DType::f32);
   if (!(scale_inv.shape() == grid) || !scale_inv.is_contiguous())
     throw ShapeError(std::string(op) + ": scale_inv " + scale_inv.to_string() + " must be contiguous " +
@@ -132,16 +129,14 @@ void fp8_quantize(const Tensor& x, const Fp8Quant& how, const Tensor* scale, Ten
   if (how.block_rows < 0 || how.block_cols < 0)
     throw ArgumentError(std::string(op) + ": block " + std::to_string(how.block_rows) + " x " +
                         std::to_string(how.block_cols) + " (0 = the whole dimension, else positive)");
-  const int64_t R = x.size(0), C = x.size(1);
-  const int64_t br = how.block_rows > 0 ? how.block_rows : std::max<int64_t>(R, 1);
-  const int64_t bc = how.block_cols > 0 ? how.block_cols : std::max<int64_t>(C, 1);
-  const Shape grid{(R + br - 1) / br, (C + bc - 1) / bc};
+  const Fp8Blocks bl = fp8_blocks(how, x.size(0), x.size(1));
+  const Shape grid = bl.grid();
   for (const auto& [name, t] : {std::pair{"scale_inv", &scale_inv}, std::pair{"amax", &amax}}) {
     detail::check_dtype(op, {name, t}, DType::f32);
     if (!(t->shape() == grid) || !t->is_contiguous())
       throw ShapeError(std::string(op) + ": " + describe(name, *t) + " must be contiguous " +
-                       grid.to_string() + ": one per " + std::to_string(br) + " x " + std::to_string(bc) +
-                       " block");
+                       grid.to_string() + ": one per " + std::to_string(bl.rows) + " x " +
+                       std::to_string(bl.cols) + " block");
   }
   if (scale) {
     if (!(scale->device() == dev)) throw ArgumentError(std::string(op) + ": scale is on another device");

@@ -16,6 +16,7 @@
 #include "mixtrain/train/memory_prediction.h"
 #include "mixtrain/train/output_paths.h"
 #include "mixtrain/train/run_hooks.h"
+#include "train/checkpointing.h"
 #include "train/dir_lock.h"
 #include "train/fp8_hooks.h"
 #include "train/observer_hooks.h"
@@ -64,8 +65,6 @@ std::vector<AgreedField> trajectory_fields(const RunOptions& o) {
   for (const int64_t s : o.inject_nonfinite) inject += i(s) + ",";
   std::string keep;
   for (const std::string& k : o.keep_fp32) keep += k + ",";
-  std::string fp8_keep;
-  for (const std::string& k : o.fp8.keep) fp8_keep += k + ",";
   const GradScalerConfig& g = o.scaler;
   const CheckpointOptions& c = o.checkpoint;
   return {
@@ -96,12 +95,7 @@ std::vector<AgreedField> trajectory_fields(const RunOptions& o) {
        inject + " rank " + (o.inject_nonfinite_rank ? i(*o.inject_nonfinite_rank) : "all")},
       {"max_bad_steps", i(o.max_bad_steps_or_default())},
       {"keep_fp32", keep},
-      {"fp8", o.precision != PrecisionMode::mixed_fp8
-                  ? std::string("off")
-                  : std::string(fp8_recipe_name(o.fp8.recipe)) + " " +
-                        fp8_format_name(o.fp8.format_or_default()) + " " + i(o.fp8.amax_history) + " " +
-                        fp8_amax_compute_name(o.fp8.amax_compute) + " " + i(o.fp8.margin) + " " +
-                        i(o.fp8.keep_first_last) + " " + fp8_keep},
+      {"fp8", o.precision == PrecisionMode::mixed_fp8 ? fp8_run_options(o.fp8).dump() : "off"},
       {"checkpoint_activations", i(o.checkpoint_activations)},
       {"checkpoint.save_every", i(c.dir.empty() ? -1 : c.save_every)},
       {"checkpoint.stop_after", i(c.stop_after)},

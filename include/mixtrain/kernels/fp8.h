@@ -57,6 +57,20 @@ struct Fp8Quant {
   bool dequantize = false;  // q = code * scale_inv (q bf16 or f32), else q = code
 };
 
+// The blocks of a quantization of an (R, C) matrix: a block's size (how's, 0 meaning the whole
+// dimension, at least 1) and how many lie along each dimension (partial edge blocks count): the
+// shape of scale_inv and amax.
+struct Fp8Blocks {
+  int64_t rows, cols;            // a block's
+  int64_t grid_rows, grid_cols;  // blocks along R and along C
+  Shape grid() const { return {grid_rows, grid_cols}; }
+};
+inline Fp8Blocks fp8_blocks(const Fp8Quant& how, int64_t R, int64_t C) {
+  const int64_t br = how.block_rows > 0 ? how.block_rows : (R > 1 ? R : 1);
+  const int64_t bc = how.block_cols > 0 ? how.block_cols : (C > 1 ? C : 1);
+  return {br, bc, (R + br - 1) / br, (C + bc - 1) / bc};
+}
+
 // The largest finite value of an fp8 format: 448 (f8_e4m3), 57344 (f8_e5m2).
 float fp8_max(DType format);
 

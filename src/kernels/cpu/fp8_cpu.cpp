@@ -113,10 +113,9 @@ void cpu::fp8_quantize(const Tensor& x, const Fp8Quant& how, const Tensor* scale
     return ref::fp8_quantize(x, how, scale, q, scale_inv, amax);
   const int64_t R = x.size(0), C = x.size(1);
   if (R == 0 || C == 0) return;
-  const int64_t br = how.block_rows > 0 ? how.block_rows : R;
-  const int64_t bc = how.block_cols > 0 ? how.block_cols : C;
-  const int64_t nbr = (R + br - 1) / br, nbc = (C + bc - 1) / bc;
-  const int64_t grid = nbr * nbc;
+  const Fp8Blocks bl = fp8_blocks(how, R, C);
+  const int64_t br = bl.rows, bc = bl.cols, nbc = bl.grid_cols, grid = bl.grid_rows * nbc;
+  const float* given = scale ? scale->data<float>() : nullptr;
 
   float* am = amax.data<float>();
   float* si = scale_inv.data<float>();
@@ -141,9 +140,7 @@ void cpu::fp8_quantize(const Tensor& x, const Fp8Quant& how, const Tensor* scale
       cpu::row_block_maxes(row, C, bc, ar);
       for (int64_t j = 0, c0 = 0; c0 < C; ++j, c0 += bc) {
         const int64_t b = r * nbc + j, n = std::min(bc, C - c0);
-        fp8q::Scale s = scale ? fp8q::given_scale(scale->data<float>()[b])
-                              : fp8q::scale_from_amax(am[b], how.format, how.rule);
-        if (!std::isfinite(am[b])) s = {NAN, NAN};
+        const fp8q::Scale s = fp8q::block_scale(am[b], how, given ? given + b : nullptr);
         si[b] = s.scale_inv;
         std::fill(s_row + c0, s_row + c0 + n, s.scale);
         std::fill(si_row + c0, si_row + c0 + n, s.scale_inv);
@@ -181,9 +178,7 @@ void cpu::fp8_quantize(const Tensor& x, const Fp8Quant& how, const Tensor* scale
     float m = part[b];
     for (int t = 1; t < nt; ++t) m = std::max(m, part[t * grid + b]);
     am[b] = m;
-    fp8q::Scale s =
-        scale ? fp8q::given_scale(scale->data<float>()[b]) : fp8q::scale_from_amax(m, how.format, how.rule);
-    if (!std::isfinite(m)) s = {NAN, NAN};
+    const fp8q::Scale s = fp8q::block_scale(m, how, given ? given + b : nullptr);
     sc[b] = s.scale;
     si[b] = s.scale_inv;
   }
@@ -205,16 +200,12 @@ void cpu::fp8_quantize(const Tensor& x, const Fp8Quant& how, const Tensor* scale
         if (spread_gi != gi) {
           for (int64_t j = 0, c0 = 0; c0 < C; ++j, c0 += bc) {
             const int64_t b = gi + j, n = std::min(bc, C - c0);
-            const bool finite = std::isfinite(am[b]);
-            std::fill(s_row + c0, s_row + c0 + n, finite ? sc[b] : NAN);
-            std::fill(si_row + c0, si_row + c0 + n, finite ? si[b] : NAN);
+            std::fill(s_row + c0, s_row + c0 + n, sc[b]);  // NaN for a block that is not finite
+            std::fill(si_row + c0, si_row + c0 + n, si[b]);
           }
           spread_gi = gi;
         }
-        if (how.format == DType::f8_e4m3)
-          cpu::cast_span_scaled_e4m3(row, s_row, si_row, how.dequantize, o, C);
-        else
-          cpu::cast_span_scaled_e5m2(row, s_row, si_row, how.dequantize, o, C);
+        cast_row(row, s_row, si_row, o);
         if (qv.dtype != DType::f32) cpu::store_q_row(o, qv.row(r), qv.dtype, C);
         continue;
       }
@@ -244,9 +235,8 @@ void cpu::fp8_quant_error(const Tensor& x, const Fp8Quant& how, const Tensor& q,
     return ref::fp8_quant_error(x, how, q, scale_inv, s);
   const int64_t R = x.size(0), C = x.size(1);
   if (R == 0 || C == 0) return;
-  const int64_t br = how.block_rows > 0 ? how.block_rows : R;
-  const int64_t bc = how.block_cols > 0 ? how.block_cols : C;
-  const int64_t nbc = (C + bc - 1) / bc;
+  const Fp8Blocks bl = fp8_blocks(how, R, C);
+  const int64_t br = bl.rows, bc = bl.cols, nbc = bl.grid_cols;
   const float* si = scale_inv.data<float>();
   std::vector<Fp8ErrorStats> rows(static_cast<size_t>(R));
   const int nt = cpu::threads_for(R * C);

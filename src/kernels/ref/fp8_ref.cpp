@@ -13,9 +13,8 @@ namespace mixtrain::ref {
 void fp8_quantize(const Tensor& x, const Fp8Quant& how, const Tensor* scale, Tensor& q, Tensor& scale_inv,
                   Tensor& amax) {
   const int64_t R = x.size(0), C = x.size(1);
-  const int64_t br = how.block_rows > 0 ? how.block_rows : std::max<int64_t>(R, 1);
-  const int64_t bc = how.block_cols > 0 ? how.block_cols : std::max<int64_t>(C, 1);
-  const int64_t nbc = (C + bc - 1) / bc;
+  const Fp8Blocks bl = fp8_blocks(how, R, C);
+  const int64_t br = bl.rows, bc = bl.cols, nbc = bl.grid_cols;
   const auto xv = [&](int64_t r, int64_t c) {
     return load_as_f32(x.raw_data(), x.dtype(), r * x.stride(0) + c * x.stride(1));
   };
@@ -30,9 +29,8 @@ void fp8_quantize(const Tensor& x, const Fp8Quant& how, const Tensor* scale, Ten
         }
       const int64_t s_off = i * nbc + j;
       static_cast<float*>(amax.raw_data())[s_off] = m;
-      fp8q::Scale s = scale ? fp8q::given_scale(static_cast<const float*>(scale->raw_data())[s_off])
-                            : fp8q::scale_from_amax(m, how.format, how.rule);
-      if (!std::isfinite(m)) s = {NAN, NAN};
+      const fp8q::Scale s =
+          fp8q::block_scale(m, how, scale ? static_cast<const float*>(scale->raw_data()) + s_off : nullptr);
       static_cast<float*>(scale_inv.raw_data())[s_off] = s.scale_inv;
       for (int64_t r = r0; r < r1; ++r)
         for (int64_t c = c0; c < c1; ++c) {
@@ -46,9 +44,8 @@ void fp8_quantize(const Tensor& x, const Fp8Quant& how, const Tensor* scale, Ten
 void fp8_quant_error(const Tensor& x, const Fp8Quant& how, const Tensor& q, const Tensor& scale_inv,
                      Fp8ErrorStats& s) {
   const int64_t R = x.size(0), C = x.size(1);
-  const int64_t br = how.block_rows > 0 ? how.block_rows : std::max<int64_t>(R, 1);
-  const int64_t bc = how.block_cols > 0 ? how.block_cols : std::max<int64_t>(C, 1);
-  const int64_t nbc = (C + bc - 1) / bc;
+  const Fp8Blocks bl = fp8_blocks(how, R, C);
+  const int64_t br = bl.rows, bc = bl.cols, nbc = bl.grid_cols;
   const float* si = static_cast<const float*>(scale_inv.raw_data());
   for (int64_t r = 0; r < R; ++r) {
     Fp8ErrorStats row;
