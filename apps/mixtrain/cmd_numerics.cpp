@@ -17,7 +17,9 @@ namespace {
 // The advice names library fields; the user runs flags.
 std::string in_flags(std::string text) {
   for (const auto& [field, flag] :
-       {std::pair{"keep_fp32", "--keep-fp32"}, std::pair{"update_rounding", "--update-rounding"}})
+       {std::pair{"keep_fp32", "--keep-fp32"}, std::pair{"update_rounding", "--update-rounding"},
+        std::pair{"fp8_recipe", "--fp8-recipe"}, std::pair{"fp8_format", "--fp8-format"},
+        std::pair{"fp8_keep", "--fp8-keep"}, std::pair{"fp8_first_last", "--fp8-first-last"}})
     for (size_t at = text.find(field); at != std::string::npos; at = text.find(field, at))
       text.replace(at, std::string_view(field).size(), flag);
   return text;
@@ -48,6 +50,34 @@ void print_numerics_advice(const NumericsAdvice& a, const std::string& json_path
   j["fp16_grads_lost_unscaled"] = a.fp16_grads_lost_unscaled;
   j["bf16_updates_lost"] = a.bf16_updates_lost;
   j["fp16_updates_lost"] = a.fp16_updates_lost;
+  // fp8: per candidate linear layer, per recipe, per role (the output gradient in both formats).
+  nlohmann::ordered_json fp8 = nlohmann::ordered_json::array();
+  for (const Fp8SiteAdvice& s : a.fp8) {
+    nlohmann::ordered_json site{{"site", s.site}, {"first_last", s.first_last}};
+    for (int r = 0; r < kFp8Recipes; ++r) {
+      const Fp8Recipe recipe = static_cast<Fp8Recipe>(r);
+      nlohmann::ordered_json roles;
+      const char* names[] = {"input", "weight", "grad_output_e4m3", "grad_output_e5m2"};
+      for (int k = 0; k < kFp8Slots; ++k) {
+        const Fp8ErrorStats& e = s.at(recipe, static_cast<Fp8Slot>(k));
+        if (e.count == 0) continue;  // delayed on one step
+        const double n = static_cast<double>(e.count);
+        roles[names[k]] = {{"rel_error", e.relative_error()},
+                           {"saturated", static_cast<double>(e.saturated) / n},
+                           {"underflow", static_cast<double>(e.underflow) / n}};
+      }
+      if (!roles.is_null()) {
+        roles["safe_hybrid"] = s.over_bound(recipe, true).empty();
+        roles["safe_e4m3"] = s.over_bound(recipe, false).empty();
+        site["recipes"][fp8_recipe_name(recipe)] = roles;
+      }
+    }
+    fp8.push_back(site);
+  }
+  j["fp8_bounds"] = {{"rel_error_e4m3", kFp8ErrorBoundE4m3},
+                     {"rel_error_e5m2", kFp8ErrorBoundE5m2},
+                     {"underflow", kFp8UnderflowBound}};
+  j["fp8_sites"] = fp8;
   for (const ModeAdvice& m : a.modes) {
     nlohmann::ordered_json lines = nlohmann::ordered_json::array();
     for (const std::string& l : m.lines) lines.push_back(in_flags(l));

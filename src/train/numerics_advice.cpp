@@ -5,9 +5,12 @@
 #include <cstdio>
 #include <functional>
 #include <map>
+#include <optional>
 #include <tuple>
 
+#include "mixtrain/amp/autocast.h"
 #include "mixtrain/train/trainer.h"
+#include "train/fp8_advice.h"
 #include "train/numerics_sites.h"
 
 namespace mixtrain {
@@ -68,6 +71,170 @@ int min_scale_log2(const Log2Histogram& h, int64_t zeros) {
   return kFp16MinNormalLog2 - (bin - 127);
 }
 
+// The fp8 advice from the side quantizations of every candidate site (train/fp8_advice.h).
+// `in_run`: the sites the configured run puts in fp8 (not kept by the first/last rule,
+// fp8_keep or keep_fp32).
+struct Fp8Choice {
+  Fp8Recipe recipe;
+  bool hybrid;
+};
+std::string choice_name(Fp8Choice c) {
+  return std::string(fp8_recipe_name(c.recipe)) + " (" + (c.hybrid ? "hybrid" : "e4m3") + ")";
+}
+std::string flags_of(Fp8Choice c) {
+  std::string f = std::string("fp8_recipe ") + fp8_recipe_name(c.recipe);
+  if (c.hybrid != (fp8_default_format(c.recipe) == Fp8Format::hybrid))
+    f += std::string(" fp8_format ") + (c.hybrid ? "hybrid" : "e4m3");
+  return f;
+}
+
+ModeAdvice fp8_advice(const std::vector<Fp8SiteAdvice>& sites, const std::vector<bool>& in_run,
+                      const Fp8Config& cfg) {
+  ModeAdvice m;
+  m.mode = "fp8-mixed";
+  const Fp8Choice configured{cfg.recipe, cfg.format_or_default() == Fp8Format::hybrid};
+  // The configured choice first, then each recipe in the given format (or its default), then in the
+  // other one; Transformer Engine's default first, the rest fastest first on AMX (bench/RESULTS.md).
+  std::vector<Fp8Choice> order{configured};
+  auto add = [&](Fp8Choice c) {
+    for (const Fp8Choice& o : order)
+      if (o.recipe == c.recipe && o.hybrid == c.hybrid) return;
+    order.push_back(c);
+  };
+  const Fp8Recipe by_speed[] = {Fp8Recipe::delayed, Fp8Recipe::current, Fp8Recipe::block, Fp8Recipe::rowwise,
+                                Fp8Recipe::mxfp8};
+  for (bool other : {false, true})
+    for (Fp8Recipe r : by_speed) {
+      const bool hybrid =
+          cfg.format ? *cfg.format == Fp8Format::hybrid : fp8_default_format(r) == Fp8Format::hybrid;
+      add({r, other ? !hybrid : hybrid});
+    }
+  auto failing = [&](Fp8Choice c, bool run_sites_only) {
+    std::vector<size_t> v;
+    for (size_t i = 0; i < sites.size(); ++i)
+      if ((!run_sites_only || in_run[i]) && !sites[i].over_bound(c.recipe, c.hybrid).empty()) v.push_back(i);
+    return v;
+  };
+  auto measured = [&](Fp8Choice c) {
+    for (const Fp8SiteAdvice& s : sites)
+      if (s.at(c.recipe, Fp8Slot::input).count > 0) return true;
+    return false;
+  };
+  const std::string bounds = "bounds (relative error " + num(kFp8ErrorBoundE4m3) + " in E4M3, " +
+                             num(kFp8ErrorBoundE5m2) + " in E5M2; " + pct(kFp8UnderflowBound) + " underflow)";
+  // One line per recipe.
+  size_t run_sites = 0;
+  for (bool b : in_run) run_sites += b;
+  std::array<bool, kFp8Recipes> said{};
+  for (const Fp8Choice& c : order) {  // each recipe once, in the format it comes first in
+    if (said[size_t(c.recipe)]) continue;
+    said[size_t(c.recipe)] = true;
+    if (!measured(c)) {
+      m.lines.push_back(choice_name(c) + ": not measured (delayed scaling is judged from the second step)");
+      continue;
+    }
+    const std::vector<size_t> bad = failing(c, false);
+    std::string line = choice_name(c) + ": ";
+    if (bad.empty()) {
+      line += "within the " + bounds + " at all " + std::to_string(sites.size()) + " linear layers (largest:";
+      const Fp8Slot slots[] = {Fp8Slot::input, Fp8Slot::weight,
+                               c.hybrid ? Fp8Slot::grad_e5m2 : Fp8Slot::grad_e4m3};
+      const char* names[] = {"input", "weight", "grad_output"};
+      for (int j = 0; j < 3; ++j) {
+        double err = 0, under = 0;
+        for (const Fp8SiteAdvice& st : sites) {
+          const Fp8ErrorStats& e = st.at(c.recipe, slots[j]);
+          err = std::max(err, e.relative_error());
+          if (e.count > 0)
+            under = std::max(under, static_cast<double>(e.underflow) / static_cast<double>(e.count));
+        }
+        line +=
+            std::string(j ? "," : "") + " " + names[j] + " " + num(err) + " (" + pct(under) + " underflow)";
+      }
+      line += ")";
+    } else {
+      line += std::to_string(bad.size()) + " of " + std::to_string(sites.size()) +
+              " linear layers over the " + bounds + ":";
+      for (size_t n = 0; n < bad.size() && n < 4; ++n) {
+        const Fp8SiteAdvice& s = sites[bad[n]];
+        line += std::string(n ? "," : "") + " " + s.site + " (";
+        const std::vector<std::string> roles = s.over_bound(c.recipe, c.hybrid);
+        for (size_t j = 0; j < roles.size(); ++j) {
+          const Fp8Slot slot = roles[j] == "input"    ? Fp8Slot::input
+                               : roles[j] == "weight" ? Fp8Slot::weight
+                               : c.hybrid             ? Fp8Slot::grad_e5m2
+                                                      : Fp8Slot::grad_e4m3;
+          const Fp8ErrorStats& e = s.at(c.recipe, slot);
+          const double n_el = e.count > 0 ? static_cast<double>(e.count) : 1.0;
+          line += std::string(j ? "; " : "") + roles[j] + " " + num(e.relative_error()) + ", " +
+                  pct(static_cast<double>(e.saturated) / n_el) + " saturated, " +
+                  pct(static_cast<double>(e.underflow) / n_el) + " underflow";
+        }
+        line += ")";
+      }
+      if (bad.size() > 4) line += " and " + std::to_string(bad.size() - 4) + " more";
+    }
+    m.lines.push_back(line);
+  }
+  // The verdict on the configured run, and a fix when it fails.
+  const std::vector<size_t> bad_now = failing(configured, true);
+  if (!measured(configured)) {
+    m.lines.push_back("run at least 2 steps to judge " + choice_name(configured));
+    return m;
+  }
+  if (run_sites == 0) {
+    m.lines.push_back(
+        "the configured run has no linear layer in fp8 (every one is kept: first and last block, "
+        "fp8_keep, keep_fp32); fp8_first_last or fewer kept layers put the ones above in fp8");
+  } else if (bad_now.empty()) {
+    m.lines.push_back("safe: " + choice_name(configured) + " keeps every one of the run's " +
+                      std::to_string(run_sites) + " fp8 linear layers within the bounds");
+  } else {
+    m.safe = false;
+    std::optional<Fp8Choice> fix;
+    for (const Fp8Choice& c : order)
+      if (measured(c) && failing(c, true).empty()) {
+        fix = c;
+        break;
+      }
+    std::string line = choice_name(configured) + " puts " + std::to_string(bad_now.size()) +
+                       " of the run's " + std::to_string(run_sites) + " fp8 linear layers over the bounds: ";
+    if (fix) {
+      line += "use " + flags_of(*fix) + " (within the bounds at all of them)";
+    } else {
+      // No recipe does: the choice with the fewest sites over, those kept in bf16.
+      Fp8Choice best = configured;
+      size_t fewest = bad_now.size();
+      for (const Fp8Choice& c : order)
+        if (measured(c) && failing(c, true).size() < fewest) {
+          best = c;
+          fewest = failing(c, true).size();
+        }
+      line += "no recipe keeps them all; use " + flags_of(best);
+      for (size_t i : failing(best, true)) line += " fp8_keep " + sites[i].site;
+    }
+    m.lines.push_back(line);
+  }
+  // The first and last blocks: whether putting them in fp8 too would stay within the bound.
+  if (cfg.keep_first_last && run_sites > 0) {
+    size_t edge = 0, edge_bad = 0;
+    for (size_t i = 0; i < sites.size(); ++i)
+      if (sites[i].first_last) {
+        ++edge;
+        edge_bad += !sites[i].over_bound(configured.recipe, configured.hybrid).empty();
+      }
+    if (edge > 0 && bad_now.empty())
+      m.lines.push_back(edge_bad == 0 ? "the first and last blocks' " + std::to_string(edge) +
+                                            " linear layers are within the bounds too (fp8_first_last puts "
+                                            "them in fp8)"
+                                      : std::to_string(edge_bad) + " of the first and last blocks' " +
+                                            std::to_string(edge) +
+                                            " linear layers are over the bounds: keep "
+                                            "them in bf16 (the default)");
+  }
+  return m;
+}
+
 }  // namespace
 
 std::string NumericsAdvice::text() const {
@@ -93,14 +260,17 @@ NumericsAdvice advise_run(const RunOptions& opt_in, const std::function<int64_t(
   opt.measure_gemm_rate = false;
   if (opt.steps) opt.max_bad_steps = *opt.steps;  // a NaN is a finding here, not the end
   auto merged = std::make_shared<Merged>();
+  auto fp8 = std::make_shared<std::vector<Fp8SiteAdvice>>();
   const auto caller_hooks = opt_in.add_hooks;
-  opt.add_hooks = [merged, caller_hooks](TrainingRun& run) {
+  const Fp8Config fp8_cfg = opt_in.fp8;
+  opt.add_hooks = [merged, caller_hooks, fp8, fp8_cfg](TrainingRun& run) {
     if (caller_hooks) caller_hooks(run);
     NumericsOptions n;
     n.every = 1;
     n.histograms = true;
     run.add_hook(std::make_unique<NumericsHook>(
         n, [merged](int64_t, const std::vector<SiteStats>& s) { merged->add(s); }));
+    run.add_hook(std::make_unique<Fp8AdviceHook>(fp8_cfg, fp8));  // after it: tees its probe
   };
   NumericsAdvice a;
   try {
@@ -212,6 +382,15 @@ NumericsAdvice advise_run(const RunOptions& opt_in, const std::function<int64_t(
                          " of updates (below half a bf16 ulp)");
   }
   a.modes = {m16, b16m, t16, tb16};
+  a.fp8 = *fp8;
+  if (!a.fp8.empty()) {
+    std::vector<bool> in_run;
+    for (const Fp8SiteAdvice& s : a.fp8)
+      in_run.push_back(!(s.first_last && opt_in.fp8.keep_first_last) &&
+                       !keep_fp32_matches(opt_in.fp8.keep, s.site) &&
+                       !keep_fp32_matches(opt_in.keep_fp32, s.site));
+    a.modes.push_back(fp8_advice(a.fp8, in_run, opt_in.fp8));
+  }
   return a;
 }
 

@@ -68,7 +68,8 @@ python3 - "$TMP/advice.json" <<'PY' && pass || fail "advice JSON: $(head -c 300 
 import json, sys
 j = json.load(open(sys.argv[1]))
 assert j["steps"] == 2, j["steps"]
-assert set(j["modes"]) == {"16-mixed", "bf16-mixed", "16-true", "bf16-true"}, j["modes"].keys()
+assert set(j["modes"]) == {"16-mixed", "bf16-mixed", "16-true", "bf16-true", "fp8-mixed"}, j["modes"].keys()
+assert j["fp8_sites"] and j["fp8_sites"][0]["site"].startswith("bert.encoder.layer.0."), j["fp8_sites"][:1]
 assert j["min_loss_scale_log2"] <= j["max_loss_scale_log2"] + 64
 PY
 expect_exit 2 "--advise with --predict-memory" -- "${FT[@]}" --advise --predict-memory
@@ -132,7 +133,7 @@ expect_exit 0 "numerics --advise --task classify" -- "$MIXTRAIN" --threads 1 num
 python3 - "$TMP/out" <<'PY' && pass || fail "numerics --advise --task classify JSON"
 import json, sys
 j = json.load(open(sys.argv[1]))
-assert j["steps"] == 3 and set(j["modes"]) == {"16-mixed", "bf16-mixed", "16-true", "bf16-true"}, j
+assert j["steps"] == 3 and set(j["modes"]) == {"16-mixed", "bf16-mixed", "16-true", "bf16-true", "fp8-mixed"}, j["modes"]
 PY
 expect_exit 0 "numerics --task classify probes" -- "$MIXTRAIN" --threads 1 numerics "${TASK[@]}" --numerics "$TMP/probes.jsonl"
 [ -s "$TMP/probes.jsonl" ] && pass || fail "numerics --task classify wrote no probes"

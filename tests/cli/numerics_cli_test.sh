@@ -48,11 +48,14 @@ PY
 then pass; else fail "numerics log or step logs"; fi
 
 expect_exit 0 "advise" -- "$MIXTRAIN" --threads 2 numerics --advise --model "$TMP/tiny.json" --data "$TMP/text.txt" --batch-size 4 --seq-len 16 --force
-for mode in 16-mixed bf16-mixed 16-true bf16-true; do
+for mode in 16-mixed bf16-mixed 16-true bf16-true fp8-mixed; do
   if grep -q "^$mode: " "$TMP/out"; then pass; else fail "advice lacks $mode: $(cat "$TMP/out")"; fi
 done
 expect_exit 0 "advise json" -- "$MIXTRAIN" --threads 2 numerics --advise --json --model "$TMP/tiny.json" --data "$TMP/text.txt" --batch-size 4 --seq-len 16 --force
-if python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); assert j["steps"] == 3 and set(j["modes"]) == {"16-mixed","bf16-mixed","16-true","bf16-true"}' "$TMP/out"; then pass; else fail "advice json: $(head -c 300 "$TMP/out")"; fi
+if python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); assert j["steps"] == 3 and set(j["modes"]) == {"16-mixed","bf16-mixed","16-true","bf16-true","fp8-mixed"}
+s = j["fp8_sites"]  # the tiny model: 2 blocks x 4 linear layers, every recipe measured
+assert [x["site"] for x in s[:4]] == ["transformer.h.0.attn.c_attn", "transformer.h.0.attn.c_proj", "transformer.h.0.mlp.c_fc", "transformer.h.0.mlp.c_proj"], s
+assert len(s) == 8 and all(x["first_last"] and len(x["recipes"]) == 5 for x in s), s' "$TMP/out"; then pass; else fail "advice json: $(head -c 300 "$TMP/out")"; fi
 expect_exit 0 "numerics probe run" -- "$MIXTRAIN" --threads 2 numerics --model "$TMP/tiny.json" --data "$TMP/text.txt" --batch-size 4 --seq-len 16 --force --numerics "$TMP/p.jsonl"
 if [ "$(python3 -c 'import json,sys; print(sorted({json.loads(l)["step"] for l in open(sys.argv[1])}))' "$TMP/p.jsonl")" = "[1, 2, 3]" ]; then pass; else fail "numerics run steps"; fi
 
