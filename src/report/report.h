@@ -9,7 +9,10 @@
 //              "summary": {"tokens_per_s", "peak_bytes", "peak_bytes_by_category": {cat: bytes},
 //                          "final_train_loss", "val_loss", "skipped_steps", "diverged",
 //                          "elapsed_s", ...} | null,
-//              "steps": [{"step", "loss", "val_loss"?, "lr", "loss_scale", "skipped"}, ...]}]}
+//              "steps": [{"step", "loss", "val_loss"?, "lr", "loss_scale", "skipped"}, ...],
+//              "fp8_scales"?: {"<role>/<site>": [[step, scale], ...]}}]}
+//   (fp8_scales: an fp8-mixed delayed-scaling run's TensorBoard directory with --numerics, its
+//   sampled steps' scales per fp8 layer and role)
 #pragma once
 #include <nlohmann/json.hpp>
 #include <string>

@@ -171,6 +171,20 @@ constexpr std::string_view kScript = R"js(
       data: skipped.map((s) => ({ x: s.step, y: num(s.loss_scale) })) });
   });
   lineChart('chart-loss-scale', scale, 'loss scale', 'logarithmic');
+  // fp8-mixed's delayed-scaling scales per layer and role, every run (log axis), when any has them.
+  if (document.getElementById('chart-fp8-scales')) {
+    const fp8 = [];
+    let k = 0;
+    runs.forEach((r) => {
+      Object.keys(r.fp8_scales || {}).forEach((series) => {
+        fp8.push({ label: (runs.length > 1 ? r.label + ' ' : '') + series, borderColor: color(k),
+                   backgroundColor: color(k), pointRadius: 2, borderWidth: 1.2,
+                   data: r.fp8_scales[series].map((p) => ({ x: p[0], y: num(p[1]) })) });
+        k++;
+      });
+    });
+    lineChart('chart-fp8-scales', fp8, 'fp8 scale', 'logarithmic');
+  }
   // Peak memory by category, one stacked bar per run.
   const cats = [];
   runs.forEach((r) => {
@@ -213,7 +227,14 @@ std::string render_report_html(const json& report) {
        "per "
        "step (log axis); crosses mark skipped steps</figcaption></figure>"
        "<figure><canvas id=\"chart-memory\" width=\"720\" height=\"340\"></canvas><figcaption>peak memory by "
-       "category</figcaption></figure></div>\n";
+       "category</figcaption></figure>";
+  bool fp8 = false;
+  for (const json& r : report.value("runs", json::array())) fp8 = fp8 || r.contains("fp8_scales");
+  if (fp8)
+    h += "<figure><canvas id=\"chart-fp8-scales\" width=\"720\" height=\"380\"></canvas><figcaption>fp8 "
+         "scales per layer and role (delayed scaling, the sampled steps of --numerics; log axis)</figcaption>"
+         "</figure>";
+  h += "</div>\n";
   h += "<h2>Configuration</h2>\n" + key_value_table("config", report.value("config", json())) + "\n";
   h += "<h2>Machine</h2>\n" + key_value_table("machine", report.value("machine", json())) + "\n";
   h += "<script id=\"report-data\" type=\"application/json\">" + script_json(report) + "</script>\n";

@@ -92,7 +92,10 @@ json run_from_log(const std::string& label, const std::vector<json>& lines) {
 }
 
 // One TensorBoard run directory, as step-log lines (the tags mapped back to the log's fields).
-std::vector<json> log_lines_from_events(const std::string& dir, json& memory_mib, ReportRead& read) {
+// fp8_scales: the delayed recipe's scales (tags fp8_scale/<role>/<site>) as {"<role>/<site>":
+// [[step, scale], ...]}.
+std::vector<json> log_lines_from_events(const std::string& dir, json& memory_mib, json& fp8_scales,
+                                        ReportRead& read) {
   static const std::map<std::string, std::string> kField = {{"train/loss", "loss"},
                                                             {"val/loss", "val_loss"},
                                                             {"train/lr", "lr"},
@@ -113,6 +116,8 @@ std::vector<json> log_lines_from_events(const std::string& dir, json& memory_mib
           l[it->second] = std::isfinite(v) ? json(v) : json();
       } else if (tag.rfind("memory/", 0) == 0 && tag != "memory/total_mib" && tag.size() > 11) {
         memory_mib[tag.substr(7, tag.size() - 11)] = v;  // memory/<category>_mib
+      } else if (tag.rfind("fp8_scale/", 0) == 0 && tag.size() > 10) {
+        fp8_scales[tag.substr(10)].push_back(json::array({e.step, std::isfinite(v) ? json(v) : json()}));
       }
     }
     lines.push_back(std::move(l));
@@ -121,9 +126,10 @@ std::vector<json> log_lines_from_events(const std::string& dir, json& memory_mib
 }
 
 json run_from_events(const std::string& label, const std::string& dir, ReportRead& read) {
-  json memory = json::object();
-  const std::vector<json> lines = log_lines_from_events(dir, memory, read);
+  json memory = json::object(), fp8_scales = json::object();
+  const std::vector<json> lines = log_lines_from_events(dir, memory, fp8_scales, read);
   json run = run_from_log(label, lines);
+  if (!fp8_scales.empty()) run["fp8_scales"] = fp8_scales;
   json by_cat = json::object();
   double total = 0;
   for (auto& [k, v] : memory.items()) {

@@ -104,6 +104,21 @@ void add_amax_scalars(TensorBoardHook& tb, const std::vector<SiteStats>& sites) 
                   s.stats.amax);
 }
 
+void add_fp8_scalars(TensorBoardHook& tb, const std::vector<std::shared_ptr<autograd::Fp8Site>>& sites) {
+  for (const auto& s : sites)
+    for (int role = 0; role < autograd::kFp8Roles; ++role) {
+      const std::string tail =
+          std::string("/") + autograd::fp8_role_name(static_cast<autograd::Fp8Role>(role)) + "/" + s->path;
+      const Fp8ErrorStats& e = s->stats[size_t(role)];
+      const double n = e.count > 0 ? static_cast<double>(e.count) : 1.0;
+      tb.add_scalar("fp8_amax" + tail, s->step_amax[size_t(role)]);
+      if (s->recipe == Fp8Recipe::delayed) tb.add_scalar("fp8_scale" + tail, s->scale[size_t(role)]);
+      tb.add_scalar("fp8_rel_error" + tail, static_cast<float>(e.relative_error()));
+      tb.add_scalar("fp8_saturated" + tail, static_cast<float>(static_cast<double>(e.saturated) / n));
+      tb.add_scalar("fp8_underflow" + tail, static_cast<float>(static_cast<double>(e.underflow) / n));
+    }
+}
+
 void SiteTable::clear() {
   index_.clear();
   sites_.clear();

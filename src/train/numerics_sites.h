@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <tuple>
@@ -49,6 +50,10 @@ std::string fp8_record_json(int64_t step, const autograd::Fp8Site& site, int rol
 class TensorBoardHook;
 // Adds numerics_amax/<kind>/<site>:<op> (parameters: numerics_amax/<kind>/<name>) for each site.
 void add_amax_scalars(TensorBoardHook& tb, const std::vector<SiteStats>& sites);
+// Adds, for each fp8 site and role, fp8_amax/<role>/<site> (the step's amax), fp8_scale/<role>/<site>
+// (the delayed recipe's scale of the step's casts), fp8_rel_error/, fp8_saturated/ and
+// fp8_underflow/<role>/<site> (the sampled step's casts, kernels/fp8.h Fp8ErrorStats).
+void add_fp8_scalars(TensorBoardHook& tb, const std::vector<std::shared_ptr<autograd::Fp8Site>>& sites);
 
 class SiteTable {
  public:

@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "mixtrain/amp/autocast.h"
+#include "mixtrain/amp/fp8.h"
 #include "mixtrain/train/numerics_hook.h"
 #include "mixtrain/train/run_hooks.h"
 #include "mixtrain/train/tensorboard_hook.h"
@@ -23,8 +24,9 @@ void add_observer_hooks(TrainingRun& run, const RunOptions& opt) {
   if (!opt.numerics.path.empty()) {
     NumericsHook::SampleFn to_tensorboard;  // each sampled site's amax as a scalar of the step's event
     if (tb)
-      to_tensorboard = [t = tb.get()](int64_t, const std::vector<SiteStats>& sites) {
+      to_tensorboard = [t = tb.get(), &run](int64_t, const std::vector<SiteStats>& sites) {
         add_amax_scalars(*t, sites);
+        if (const Fp8State* f = run.fp8()) add_fp8_scalars(*t, f->sites());
       };
     run.add_hook(std::make_unique<NumericsHook>(opt.numerics, std::move(to_tensorboard)));
   }

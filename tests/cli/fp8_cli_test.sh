@@ -38,6 +38,22 @@ expect_exit 2 "fp8 resume, other recipe" -- "${TRAIN[@]}" --steps 4 --precision 
   --resume "$TMP/ck"
 expect_stderr_has "fp8" "the refusal names the fp8 options"
 
+# TensorBoard: with --numerics, each sampled step adds fp8_* scalars per site and role; the HTML
+# report charts the delayed recipe's scales (the middle block's 4 layers x 3 roles).
+expect_exit 0 "fp8 tensorboard" -- "${TRAIN[@]}" --steps 3 --precision fp8-mixed --numerics "$TMP/tbn.jsonl" \
+  --numerics-every 2 --tensorboard "$TMP/tb"
+expect_exit 0 "fp8 report" -- "$MIXTRAIN" report "$TMP/tb" -o "$TMP/tb.html"
+python3 - "$TMP/tb.html" <<'PY' && pass || fail "fp8 scales in the report"
+import json, re, sys
+h = open(sys.argv[1]).read()
+assert '<canvas id="chart-fp8-scales"' in h
+m = json.loads(re.search(r'<script id="report-data" type="application/json">(.*?)</script>', h, re.S).group(1))
+s = m["runs"][0]["fp8_scales"]
+assert len(s) == 12 and "grad_output/transformer.h.1.mlp.c_proj" in s, sorted(s)
+assert all([p[0] for p in v] == [1, 3] for v in s.values()), s
+assert all(v[0][1] == 1.0 and v[1][1] != 1.0 for v in s.values()), s  # scale 1 until the first update
+PY
+
 # The fp8 diagnostics: one line per fp8 site and role per sampled step (kind "fp8"). Delayed
 # scaling's first step casts with scale 1: most output gradients underflow in E5M2 there.
 expect_exit 0 "fp8 numerics" -- "${TRAIN[@]}" --steps 3 --precision fp8-mixed --numerics "$TMP/n.jsonl" \

@@ -44,6 +44,16 @@ TEST(ReportHtml, TableConfigMachineAndInlineChartJs) {
   EXPECT_EQ(html.find("<script src"), std::string::npos);
 }
 
+TEST(ReportHtml, Fp8ScalesChartOnlyWhenARunHasThem) {
+  json r = one_run("fp8-mixed");
+  EXPECT_EQ(render_report_html(r).find("<canvas id=\"chart-fp8-scales\""), std::string::npos);
+  r["runs"][0]["fp8_scales"]["input/transformer.h.1.mlp.c_fc"] =
+      json::array({json::array({1, 1.0}), json::array({3, 57.5})});
+  const std::string html = render_report_html(r);
+  EXPECT_NE(html.find("<canvas id=\"chart-fp8-scales\""), std::string::npos);
+  EXPECT_NE(html.find("input/transformer.h.1.mlp.c_fc"), std::string::npos);  // in the data
+}
+
 TEST(ReportHtml, MissingMachineSaysSo) {
   json r = one_run("x");
   r["machine"] = json::object();

@@ -7,7 +7,9 @@
 // (1 on a skipped step, else 0), amp/found_inf, amp/overflows (so far), val/loss (on evaluation
 // steps), memory/<category>_mib (each category's peak so far, MiB, categories that have one).
 // A non-finite loss or gradient norm is written as is (TensorBoard shows NaN / inf). With numerics
-// probes on, their sampled steps add numerics_amax/<kind>/<site>:<op> (see add_scalar).
+// probes on, their sampled steps add numerics_amax/<kind>/<site>:<op> (see add_scalar), and in
+// fp8-mixed fp8_amax, fp8_scale (delayed), fp8_rel_error, fp8_saturated and fp8_underflow
+// /<role>/<site> for each fp8 linear layer and role (input, weight, grad_output).
 //
 // Resuming: a run that starts after step S (a checkpoint restore) first cuts every event file
 // already in DIR back to steps <= S (the records of a crashed or abandoned continuation go, as
