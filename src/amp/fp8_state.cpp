@@ -63,7 +63,10 @@ Fp8State::Fp8State(const Fp8Config& cfg, const std::vector<std::vector<std::stri
       by_path_[path] = sites_.size();
       sites_.push_back(std::move(s));
     }
-  hist_.assign(sites_.size() * autograd::kFp8Roles * size_t(cfg_.amax_history), 0.f);
+  // The histories are run memory of their own (MemCategory::fp8): a Tensor, so that the tracker
+  // and the meta device's prediction count them.
+  hist_ = Tensor::zeros({static_cast<int64_t>(sites_.size()) * autograd::kFp8Roles * cfg_.amax_history},
+                        DType::f32, MemCategory::fp8);
 }
 
 std::shared_ptr<autograd::Fp8Site> Fp8State::site(const std::string& path) const {
@@ -74,10 +77,14 @@ std::shared_ptr<autograd::Fp8Site> Fp8State::site(const std::string& path) const
 void Fp8State::update() {
   const size_t H = size_t(cfg_.amax_history);
   const size_t slot = size_t(updates_ % cfg_.amax_history);
+  if (hist_.is_meta()) {  // (a memory prediction: nothing to record)
+    ++updates_;
+    return;
+  }
   for (size_t i = 0; i < sites_.size(); ++i) {
     autograd::Fp8Site& s = *sites_[i];
     for (int r = 0; r < autograd::kFp8Roles; ++r) {
-      float* h = hist_.data() + (i * autograd::kFp8Roles + size_t(r)) * H;
+      float* h = hist_.data<float>() + (i * autograd::kFp8Roles + size_t(r)) * H;
       h[slot] = s.step_amax[size_t(r)];
       s.step_amax[size_t(r)] = 0.f;
       if (cfg_.recipe != Fp8Recipe::delayed) continue;
@@ -95,8 +102,9 @@ void Fp8State::update() {
 
 std::vector<float> Fp8State::history(size_t site, autograd::Fp8Role role) const {
   const size_t H = size_t(cfg_.amax_history);
-  const float* h = hist_.data() + (site * autograd::kFp8Roles + size_t(role)) * H;
   std::vector<float> v;
+  if (hist_.is_meta()) return v;
+  const float* h = hist_.data<float>() + (site * autograd::kFp8Roles + size_t(role)) * H;
   const size_t n = std::min<size_t>(H, size_t(updates_));
   for (size_t k = 0; k < n; ++k) v.push_back(h[(size_t(updates_) - n + k) % H]);
   return v;
@@ -105,19 +113,19 @@ std::vector<float> Fp8State::history(size_t site, autograd::Fp8Role role) const 
 Fp8State::Snapshot Fp8State::snapshot() const {
   Snapshot s;
   s.updates = updates_;
-  s.history = hist_;
+  s.history = hist_.is_meta() ? std::vector<float>(size_t(hist_.numel()), 0.f) : hist_.to_floats();
   for (const auto& site : sites_) s.scale.insert(s.scale.end(), site->scale.begin(), site->scale.end());
   return s;
 }
 
 void Fp8State::restore(const Snapshot& s) {
-  if (s.history.size() != hist_.size() || s.scale.size() != sites_.size() * autograd::kFp8Roles ||
-      s.updates < 0)
+  const size_t n = size_t(hist_.numel());
+  if (s.history.size() != n || s.scale.size() != sites_.size() * autograd::kFp8Roles || s.updates < 0)
     throw ArgumentError("fp8 state: " + std::to_string(s.scale.size() / autograd::kFp8Roles) +
                         " sites with " + std::to_string(s.history.size()) +
                         " history entries, this run has " + std::to_string(sites_.size()) + " sites with " +
-                        std::to_string(hist_.size()));
-  hist_ = s.history;
+                        std::to_string(n));
+  if (!hist_.is_meta()) std::copy(s.history.begin(), s.history.end(), hist_.data<float>());
   updates_ = s.updates;
   for (size_t i = 0; i < sites_.size(); ++i)
     for (int r = 0; r < autograd::kFp8Roles; ++r) {

@@ -46,7 +46,7 @@ Fp8Operand fp8_operand(const Tensor& t, Fp8Site& site, Fp8Role role, bool reduce
   const Shape grid = fp8_blocks(how, t.size(0), t.size(1)).grid();
   Fp8Operand o;
   o.q = Tensor::empty(t.shape(), DType::bf16, category);
-  o.scale_inv = Tensor::empty(grid, DType::f32, MemCategory::workspace);
+  o.scale_inv = Tensor::empty(grid, DType::f32, category);  // kept with q when q is kept
   o.dequantized = how.dequantize;
   Tensor amax = Tensor::empty(grid, DType::f32, MemCategory::workspace);
   const bool meta = t.device().is_meta();

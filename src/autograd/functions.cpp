@@ -153,13 +153,13 @@ Var fp8_linear(const Var& x_in, const Var& w_in, const Var& b_in, const std::sha
       linear_frame("fp8_linear", x.value(), w.value(), x.dtype(), b.defined() ? &b.value() : nullptr);
   const bool grad = needs_grad({&x, &w, &b});
   // Backward takes the quantized x and w from here where the recipe allows (internal.h), instead
-  // of x and w themselves: kept as activations then.
+  // of x and w themselves: kept as MemCategory::fp8 then.
   const bool keep_x = grad && fp8_reuses_input(site->recipe),
              keep_w = grad && fp8_reuses_weight(site->recipe);
-  const Fp8Operand xq = fp8_operand(f.x2, *site, Fp8Role::input, true,
-                                    keep_x ? MemCategory::activations : MemCategory::workspace);
+  const Fp8Operand xq =
+      fp8_operand(f.x2, *site, Fp8Role::input, true, keep_x ? MemCategory::fp8 : MemCategory::workspace);
   const Fp8Operand wq = fp8_operand(w.value(), *site, Fp8Role::weight, true,
-                                    keep_w ? MemCategory::activations : MemCategory::workspace);
+                                    keep_w ? MemCategory::fp8 : MemCategory::workspace);
   fp8_gemm(xq, wq, false, true, f.out2, b.defined() ? &f.bias32 : nullptr, false);  // x w^T
   std::shared_ptr<Node> n;
   if (grad) {

@@ -28,6 +28,8 @@ std::string_view mem_category_name(MemCategory c) {
       return "cast_cache";
     case MemCategory::quantized_weights:
       return "quantized_weights";
+    case MemCategory::fp8:
+      return "fp8";
     case MemCategory::data:
       return "data";
     case MemCategory::other:

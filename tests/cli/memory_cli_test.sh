@@ -17,7 +17,7 @@ done
 if python3 - "$TMP/m.json" <<'PY'
 import json, sys
 j = json.load(open(sys.argv[1]))
-cats = ["parameters", "master_weights", "gradients", "optimizer_state", "activations", "workspace", "cast_cache", "quantized_weights",
+cats = ["parameters", "master_weights", "gradients", "optimizer_state", "activations", "workspace", "cast_cache", "quantized_weights", "fp8",
         "data", "other"]
 for side in ("predicted", "measured"):
     assert list(j[side]["by_category"]) == cats, j[side]

@@ -24,6 +24,7 @@
 
 #include "mixtrain/autograd/fp8_linear.h"
 #include "mixtrain/kernels/fp8.h"
+#include "mixtrain/tensor/tensor.h"
 
 namespace mixtrain {
 
@@ -83,8 +84,8 @@ class Fp8State {
   std::vector<std::shared_ptr<autograd::Fp8Site>> sites_;
   std::unordered_map<std::string, size_t> by_path_;
   std::vector<std::string> kept_;
-  std::vector<float> hist_;  // sites x roles x amax_history, a ring
-  int64_t updates_ = 0;      // entries written: the ring's next slot is updates_ % amax_history
+  Tensor hist_;          // sites x roles x amax_history f32, a ring (MemCategory::fp8)
+  int64_t updates_ = 0;  // entries written: the ring's next slot is updates_ % amax_history
 };
 
 // Installs a run's fp8 state process-wide for the scope's lifetime (the layers look their site up

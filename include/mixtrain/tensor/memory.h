@@ -18,6 +18,7 @@ enum class MemCategory : uint8_t {
   workspace,          // temporaries freed within one op or one step
   cast_cache,         // autocast's cached low-precision copies of weights
   quantized_weights,  // int8 / E4M3 weight codes and their fp32 scales (quantized inference)
+  fp8,                // fp8-mixed: quantized operands kept for backward, the amax histories
   data,               // token batches, host buffers
   other,
   count_,
