@@ -10,7 +10,7 @@
 
 #include "mixtrain/amp/autocast.h"
 #include "mixtrain/train/trainer.h"
-#include "train/fp8_advice.h"
+#include "train/fp8_advice_hook.h"
 #include "train/numerics_sites.h"
 
 namespace mixtrain {

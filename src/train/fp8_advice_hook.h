@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "mixtrain/amp/fp8.h"
-#include "mixtrain/train/numerics_advice.h"
+#include "mixtrain/train/fp8_advice.h"
 #include "mixtrain/train/training_run.h"
 
 namespace mixtrain {
