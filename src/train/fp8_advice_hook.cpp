@@ -146,7 +146,10 @@ Fp8AdviceHook::~Fp8AdviceHook() {
 void Fp8AdviceHook::on_run_start(TrainingRun& run) { probe_->set_sites(run.model().fp8_linears()); }
 
 void Fp8AdviceHook::on_step_begin(TrainingRun&, int64_t) {
-  probe_->begin_step(autograd::probe_hook());  // the numerics hook's, installed just before
+  // The numerics hook's probe, installed just before (this one, left from a step that skipped
+  // after_backward, is not teed into itself).
+  autograd::ProbeHook* inner = autograd::probe_hook();
+  probe_->begin_step(inner == probe_.get() ? nullptr : inner);
   autograd::set_probe_hook(probe_.get());
 }
 
@@ -154,6 +157,11 @@ void Fp8AdviceHook::after_backward(TrainingRun&, int64_t) {
   autograd::set_probe_hook(nullptr);
   probe_->end_step();
   *out_ = probe_->sites();
+}
+
+void Fp8AdviceHook::after_update(TrainingRun&, const StepRecord&) {
+  // A non-finite loss skips after_backward: the probe goes here too.
+  if (autograd::probe_hook() == probe_.get()) autograd::set_probe_hook(nullptr);
 }
 
 }  // namespace mixtrain

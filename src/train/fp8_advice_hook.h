@@ -28,6 +28,7 @@ class Fp8AdviceHook final : public TrainingHook {
   void on_run_start(TrainingRun& run) override;
   void on_step_begin(TrainingRun& run, int64_t step) override;
   void after_backward(TrainingRun& run, int64_t step) override;
+  void after_update(TrainingRun& run, const StepRecord& r) override;
 
  private:
   std::unique_ptr<Fp8AdviceProbe> probe_;
