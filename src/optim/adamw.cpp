@@ -6,9 +6,11 @@
 #include <string>
 
 #include "kernels/optimizer_ops.h"
+#include "mixtrain/core/cpu_features.h"
 #include "mixtrain/core/profiler.h"
 #include "optim/flat_spans.h"
 #include "optim/lowp.h"
+#include "optim/moment_state.h"
 #include "optim/optim_util.h"
 #include "optim/working_copy.h"
 #include "tensor/alloc_site.h"
@@ -52,16 +54,29 @@ AdamW::AdamW(const ParameterStore& store, AdamWConfig config, FlatRange shard) :
   dtype_ = optim_detail::optimizer_param_dtype(store, "AdamW");
   flat_numel_ = store.flat_numel();
   shard_ = shard.resolved(flat_numel_);
-  spans_ = shard_spans(flat_spans(store), shard_.begin, shard_.end);
+  optim_detail::check_state_precision(config_.state, dtype_, "AdamW");
+  whole_ = flat_spans(store);
+  spans_ = shard_spans(whole_, shard_.begin, shard_.end);
+  state_spans_ = state_spans(whole_, shard_.begin, shard_.end, config_.state);
   if (MasterCopy::wanted(dtype_, config_.rounding)) master_ = MasterCopy(shard_.size());
   const ScopedOp site("AdamW moments");  // names the state in memory reports
-  m_ = Tensor::zeros({shard_.size()}, state_dtype(), MemCategory::optimizer_state);
-  v_ = Tensor::zeros({shard_.size()}, state_dtype(), MemCategory::optimizer_state);
+  if (config_.state == StatePrecision::fp32) {
+    m_ = Tensor::zeros({shard_.size()}, state_dtype(), MemCategory::optimizer_state);
+    v_ = Tensor::zeros({shard_.size()}, state_dtype(), MemCategory::optimizer_state);
+  } else {
+    optim_detail::Moment m = optim_detail::Moment::zeros(config_.state, state_spans_, shard_.size());
+    optim_detail::Moment v = optim_detail::Moment::zeros(config_.state, state_spans_, shard_.size());
+    m_ = m.values, mq_ = m.parts, v_ = v.values, vq_ = v.parts;
+  }
   if (dtype_ != DType::f32 && config_.rounding == UpdateRounding::kahan)
     c_ = Tensor::zeros({shard_.size()}, dtype_, MemCategory::optimizer_state);
 }
 
-DType AdamW::state_dtype() const { return master_.defined() ? DType::f32 : dtype_; }
+DType AdamW::state_dtype() const {
+  if (config_.state == StatePrecision::bf16) return DType::bf16;
+  if (config_.state == StatePrecision::int8) return DType::i8;
+  return master_.defined() ? DType::f32 : dtype_;
+}
 
 void AdamW::step(ParameterStore& store, float lr, Tensor* working) {
   ProfileScope prof(WorkKind::optimizer);
@@ -81,17 +96,28 @@ void AdamW::step(ParameterStore& store, float lr, Tensor* working) {
   // the parameters written (and read, without a master), the working copy written.
   prof.moves(int64_t(g.nbytes()) + 2 * state_bytes() + int64_t(p.nbytes()) * (master_.defined() ? 1 : 2) +
              (w ? shard_.size() * int64_t(dtype_size(w.dtype)) : 0));
-  if (master_.defined())  // the fp32 update of the master, the 16-bit parameters rounded from it
+  if (config_.state != StatePrecision::fp32) {  // bf16 / int8 moments (kernels/state_kernels.h)
+    if (!p.is_meta()) {
+      optim_detail::Moment m{config_.state, m_, mq_}, v{config_.state, v_, vq_};
+      const MomentBuf mb = m.buf(true, state_seed(config_.seed, 0)), vb = v.buf(false, state_seed(config_.seed, 1));
+      const WorkingCopyOut wc = optim_detail::shard_working(w, shard_);
+      if (force_reference())
+        adamw_update_state_ref(p.data<float>(), g.data<float>(), mb, vb, state_spans_, s, lw.counter_base, wc);
+      else
+        adamw_update_state(p.data<float>(), g.data<float>(), mb, vb, state_spans_, s, lw.counter_base, wc);
+    }
+  } else if (master_.defined()) {  // the fp32 update of the master, the 16-bit parameters rounded from it
     ops::adamw_update(p.device(), master_.for_step(p), g, m_, v_, c_, spans_, s, lw, {p.raw_data(), dtype_});
-  else
+  } else {
     ops::adamw_update(p.device(), p, g, m_, v_, c_, spans_, s, lw, optim_detail::shard_working(w, shard_));
+  }
   store.flat_params().storage()->bump_version();  // cached casts of the old weights are stale now
   steps_ = t;
 }
 
 int64_t AdamW::state_bytes() const {
   int64_t bytes = 0;
-  for (const Tensor* t : {&m_, &v_, &c_, &master_.tensor()})
+  for (const Tensor* t : {&m_, &v_, &c_, &master_.tensor(), &mq_.absmax, &mq_.fallback, &vq_.absmax, &vq_.fallback})
     if (t->defined()) bytes += int64_t(t->nbytes());
   return bytes;
 }
@@ -128,8 +154,11 @@ OptimizerState AdamW::state() const {
   OptimizerState s;
   s.kind = OptimizerKind::adamw;
   s.steps = steps_;
+  s.state_precision = config_.state;
   s.exp_avg = m_;
   s.exp_avg_sq = v_;
+  s.exp_avg_q = mq_;
+  s.exp_avg_sq_q = vq_;
   s.compensation = c_;
   s.master = master_.tensor();
   return s;
@@ -137,9 +166,15 @@ OptimizerState AdamW::state() const {
 
 void AdamW::restore(const OptimizerState& s) {
   optim_detail::check_restore_kind(*this, s);
+  optim_detail::check_state_precision_match(config_.state, s);
   optim_detail::check_compensation(c_, s);
   optim_detail::check_master(master_.defined(), s);
-  set_state(s.steps, s.exp_avg, s.exp_avg_sq, s.compensation, s.master);
+  if (config_.state != StatePrecision::int8) return set_state(s.steps, s.exp_avg, s.exp_avg_sq, s.compensation, s.master);
+  if (s.steps < 0) throw ArgumentError("AdamW::restore: steps must be >= 0, got " + std::to_string(s.steps));
+  optim_detail::Moment m{config_.state, m_, mq_}, v{config_.state, v_, vq_};
+  m.restore(s.exp_avg, s.exp_avg_q, whole_, shard_.begin, shard_.end, flat_numel_, "AdamW exp_avg");
+  v.restore(s.exp_avg_sq, s.exp_avg_sq_q, whole_, shard_.begin, shard_.end, flat_numel_, "AdamW exp_avg_sq");
+  steps_ = s.steps;
 }
 
 }  // namespace mixtrain

@@ -19,6 +19,7 @@ std::unique_ptr<Optimizer> make_optimizer(const ParameterStore& store, const Opt
     a.weight_decay = c.weight_decay;
     a.rounding = c.rounding;
     a.seed = c.seed;
+    a.state = c.state;
     return std::make_unique<AdamW>(store, a, shard);
   }
   SgdConfig s;
@@ -29,6 +30,7 @@ std::unique_ptr<Optimizer> make_optimizer(const ParameterStore& store, const Opt
   s.weight_decay = c.weight_decay;
   s.rounding = c.rounding;
   s.seed = c.seed;
+  s.state = c.state;
   return std::make_unique<SGD>(store, s, shard);
 }
 

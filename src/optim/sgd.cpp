@@ -6,9 +6,11 @@
 #include <string>
 
 #include "kernels/optimizer_ops.h"
+#include "mixtrain/core/cpu_features.h"
 #include "mixtrain/core/profiler.h"
 #include "optim/flat_spans.h"
 #include "optim/lowp.h"
+#include "optim/moment_state.h"
 #include "optim/optim_util.h"
 #include "optim/working_copy.h"
 #include "tensor/alloc_site.h"
@@ -32,16 +34,29 @@ SGD::SGD(const ParameterStore& store, SgdConfig config, FlatRange shard) : confi
   dtype_ = optim_detail::optimizer_param_dtype(store, "SGD");
   flat_numel_ = store.flat_numel();
   shard_ = shard.resolved(flat_numel_);
-  spans_ = shard_spans(flat_spans(store), shard_.begin, shard_.end);
+  optim_detail::check_state_precision(config_.state, dtype_, "SGD");
+  whole_ = flat_spans(store);
+  spans_ = shard_spans(whole_, shard_.begin, shard_.end);
+  state_spans_ = state_spans(whole_, shard_.begin, shard_.end, config_.state);
   if (MasterCopy::wanted(dtype_, config_.rounding)) master_ = MasterCopy(shard_.size());
   const ScopedOp site("SGD state");  // names the state in memory reports
-  if (config_.momentum != 0.f)
-    buf_ = Tensor::zeros({shard_.size()}, state_dtype(), MemCategory::optimizer_state);
+  if (config_.momentum != 0.f) {
+    if (config_.state == StatePrecision::fp32) {
+      buf_ = Tensor::zeros({shard_.size()}, state_dtype(), MemCategory::optimizer_state);
+    } else {
+      optim_detail::Moment b = optim_detail::Moment::zeros(config_.state, state_spans_, shard_.size());
+      buf_ = b.values, bq_ = b.parts;
+    }
+  }
   if (dtype_ != DType::f32 && config_.rounding == UpdateRounding::kahan)
     c_ = Tensor::zeros({shard_.size()}, dtype_, MemCategory::optimizer_state);
 }
 
-DType SGD::state_dtype() const { return master_.defined() ? DType::f32 : dtype_; }
+DType SGD::state_dtype() const {
+  if (config_.state == StatePrecision::bf16) return DType::bf16;
+  if (config_.state == StatePrecision::int8) return DType::i8;
+  return master_.defined() ? DType::f32 : dtype_;
+}
 
 void SGD::step(ParameterStore& store, float lr, Tensor* working) {
   ProfileScope prof(WorkKind::optimizer);
@@ -64,17 +79,28 @@ void SGD::step(ParameterStore& store, float lr, Tensor* working) {
   // the parameters written (and read, without a master), the working copy written.
   prof.moves(int64_t(g.nbytes()) + 2 * state_bytes() + int64_t(p.nbytes()) * (master_.defined() ? 1 : 2) +
              (w ? shard_.size() * int64_t(dtype_size(w.dtype)) : 0));
-  if (master_.defined())  // the fp32 update of the master, the 16-bit parameters rounded from it
+  if (config_.state != StatePrecision::fp32) {  // bf16 / int8 momentum (kernels/state_kernels.h)
+    if (!p.is_meta()) {
+      optim_detail::Moment b{config_.state, buf_, bq_};
+      const MomentBuf bb = buf_.defined() ? b.buf(true, state_seed(config_.seed, 0)) : MomentBuf{};
+      const WorkingCopyOut wc = optim_detail::shard_working(w, shard_);
+      if (force_reference())
+        sgd_update_state_ref(p.data<float>(), g.data<float>(), bb, state_spans_, s, lw.counter_base, wc);
+      else
+        sgd_update_state(p.data<float>(), g.data<float>(), bb, state_spans_, s, lw.counter_base, wc);
+    }
+  } else if (master_.defined()) {  // the fp32 update of the master, the 16-bit parameters rounded from it
     ops::sgd_update(p.device(), master_.for_step(p), g, buf_, c_, spans_, s, lw, {p.raw_data(), dtype_});
-  else
+  } else {
     ops::sgd_update(p.device(), p, g, buf_, c_, spans_, s, lw, optim_detail::shard_working(w, shard_));
+  }
   store.flat_params().storage()->bump_version();  // cached casts of the old weights are stale now
   ++steps_;
 }
 
 int64_t SGD::state_bytes() const {
   int64_t bytes = 0;
-  for (const Tensor* t : {&buf_, &c_, &master_.tensor()})
+  for (const Tensor* t : {&buf_, &c_, &master_.tensor(), &bq_.absmax, &bq_.fallback})
     if (t->defined()) bytes += int64_t(t->nbytes());
   return bytes;
 }
@@ -109,7 +135,9 @@ OptimizerState SGD::state() const {
   OptimizerState s;
   s.kind = OptimizerKind::sgd;
   s.steps = steps_;
+  s.state_precision = config_.state;
   s.momentum_buffer = buf_;
+  s.momentum_q = bq_;
   s.compensation = c_;
   s.master = master_.tensor();
   return s;
@@ -120,9 +148,15 @@ void SGD::restore(const OptimizerState& s) {
   if (s.momentum_buffer.defined() != buf_.defined())
     throw ArgumentError(buf_.defined() ? "no momentum buffer for momentum " + std::to_string(config_.momentum)
                                        : std::string("a momentum buffer, but momentum is 0"));
+  optim_detail::check_state_precision_match(config_.state, s);
   optim_detail::check_compensation(c_, s);
   optim_detail::check_master(master_.defined(), s);
-  set_state(s.steps, s.momentum_buffer, s.compensation, s.master);
+  if (config_.state != StatePrecision::int8 || !buf_.defined())
+    return set_state(s.steps, s.momentum_buffer, s.compensation, s.master);
+  if (s.steps < 0) throw ArgumentError("SGD::restore: steps must be >= 0, got " + std::to_string(s.steps));
+  optim_detail::Moment b{config_.state, buf_, bq_};
+  b.restore(s.momentum_buffer, s.momentum_q, whole_, shard_.begin, shard_.end, flat_numel_, "SGD momentum_buffer");
+  steps_ = s.steps;
 }
 
 }  // namespace mixtrain

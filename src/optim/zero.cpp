@@ -3,10 +3,12 @@
 
 #include <algorithm>
 #include <string>
+#include <tuple>
 
 #include "kernels/gradient_kernels.h"  // kGradNormBlock
 #include "mixtrain/core/error.h"
 #include "mixtrain/numeric/convert.h"
+#include "optim/flat_spans.h"
 #include "optim/optim_util.h"
 #include "optim/working_copy.h"
 #include "tensor/alloc_site.h"
@@ -44,6 +46,8 @@ ZeroOptimizer::ZeroOptimizer(const ParameterStore& store, const OptimizerConfig&
   if (!store.finalized()) throw ArgumentError("ZeroOptimizer: the parameter store is not finalized");
   flat_numel_ = store.flat_numel();
   part_ = zero_partition(flat_numel_, world.size(), world.rank());
+  whole_ = flat_spans(store);
+  state_ = config.state;
   inner_ = make_optimizer(store, config, part_.mine());
 }
 
@@ -85,6 +89,27 @@ OptimizerState ZeroOptimizer::state() const {
     if (root) *to = Tensor::empty({flat_numel_}, from->dtype(), MemCategory::workspace);
     if (from->is_meta()) continue;
     world_.gather(from->raw_data(), root ? to->raw_data() : nullptr, bytes, 0);
+  }
+  // int8 state: each rank's block absmax and fp32 fallback, of lengths its shard's spans give.
+  if (state_ == StatePrecision::int8) {
+    std::vector<int64_t> blocks, fallback;
+    for (const FlatRange& r : part_.shards) {
+      const std::vector<StateSpan> sp = state_spans(whole_, r.begin, r.end, StatePrecision::int8);
+      blocks.push_back(state_blocks(sp) * 4);
+      fallback.push_back(fallback_numel(sp) * 4);
+    }
+    for (auto [from, to] : {std::pair{&mine.exp_avg_q, &all.exp_avg_q}, std::pair{&mine.exp_avg_sq_q, &all.exp_avg_sq_q},
+                            std::pair{&mine.momentum_q, &all.momentum_q}}) {
+      for (auto [f, t, bytes] : {std::tuple{&from->absmax, &to->absmax, &blocks},
+                                 std::tuple{&from->fallback, &to->fallback, &fallback}}) {
+        if (!f->defined()) continue;
+        int64_t total = 0;
+        for (int64_t b : *bytes) total += b / 4;
+        if (root) *t = Tensor::empty({total}, DType::f32, MemCategory::workspace);
+        if (f->is_meta()) continue;
+        world_.gather(f->numel() ? f->raw_data() : nullptr, root && total ? t->raw_data() : nullptr, *bytes, 0);
+      }
+    }
   }
   return root ? all : mine;
 }

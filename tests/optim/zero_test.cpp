@@ -102,7 +102,12 @@ TEST_P(ShardedOptimizer, PartsUpdateAsTheWhole) {
                          std::tuple{&s.exp_avg_sq, &s0.exp_avg_sq, &s1.exp_avg_sq},
                          std::tuple{&s.momentum_buffer, &s0.momentum_buffer, &s1.momentum_buffer},
                          std::tuple{&s.compensation, &s0.compensation, &s1.compensation},
-                         std::tuple{&s.master, &s0.master, &s1.master}}) {
+                         std::tuple{&s.master, &s0.master, &s1.master},
+                         std::tuple{&s.exp_avg_q.absmax, &s0.exp_avg_q.absmax, &s1.exp_avg_q.absmax},
+                         std::tuple{&s.exp_avg_q.fallback, &s0.exp_avg_q.fallback, &s1.exp_avg_q.fallback},
+                         std::tuple{&s.exp_avg_sq_q.absmax, &s0.exp_avg_sq_q.absmax, &s1.exp_avg_sq_q.absmax},
+                         std::tuple{&s.momentum_q.absmax, &s0.momentum_q.absmax, &s1.momentum_q.absmax},
+                         std::tuple{&s.momentum_q.fallback, &s0.momentum_q.fallback, &s1.momentum_q.fallback}}) {
     ASSERT_EQ(w->defined(), a->defined());
     if (!w->defined()) continue;
     std::vector<unsigned char> joined = raw_bytes(*a), tail = raw_bytes(*b);
@@ -121,8 +126,8 @@ TEST_P(ShardedOptimizer, PartsUpdateAsTheWhole) {
   }
 }
 
-OptimizerConfig adamw(UpdateRounding rounding = UpdateRounding::nearest);
-OptimizerConfig sgd(UpdateRounding rounding = UpdateRounding::nearest);
+OptimizerConfig adamw(UpdateRounding rounding = UpdateRounding::nearest, StatePrecision state = StatePrecision::fp32);
+OptimizerConfig sgd(UpdateRounding rounding = UpdateRounding::nearest, StatePrecision state = StatePrecision::fp32);
 
 // A working copy of the arena's end only (from its first parameter autocast casts): each part
 // writes the elements of its shard the copy holds, the copy starting before, inside or after
@@ -160,15 +165,17 @@ TEST(ShardedOptimizerWorkingCopy, ACopyOfTheArenasEndIsWrittenByEachPartAsByTheW
   }
 }
 
-OptimizerConfig adamw(UpdateRounding rounding) {
+OptimizerConfig adamw(UpdateRounding rounding, StatePrecision state) {
   OptimizerConfig c;
+  c.state = state;
   c.kind = OptimizerKind::adamw;
   c.rounding = rounding;
   c.seed = 7;
   return c;
 }
-OptimizerConfig sgd(UpdateRounding rounding) {
+OptimizerConfig sgd(UpdateRounding rounding, StatePrecision state) {
   OptimizerConfig c;
+  c.state = state;
   c.kind = OptimizerKind::sgd;
   c.momentum = 0.9f;
   c.weight_decay = 1e-2f;
@@ -187,7 +194,12 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"sgd_f32_working", DType::f32, sgd(), true},
                       Case{"sgd_bf16_stochastic", DType::bf16, sgd(UpdateRounding::stochastic), false},
                       Case{"adamw_bf16_master", DType::bf16, adamw(UpdateRounding::master), false},
-                      Case{"sgd_f16_master", DType::f16, sgd(UpdateRounding::master), false}),
+                      Case{"sgd_f16_master", DType::f16, sgd(UpdateRounding::master), false},
+                      Case{"adamw_f32_working_state_bf16", DType::f32,
+                           adamw(UpdateRounding::nearest, StatePrecision::bf16), true},
+                      Case{"adamw_f32_working_state_int8", DType::f32,
+                           adamw(UpdateRounding::nearest, StatePrecision::int8), true},
+                      Case{"sgd_f32_state_int8", DType::f32, sgd(UpdateRounding::nearest, StatePrecision::int8), false}),
     [](const ::testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });
 
 // The norm from the parts' block sums, added in block order, is the whole buffer's, bit for bit:

@@ -42,6 +42,8 @@ struct AdamWConfig {
   // the random stream of stochastic rounding.
   UpdateRounding rounding = UpdateRounding::nearest;
   uint64_t seed = 0;
+  // How m and v are stored (kernels/state_kernels.h); bf16 and int8 need fp32 parameters.
+  StatePrecision state = StatePrecision::fp32;
 };
 // Throws ArgumentError (one line, naming the field and value) unless lr >= 0, beta1 and beta2 in
 // [0, 1), eps > 0, weight_decay >= 0, all finite.
@@ -73,19 +75,25 @@ class AdamW final : public Optimizer {
   const AdamWConfig& config() const { return config_; }
   int64_t steps() const override { return steps_; }      // updates done so far (t of the last update)
   DType param_dtype() const override { return dtype_; }  // f32, bf16 or f16
-  DType state_dtype() const override;                    // param_dtype(), or f32 under master rounding
+  // param_dtype(), or f32 under master rounding; with config.state bf16 / int8: bf16 / i8 (the
+  // codes; their absmax and fp32 fallback are exp_avg_q() / exp_avg_sq_q()).
+  DType state_dtype() const override;
   // (shard size) f32 master weights; undefined unless 16-bit with master rounding.
   const Tensor& master() const { return master_.tensor(); }
   FlatRange shard() const override { return shard_; }
   const Tensor& exp_avg() const { return m_; }     // (shard size) state_dtype(), m
   const Tensor& exp_avg_sq() const { return v_; }  // (shard size) state_dtype(), v
+  const QuantizedMomentParts& exp_avg_q() const { return mq_; }  // int8 state only
+  const QuantizedMomentParts& exp_avg_sq_q() const { return vq_; }
   // (shard size) param_dtype() Kahan compensation; undefined unless 16-bit with kahan rounding.
   const Tensor& compensation() const { return c_; }
-  // Bytes of optimizer state: m and v (8 per element in f32, 4 in 16 bits) plus the compensation
-  // (2 per element, kahan only).
+  // Bytes of optimizer state: m and v (8 per element in f32, 4 in 16 bits, 2 in int8 plus 8 per
+  // block and 8 per element of the fp32 fallback) plus the compensation (2 per element, kahan only).
   int64_t state_bytes() const override;
-  // exp_avg, exp_avg_sq and compensation (shared); restore() checks the kind and that a Kahan
-  // compensation is present exactly when this optimizer keeps one, then calls set_state().
+  // exp_avg, exp_avg_sq and compensation (shared); restore() checks the kind, the state
+  // precision (a checkpoint of another --optim-state is refused, not converted), and that a Kahan
+  // compensation is present exactly when this optimizer keeps one, then calls set_state() (int8:
+  // copies the codes and their parts, of the shard or of the whole arena).
   OptimizerState state() const override;
   void restore(const OptimizerState& s) override;
   // Checkpoint restore: copies the moments in and sets the step count. exp_avg and exp_avg_sq
@@ -102,13 +110,16 @@ class AdamW final : public Optimizer {
   AdamWConfig config_;
   int64_t flat_numel_ = 0;
   FlatRange shard_;              // the elements updated: [0, flat_numel) unless sharded
+  std::vector<FlatSpan> whole_;  // one per parameter, arena offsets
   std::vector<FlatSpan> spans_;  // one per parameter, inside the shard, offsets from its start
+  std::vector<StateSpan> state_spans_;  // the same, with where their bf16 / int8 state lives
   int64_t steps_ = 0;
   DType dtype_ = DType::f32;
   Tensor m_;           // (shard size) dtype_ first moment
   Tensor v_;           // (shard size) dtype_ second moment
   Tensor c_;           // (shard size) dtype_ Kahan compensation, 16-bit kahan only
   MasterCopy master_;  // (shard size) f32 master weights, 16-bit master rounding only
+  QuantizedMomentParts mq_, vq_;  // int8 state: absmax and fp32 fallback of m and v
 };
 
 }  // namespace mixtrain

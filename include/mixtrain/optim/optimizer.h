@@ -11,6 +11,7 @@
 #include <string_view>
 
 #include "mixtrain/kernels/optimizer_kernels.h"  // UpdateRounding
+#include "mixtrain/kernels/state_kernels.h"      // StatePrecision
 #include "mixtrain/nn/parameters.h"
 #include "mixtrain/tensor/tensor.h"
 
@@ -36,6 +37,9 @@ struct OptimizerConfig {
   // 16-bit stores only: how the new parameter is rounded back, and the stochastic-rounding stream.
   UpdateRounding rounding = UpdateRounding::nearest;
   uint64_t seed = 0;
+  // How the moments are stored (`--optim-state`, kernels/state_kernels.h): fp32, bf16 with
+  // stochastic rounding, or bitsandbytes' block-wise 8 bits. bf16 and int8 need fp32 parameters.
+  StatePrecision state = StatePrecision::fp32;
 };
 
 // A contiguous range [begin, end) of the flat arena's elements: the part of it an optimizer
@@ -50,12 +54,22 @@ struct FlatRange {
   FlatRange resolved(int64_t flat_numel) const;
 };
 
+// The parts of an int8 moment besides its codes (kernels/state_kernels.h): the absmax of each
+// block and the fp32 state of the tensors too small to quantize.
+struct QuantizedMomentParts {
+  Tensor absmax, fallback;
+};
+
 // What a checkpoint keeps of an optimizer (checkpoint/training_state.h stores it).
 struct OptimizerState {
   OptimizerKind kind = OptimizerKind::adamw;
-  int64_t steps = 0;           // updates applied (AdamW's t; skipped steps do not count)
+  int64_t steps = 0;  // updates applied (AdamW's t; skipped steps do not count)
+  // The moments' storage: fp32 and bf16 moments are plain buffers (f32 / bf16); int8 moments keep
+  // their codes' bit patterns (i8) in exp_avg / exp_avg_sq / momentum_buffer and the rest in *_q.
+  StatePrecision state_precision = StatePrecision::fp32;
   Tensor exp_avg, exp_avg_sq;  // adamw
   Tensor momentum_buffer;      // sgd; undefined when momentum == 0
+  QuantizedMomentParts exp_avg_q, exp_avg_sq_q, momentum_q;  // int8 state only
   Tensor compensation;         // undefined unless 16-bit kahan rounding
   Tensor master;               // fp32 master weights; undefined unless 16-bit master rounding
 };

@@ -36,6 +36,8 @@ struct SgdConfig {
   // the random stream of stochastic rounding.
   UpdateRounding rounding = UpdateRounding::nearest;
   uint64_t seed = 0;
+  // How the momentum buffer is stored (kernels/state_kernels.h); bf16 and int8 need fp32 parameters.
+  StatePrecision state = StatePrecision::fp32;
 };
 // Throws ArgumentError unless lr, momentum, dampening, weight_decay are >= 0 and finite, and
 // nesterov has momentum > 0 and dampening == 0 (torch's rule).
@@ -63,12 +65,14 @@ class SGD final : public Optimizer {
   const SgdConfig& config() const { return config_; }
   int64_t steps() const override { return steps_; }
   DType param_dtype() const override { return dtype_; }  // f32, bf16 or f16
-  DType state_dtype() const override;                    // param_dtype(), or f32 under master rounding
+  // param_dtype(), or f32 under master rounding; bf16 / i8 (codes) with config.state bf16 / int8.
+  DType state_dtype() const override;
   // (shard size) f32 master weights; undefined unless 16-bit with master rounding.
   const Tensor& master() const { return master_.tensor(); }
   FlatRange shard() const override { return shard_; }
   // (shard size) state_dtype(); undefined when momentum == 0 (torch keeps no buffer either).
   const Tensor& momentum_buffer() const { return buf_; }
+  const QuantizedMomentParts& momentum_q() const { return bq_; }  // int8 state only
   // (shard size) param_dtype() Kahan compensation; undefined unless 16-bit with kahan rounding.
   const Tensor& compensation() const { return c_; }
   // Bytes of optimizer state: the momentum buffer (4 or 2 per element, momentum != 0 only) plus
@@ -90,12 +94,15 @@ class SGD final : public Optimizer {
   SgdConfig config_;
   int64_t flat_numel_ = 0;
   FlatRange shard_;              // the elements updated: [0, flat_numel) unless sharded
+  std::vector<FlatSpan> whole_;  // one per parameter, arena offsets
   std::vector<FlatSpan> spans_;  // inside the shard, offsets from its start
+  std::vector<StateSpan> state_spans_;  // the same, with where their bf16 / int8 state lives
   int64_t steps_ = 0;
   DType dtype_ = DType::f32;
   Tensor buf_;         // (shard size) dtype_ momentum buffer
   Tensor c_;           // (shard size) dtype_ Kahan compensation, 16-bit kahan only
   MasterCopy master_;  // (shard size) f32 master weights, 16-bit master rounding only
+  QuantizedMomentParts bq_;  // int8 state: absmax and fp32 fallback of the momentum buffer
 };
 
 }  // namespace mixtrain

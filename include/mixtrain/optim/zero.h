@@ -78,6 +78,8 @@ class ZeroOptimizer final : public Optimizer {
   Communicator& world_;
   ZeroPartition part_;
   int64_t flat_numel_ = 0;
+  std::vector<FlatSpan> whole_;  // one per parameter (the int8 state's per-rank lengths)
+  StatePrecision state_ = StatePrecision::fp32;
   std::unique_ptr<Optimizer> inner_;
 };
 
