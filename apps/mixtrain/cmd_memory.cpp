@@ -68,6 +68,7 @@ nlohmann::ordered_json to_json(const MemoryReport& r, const Subject& subject, co
   c["checkpoint_activations"] = o.checkpoint_activations;
   c["optimizer"] = std::string(optimizer_kind_name(o.optimizer));
   c["update_rounding"] = update_rounding_name(o.update_rounding);
+  c["optim_state"] = std::string(state_precision_name(o.optim_state));
   c["grad_accum"] = o.grad_accum;
   c["ranks"] = ranks;
   c["zero"] = o.data_parallel.zero_stage;

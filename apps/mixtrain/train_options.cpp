@@ -95,6 +95,12 @@ void add_optimizer_flags(CLI::App* sub, TrainFlags& f) {
       ->capture_default_str();
   sub->add_option("--optimizer", f.optimizer, "adamw or sgd")->capture_default_str();
   sub->add_option("--momentum", o.momentum, "SGD momentum")->capture_default_str();
+  sub->add_option("--optim-state", f.optim_state,
+                  "How the optimizer stores its moments: fp32; bf16 (stochastic rounding); int8 "
+                  "(bitsandbytes' block-wise 8-bit state: blocks of 256, dynamic maps, fp32 below 4096 "
+                  "elements). bf16 and int8 need fp32 weights: 32-true or a *-mixed mode")
+      ->check(CLI::IsMember({"fp32", "bf16", "int8"}))
+      ->capture_default_str();
 }
 
 void add_run_length_flags(CLI::App* sub, TrainFlags& f, const RunLengthHelp& help) {
@@ -295,6 +301,7 @@ void TrainFlags::finish(const std::vector<PrecisionMode>& precisions) {
          " has no effect: the run ends at --steps " + std::to_string(*opt.steps));
   opt.precision = parse_precision(precision);
   opt.update_rounding = parse_update_rounding(update_rounding);
+  opt.optim_state = parse_state_precision(optim_state);
   opt.matmul_precision = *parse_matmul_precision(matmul_precision);  // CLI::IsMember checked it
   opt.fp8.recipe = parse_fp8_recipe(fp8_recipe);
   opt.fp8.format = fp8_format.empty() ? std::nullopt : std::optional<Fp8Format>(parse_fp8_format(fp8_format));

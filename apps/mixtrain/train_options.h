@@ -21,6 +21,7 @@ struct TrainFlags {
   std::string fp8_format;  // empty: the recipe's default
   std::string fp8_amax_compute = "max";
   std::string optimizer = "adamw";
+  std::string optim_state = "fp32";
   std::string loss_scale;        // "dynamic" or a number (static scale); empty: the mode's default
   std::string inject_nonfinite;  // "3,7"
   std::string grad_reduce_dtype = "fp32";

@@ -1,6 +1,7 @@
 // train_state.safetensors: encode, and decode with every field checked.
 #include "checkpoint/training_state.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "checkpoint/file_io.h"
@@ -96,13 +97,27 @@ std::vector<uint8_t> encode_training_state(const TrainingState& s) {
   if (s.fp8.present())
     j["fp8"] = {{"sites", s.fp8.sites}, {"amax_history", s.fp8.amax_history}, {"updates", s.fp8.updates}};
 
+  if (s.optimizer.state_precision != StatePrecision::fp32)  // absent: fp32 (states from before the option)
+    j["optimizer"]["state"] = std::string(state_precision_name(s.optimizer.state_precision));
+
   SafetensorsWriter w;
   w.add("params", s.params);
+  // int8 state: each moment's codes (i8 bit patterns) under its usual name, its block absmax and
+  // fp32 fallback (kernels/state_kernels.h) beside it.
+  const bool q = s.optimizer.state_precision == StatePrecision::int8;
+  auto add_parts = [&](const std::string& name, const QuantizedMomentParts& p) {
+    if (!q) return;
+    w.add(name + ".absmax", p.absmax);
+    w.add(name + ".fallback", p.fallback);
+  };
   if (s.optimizer.kind == OptimizerKind::adamw) {
     w.add("optim.exp_avg", s.optimizer.exp_avg);
     w.add("optim.exp_avg_sq", s.optimizer.exp_avg_sq);
+    add_parts("optim.exp_avg", s.optimizer.exp_avg_q);
+    add_parts("optim.exp_avg_sq", s.optimizer.exp_avg_sq_q);
   } else if (s.optimizer.momentum_buffer.defined()) {
     w.add("optim.momentum_buffer", s.optimizer.momentum_buffer);
+    add_parts("optim.momentum_buffer", s.optimizer.momentum_q);
   }
   if (s.optimizer.compensation.defined()) w.add("optim.compensation", s.optimizer.compensation);
   if (s.optimizer.master.defined()) w.add("optim.master", s.optimizer.master);
@@ -156,6 +171,14 @@ TrainingState decode_training_state(std::vector<uint8_t> bytes, const std::strin
     opt.fail("optimizer.kind", "must be adamw or sgd, got '" + printable(kind) + "'");
   s.optimizer.kind = parse_optimizer_kind(kind);
   s.optimizer.steps = opt.count("steps");
+  if (opt.json().contains("state")) {
+    const std::string st = opt.text("state");
+    try {
+      s.optimizer.state_precision = parse_state_precision(st);
+    } catch (const ArgumentError&) {
+      opt.fail("optimizer.state", "must be fp32, bf16 or int8, got '" + printable(st) + "'");
+    }
+  }
   if (s.optimizer.steps > s.step) opt.fail("optimizer.steps", "exceeds step");
 
   const Fields sc = top.object("scaler");
@@ -244,16 +267,42 @@ TrainingState decode_training_state(std::vector<uint8_t> bytes, const std::strin
                                                                  : MemCategory::optimizer_state;
     return f.tensor(*e, category);
   };
-  const DType state = master ? DType::f32 : want;
+  const StatePrecision sp = s.optimizer.state_precision;
+  if (sp != StatePrecision::fp32 && (want != DType::f32 || master))
+    fail(std::string(state_precision_name(sp)) + " optimizer state only exists with fp32 parameters");
+  const DType state = sp == StatePrecision::bf16   ? DType::bf16
+                      : sp == StatePrecision::int8 ? DType::i8
+                      : master                     ? DType::f32
+                                                   : want;
   s.params = take("params", true, want);
   size_t expected = 1 + fp8_tensors;
+  // An int8 moment's absmax and fallback: 1-D f32 of any length (the optimizer's restore checks
+  // them against the model's layout).
+  std::vector<std::string> parts;
+  auto take_parts = [&](const std::string& name, QuantizedMomentParts& p) {
+    if (sp != StatePrecision::int8) return;
+    for (auto [suffix, t] : {std::pair{".absmax", &p.absmax}, std::pair{".fallback", &p.fallback}}) {
+      const std::string tname = name + suffix;
+      const SafetensorsEntry* e = f.find(tname);
+      if (!e) fail("tensor '" + tname + "' is missing (int8 optimizer state)");
+      DType dt{};
+      if (!dtype_from_safetensors(e->dtype, dt) || dt != DType::f32 || e->shape.size() != 1)
+        fail("tensor '" + tname + "' must be 1-D f32");
+      *t = f.tensor(*e, MemCategory::optimizer_state);
+      parts.push_back(tname);
+      ++expected;
+    }
+  };
   if (s.optimizer.kind == OptimizerKind::adamw) {
     s.optimizer.exp_avg = take("optim.exp_avg", true, state);
     s.optimizer.exp_avg_sq = take("optim.exp_avg_sq", true, state);
     expected += 2;
+    take_parts("optim.exp_avg", s.optimizer.exp_avg_q);
+    take_parts("optim.exp_avg_sq", s.optimizer.exp_avg_sq_q);
   } else {
     s.optimizer.momentum_buffer = take("optim.momentum_buffer", false, state);
     expected += s.optimizer.momentum_buffer.defined();
+    if (s.optimizer.momentum_buffer.defined()) take_parts("optim.momentum_buffer", s.optimizer.momentum_q);
   }
   s.optimizer.compensation = take("optim.compensation", false, want);
   expected += s.optimizer.compensation.defined();
@@ -263,6 +312,7 @@ TrainingState decode_training_state(std::vector<uint8_t> bytes, const std::strin
     for (const auto& e : f.entries())
       if (e.name != "params" && e.name != "optim.exp_avg" && e.name != "optim.exp_avg_sq" &&
           e.name != "optim.momentum_buffer" && e.name != "optim.compensation" && e.name != "optim.master" &&
+          std::find(parts.begin(), parts.end(), e.name) == parts.end() &&
           (fp8_tensors == 0 || (e.name != "fp8.amax_history" && e.name != "fp8.scale")))
         fail("unexpected tensor '" + printable(e.name) + "'");
     fail("tensors do not match optimizer '" + std::string(optimizer_kind_name(s.optimizer.kind)) + "'");

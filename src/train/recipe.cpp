@@ -79,6 +79,7 @@ std::vector<AgreedField> trajectory_fields(const RunOptions& o) {
       {"grad_clip", num(o.grad_clip)},
       {"optimizer", std::string(optimizer_kind_name(o.optimizer))},
       {"momentum", num(o.momentum)},
+      {"optim_state", std::string(state_precision_name(o.optim_state))},
       {"seed", std::to_string(o.seed)},
       {"eval_every", i(o.eval_every)},
       {"eval_batches", i(o.eval_batches)},

@@ -33,6 +33,7 @@ OptimizerConfig RunOptions::optimizer_config() const {
   oc.momentum = momentum;
   oc.weight_decay = weight_decay;
   oc.rounding = update_rounding;
+  oc.state = optim_state;
   oc.seed = seed;
   return oc;
 }
@@ -73,6 +74,12 @@ void RunOptions::validate() const {
                     std::to_string(data_parallel.zero_stage));
   if (memory_limit && *memory_limit <= 0)
     bad("memory_limit", " must be a positive number of bytes, got " + std::to_string(*memory_limit));
+  if (optim_state != StatePrecision::fp32 && precision_spec(precision).param_dtype != DType::f32)
+    throw ArgumentError({"optim_state", "precision"},
+                        "optim_state " + std::string(state_precision_name(optim_state)) + " needs fp32 weights (" +
+                            "32-true or a *-mixed mode); precision " +
+                            std::string(precision_spec(precision).name) +
+                            " keeps the optimizer state in the weights' dtype");
   if (!(beta1 >= 0.f && beta1 < 1.f)) bad("beta1", " must be in [0, 1)");
   if (!(beta2 >= 0.f && beta2 < 1.f)) bad("beta2", " must be in [0, 1)");
   if (!(eps > 0.f)) bad("eps", " must be positive");

@@ -12,7 +12,8 @@
 #   ceil(n / 8192) * 4096 elements, rank 1 the rest) and the two add up to the one-process figure
 #   to the byte; masters and weights stay whole (bf16-mixed); with bf16-true --update-rounding
 #   master (fp32 masters in the optimizer) the masters are the ranks' parts too, to the byte
-# - all of the first point for bf16-true --update-rounding master as well
+# - all of the first point for bf16-true --update-rounding master, bf16-mixed --optim-state int8 and
+#   32-true --optim-state bf16 as well
 # - a checkpoint saved with --zero 1 on 2 ranks resumes on 2 ranks with --zero 1 and without it on
 #   the uninterrupted trajectory bit for bit, and in one process with --grad-accum 2
 #   --exact-grad-accum too
@@ -68,6 +69,10 @@ check_mode() {  # MODE [EXTRA FLAGS...]
 for mode in 32-true 16-mixed bf16-mixed 16-true bf16-true; do check_mode "$mode"; done
 # DeepSpeed's layout: a bf16 model whose optimizer keeps fp32 masters and moments, sharded.
 check_mode bf16-true --update-rounding master
+# Optimizer state in 8 bits and in bf16 (--optim-state): the int8 codes, block absmax and fp32
+# fallback sharded and gathered; bf16 moments with their stochastic rounding.
+check_mode bf16-mixed --optim-state int8
+check_mode 32-true --optim-state bf16
 
 # bf16 gradient sums (--grad-reduce-dtype bf16): reduce-scattered in bf16 as the all-reduce sums
 # them, so again the same step log bit for bit (32-true: fp32 gradients staged as bf16 words).
@@ -207,6 +212,7 @@ fi
 }
 check_memory_command memcmd bf16-mixed
 check_memory_command memcmd-master bf16-true --update-rounding master
+check_memory_command memcmd-int8 bf16-mixed --optim-state int8
 
 # 6. One process with --zero 1 is one part: the plain run, bit for bit.
 d="$TMP/single"

@@ -69,6 +69,10 @@ struct OptimizerOptions {
   float eps = 1e-8f;
   float grad_clip = 1.0f;  // 0 disables
   float momentum = 0.9f;   // sgd
+  // How the optimizer stores its moments (--optim-state, kernels/state_kernels.h): fp32, bf16
+  // (stochastic rounding) or int8 (bitsandbytes' block-wise 8-bit state); bf16 and int8 need fp32
+  // parameters (32-true, the *-mixed modes).
+  StatePrecision optim_state = StatePrecision::fp32;
 };
 
 // The run's length, batching, evaluation, divergence and progress output.
