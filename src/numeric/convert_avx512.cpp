@@ -120,4 +120,49 @@ MIXTRAIN_TARGET_AVX512 void convert_fp16_to_f32_avx512(const fp16* src, float* d
   }
 }
 
+// ---- stochastic fp32 -> bf16 (numeric/stochastic.h) on 16 lanes ---------------------------------
+namespace {
+// a * b mod 2^64 per 64-bit lane from 32-bit products (AVX512F has no 64-bit multiply; that is DQ).
+MIXTRAIN_TARGET_AVX512 inline __m512i mul64(__m512i a, __m512i b) {
+  const __m512i lo = _mm512_mul_epu32(a, b);
+  const __m512i cross = _mm512_add_epi64(_mm512_mul_epu32(a, _mm512_srli_epi64(b, 32)),
+                                         _mm512_mul_epu32(_mm512_srli_epi64(a, 32), b));
+  return _mm512_add_epi64(lo, _mm512_slli_epi64(cross, 32));
+}
+// detail::splitmix64_mix on 8 lanes, the high 32 bits of each result (counter_rng_keyed's draw).
+MIXTRAIN_TARGET_AVX512 inline __m256i mix_hi32(__m512i z) {
+  z = mul64(_mm512_xor_si512(z, _mm512_srli_epi64(z, 30)), _mm512_set1_epi64(int64_t(0xbf58476d1ce4e5b9ull)));
+  z = mul64(_mm512_xor_si512(z, _mm512_srli_epi64(z, 27)), _mm512_set1_epi64(int64_t(0x94d049bb133111ebull)));
+  z = _mm512_xor_si512(z, _mm512_srli_epi64(z, 31));
+  return _mm512_cvtepi64_epi32(_mm512_srli_epi64(z, 32));
+}
+}  // namespace
+
+// dst[i] = bf16_from_f32_stochastic(src[i], counter_rng_keyed(key, base + i)): the counters'
+// splitmix64 inputs key + (base + i + 1) * gamma advance by 16 * gamma a vector.
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void convert_f32_to_bf16_stochastic_avx512(const float* src, bf16* dst, size_t n,
+                                                                    uint64_t key, uint64_t base) {
+  constexpr uint64_t gamma = 0x9e3779b97f4a7c15ull;
+  alignas(64) uint64_t z0[8], z1[8];
+  for (int k = 0; k < 8; ++k) {
+    z0[k] = key + (base + uint64_t(k) + 1) * gamma;
+    z1[k] = key + (base + uint64_t(k) + 9) * gamma;
+  }
+  __m512i a = _mm512_load_si512(z0), b = _mm512_load_si512(z1);
+  const __m512i step = _mm512_set1_epi64(int64_t(16 * gamma));
+  for (size_t i = 0; i < n; i += 16) {
+    const __mmask16 m = n - i >= 16 ? __mmask16(0xffff) : tail_mask(n - i);
+    const __m512i r = _mm512_inserti64x4(_mm512_castsi256_si512(mix_hi32(a)), mix_hi32(b), 1);
+    a = _mm512_add_epi64(a, step);
+    b = _mm512_add_epi64(b, step);
+    const __m512i x = _mm512_castps_si512(_mm512_maskz_loadu_ps(m, src + i));
+    // |x| >= inf (inf, NaN): bf16_from_f32; else add the low 16 random bits below the kept ones.
+    const __mmask16 special =
+        _mm512_cmpge_epu32_mask(_mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+    const __m512i sr = _mm512_srli_epi32(_mm512_add_epi32(x, _mm512_and_si512(r, _mm512_set1_epi32(0xffff))), 16);
+    const __m512i out = _mm512_mask_blend_epi32(special, sr, bf16_round_epi32(x));
+    _mm256_mask_storeu_epi16(dst + i, m, _mm512_cvtepi32_epi16(out));
+  }
+}
+
 }  // namespace mixtrain

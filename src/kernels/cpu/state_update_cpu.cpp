@@ -5,6 +5,11 @@
 // search a code (a bucket table over the float's top 16 bits, then at most a few thresholds,
 // instead of counting all 255) and in running pieces in parallel; every element and block is
 // independent, so they are bit-identical to the references for any thread count.
+#include <immintrin.h>
+
+// GCC 12: a false -Wmaybe-uninitialized from the masked AVX-512 intrinsics (GCC PR 105593).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -16,6 +21,8 @@
 #include "kernels/cpu/adamw_span.h"
 #include "kernels/cpu/lowp_span.h"
 #include "kernels/cpu/sgd_span.h"
+#include "mixtrain/core/cpu_features.h"
+#include "mixtrain/core/error.h"
 #include "mixtrain/kernels/state_kernels.h"
 #include "mixtrain/numeric/convert.h"
 #include "mixtrain/numeric/stochastic.h"
@@ -23,17 +30,13 @@
 namespace mixtrain {
 namespace {
 
-// max |x| over n values; NaN if any is NaN (so a non-finite state stays visible, never silently
+// max |x| over n values, as the largest of the magnitudes' bit patterns: for numbers the largest
+// magnitude, and a NaN if any is NaN (so a non-finite state stays visible, never silently
 // quantized to a finite one).
 float block_absmax(const float* x, int64_t n) {
-  float a = 0.f;
-  bool nan = false;
-  for (int64_t i = 0; i < n; ++i) {
-    const float y = std::fabs(x[i]);
-    nan |= y != y;
-    a = y > a ? y : a;
-  }
-  return nan ? std::numeric_limits<float>::quiet_NaN() : a;
+  uint32_t a = 0;
+  for (int64_t i = 0; i < n; ++i) a = std::max(a, std::bit_cast<uint32_t>(x[i]) & 0x7fffffffu);
+  return std::bit_cast<float>(a);
 }
 
 // bitsandbytes' scaling: x * (1 / absmax), clamped to [-1, 1] (NaN stays NaN).
@@ -43,30 +46,32 @@ inline float scaled(float x, float inv) {
 }
 
 // The fast code search: for each value of a float's top 16 bits (sign, exponent, 7 mantissa
-// bits) the codes of the smallest and largest float with those bits; a value's code lies between
-// and is found by stepping over the thresholds in between (at most a few: the map's values are
-// at least 2^-8 apart relative to their size).
+// bits) the codes of the smallest and largest float in [-1, 1] with those bits. They differ by
+// at most one (checked here: the map's values are at least 2^-8 apart relative to their size),
+// so a value's code is the smaller plus one comparison with the threshold between them.
+// entry[k] = lo | (hi - lo) << 8; below[255] = +inf pads the comparison of code 255.
 struct CodeTable {
-  const DynamicMap* map;
-  std::unique_ptr<uint8_t[]> lo, hi;
-  explicit CodeTable(const DynamicMap& m) : map(&m), lo(new uint8_t[65536]), hi(new uint8_t[65536]) {
+  std::unique_ptr<int32_t[]> entry;
+  alignas(64) float below[256];
+  explicit CodeTable(const DynamicMap& m) : entry(new int32_t[65536]) {
+    for (size_t i = 0; i < 255; ++i) below[i] = m.below[i];
+    below[255] = INFINITY;
     for (uint32_t k = 0; k < 65536; ++k) {
       if (((k >> 7) & 0xffu) == 0xffu) {  // inf / NaN: after the clamp only NaN, code 0
-        lo[k] = hi[k] = 0;
+        entry[k] = 0;
         continue;
       }
       const float a = std::bit_cast<float>(k << 16), b = std::bit_cast<float>((k << 16) | 0xffffu);
-      const float mn = std::min(a, b), mx = std::max(a, b);
-      lo[k] = dynamic_code_ref(m, mn);
-      hi[k] = dynamic_code_ref(m, mx);
+      const float mn = std::clamp(std::min(a, b), -1.f, 1.f), mx = std::clamp(std::max(a, b), -1.f, 1.f);
+      const int lo = dynamic_code_ref(m, mn), hi = dynamic_code_ref(m, mx);
+      if (hi - lo > 1) throw Error("dynamic map: more than one threshold in a 16-bit bucket");
+      entry[k] = lo | (hi - lo) << 8;
     }
   }
   uint8_t code(float s) const {
-    const uint32_t k = std::bit_cast<uint32_t>(s) >> 16;
-    unsigned c = lo[k];
-    const unsigned h = hi[k];
-    while (c < h && s > map->below[c]) ++c;
-    return uint8_t(c);
+    const int32_t e = entry[std::bit_cast<uint32_t>(s) >> 16];
+    const int c = e & 0xff;
+    return uint8_t(c + ((e >> 8) & int(s > below[c])));
   }
 };
 const CodeTable& code_table(bool is_signed) {
@@ -75,10 +80,66 @@ const CodeTable& code_table(bool is_signed) {
 }
 
 // One int8 block: x (n) fp32 -> codes and absmax.
+#define MIXTRAIN_TARGET_AVX512 __attribute__((target("avx512f")))
+
+// The AVX-512 forms of the block's absmax, encoding and decoding: the same operations on 16 lanes
+// (gathers from the code table and the map), masked tails.
+MIXTRAIN_TARGET_AVX512 float block_absmax_avx512(const float* x, int64_t n) {
+  __m512i a = _mm512_setzero_si512();
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = n - i >= 16 ? __mmask16(0xffff) : __mmask16((1u << (n - i)) - 1);
+    const __m512i v = _mm512_and_si512(_mm512_castps_si512(_mm512_maskz_loadu_ps(m, x + i)),
+                                       _mm512_set1_epi32(0x7fffffff));
+    a = _mm512_max_epu32(a, v);
+  }
+  alignas(64) uint32_t lanes[16];
+  _mm512_store_si512(lanes, a);
+  return std::bit_cast<float>(*std::max_element(lanes, lanes + 16));
+}
+
+MIXTRAIN_TARGET_AVX512 void encode_avx512(const float* x, int64_t n, float inv, const CodeTable& t, uint8_t* codes) {
+  const __m512 vinv = _mm512_set1_ps(inv), one = _mm512_set1_ps(1.f), neg = _mm512_set1_ps(-1.f);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = n - i >= 16 ? __mmask16(0xffff) : __mmask16((1u << (n - i)) - 1);
+    __m512 s = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), vinv);
+    s = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(s, neg, _CMP_LT_OQ), s, neg);  // NaN stays NaN
+    s = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(s, one, _CMP_GT_OQ), s, one);
+    const __m512i key = _mm512_srli_epi32(_mm512_castps_si512(s), 16);
+    const __m512i e = _mm512_i32gather_epi32(key, t.entry.get(), 4);
+    __m512i c = _mm512_and_si512(e, _mm512_set1_epi32(0xff));
+    const __mmask16 step = _mm512_test_epi32_mask(e, _mm512_set1_epi32(0x100));
+    const __m512 b = _mm512_i32gather_ps(c, t.below, 4);
+    c = _mm512_mask_add_epi32(c, _mm512_mask_cmp_ps_mask(step, s, b, _CMP_GT_OQ), c, _mm512_set1_epi32(1));
+    _mm512_mask_cvtepi32_storeu_epi8(codes + i, m, c);
+  }
+}
+
+MIXTRAIN_TARGET_AVX512 void decode_avx512(const uint8_t* codes, float absmax, int64_t n, const float* v, float* x) {
+  const __m512 a = _mm512_set1_ps(absmax);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512i c = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + i)));
+    _mm512_storeu_ps(x + i, _mm512_mul_ps(_mm512_i32gather_ps(c, v, 4), a));
+  }
+  if (i < n) {
+    const int64_t k = n - i;
+    alignas(16) uint8_t buf[16] = {};
+    std::memcpy(buf, codes + i, size_t(k));
+    const __m512i c = _mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(buf)));
+    _mm512_mask_storeu_ps(x + i, __mmask16((1u << k) - 1), _mm512_mul_ps(_mm512_i32gather_ps(c, v, 4), a));
+  }
+}
+
+bool use_avx512() {
+  static const bool on = cpu_features().avx512f;
+  return on && !force_reference();
+}
+
 template <bool Ref>
 void encode_block(const float* x, int64_t n, const MomentBuf& b, uint8_t* codes, float& absmax) {
   const DynamicMap& map = dynamic_map(b.is_signed);
-  const float a = block_absmax(x, n);
+  const bool simd = !Ref && use_avx512();
+  const float a = simd ? block_absmax_avx512(x, n) : block_absmax(x, n);
   absmax = a;
   if (a == 0.f) {
     std::memset(codes, map.zero_code, size_t(n));
@@ -89,12 +150,15 @@ void encode_block(const float* x, int64_t n, const MomentBuf& b, uint8_t* codes,
     for (int64_t i = 0; i < n; ++i) codes[i] = dynamic_code_ref(map, scaled(x[i], inv));
   } else {
     const CodeTable& t = code_table(b.is_signed);
+    if (simd) return encode_avx512(x, n, inv, t, codes);
     for (int64_t i = 0; i < n; ++i) codes[i] = t.code(scaled(x[i], inv));
   }
 }
 
+template <bool Ref>
 void decode_block(const uint8_t* codes, float absmax, int64_t n, bool is_signed, float* x) {
   const float* v = dynamic_map(is_signed).value.data();
+  if (!Ref && use_avx512()) return decode_avx512(codes, absmax, n, v, x);
   for (int64_t i = 0; i < n; ++i) x[i] = v[codes[i]] * absmax;
 }
 
@@ -127,6 +191,7 @@ struct BlockState {
   }
 };
 
+template <bool Ref>
 BlockState open_state(const MomentBuf* b, const StateSpan& st, int64_t o, int64_t n, uint64_t counter_base,
                       float* scratch) {
   BlockState s;
@@ -150,7 +215,7 @@ BlockState open_state(const MomentBuf* b, const StateSpan& st, int64_t o, int64_
         break;
       }
       s.blk = st.block_offset + o / kInt8StateBlock - st.span.offset / kInt8StateBlock;
-      decode_block(b->codes + o, b->absmax[s.blk], n, b->is_signed, scratch);
+      decode_block<Ref>(b->codes + o, b->absmax[s.blk], n, b->is_signed, scratch);
       s.f = scratch;
       break;
   }
@@ -195,8 +260,8 @@ void run_pieces(float* p, const std::vector<StateSpan>& spans, const MomentBuf* 
   auto one = [&](const Piece& pc) {
     alignas(64) float s0[kInt8StateBlock], s1[kInt8StateBlock];
     for_each_block(pc.lo, pc.hi, [&](int64_t o, int64_t n) {
-      const BlockState a = open_state(m0, *pc.st, o, n, counter_base, s0);
-      const BlockState b = open_state(m1, *pc.st, o, n, counter_base, s1);
+      const BlockState a = open_state<Ref>(m0, *pc.st, o, n, counter_base, s0);
+      const BlockState b = open_state<Ref>(m1, *pc.st, o, n, counter_base, s1);
       update(o, n, pc.st->span.decay, a.f, b.f);
       a.template commit<Ref>();
       b.template commit<Ref>();
