@@ -54,7 +54,7 @@ AdamW::AdamW(const ParameterStore& store, AdamWConfig config, FlatRange shard) :
   dtype_ = optim_detail::optimizer_param_dtype(store, "AdamW");
   flat_numel_ = store.flat_numel();
   shard_ = shard.resolved(flat_numel_);
-  optim_detail::check_state_precision(config_.state, dtype_, "AdamW");
+  optim_detail::check_state_precision(config_.state, dtype_, config_.rounding, "AdamW");
   whole_ = flat_spans(store);
   spans_ = shard_spans(whole_, shard_.begin, shard_.end);
   state_spans_ = state_spans(whole_, shard_.begin, shard_.end, config_.state);
@@ -100,11 +100,23 @@ void AdamW::step(ParameterStore& store, float lr, Tensor* working) {
     if (!p.is_meta()) {
       optim_detail::Moment m{config_.state, m_, mq_}, v{config_.state, v_, vq_};
       const MomentBuf mb = m.buf(true, state_seed(config_.seed, 0)), vb = v.buf(false, state_seed(config_.seed, 1));
-      const WorkingCopyOut wc = optim_detail::shard_working(w, shard_);
-      if (force_reference())
-        adamw_update_state_ref(p.data<float>(), g.data<float>(), mb, vb, state_spans_, s, lw.counter_base, wc);
+      // Master rounding: the fp32 masters updated from the 16-bit gradients, the parameters
+      // rounded from them (as the fp32-state master kernels do).
+      float* pf = master_.defined() ? master_.for_step(p).data<float>() : p.data<float>();
+      const WorkingCopyOut wc = master_.defined() ? WorkingCopyOut{p.raw_data(), dtype_, 0}
+                                                  : optim_detail::shard_working(w, shard_);
+      auto run = [&](const auto* gp) {
+        if (force_reference())
+          adamw_update_state_ref(pf, gp, mb, vb, state_spans_, s, lw.counter_base, wc);
+        else
+          adamw_update_state(pf, gp, mb, vb, state_spans_, s, lw.counter_base, wc);
+      };
+      if (g.dtype() == DType::bf16)
+        run(g.data<bf16>());
+      else if (g.dtype() == DType::f16)
+        run(g.data<fp16>());
       else
-        adamw_update_state(p.data<float>(), g.data<float>(), mb, vb, state_spans_, s, lw.counter_base, wc);
+        run(g.data<float>());
     }
   } else if (master_.defined()) {  // the fp32 update of the master, the 16-bit parameters rounded from it
     ops::adamw_update(p.device(), master_.for_step(p), g, m_, v_, c_, spans_, s, lw, {p.raw_data(), dtype_});
@@ -174,6 +186,11 @@ void AdamW::restore(const OptimizerState& s) {
   optim_detail::Moment m{config_.state, m_, mq_}, v{config_.state, v_, vq_};
   m.restore(s.exp_avg, s.exp_avg_q, whole_, shard_.begin, shard_.end, flat_numel_, "AdamW exp_avg");
   v.restore(s.exp_avg_sq, s.exp_avg_sq_q, whole_, shard_.begin, shard_.end, flat_numel_, "AdamW exp_avg_sq");
+  if (master_.defined()) {
+    const Tensor mm = optim_detail::shard_of(s.master, shard_, flat_numel_);
+    check_master_shape(master_, mm, shard_.size(), "AdamW::restore");
+    master_.set(mm);
+  }
   steps_ = s.steps;
 }
 

@@ -92,12 +92,12 @@ void Moment::restore(const Tensor& values_in, const QuantizedMomentParts& parts_
   parts.fallback.copy_from(f);
 }
 
-void check_state_precision(StatePrecision p, DType param, const char* op) {
-  if (p != StatePrecision::fp32 && param != DType::f32)
+void check_state_precision(StatePrecision p, DType param, UpdateRounding r, const char* op) {
+  if (p != StatePrecision::fp32 && param != DType::f32 && r != UpdateRounding::master)
     throw ArgumentError(std::string(op) + ": optimizer state " + std::string(state_precision_name(p)) +
-                        " needs fp32 parameters (32-true or a *-mixed mode); with " +
-                        std::string(dtype_name(param)) +
-                        " parameters the state is kept in their dtype (or fp32 with master rounding)");
+                        " needs an fp32 update: fp32 parameters (32-true, a *-mixed mode) or master rounding; " +
+                        std::string(dtype_name(param)) + " parameters rounded " +
+                        std::string(update_rounding_name(r)) + " keep the state in their dtype");
 }
 
 void check_state_precision_match(StatePrecision mine, const OptimizerState& s) {

@@ -32,9 +32,10 @@ struct Moment {
                int64_t begin, int64_t end, int64_t flat_numel, const std::string& what);
 };
 
-// ArgumentError unless state of precision p can be kept for parameters of dtype `param` (bf16 and
-// int8 state need fp32 parameters: 32-true or the *-mixed modes' masters).
-void check_state_precision(StatePrecision p, DType param, const char* op);
+// ArgumentError unless state of precision p can be kept for parameters of dtype `param` updated
+// with rounding r (bf16 and int8 state need an fp32 update: fp32 parameters, as in 32-true and the
+// *-mixed modes' masters, or 16-bit ones with master rounding's fp32 masters).
+void check_state_precision(StatePrecision p, DType param, UpdateRounding r, const char* op);
 // ArgumentError unless a checkpoint's state precision is this optimizer's (no conversion: the
 // resumed run would not be the saved one's).
 void check_state_precision_match(StatePrecision mine, const OptimizerState& s);

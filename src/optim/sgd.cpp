@@ -34,7 +34,7 @@ SGD::SGD(const ParameterStore& store, SgdConfig config, FlatRange shard) : confi
   dtype_ = optim_detail::optimizer_param_dtype(store, "SGD");
   flat_numel_ = store.flat_numel();
   shard_ = shard.resolved(flat_numel_);
-  optim_detail::check_state_precision(config_.state, dtype_, "SGD");
+  optim_detail::check_state_precision(config_.state, dtype_, config_.rounding, "SGD");
   whole_ = flat_spans(store);
   spans_ = shard_spans(whole_, shard_.begin, shard_.end);
   state_spans_ = state_spans(whole_, shard_.begin, shard_.end, config_.state);
@@ -83,11 +83,21 @@ void SGD::step(ParameterStore& store, float lr, Tensor* working) {
     if (!p.is_meta()) {
       optim_detail::Moment b{config_.state, buf_, bq_};
       const MomentBuf bb = buf_.defined() ? b.buf(true, state_seed(config_.seed, 0)) : MomentBuf{};
-      const WorkingCopyOut wc = optim_detail::shard_working(w, shard_);
-      if (force_reference())
-        sgd_update_state_ref(p.data<float>(), g.data<float>(), bb, state_spans_, s, lw.counter_base, wc);
+      float* pf = master_.defined() ? master_.for_step(p).data<float>() : p.data<float>();
+      const WorkingCopyOut wc = master_.defined() ? WorkingCopyOut{p.raw_data(), dtype_, 0}
+                                                  : optim_detail::shard_working(w, shard_);
+      auto run = [&](const auto* gp) {
+        if (force_reference())
+          sgd_update_state_ref(pf, gp, bb, state_spans_, s, lw.counter_base, wc);
+        else
+          sgd_update_state(pf, gp, bb, state_spans_, s, lw.counter_base, wc);
+      };
+      if (g.dtype() == DType::bf16)
+        run(g.data<bf16>());
+      else if (g.dtype() == DType::f16)
+        run(g.data<fp16>());
       else
-        sgd_update_state(p.data<float>(), g.data<float>(), bb, state_spans_, s, lw.counter_base, wc);
+        run(g.data<float>());
     }
   } else if (master_.defined()) {  // the fp32 update of the master, the 16-bit parameters rounded from it
     ops::sgd_update(p.device(), master_.for_step(p), g, buf_, c_, spans_, s, lw, {p.raw_data(), dtype_});
@@ -156,6 +166,11 @@ void SGD::restore(const OptimizerState& s) {
   if (s.steps < 0) throw ArgumentError("SGD::restore: steps must be >= 0, got " + std::to_string(s.steps));
   optim_detail::Moment b{config_.state, buf_, bq_};
   b.restore(s.momentum_buffer, s.momentum_q, whole_, shard_.begin, shard_.end, flat_numel_, "SGD momentum_buffer");
+  if (master_.defined()) {
+    const Tensor mm = optim_detail::shard_of(s.master, shard_, flat_numel_);
+    check_master_shape(master_, mm, shard_.size(), "SGD::restore");
+    master_.set(mm);
+  }
   steps_ = s.steps;
 }
 

@@ -74,10 +74,11 @@ void RunOptions::validate() const {
                     std::to_string(data_parallel.zero_stage));
   if (memory_limit && *memory_limit <= 0)
     bad("memory_limit", " must be a positive number of bytes, got " + std::to_string(*memory_limit));
-  if (optim_state != StatePrecision::fp32 && precision_spec(precision).param_dtype != DType::f32)
+  if (optim_state != StatePrecision::fp32 && precision_spec(precision).param_dtype != DType::f32 &&
+      update_rounding != UpdateRounding::master)
     throw ArgumentError({"optim_state", "precision"},
                         "optim_state " + std::string(state_precision_name(optim_state)) + " needs fp32 weights (" +
-                            "32-true or a *-mixed mode); precision " +
+                            "32-true or a *-mixed mode) or update_rounding master; precision " +
                             std::string(precision_spec(precision).name) +
                             " keeps the optimizer state in the weights' dtype");
   if (!(beta1 >= 0.f && beta1 < 1.f)) bad("beta1", " must be in [0, 1)");

@@ -199,7 +199,9 @@ INSTANTIATE_TEST_SUITE_P(
                            adamw(UpdateRounding::nearest, StatePrecision::bf16), true},
                       Case{"adamw_f32_working_state_int8", DType::f32,
                            adamw(UpdateRounding::nearest, StatePrecision::int8), true},
-                      Case{"sgd_f32_state_int8", DType::f32, sgd(UpdateRounding::nearest, StatePrecision::int8), false}),
+                      Case{"sgd_f32_state_int8", DType::f32, sgd(UpdateRounding::nearest, StatePrecision::int8), false},
+                      Case{"adamw_bf16_master_state_int8", DType::bf16,
+                           adamw(UpdateRounding::master, StatePrecision::int8), false}),
     [](const ::testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });
 
 // The norm from the parts' block sums, added in block order, is the whole buffer's, bit for bit:

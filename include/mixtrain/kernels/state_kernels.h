@@ -1,7 +1,8 @@
 // Optimizer state below fp32 (`--optim-state bf16|int8`): how a moment (AdamW's m and v, SGD's
 // momentum) is stored, and the update kernels that read it to fp32, run the fp32 update of
 // kernels/optimizer_kernels.h on it, and store it back. Parameters and gradients stay as the
-// fp32 kernels take them (the fp32 arena of 32-true and of the *-mixed modes' masters).
+// fp32 kernels take them (the fp32 arena of 32-true and of the *-mixed modes' masters, or the
+// fp32 masters and 16-bit gradients of the *-true modes' master rounding).
 //
 //   bf16  every element in bf16, rounded back stochastically (numeric/stochastic.h): element i of
 //         update k of moment j draws counter_rng(state_seed(seed, j), k * flat_numel + i), so
@@ -36,6 +37,7 @@
 
 #include "mixtrain/kernels/optimizer_kernels.h"
 #include "mixtrain/numeric/bf16.h"
+#include "mixtrain/numeric/fp16.h"
 
 namespace mixtrain {
 
@@ -99,20 +101,27 @@ inline int64_t grid_cells(int64_t offset, int64_t n) {
   return n <= 0 ? 0 : (offset + n - 1) / kInt8StateBlock - offset / kInt8StateBlock + 1;
 }
 
-// AdamW / SGD over bf16 or int8 state: p, g (shard) f32; m, v (AdamW), buf (SGD momentum) as
-// above; `counter_base` = k * flat_numel + shard begin (the bf16 draws). The update of every
-// element is the fp32 kernel's (optim/adamw.h, optim/sgd.h) on the state as decoded; `working`
-// as for the fp32 kernels.
-void adamw_update_state_ref(float* p, const float* g, const MomentBuf& m, const MomentBuf& v,
-                            const std::vector<StateSpan>& spans, const AdamWScalars& s, uint64_t counter_base,
-                            const WorkingCopyOut& working = {});
-void adamw_update_state(float* p, const float* g, const MomentBuf& m, const MomentBuf& v,
-                        const std::vector<StateSpan>& spans, const AdamWScalars& s, uint64_t counter_base,
-                        const WorkingCopyOut& working = {});
-void sgd_update_state_ref(float* p, const float* g, const MomentBuf& buf, const std::vector<StateSpan>& spans,
-                          const SgdScalars& s, uint64_t counter_base, const WorkingCopyOut& working = {});
-void sgd_update_state(float* p, const float* g, const MomentBuf& buf, const std::vector<StateSpan>& spans,
-                      const SgdScalars& s, uint64_t counter_base, const WorkingCopyOut& working = {});
+// AdamW / SGD over bf16 or int8 state: p (shard) f32, the parameters or the fp32 master weights of
+// master rounding; g (shard) f32, or the 16-bit gradients of master rounding (each element loaded
+// to fp32); m, v (AdamW), buf (SGD momentum) as above; `counter_base` = k * flat_numel + shard
+// begin (the bf16 draws). The update of every element is the fp32 kernel's (optim/adamw.h,
+// optim/sgd.h) on the state as decoded; `working` as for the fp32 kernels (under master rounding:
+// the 16-bit parameters, rounded to nearest from the masters).
+#define MIXTRAIN_DECLARE_STATE_KERNELS(G)                                                                      \
+  void adamw_update_state_ref(float* p, const G* g, const MomentBuf& m, const MomentBuf& v,                   \
+                              const std::vector<StateSpan>& spans, const AdamWScalars& s,                     \
+                              uint64_t counter_base, const WorkingCopyOut& working = {});                     \
+  void adamw_update_state(float* p, const G* g, const MomentBuf& m, const MomentBuf& v,                       \
+                          const std::vector<StateSpan>& spans, const AdamWScalars& s, uint64_t counter_base,   \
+                          const WorkingCopyOut& working = {});                                                 \
+  void sgd_update_state_ref(float* p, const G* g, const MomentBuf& buf, const std::vector<StateSpan>& spans,  \
+                            const SgdScalars& s, uint64_t counter_base, const WorkingCopyOut& working = {});   \
+  void sgd_update_state(float* p, const G* g, const MomentBuf& buf, const std::vector<StateSpan>& spans,      \
+                        const SgdScalars& s, uint64_t counter_base, const WorkingCopyOut& working = {});
+MIXTRAIN_DECLARE_STATE_KERNELS(float)
+MIXTRAIN_DECLARE_STATE_KERNELS(bf16)
+MIXTRAIN_DECLARE_STATE_KERNELS(fp16)
+#undef MIXTRAIN_DECLARE_STATE_KERNELS
 
 // Decoding for checkpoints' and tests' eyes: out (shard) f32 = the state as the next update will
 // read it.

@@ -16,6 +16,7 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/cpu/adamw_span.h"
@@ -276,31 +277,50 @@ void run_pieces(float* p, const std::vector<StateSpan>& spans, const MomentBuf* 
   }
 }
 
-template <bool Ref>
-void adamw_state(float* p, const float* g, const MomentBuf& m, const MomentBuf& v,
-                 const std::vector<StateSpan>& spans, const AdamWScalars& s, uint64_t counter_base,
-                 const WorkingCopyOut& working) {
+// The gradients of [o, o + n) as fp32: the arena itself (fp32), or loaded into `scratch` from the
+// 16-bit gradients of master rounding (optim/master_weights.h).
+template <bool Ref, class G>
+const float* grads_f32(const G* g, int64_t o, int64_t n, float* scratch) {
+  if constexpr (std::is_same_v<G, float>) {
+    return g + o;
+  } else {
+    if constexpr (Ref) {
+      for (int64_t i = 0; i < n; ++i) scratch[i] = optim_detail::Lowp<G>::load(g[o + i]);
+    } else {
+      optim_detail::Lowp<G>::load_n(g + o, scratch, n);
+    }
+    return scratch;
+  }
+}
+
+template <bool Ref, class G>
+void adamw_state(float* p, const G* g, const MomentBuf& m, const MomentBuf& v, const std::vector<StateSpan>& spans,
+                 const AdamWScalars& s, uint64_t counter_base, const WorkingCopyOut& working) {
   const bool small_w = optim_detail::lerp_weight_small(s.beta1_weight);
   run_pieces<Ref>(p, spans, &m, &v, counter_base, working,
                   [&](int64_t o, int64_t n, bool decay, float* mf, float* vf) {
+                    alignas(64) float gs[kInt8StateBlock];
+                    const float* gf = grads_f32<Ref>(g, o, n, gs);
                     if constexpr (Ref)
-                      optim_detail::adamw_span_ref_f32(p + o, g + o, mf, vf, n, decay, small_w, s);
+                      optim_detail::adamw_span_ref_f32(p + o, gf, mf, vf, n, decay, small_w, s);
                     else
-                      optim_detail::adamw_span_fast_f32(p + o, g + o, mf, vf, n, decay, small_w, s);
+                      optim_detail::adamw_span_fast_f32(p + o, gf, mf, vf, n, decay, small_w, s);
                   });
 }
 
-template <bool Ref>
-void sgd_state(float* p, const float* g, const MomentBuf& buf, const std::vector<StateSpan>& spans,
-               const SgdScalars& s, uint64_t counter_base, const WorkingCopyOut& working) {
+template <bool Ref, class G>
+void sgd_state(float* p, const G* g, const MomentBuf& buf, const std::vector<StateSpan>& spans, const SgdScalars& s,
+               uint64_t counter_base, const WorkingCopyOut& working) {
   const MomentBuf* b = s.momentum == 0.f ? nullptr : &buf;
   run_pieces<Ref>(p, spans, b, nullptr, counter_base, working,
                   [&](int64_t o, int64_t n, bool decay, float* bf, float*) {
+                    alignas(64) float gs[kInt8StateBlock];
+                    const float* gf = grads_f32<Ref>(g, o, n, gs);
                     if constexpr (Ref) {
                       for (int64_t i = 0; i < n; ++i)
-                        optim_detail::sgd_span_f32(p + o + i, g + o + i, bf ? bf + i : nullptr, 1, decay, s);
+                        optim_detail::sgd_span_f32(p + o + i, gf + i, bf ? bf + i : nullptr, 1, decay, s);
                     } else {
-                      optim_detail::sgd_span_f32(p + o, g + o, bf, n, decay, s);
+                      optim_detail::sgd_span_f32(p + o, gf, bf, n, decay, s);
                     }
                   });
 }
@@ -309,23 +329,28 @@ void sgd_state(float* p, const float* g, const MomentBuf& buf, const std::vector
 
 uint8_t dynamic_code(bool is_signed, float s) { return code_table(is_signed).code(s); }
 
-void adamw_update_state_ref(float* p, const float* g, const MomentBuf& m, const MomentBuf& v,
-                            const std::vector<StateSpan>& spans, const AdamWScalars& s, uint64_t counter_base,
-                            const WorkingCopyOut& working) {
-  adamw_state<true>(p, g, m, v, spans, s, counter_base, working);
-}
-void adamw_update_state(float* p, const float* g, const MomentBuf& m, const MomentBuf& v,
-                        const std::vector<StateSpan>& spans, const AdamWScalars& s, uint64_t counter_base,
-                        const WorkingCopyOut& working) {
-  adamw_state<false>(p, g, m, v, spans, s, counter_base, working);
-}
-void sgd_update_state_ref(float* p, const float* g, const MomentBuf& buf, const std::vector<StateSpan>& spans,
-                          const SgdScalars& s, uint64_t counter_base, const WorkingCopyOut& working) {
-  sgd_state<true>(p, g, buf, spans, s, counter_base, working);
-}
-void sgd_update_state(float* p, const float* g, const MomentBuf& buf, const std::vector<StateSpan>& spans,
-                      const SgdScalars& s, uint64_t counter_base, const WorkingCopyOut& working) {
-  sgd_state<false>(p, g, buf, spans, s, counter_base, working);
-}
+#define MIXTRAIN_STATE_KERNELS(G)                                                                                \
+  void adamw_update_state_ref(float* p, const G* g, const MomentBuf& m, const MomentBuf& v,                     \
+                              const std::vector<StateSpan>& spans, const AdamWScalars& s, uint64_t counter_base, \
+                              const WorkingCopyOut& working) {                                                   \
+    adamw_state<true>(p, g, m, v, spans, s, counter_base, working);                                              \
+  }                                                                                                              \
+  void adamw_update_state(float* p, const G* g, const MomentBuf& m, const MomentBuf& v,                         \
+                          const std::vector<StateSpan>& spans, const AdamWScalars& s, uint64_t counter_base,     \
+                          const WorkingCopyOut& working) {                                                       \
+    adamw_state<false>(p, g, m, v, spans, s, counter_base, working);                                             \
+  }                                                                                                              \
+  void sgd_update_state_ref(float* p, const G* g, const MomentBuf& buf, const std::vector<StateSpan>& spans,    \
+                            const SgdScalars& s, uint64_t counter_base, const WorkingCopyOut& working) {         \
+    sgd_state<true>(p, g, buf, spans, s, counter_base, working);                                                 \
+  }                                                                                                              \
+  void sgd_update_state(float* p, const G* g, const MomentBuf& buf, const std::vector<StateSpan>& spans,        \
+                        const SgdScalars& s, uint64_t counter_base, const WorkingCopyOut& working) {             \
+    sgd_state<false>(p, g, buf, spans, s, counter_base, working);                                                \
+  }
+MIXTRAIN_STATE_KERNELS(float)
+MIXTRAIN_STATE_KERNELS(bf16)
+MIXTRAIN_STATE_KERNELS(fp16)
+#undef MIXTRAIN_STATE_KERNELS
 
 }  // namespace mixtrain
