@@ -1,14 +1,35 @@
 // The CPU allocator: 64-byte aligned blocks, charged to the memory tracker, with a cache of freed
-// blocks by exact size. A training step frees and re-allocates the same activation sizes every
-// step; serving them from the cache avoids asking the system again (which, for large blocks,
-// means fresh pages that the kernel must zero on first touch: 11% of an fp32 step, see
-// bench/RESULTS.md). The memory tracker counts live tensor bytes only; cached bytes are reported
-// separately (cpu_allocator_stats). Under AddressSanitizer the cache is off, so a use after free
-// is still caught.
+// blocks. A training step frees and re-allocates the same activation sizes every step; serving
+// them from the cache avoids asking the system again (which, for large blocks, means fresh pages
+// that the kernel must zero on first touch: 11% of an fp32 step, see bench/RESULTS.md). The memory
+// tracker counts live tensor bytes only; cached bytes are reported separately
+// (cpu_allocator_stats). Under AddressSanitizer the cache is off, so a use after free is still
+// caught.
+//
+// Shapes that change every batch (a fine-tune's dynamic padding) must not grow the process: an
+// exact-size cache kept a block per shape (Fine Foods, bf16-mixed: 555 MB of tensors at the peak,
+// 1.85 GB resident). So, as PyTorch's caching allocator does:
+//   - large blocks (>= 1 MiB) come in size classes, 8 per doubling (at most 12.5% over the
+//     request), straight from mmap, so a released block goes back to the system at once (glibc's
+//     heap would keep it: its mmap threshold grows to 32 MiB after the first large free);
+//   - a request takes a cached block of its class, or failing that the smallest cached block of
+//     the next two classes (best fit, at most 25% over);
+//   - the cache is bounded by the run's own peak: live blocks plus cached blocks never exceed 1.25x
+//     the largest footprint of live blocks so far (cached blocks are released, largest first, to
+//     stay under it), so the blocks this allocator holds stay within a quarter of the peak of what
+//     the program had live (and under MIXTRAIN_ALLOCATOR_CACHE_MB's cap, default 2048, 0: no cache).
 #include "mixtrain/tensor/allocator.h"
 
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <bit>
 #include <cstdlib>
+#include <iterator>
 #include <limits>
+#include <map>
 #include <mutex>
 #include <new>
 #include <string>
@@ -30,6 +51,9 @@ size_t default_cache_cap() {
 #endif
 }
 
+constexpr size_t kLargeBlock = size_t{1} << 20;  // from here on: size classes and mmap
+constexpr size_t kPage = 4096;
+
 class CpuAllocator final : public Allocator {
  public:
   Device device() const override { return Device::cpu(); }
@@ -37,30 +61,44 @@ class CpuAllocator final : public Allocator {
   void* allocate(size_t bytes, MemCategory category) override {
     // Round up to the alignment (aligned_alloc requires a multiple); zero-byte tensors still get a
     // unique valid pointer so data() is never null.
-    if (bytes > std::numeric_limits<size_t>::max() - kTensorAlignment)
+    if (bytes > std::numeric_limits<size_t>::max() / 2)
       throw ShapeError("allocate: " + std::to_string(bytes) + " bytes is too large");
-    const size_t rounded = block_size(bytes);
+    const size_t want = block_size(bytes);
     void* p = nullptr;
+    size_t got = want;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      auto it = free_.find(rounded);
-      if (it != free_.end() && !it->second.empty()) {
-        p = it->second.back();
-        it->second.pop_back();
-        stats_.cached_bytes -= static_cast<int64_t>(rounded);
+      auto it = free_.lower_bound(want);
+      // the class itself, or (large blocks) the two classes above it
+      const size_t limit = want >= kLargeBlock ? next_class(next_class(want)) : want;
+      if (it != free_.end() && it->first <= limit) {
+        got = it->first;
+        p = it->second;
+        free_.erase(it);
+        stats_.cached_bytes -= int64_t(got);
         ++stats_.cache_hits;
       }
     }
     if (!p) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        trim_to(live_ + want);  // make room under the bound before growing
+      }
       ProfileScope prof(WorkKind::allocator);
-      p = std::aligned_alloc(kTensorAlignment, rounded);
+      p = system_alloc(want);
       if (!p) {
         release_cached();  // give the cache back and try once more before failing
-        p = std::aligned_alloc(kTensorAlignment, rounded);
+        p = system_alloc(want);
       }
       if (!p) throw std::bad_alloc();
       std::lock_guard<std::mutex> lock(mu_);
       ++stats_.system_allocations;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (got != want) served_larger_[p] = got;
+      live_ += got;
+      peak_live_ = std::max(peak_live_, live_);
     }
     MemoryTracker::global().on_allocate(category, bytes);
     return p;
@@ -69,25 +107,31 @@ class CpuAllocator final : public Allocator {
   void deallocate(void* ptr, size_t bytes, MemCategory category) override {
     if (!ptr) return;
     MemoryTracker::global().on_free(category, bytes);
-    const size_t rounded = block_size(bytes);
+    size_t size = block_size(bytes);
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (static_cast<size_t>(stats_.cached_bytes) + rounded <= cap_) {
-        free_[rounded].push_back(ptr);
-        stats_.cached_bytes += static_cast<int64_t>(rounded);
+      if (auto it = served_larger_.find(ptr); it != served_larger_.end()) {
+        size = it->second;
+        served_larger_.erase(it);
+      }
+      live_ -= size;
+      if (size_t(stats_.cached_bytes) + size <= cap_ &&
+          live_ + size_t(stats_.cached_bytes) + size <= bound()) {
+        free_.emplace(size, ptr);
+        stats_.cached_bytes += int64_t(size);
         return;
       }
     }
     ProfileScope prof(WorkKind::allocator);
-    std::free(ptr);
+    system_free(ptr, size);
   }
 
   void release_cached() {
     std::lock_guard<std::mutex> lock(mu_);
-    for (auto& [size, blocks] : free_)
-      for (void* p : blocks) std::free(p);
+    for (auto& [size, p] : free_) system_free(p, size);
     free_.clear();
     stats_.cached_bytes = 0;
+    peak_live_ = live_;  // a new run's bound starts from what is live now
   }
 
   AllocatorStats stats() {
@@ -96,13 +140,55 @@ class CpuAllocator final : public Allocator {
   }
 
  private:
+  // Small: the next multiple of 64 bytes. Large: the next of 8 classes per doubling, in pages.
   static size_t block_size(size_t bytes) {
     const size_t r = (bytes + kTensorAlignment - 1) / kTensorAlignment * kTensorAlignment;
-    return r == 0 ? kTensorAlignment : r;
+    if (r == 0) return kTensorAlignment;
+    if (r < kLargeBlock) return r;
+    const size_t step = std::bit_floor(r) / 8;  // >= 128 KiB, a multiple of the page
+    return (r + step - 1) / step * step;
+  }
+  static size_t next_class(size_t size) { return block_size(size + 1); }
+
+  static void* system_alloc(size_t size) {
+    if (size < kLargeBlock) return std::aligned_alloc(kTensorAlignment, size);
+    void* p = mmap(nullptr, size + kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return nullptr;
+    static std::atomic<unsigned> color{0};
+    return static_cast<char*>(p) + (color.fetch_add(1, std::memory_order_relaxed) % 16) * 256;
+  }
+  static void system_free(void* p, size_t size) {
+    if (size < kLargeBlock)
+      std::free(p);
+    else
+      munmap(reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(p) & ~uintptr_t(kPage - 1)),
+             (size + kPage - 1) / kPage * kPage + kPage);
+  }
+
+  // What live plus cached blocks may hold: the peak of live blocks so far and a quarter more. The
+  // quarter lets a step whose sizes repeat keep a block of every size it frees and allocates again
+  // (a cached block of one size cannot serve another, so live + cached exceeds the live peak at
+  // times); without it, one missing block chased another out of the cache at every step (22 system
+  // allocations a gpt-mini step, 10% slower).
+  size_t bound() const { return peak_live_ + peak_live_ / 4; }
+
+  // Releases cached blocks, largest first, until `footprint` (live bytes to be) plus the cache fits
+  // under bound(). Called with mu_ held.
+  void trim_to(size_t footprint) {
+    const size_t limit = std::max(bound(), footprint);
+    while (!free_.empty() && footprint + size_t(stats_.cached_bytes) > limit) {
+      auto last = std::prev(free_.end());
+      stats_.cached_bytes -= int64_t(last->first);
+      system_free(last->second, last->first);
+      free_.erase(last);
+      ++stats_.released_blocks;
+    }
   }
 
   std::mutex mu_;
-  std::unordered_map<size_t, std::vector<void*>> free_;  // block size -> free blocks
+  std::multimap<size_t, void*> free_;               // block size -> free block
+  std::unordered_map<void*, size_t> served_larger_;  // live blocks of a larger class than asked
+  size_t live_ = 0, peak_live_ = 0;                 // bytes of live blocks (as allocated), and their peak
   size_t cap_ = default_cache_cap();
   AllocatorStats stats_;
 };
