@@ -47,9 +47,8 @@ void BM_AdamWStep(benchmark::State& st) {
   opt->step(s, 1e-4f);  // the first step fills the state
   for (auto _ : st) opt->step(s, 1e-4f);
   st.counters["state_MiB"] = double(opt->state_bytes()) / (1 << 20);
-  st.counters["ns_per_element"] =
-      benchmark::Counter(double(s.flat_numel()), benchmark::Counter::kIsIterationInvariantRate |
-                                                     benchmark::Counter::kInvert);
+  st.counters["ns_per_element"] = benchmark::Counter(
+      double(s.flat_numel()), benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
   st.SetLabel(std::string(state_precision_name(prec)));
 }
 BENCHMARK(BM_AdamWStep)->Arg(0)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();

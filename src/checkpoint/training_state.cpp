@@ -269,7 +269,8 @@ TrainingState decode_training_state(std::vector<uint8_t> bytes, const std::strin
   };
   const StatePrecision sp = s.optimizer.state_precision;
   if (sp != StatePrecision::fp32 && want != DType::f32 && !master)
-    fail(std::string(state_precision_name(sp)) + " optimizer state only exists with fp32 parameters or masters");
+    fail(std::string(state_precision_name(sp)) +
+         " optimizer state only exists with fp32 parameters or masters");
   const DType state = sp == StatePrecision::bf16   ? DType::bf16
                       : sp == StatePrecision::int8 ? DType::i8
                       : master                     ? DType::f32

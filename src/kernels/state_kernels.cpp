@@ -47,7 +47,9 @@ std::vector<float> torch_linspace(int64_t steps, int lanes) {
   const float start = 0.1f, end = 1.0f;
   const float step = (end - start) / float(steps - 1);
   const int64_t halfway = steps / 2;
-  auto scalar = [&](int64_t i) { return i < halfway ? start + step * float(i) : end - step * float(steps - i - 1); };
+  auto scalar = [&](int64_t i) {
+    return i < halfway ? start + step * float(i) : end - step * float(steps - i - 1);
+  };
   std::vector<float> out(static_cast<size_t>(steps));
   int64_t i = 0;
   if (lanes > 0)
@@ -116,7 +118,8 @@ uint8_t dynamic_code_ref(const DynamicMap& map, float s) {
 std::vector<StateSpan> state_spans(const std::vector<FlatSpan>& whole, int64_t begin, int64_t end,
                                    StatePrecision p) {
   if (begin % kInt8StateBlock != 0)
-    throw ArgumentError("state_spans: the shard must start on the 256-element grid, got " + std::to_string(begin));
+    throw ArgumentError("state_spans: the shard must start on the 256-element grid, got " +
+                        std::to_string(begin));
   std::vector<StateSpan> out;
   int64_t fallback = 0, blocks = 0;
   for (const FlatSpan& s : whole) {

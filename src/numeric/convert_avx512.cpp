@@ -140,8 +140,8 @@ MIXTRAIN_TARGET_AVX512 inline __m256i mix_hi32(__m512i z) {
 
 // dst[i] = bf16_from_f32_stochastic(src[i], counter_rng_keyed(key, base + i)): the counters'
 // splitmix64 inputs key + (base + i + 1) * gamma advance by 16 * gamma a vector.
-__attribute__((target("avx512f,avx512bw,avx512vl"))) void convert_f32_to_bf16_stochastic_avx512(const float* src, bf16* dst, size_t n,
-                                                                    uint64_t key, uint64_t base) {
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void convert_f32_to_bf16_stochastic_avx512(
+    const float* src, bf16* dst, size_t n, uint64_t key, uint64_t base) {
   constexpr uint64_t gamma = 0x9e3779b97f4a7c15ull;
   alignas(64) uint64_t z0[8], z1[8];
   for (int k = 0; k < 8; ++k) {
@@ -157,9 +157,10 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void convert_f32_to_bf16_st
     b = _mm512_add_epi64(b, step);
     const __m512i x = _mm512_castps_si512(_mm512_maskz_loadu_ps(m, src + i));
     // |x| >= inf (inf, NaN): bf16_from_f32; else add the low 16 random bits below the kept ones.
-    const __mmask16 special =
-        _mm512_cmpge_epu32_mask(_mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
-    const __m512i sr = _mm512_srli_epi32(_mm512_add_epi32(x, _mm512_and_si512(r, _mm512_set1_epi32(0xffff))), 16);
+    const __mmask16 special = _mm512_cmpge_epu32_mask(_mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff)),
+                                                      _mm512_set1_epi32(0x7f800000));
+    const __m512i sr =
+        _mm512_srli_epi32(_mm512_add_epi32(x, _mm512_and_si512(r, _mm512_set1_epi32(0xffff))), 16);
     const __m512i out = _mm512_mask_blend_epi32(special, sr, bf16_round_epi32(x));
     _mm256_mask_storeu_epi16(dst + i, m, _mm512_cvtepi32_epi16(out));
   }

@@ -99,7 +99,8 @@ void AdamW::step(ParameterStore& store, float lr, Tensor* working) {
   if (config_.state != StatePrecision::fp32) {  // bf16 / int8 moments (kernels/state_kernels.h)
     if (!p.is_meta()) {
       optim_detail::Moment m{config_.state, m_, mq_}, v{config_.state, v_, vq_};
-      const MomentBuf mb = m.buf(true, state_seed(config_.seed, 0)), vb = v.buf(false, state_seed(config_.seed, 1));
+      const MomentBuf mb = m.buf(true, state_seed(config_.seed, 0)),
+                      vb = v.buf(false, state_seed(config_.seed, 1));
       // Master rounding: the fp32 masters updated from the 16-bit gradients, the parameters
       // rounded from them (as the fp32-state master kernels do).
       float* pf = master_.defined() ? master_.for_step(p).data<float>() : p.data<float>();
@@ -129,7 +130,8 @@ void AdamW::step(ParameterStore& store, float lr, Tensor* working) {
 
 int64_t AdamW::state_bytes() const {
   int64_t bytes = 0;
-  for (const Tensor* t : {&m_, &v_, &c_, &master_.tensor(), &mq_.absmax, &mq_.fallback, &vq_.absmax, &vq_.fallback})
+  for (const Tensor* t :
+       {&m_, &v_, &c_, &master_.tensor(), &mq_.absmax, &mq_.fallback, &vq_.absmax, &vq_.fallback})
     if (t->defined()) bytes += int64_t(t->nbytes());
   return bytes;
 }
@@ -181,7 +183,8 @@ void AdamW::restore(const OptimizerState& s) {
   optim_detail::check_state_precision_match(config_.state, s);
   optim_detail::check_compensation(c_, s);
   optim_detail::check_master(master_.defined(), s);
-  if (config_.state != StatePrecision::int8) return set_state(s.steps, s.exp_avg, s.exp_avg_sq, s.compensation, s.master);
+  if (config_.state != StatePrecision::int8)
+    return set_state(s.steps, s.exp_avg, s.exp_avg_sq, s.compensation, s.master);
   if (s.steps < 0) throw ArgumentError("AdamW::restore: steps must be >= 0, got " + std::to_string(s.steps));
   optim_detail::Moment m{config_.state, m_, mq_}, v{config_.state, v_, vq_};
   m.restore(s.exp_avg, s.exp_avg_q, whole_, shard_.begin, shard_.end, flat_numel_, "AdamW exp_avg");

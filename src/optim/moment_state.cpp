@@ -82,8 +82,8 @@ void Moment::restore(const Tensor& values_in, const QuantizedMomentParts& parts_
   const std::vector<StateSpan> before = state_spans(whole, 0, begin, StatePrecision::int8);
   const std::vector<StateSpan> all = state_spans(whole, 0, flat_numel, StatePrecision::int8);
   const std::vector<StateSpan> mine = state_spans(whole, begin, end, StatePrecision::int8);
-  const Tensor a = part_of(parts_in.absmax, state_blocks(mine), state_blocks(before), state_blocks(all),
-                           what + " absmax");
+  const Tensor a =
+      part_of(parts_in.absmax, state_blocks(mine), state_blocks(before), state_blocks(all), what + " absmax");
   const Tensor f = part_of(parts_in.fallback, fallback_numel(mine), fallback_numel(before),
                            fallback_numel(all), what + " fallback");
   if (a.dtype() != DType::f32 || f.dtype() != DType::f32)
@@ -94,16 +94,18 @@ void Moment::restore(const Tensor& values_in, const QuantizedMomentParts& parts_
 
 void check_state_precision(StatePrecision p, DType param, UpdateRounding r, const char* op) {
   if (p != StatePrecision::fp32 && param != DType::f32 && r != UpdateRounding::master)
-    throw ArgumentError(std::string(op) + ": optimizer state " + std::string(state_precision_name(p)) +
-                        " needs an fp32 update: fp32 parameters (32-true, a *-mixed mode) or master rounding; " +
-                        std::string(dtype_name(param)) + " parameters rounded " +
-                        std::string(update_rounding_name(r)) + " keep the state in their dtype");
+    throw ArgumentError(
+        std::string(op) + ": optimizer state " + std::string(state_precision_name(p)) +
+        " needs an fp32 update: fp32 parameters (32-true, a *-mixed mode) or master rounding; " +
+        std::string(dtype_name(param)) + " parameters rounded " + std::string(update_rounding_name(r)) +
+        " keep the state in their dtype");
 }
 
 void check_state_precision_match(StatePrecision mine, const OptimizerState& s) {
   if (s.state_precision != mine)
-    throw ArgumentError("the optimizer state was saved in " + std::string(state_precision_name(s.state_precision)) +
-                        ", this run keeps it in " + std::string(state_precision_name(mine)) +
+    throw ArgumentError("the optimizer state was saved in " +
+                        std::string(state_precision_name(s.state_precision)) + ", this run keeps it in " +
+                        std::string(state_precision_name(mine)) +
                         " (--optim-state): resume with --optim-state " +
                         std::string(state_precision_name(s.state_precision)));
 }

@@ -28,8 +28,9 @@ struct Moment {
   // The checkpoint's buffers (values, absmax, fallback) of this moment, for the shard [begin, end)
   // of an arena laid out as `whole` (one span per parameter): either the shard's own or the whole
   // arena's, whose shard part is taken. ShapeError naming `what` for any other length.
-  void restore(const Tensor& values_in, const QuantizedMomentParts& parts_in, const std::vector<FlatSpan>& whole,
-               int64_t begin, int64_t end, int64_t flat_numel, const std::string& what);
+  void restore(const Tensor& values_in, const QuantizedMomentParts& parts_in,
+               const std::vector<FlatSpan>& whole, int64_t begin, int64_t end, int64_t flat_numel,
+               const std::string& what);
 };
 
 // ArgumentError unless state of precision p can be kept for parameters of dtype `param` updated

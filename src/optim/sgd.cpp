@@ -165,7 +165,8 @@ void SGD::restore(const OptimizerState& s) {
     return set_state(s.steps, s.momentum_buffer, s.compensation, s.master);
   if (s.steps < 0) throw ArgumentError("SGD::restore: steps must be >= 0, got " + std::to_string(s.steps));
   optim_detail::Moment b{config_.state, buf_, bq_};
-  b.restore(s.momentum_buffer, s.momentum_q, whole_, shard_.begin, shard_.end, flat_numel_, "SGD momentum_buffer");
+  b.restore(s.momentum_buffer, s.momentum_q, whole_, shard_.begin, shard_.end, flat_numel_,
+            "SGD momentum_buffer");
   if (master_.defined()) {
     const Tensor mm = optim_detail::shard_of(s.master, shard_, flat_numel_);
     check_master_shape(master_, mm, shard_.size(), "SGD::restore");

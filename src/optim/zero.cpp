@@ -98,8 +98,9 @@ OptimizerState ZeroOptimizer::state() const {
       blocks.push_back(state_blocks(sp) * 4);
       fallback.push_back(fallback_numel(sp) * 4);
     }
-    for (auto [from, to] : {std::pair{&mine.exp_avg_q, &all.exp_avg_q}, std::pair{&mine.exp_avg_sq_q, &all.exp_avg_sq_q},
-                            std::pair{&mine.momentum_q, &all.momentum_q}}) {
+    for (auto [from, to] :
+         {std::pair{&mine.exp_avg_q, &all.exp_avg_q}, std::pair{&mine.exp_avg_sq_q, &all.exp_avg_sq_q},
+          std::pair{&mine.momentum_q, &all.momentum_q}}) {
       for (auto [f, t, bytes] : {std::tuple{&from->absmax, &to->absmax, &blocks},
                                  std::tuple{&from->fallback, &to->fallback, &fallback}}) {
         if (!f->defined()) continue;
@@ -107,7 +108,8 @@ OptimizerState ZeroOptimizer::state() const {
         for (int64_t b : *bytes) total += b / 4;
         if (root) *t = Tensor::empty({total}, DType::f32, MemCategory::workspace);
         if (f->is_meta()) continue;
-        world_.gather(f->numel() ? f->raw_data() : nullptr, root && total ? t->raw_data() : nullptr, *bytes, 0);
+        world_.gather(f->numel() ? f->raw_data() : nullptr, root && total ? t->raw_data() : nullptr, *bytes,
+                      0);
       }
     }
   }

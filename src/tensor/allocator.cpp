@@ -24,8 +24,8 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdint>
 #include <bit>
+#include <cstdint>
 #include <cstdlib>
 #include <iterator>
 #include <limits>
@@ -186,9 +186,9 @@ class CpuAllocator final : public Allocator {
   }
 
   std::mutex mu_;
-  std::multimap<size_t, void*> free_;               // block size -> free block
+  std::multimap<size_t, void*> free_;                // block size -> free block
   std::unordered_map<void*, size_t> served_larger_;  // live blocks of a larger class than asked
-  size_t live_ = 0, peak_live_ = 0;                 // bytes of live blocks (as allocated), and their peak
+  size_t live_ = 0, peak_live_ = 0;                  // bytes of live blocks (as allocated), and their peak
   size_t cap_ = default_cache_cap();
   AllocatorStats stats_;
 };

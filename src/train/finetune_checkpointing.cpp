@@ -22,7 +22,8 @@ nlohmann::json shared_run_options(const RunOptions& o) {
   j["update_rounding"] = std::string(update_rounding_name(o.update_rounding));
   j["optimizer"] = std::string(optimizer_kind_name(o.optimizer));
   // Recorded where it is not the default, so checkpoints from before the option resume as they did.
-  if (o.optim_state != StatePrecision::fp32) j["optim_state"] = std::string(state_precision_name(o.optim_state));
+  if (o.optim_state != StatePrecision::fp32)
+    j["optim_state"] = std::string(state_precision_name(o.optim_state));
   j["lr"] = num(o.lr);
   j["warmup"] = o.warmup;
   j["weight_decay"] = num(o.weight_decay);

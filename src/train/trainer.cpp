@@ -76,11 +76,11 @@ void RunOptions::validate() const {
     bad("memory_limit", " must be a positive number of bytes, got " + std::to_string(*memory_limit));
   if (optim_state != StatePrecision::fp32 && precision_spec(precision).param_dtype != DType::f32 &&
       update_rounding != UpdateRounding::master)
-    throw ArgumentError({"optim_state", "precision"},
-                        "optim_state " + std::string(state_precision_name(optim_state)) + " needs fp32 weights (" +
-                            "32-true or a *-mixed mode) or update_rounding master; precision " +
-                            std::string(precision_spec(precision).name) +
-                            " keeps the optimizer state in the weights' dtype");
+    throw ArgumentError(
+        {"optim_state", "precision"},
+        "optim_state " + std::string(state_precision_name(optim_state)) + " needs fp32 weights (" +
+            "32-true or a *-mixed mode) or update_rounding master; precision " +
+            std::string(precision_spec(precision).name) + " keeps the optimizer state in the weights' dtype");
   if (!(beta1 >= 0.f && beta1 < 1.f)) bad("beta1", " must be in [0, 1)");
   if (!(beta2 >= 0.f && beta2 < 1.f)) bad("beta2", " must be in [0, 1)");
   if (!(eps > 0.f)) bad("eps", " must be positive");

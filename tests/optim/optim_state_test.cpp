@@ -60,7 +60,8 @@ TEST(DynamicMap, CodeIsNearestAndFastSearchAgrees) {
     };
     for (size_t i = 0; i < 255; ++i) {
       const float b = m.below[i];
-      for (float s : {b, std::nextafter(b, 2.f), std::nextafter(b, -2.f), m.value[i], m.value[i + 1]}) check(s);
+      for (float s : {b, std::nextafter(b, 2.f), std::nextafter(b, -2.f), m.value[i], m.value[i + 1]})
+        check(s);
       EXPECT_EQ(dynamic_code_ref(m, std::nextafter(b, 2.f)), i + 1);
       EXPECT_EQ(dynamic_code_ref(m, b), i);
     }
@@ -134,11 +135,12 @@ TEST_P(LowBitState, FastIsReferenceBitForBitAtAnyThreadCount) {
     EXPECT_EQ(r->params, ref.params);
     EXPECT_EQ(r->working, ref.working);
     const OptimizerState& s = r->state;
-    for (auto [a, b] : {std::pair{&s.exp_avg, &ref.state.exp_avg}, std::pair{&s.exp_avg_sq, &ref.state.exp_avg_sq},
-                        std::pair{&s.momentum_buffer, &ref.state.momentum_buffer},
-                        std::pair{&s.exp_avg_q.absmax, &ref.state.exp_avg_q.absmax},
-                        std::pair{&s.exp_avg_sq_q.absmax, &ref.state.exp_avg_sq_q.absmax},
-                        std::pair{&s.momentum_q.fallback, &ref.state.momentum_q.fallback}})
+    for (auto [a, b] :
+         {std::pair{&s.exp_avg, &ref.state.exp_avg}, std::pair{&s.exp_avg_sq, &ref.state.exp_avg_sq},
+          std::pair{&s.momentum_buffer, &ref.state.momentum_buffer},
+          std::pair{&s.exp_avg_q.absmax, &ref.state.exp_avg_q.absmax},
+          std::pair{&s.exp_avg_sq_q.absmax, &ref.state.exp_avg_sq_q.absmax},
+          std::pair{&s.momentum_q.fallback, &ref.state.momentum_q.fallback}})
       EXPECT_EQ(raw_bytes(*a), raw_bytes(*b));
   }
 }
@@ -200,7 +202,8 @@ TEST(LowBitState, Int8AdamWIsThePublishedBlockwiseAlgorithm) {
   auto nearest = [](const DynamicMap& map, float x) {
     int best = 0;
     for (int k = 1; k < 256; ++k)
-      if (std::fabs(double(x) - map.value[size_t(k)]) < std::fabs(double(x) - map.value[size_t(best)])) best = k;
+      if (std::fabs(double(x) - map.value[size_t(k)]) < std::fabs(double(x) - map.value[size_t(best)]))
+        best = k;
     return uint8_t(best);
   };
   auto encode = [&](const DynamicMap& map, const std::vector<float>& x, uint8_t* codes, float& absmax) {
@@ -335,7 +338,8 @@ TEST(LowBitState, MasterRoundingFastIsReferenceAndStepsAsFp32) {
           const float* mf = os.master.data<float>();
           for (const ParamInfo& info : s.infos())
             for (int64_t i = info.offset; i < info.offset + info.numel; ++i) {
-              const float want = d == DType::bf16 ? f32_from_bf16(bf16_from_f32(mf[i])) : f32_from_fp16(fp16_from_f32(mf[i]));
+              const float want = d == DType::bf16 ? f32_from_bf16(bf16_from_f32(mf[i]))
+                                                  : f32_from_fp16(fp16_from_f32(mf[i]));
               ASSERT_EQ(get_flat(s.flat_params(), i), want) << info.name << " " << i;
             }
         }
@@ -347,8 +351,8 @@ TEST(LowBitState, MasterRoundingFastIsReferenceAndStepsAsFp32) {
 
 TEST(LowBitState, NeedsFp32Parameters) {
   ParameterStore s = big_store(DType::bf16, DType::bf16);
-  const std::string msg =
-      expect_throw<ArgumentError>([&] { make_optimizer(s, config(OptimizerKind::adamw, StatePrecision::int8)); });
+  const std::string msg = expect_throw<ArgumentError>(
+      [&] { make_optimizer(s, config(OptimizerKind::adamw, StatePrecision::int8)); });
   EXPECT_NE(msg.find("fp32 update"), std::string::npos) << msg;
   EXPECT_THROW(parse_state_precision("int4"), ArgumentError);
   EXPECT_EQ(parse_state_precision("bf16"), StatePrecision::bf16);

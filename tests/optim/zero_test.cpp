@@ -98,16 +98,17 @@ TEST_P(ShardedOptimizer, PartsUpdateAsTheWhole) {
   }
   // The state, concatenated over the parts, is the whole optimizer's.
   const OptimizerState s = opt->state(), s0 = o0->state(), s1 = o1->state();
-  for (auto [w, a, b] : {std::tuple{&s.exp_avg, &s0.exp_avg, &s1.exp_avg},
-                         std::tuple{&s.exp_avg_sq, &s0.exp_avg_sq, &s1.exp_avg_sq},
-                         std::tuple{&s.momentum_buffer, &s0.momentum_buffer, &s1.momentum_buffer},
-                         std::tuple{&s.compensation, &s0.compensation, &s1.compensation},
-                         std::tuple{&s.master, &s0.master, &s1.master},
-                         std::tuple{&s.exp_avg_q.absmax, &s0.exp_avg_q.absmax, &s1.exp_avg_q.absmax},
-                         std::tuple{&s.exp_avg_q.fallback, &s0.exp_avg_q.fallback, &s1.exp_avg_q.fallback},
-                         std::tuple{&s.exp_avg_sq_q.absmax, &s0.exp_avg_sq_q.absmax, &s1.exp_avg_sq_q.absmax},
-                         std::tuple{&s.momentum_q.absmax, &s0.momentum_q.absmax, &s1.momentum_q.absmax},
-                         std::tuple{&s.momentum_q.fallback, &s0.momentum_q.fallback, &s1.momentum_q.fallback}}) {
+  for (auto [w, a, b] :
+       {std::tuple{&s.exp_avg, &s0.exp_avg, &s1.exp_avg},
+        std::tuple{&s.exp_avg_sq, &s0.exp_avg_sq, &s1.exp_avg_sq},
+        std::tuple{&s.momentum_buffer, &s0.momentum_buffer, &s1.momentum_buffer},
+        std::tuple{&s.compensation, &s0.compensation, &s1.compensation},
+        std::tuple{&s.master, &s0.master, &s1.master},
+        std::tuple{&s.exp_avg_q.absmax, &s0.exp_avg_q.absmax, &s1.exp_avg_q.absmax},
+        std::tuple{&s.exp_avg_q.fallback, &s0.exp_avg_q.fallback, &s1.exp_avg_q.fallback},
+        std::tuple{&s.exp_avg_sq_q.absmax, &s0.exp_avg_sq_q.absmax, &s1.exp_avg_sq_q.absmax},
+        std::tuple{&s.momentum_q.absmax, &s0.momentum_q.absmax, &s1.momentum_q.absmax},
+        std::tuple{&s.momentum_q.fallback, &s0.momentum_q.fallback, &s1.momentum_q.fallback}}) {
     ASSERT_EQ(w->defined(), a->defined());
     if (!w->defined()) continue;
     std::vector<unsigned char> joined = raw_bytes(*a), tail = raw_bytes(*b);
@@ -126,8 +127,10 @@ TEST_P(ShardedOptimizer, PartsUpdateAsTheWhole) {
   }
 }
 
-OptimizerConfig adamw(UpdateRounding rounding = UpdateRounding::nearest, StatePrecision state = StatePrecision::fp32);
-OptimizerConfig sgd(UpdateRounding rounding = UpdateRounding::nearest, StatePrecision state = StatePrecision::fp32);
+OptimizerConfig adamw(UpdateRounding rounding = UpdateRounding::nearest,
+                      StatePrecision state = StatePrecision::fp32);
+OptimizerConfig sgd(UpdateRounding rounding = UpdateRounding::nearest,
+                    StatePrecision state = StatePrecision::fp32);
 
 // A working copy of the arena's end only (from its first parameter autocast casts): each part
 // writes the elements of its shard the copy holds, the copy starting before, inside or after
@@ -199,7 +202,8 @@ INSTANTIATE_TEST_SUITE_P(
                            adamw(UpdateRounding::nearest, StatePrecision::bf16), true},
                       Case{"adamw_f32_working_state_int8", DType::f32,
                            adamw(UpdateRounding::nearest, StatePrecision::int8), true},
-                      Case{"sgd_f32_state_int8", DType::f32, sgd(UpdateRounding::nearest, StatePrecision::int8), false},
+                      Case{"sgd_f32_state_int8", DType::f32,
+                           sgd(UpdateRounding::nearest, StatePrecision::int8), false},
                       Case{"adamw_bf16_master_state_int8", DType::bf16,
                            adamw(UpdateRounding::master, StatePrecision::int8), false}),
     [](const ::testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });

@@ -46,7 +46,7 @@ enum class StatePrecision : uint8_t { fp32, bf16, int8 };
 StatePrecision parse_state_precision(std::string_view s);
 std::string_view state_precision_name(StatePrecision p);
 
-constexpr int64_t kInt8StateBlock = 256;     // bitsandbytes' blocksize for the 8-bit optimizers
+constexpr int64_t kInt8StateBlock = 256;      // bitsandbytes' blocksize for the 8-bit optimizers
 constexpr int64_t kInt8StateMinNumel = 4096;  // bitsandbytes' min_8bit_size
 
 // bitsandbytes' create_dynamic_map(signed, max_exponent_bits = 7, total_bits = 8): 256 values in
@@ -107,16 +107,16 @@ inline int64_t grid_cells(int64_t offset, int64_t n) {
 // begin (the bf16 draws). The update of every element is the fp32 kernel's (optim/adamw.h,
 // optim/sgd.h) on the state as decoded; `working` as for the fp32 kernels (under master rounding:
 // the 16-bit parameters, rounded to nearest from the masters).
-#define MIXTRAIN_DECLARE_STATE_KERNELS(G)                                                                      \
-  void adamw_update_state_ref(float* p, const G* g, const MomentBuf& m, const MomentBuf& v,                   \
-                              const std::vector<StateSpan>& spans, const AdamWScalars& s,                     \
-                              uint64_t counter_base, const WorkingCopyOut& working = {});                     \
-  void adamw_update_state(float* p, const G* g, const MomentBuf& m, const MomentBuf& v,                       \
-                          const std::vector<StateSpan>& spans, const AdamWScalars& s, uint64_t counter_base,   \
-                          const WorkingCopyOut& working = {});                                                 \
-  void sgd_update_state_ref(float* p, const G* g, const MomentBuf& buf, const std::vector<StateSpan>& spans,  \
-                            const SgdScalars& s, uint64_t counter_base, const WorkingCopyOut& working = {});   \
-  void sgd_update_state(float* p, const G* g, const MomentBuf& buf, const std::vector<StateSpan>& spans,      \
+#define MIXTRAIN_DECLARE_STATE_KERNELS(G)                                                                    \
+  void adamw_update_state_ref(float* p, const G* g, const MomentBuf& m, const MomentBuf& v,                  \
+                              const std::vector<StateSpan>& spans, const AdamWScalars& s,                    \
+                              uint64_t counter_base, const WorkingCopyOut& working = {});                    \
+  void adamw_update_state(float* p, const G* g, const MomentBuf& m, const MomentBuf& v,                      \
+                          const std::vector<StateSpan>& spans, const AdamWScalars& s, uint64_t counter_base, \
+                          const WorkingCopyOut& working = {});                                               \
+  void sgd_update_state_ref(float* p, const G* g, const MomentBuf& buf, const std::vector<StateSpan>& spans, \
+                            const SgdScalars& s, uint64_t counter_base, const WorkingCopyOut& working = {}); \
+  void sgd_update_state(float* p, const G* g, const MomentBuf& buf, const std::vector<StateSpan>& spans,     \
                         const SgdScalars& s, uint64_t counter_base, const WorkingCopyOut& working = {});
 MIXTRAIN_DECLARE_STATE_KERNELS(float)
 MIXTRAIN_DECLARE_STATE_KERNELS(bf16)

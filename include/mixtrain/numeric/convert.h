@@ -44,7 +44,8 @@ void convert_f32_to_bf16_avx512bf16(const float* src, bf16* dst, size_t n);
 void convert_f32_to_bf16_avx512(const float* src, bf16* dst, size_t n);
 // needs avx512f+avx512bw+avx512vl: convert_f32_to_bf16_stochastic's
 // element i, counter_rng_keyed(key, base + i) (numeric/stochastic.h), on 16 lanes.
-void convert_f32_to_bf16_stochastic_avx512(const float* src, bf16* dst, size_t n, uint64_t key, uint64_t base);
+void convert_f32_to_bf16_stochastic_avx512(const float* src, bf16* dst, size_t n, uint64_t key,
+                                           uint64_t base);
 // needs avx512f: widen and shift.
 void convert_bf16_to_f32_avx512(const bf16* src, float* dst, size_t n);
 // needs f16c+avx2+fma: VCVTPS2PH (ties-to-even immediate, MXCSR not consulted) / VCVTPH2PS.

@@ -81,8 +81,8 @@ class AdamW final : public Optimizer {
   // (shard size) f32 master weights; undefined unless 16-bit with master rounding.
   const Tensor& master() const { return master_.tensor(); }
   FlatRange shard() const override { return shard_; }
-  const Tensor& exp_avg() const { return m_; }     // (shard size) state_dtype(), m
-  const Tensor& exp_avg_sq() const { return v_; }  // (shard size) state_dtype(), v
+  const Tensor& exp_avg() const { return m_; }                   // (shard size) state_dtype(), m
+  const Tensor& exp_avg_sq() const { return v_; }                // (shard size) state_dtype(), v
   const QuantizedMomentParts& exp_avg_q() const { return mq_; }  // int8 state only
   const QuantizedMomentParts& exp_avg_sq_q() const { return vq_; }
   // (shard size) param_dtype() Kahan compensation; undefined unless 16-bit with kahan rounding.
@@ -109,16 +109,16 @@ class AdamW final : public Optimizer {
  private:
   AdamWConfig config_;
   int64_t flat_numel_ = 0;
-  FlatRange shard_;              // the elements updated: [0, flat_numel) unless sharded
-  std::vector<FlatSpan> whole_;  // one per parameter, arena offsets
-  std::vector<FlatSpan> spans_;  // one per parameter, inside the shard, offsets from its start
+  FlatRange shard_;                     // the elements updated: [0, flat_numel) unless sharded
+  std::vector<FlatSpan> whole_;         // one per parameter, arena offsets
+  std::vector<FlatSpan> spans_;         // one per parameter, inside the shard, offsets from its start
   std::vector<StateSpan> state_spans_;  // the same, with where their bf16 / int8 state lives
   int64_t steps_ = 0;
   DType dtype_ = DType::f32;
-  Tensor m_;           // (shard size) dtype_ first moment
-  Tensor v_;           // (shard size) dtype_ second moment
-  Tensor c_;           // (shard size) dtype_ Kahan compensation, 16-bit kahan only
-  MasterCopy master_;  // (shard size) f32 master weights, 16-bit master rounding only
+  Tensor m_;                      // (shard size) dtype_ first moment
+  Tensor v_;                      // (shard size) dtype_ second moment
+  Tensor c_;                      // (shard size) dtype_ Kahan compensation, 16-bit kahan only
+  MasterCopy master_;             // (shard size) f32 master weights, 16-bit master rounding only
   QuantizedMomentParts mq_, vq_;  // int8 state: absmax and fp32 fallback of m and v
 };
 

@@ -67,11 +67,11 @@ struct OptimizerState {
   // The moments' storage: fp32 and bf16 moments are plain buffers (f32 / bf16); int8 moments keep
   // their codes' bit patterns (i8) in exp_avg / exp_avg_sq / momentum_buffer and the rest in *_q.
   StatePrecision state_precision = StatePrecision::fp32;
-  Tensor exp_avg, exp_avg_sq;  // adamw
-  Tensor momentum_buffer;      // sgd; undefined when momentum == 0
+  Tensor exp_avg, exp_avg_sq;                                // adamw
+  Tensor momentum_buffer;                                    // sgd; undefined when momentum == 0
   QuantizedMomentParts exp_avg_q, exp_avg_sq_q, momentum_q;  // int8 state only
-  Tensor compensation;         // undefined unless 16-bit kahan rounding
-  Tensor master;               // fp32 master weights; undefined unless 16-bit master rounding
+  Tensor compensation;                                       // undefined unless 16-bit kahan rounding
+  Tensor master;  // fp32 master weights; undefined unless 16-bit master rounding
 };
 
 class Optimizer {

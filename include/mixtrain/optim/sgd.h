@@ -93,15 +93,15 @@ class SGD final : public Optimizer {
  private:
   SgdConfig config_;
   int64_t flat_numel_ = 0;
-  FlatRange shard_;              // the elements updated: [0, flat_numel) unless sharded
-  std::vector<FlatSpan> whole_;  // one per parameter, arena offsets
-  std::vector<FlatSpan> spans_;  // inside the shard, offsets from its start
+  FlatRange shard_;                     // the elements updated: [0, flat_numel) unless sharded
+  std::vector<FlatSpan> whole_;         // one per parameter, arena offsets
+  std::vector<FlatSpan> spans_;         // inside the shard, offsets from its start
   std::vector<StateSpan> state_spans_;  // the same, with where their bf16 / int8 state lives
   int64_t steps_ = 0;
   DType dtype_ = DType::f32;
-  Tensor buf_;         // (shard size) dtype_ momentum buffer
-  Tensor c_;           // (shard size) dtype_ Kahan compensation, 16-bit kahan only
-  MasterCopy master_;  // (shard size) f32 master weights, 16-bit master rounding only
+  Tensor buf_;               // (shard size) dtype_ momentum buffer
+  Tensor c_;                 // (shard size) dtype_ Kahan compensation, 16-bit kahan only
+  MasterCopy master_;        // (shard size) f32 master weights, 16-bit master rounding only
   QuantizedMomentParts bq_;  // int8 state: absmax and fp32 fallback of the momentum buffer
 };
 

@@ -89,8 +89,8 @@ MIXTRAIN_TARGET_AVX512 float block_absmax_avx512(const float* x, int64_t n) {
   __m512i a = _mm512_setzero_si512();
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 m = n - i >= 16 ? __mmask16(0xffff) : __mmask16((1u << (n - i)) - 1);
-    const __m512i v = _mm512_and_si512(_mm512_castps_si512(_mm512_maskz_loadu_ps(m, x + i)),
-                                       _mm512_set1_epi32(0x7fffffff));
+    const __m512i v =
+        _mm512_and_si512(_mm512_castps_si512(_mm512_maskz_loadu_ps(m, x + i)), _mm512_set1_epi32(0x7fffffff));
     a = _mm512_max_epu32(a, v);
   }
   alignas(64) uint32_t lanes[16];
@@ -98,7 +98,8 @@ MIXTRAIN_TARGET_AVX512 float block_absmax_avx512(const float* x, int64_t n) {
   return std::bit_cast<float>(*std::max_element(lanes, lanes + 16));
 }
 
-MIXTRAIN_TARGET_AVX512 void encode_avx512(const float* x, int64_t n, float inv, const CodeTable& t, uint8_t* codes) {
+MIXTRAIN_TARGET_AVX512 void encode_avx512(const float* x, int64_t n, float inv, const CodeTable& t,
+                                          uint8_t* codes) {
   const __m512 vinv = _mm512_set1_ps(inv), one = _mm512_set1_ps(1.f), neg = _mm512_set1_ps(-1.f);
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 m = n - i >= 16 ? __mmask16(0xffff) : __mmask16((1u << (n - i)) - 1);
@@ -115,7 +116,8 @@ MIXTRAIN_TARGET_AVX512 void encode_avx512(const float* x, int64_t n, float inv, 
   }
 }
 
-MIXTRAIN_TARGET_AVX512 void decode_avx512(const uint8_t* codes, float absmax, int64_t n, const float* v, float* x) {
+MIXTRAIN_TARGET_AVX512 void decode_avx512(const uint8_t* codes, float absmax, int64_t n, const float* v,
+                                          float* x) {
   const __m512 a = _mm512_set1_ps(absmax);
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
@@ -294,8 +296,9 @@ const float* grads_f32(const G* g, int64_t o, int64_t n, float* scratch) {
 }
 
 template <bool Ref, class G>
-void adamw_state(float* p, const G* g, const MomentBuf& m, const MomentBuf& v, const std::vector<StateSpan>& spans,
-                 const AdamWScalars& s, uint64_t counter_base, const WorkingCopyOut& working) {
+void adamw_state(float* p, const G* g, const MomentBuf& m, const MomentBuf& v,
+                 const std::vector<StateSpan>& spans, const AdamWScalars& s, uint64_t counter_base,
+                 const WorkingCopyOut& working) {
   const bool small_w = optim_detail::lerp_weight_small(s.beta1_weight);
   run_pieces<Ref>(p, spans, &m, &v, counter_base, working,
                   [&](int64_t o, int64_t n, bool decay, float* mf, float* vf) {
@@ -309,8 +312,8 @@ void adamw_state(float* p, const G* g, const MomentBuf& m, const MomentBuf& v, c
 }
 
 template <bool Ref, class G>
-void sgd_state(float* p, const G* g, const MomentBuf& buf, const std::vector<StateSpan>& spans, const SgdScalars& s,
-               uint64_t counter_base, const WorkingCopyOut& working) {
+void sgd_state(float* p, const G* g, const MomentBuf& buf, const std::vector<StateSpan>& spans,
+               const SgdScalars& s, uint64_t counter_base, const WorkingCopyOut& working) {
   const MomentBuf* b = s.momentum == 0.f ? nullptr : &buf;
   run_pieces<Ref>(p, spans, b, nullptr, counter_base, working,
                   [&](int64_t o, int64_t n, bool decay, float* bf, float*) {
@@ -329,24 +332,24 @@ void sgd_state(float* p, const G* g, const MomentBuf& buf, const std::vector<Sta
 
 uint8_t dynamic_code(bool is_signed, float s) { return code_table(is_signed).code(s); }
 
-#define MIXTRAIN_STATE_KERNELS(G)                                                                                \
-  void adamw_update_state_ref(float* p, const G* g, const MomentBuf& m, const MomentBuf& v,                     \
-                              const std::vector<StateSpan>& spans, const AdamWScalars& s, uint64_t counter_base, \
-                              const WorkingCopyOut& working) {                                                   \
-    adamw_state<true>(p, g, m, v, spans, s, counter_base, working);                                              \
-  }                                                                                                              \
-  void adamw_update_state(float* p, const G* g, const MomentBuf& m, const MomentBuf& v,                         \
-                          const std::vector<StateSpan>& spans, const AdamWScalars& s, uint64_t counter_base,     \
-                          const WorkingCopyOut& working) {                                                       \
-    adamw_state<false>(p, g, m, v, spans, s, counter_base, working);                                             \
-  }                                                                                                              \
-  void sgd_update_state_ref(float* p, const G* g, const MomentBuf& buf, const std::vector<StateSpan>& spans,    \
-                            const SgdScalars& s, uint64_t counter_base, const WorkingCopyOut& working) {         \
-    sgd_state<true>(p, g, buf, spans, s, counter_base, working);                                                 \
-  }                                                                                                              \
-  void sgd_update_state(float* p, const G* g, const MomentBuf& buf, const std::vector<StateSpan>& spans,        \
-                        const SgdScalars& s, uint64_t counter_base, const WorkingCopyOut& working) {             \
-    sgd_state<false>(p, g, buf, spans, s, counter_base, working);                                                \
+#define MIXTRAIN_STATE_KERNELS(G)                                                                            \
+  void adamw_update_state_ref(float* p, const G* g, const MomentBuf& m, const MomentBuf& v,                  \
+                              const std::vector<StateSpan>& spans, const AdamWScalars& s,                    \
+                              uint64_t counter_base, const WorkingCopyOut& working) {                        \
+    adamw_state<true>(p, g, m, v, spans, s, counter_base, working);                                          \
+  }                                                                                                          \
+  void adamw_update_state(float* p, const G* g, const MomentBuf& m, const MomentBuf& v,                      \
+                          const std::vector<StateSpan>& spans, const AdamWScalars& s, uint64_t counter_base, \
+                          const WorkingCopyOut& working) {                                                   \
+    adamw_state<false>(p, g, m, v, spans, s, counter_base, working);                                         \
+  }                                                                                                          \
+  void sgd_update_state_ref(float* p, const G* g, const MomentBuf& buf, const std::vector<StateSpan>& spans, \
+                            const SgdScalars& s, uint64_t counter_base, const WorkingCopyOut& working) {     \
+    sgd_state<true>(p, g, buf, spans, s, counter_base, working);                                             \
+  }                                                                                                          \
+  void sgd_update_state(float* p, const G* g, const MomentBuf& buf, const std::vector<StateSpan>& spans,     \
+                        const SgdScalars& s, uint64_t counter_base, const WorkingCopyOut& working) {         \
+    sgd_state<false>(p, g, buf, spans, s, counter_base, working);                                            \
   }
 MIXTRAIN_STATE_KERNELS(float)
 MIXTRAIN_STATE_KERNELS(bf16)
