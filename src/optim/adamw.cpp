@@ -106,18 +106,12 @@ void AdamW::step(ParameterStore& store, float lr, Tensor* working) {
       float* pf = master_.defined() ? master_.for_step(p).data<float>() : p.data<float>();
       const WorkingCopyOut wc = master_.defined() ? WorkingCopyOut{p.raw_data(), dtype_, 0}
                                                   : optim_detail::shard_working(w, shard_);
-      auto run = [&](const auto* gp) {
+      optim_detail::with_typed_grads(g, [&](const auto* gp) {
         if (force_reference())
           adamw_update_state_ref(pf, gp, mb, vb, state_spans_, s, lw.counter_base, wc);
         else
           adamw_update_state(pf, gp, mb, vb, state_spans_, s, lw.counter_base, wc);
-      };
-      if (g.dtype() == DType::bf16)
-        run(g.data<bf16>());
-      else if (g.dtype() == DType::f16)
-        run(g.data<fp16>());
-      else
-        run(g.data<float>());
+      });
     }
   } else if (master_.defined()) {  // the fp32 update of the master, the 16-bit parameters rounded from it
     ops::adamw_update(p.device(), master_.for_step(p), g, m_, v_, c_, spans_, s, lw, {p.raw_data(), dtype_});

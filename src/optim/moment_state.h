@@ -33,6 +33,18 @@ struct Moment {
                const std::string& what);
 };
 
+// f(g.data<T>()) with T the gradients' dtype: f32, or bf16 / fp16 (master rounding's 16-bit
+// gradients), the element types the state kernels take.
+template <class F>
+void with_typed_grads(const Tensor& g, F&& f) {
+  if (g.dtype() == DType::bf16)
+    f(g.data<bf16>());
+  else if (g.dtype() == DType::f16)
+    f(g.data<fp16>());
+  else
+    f(g.data<float>());
+}
+
 // ArgumentError unless state of precision p can be kept for parameters of dtype `param` updated
 // with rounding r (bf16 and int8 state need an fp32 update: fp32 parameters, as in 32-true and the
 // *-mixed modes' masters, or 16-bit ones with master rounding's fp32 masters).

@@ -86,18 +86,12 @@ void SGD::step(ParameterStore& store, float lr, Tensor* working) {
       float* pf = master_.defined() ? master_.for_step(p).data<float>() : p.data<float>();
       const WorkingCopyOut wc = master_.defined() ? WorkingCopyOut{p.raw_data(), dtype_, 0}
                                                   : optim_detail::shard_working(w, shard_);
-      auto run = [&](const auto* gp) {
+      optim_detail::with_typed_grads(g, [&](const auto* gp) {
         if (force_reference())
           sgd_update_state_ref(pf, gp, bb, state_spans_, s, lw.counter_base, wc);
         else
           sgd_update_state(pf, gp, bb, state_spans_, s, lw.counter_base, wc);
-      };
-      if (g.dtype() == DType::bf16)
-        run(g.data<bf16>());
-      else if (g.dtype() == DType::f16)
-        run(g.data<fp16>());
-      else
-        run(g.data<float>());
+      });
     }
   } else if (master_.defined()) {  // the fp32 update of the master, the 16-bit parameters rounded from it
     ops::sgd_update(p.device(), master_.for_step(p), g, buf_, c_, spans_, s, lw, {p.raw_data(), dtype_});
