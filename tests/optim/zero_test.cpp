@@ -12,6 +12,7 @@
 
 #include "kernels/gradient_kernels.h"
 #include "mixtrain/kernels/ops.h"
+#include "mixtrain/kernels/state_kernels.h"
 #include "mixtrain/optim/adamw.h"
 #include "mixtrain/optim/sgd.h"
 #include "optim/optim_test_util.h"
@@ -275,6 +276,32 @@ TEST(ZeroOptimizer, OneRankIsThePlainOptimizer) {
   }
   EXPECT_EQ(raw_bytes(a.flat_params()), raw_bytes(b.flat_params()));
   EXPECT_EQ(raw_bytes(z.state().exp_avg), raw_bytes(plain->state().exp_avg));
+}
+
+// More ranks than 4096-element blocks: the last ranks' parts are empty, clamped to the arena's end,
+// which need not lie on the 256-element grid of the int8 state (the tiny model under 4 ranks). An
+// optimizer over such a part holds nothing and steps nothing, in every state precision.
+TEST(ZeroOptimizer, AnEmptyPartAtTheArenasEndHoldsNoState) {
+  for (const OptimizerConfig& config : {adamw(), adamw(UpdateRounding::nearest, StatePrecision::bf16),
+                                        adamw(UpdateRounding::nearest, StatePrecision::int8),
+                                        sgd(UpdateRounding::nearest, StatePrecision::int8),
+                                        adamw(UpdateRounding::master, StatePrecision::int8)}) {
+    const DType dtype = config.rounding == UpdateRounding::master ? DType::bf16 : DType::f32;
+    ParameterStore s = zero_store(dtype, dtype);
+    fill_params(s);
+    const int64_t n = s.flat_numel();
+    ASSERT_NE(n % kInt8StateBlock, 0) << "the arena's end must lie off the grid for this test";
+    const int ranks = static_cast<int>(n / 4096) + 2;
+    const ZeroPartition p = zero_partition(n, ranks, ranks - 1);
+    ASSERT_EQ(p.mine().begin, n);
+    ASSERT_EQ(p.mine().size(), 0);
+    auto opt = make_optimizer(s, config, p.mine());
+    EXPECT_EQ(opt->state_bytes(), 0);
+    const std::vector<unsigned char> before = raw_bytes(s.flat_params());
+    fill_grads(s, 1);
+    opt->step(s, 1e-2f);
+    EXPECT_EQ(raw_bytes(s.flat_params()), before);
+  }
 }
 
 TEST(ZeroOptimizer, BadShardsAreRefused) {
