@@ -24,18 +24,26 @@ std::string mib(int64_t bytes) {
   return b;
 }
 
+// The process's resident peak over the run; "-" where not measured, "*" marks the process's whole
+// peak (Linux would not restart the mark for the run).
+std::string rss_mib(const CompareRun& run) {
+  const ProcessMemory& pm = run.summary.process;
+  if (pm.peak_rss_bytes < 0) return "-";
+  return mib(pm.peak_rss_bytes) + (pm.peak_from_start ? "" : "*");
+}
+
 void print_header(const std::string& baseline) {
   std::printf("speed-up relative to %s\n", baseline.c_str());
-  std::printf("%-18s %10s %8s %10s %12s %10s %10s %8s %9s\n", "precision", "tokens/s", "speedup", "peak MiB",
-              "activ. MiB", "train loss", "val loss", "skipped", "diverged");
+  std::printf("%-18s %10s %8s %10s %10s %12s %10s %10s %8s %9s\n", "precision", "tokens/s", "speedup",
+              "peak MiB", "RSS MiB", "activ. MiB", "train loss", "val loss", "skipped", "diverged");
 }
 
 void print_row(const CompareRun& run) {
   const TrainSummary& s = run.summary;
   char speedup[32] = "-";  // none for a diverged run
   if (std::isfinite(run.speedup)) std::snprintf(speedup, sizeof speedup, "%.2fx", run.speedup);
-  std::printf("%-18s %10.0f %8s %10s %12s %10.4f %10.4f %8lld %9s\n", run.entry.label.c_str(), s.tokens_per_s,
-              speedup, mib(run.memory.peak_total).c_str(),
+  std::printf("%-18s %10.0f %8s %10s %10s %12s %10.4f %10.4f %8lld %9s\n", run.entry.label.c_str(),
+              s.tokens_per_s, speedup, mib(run.memory.peak_total).c_str(), rss_mib(run).c_str(),
               mib(run.memory.peak[static_cast<size_t>(MemCategory::activations)]).c_str(), s.final_train_loss,
               s.val_loss, static_cast<long long>(s.skipped_steps), s.diverged ? "yes" : "no");
   std::fflush(stdout);
@@ -101,6 +109,12 @@ nlohmann::ordered_json runs_json(const CompareResult& result, const Columns& col
 void add_peaks(nlohmann::ordered_json& row, const CompareRun& run) {
   row["peak_bytes"] = run.memory.peak_total;
   row["peak_bytes_by_category"] = json_of(peaks_json_text(run.memory.peak));
+  row["at_peak_by_category"] = json_of(peaks_json_text(run.memory.at_peak));
+  // The process over the run (tensor/memory.h): resident peak and fixed size beside the tensors.
+  const ProcessMemory& pm = run.summary.process;
+  row["peak_rss_bytes"] = pm.peak_rss_bytes >= 0 ? nlohmann::ordered_json(pm.peak_rss_bytes) : nullptr;
+  row["peak_rss_from_start"] = pm.peak_from_start;
+  row["fixed_rss_bytes"] = pm.fixed_bytes >= 0 ? nlohmann::ordered_json(pm.fixed_bytes) : nullptr;
 }
 
 // How the run went: steps skipped on non-finite gradients, and whether it diverged.
@@ -146,8 +160,8 @@ nlohmann::ordered_json to_json(const CompareResult& result, const TrainOptions& 
 // accuracy, diverged.
 void print_classify_header(double majority) {
   std::printf("test accuracy of the majority class: %.2f%%\n", 100 * majority);
-  std::printf("%-18s %10s %10s %10s %9s %10s %9s\n", "precision", "time (s)", "peak MiB", "test acc.",
-              "test loss", "tokens/s", "diverged");
+  std::printf("%-18s %10s %10s %10s %10s %9s %10s %9s\n", "precision", "time (s)", "peak MiB", "RSS MiB",
+              "test acc.", "test loss", "tokens/s", "diverged");
 }
 
 void print_classify_row(const CompareRun& run) {
@@ -157,8 +171,9 @@ void print_classify_row(const CompareRun& run) {
     std::snprintf(acc, sizeof acc, "%.2f%%", 100 * s.val_accuracy);
   else
     std::snprintf(acc, sizeof acc, "NaN");
-  std::printf("%-18s %10.1f %10s %10s %9.4f %10.0f %9s\n", run.entry.label.c_str(), s.elapsed_s,
-              mib(run.memory.peak_total).c_str(), acc, s.val_loss, s.tokens_per_s, s.diverged ? "yes" : "no");
+  std::printf("%-18s %10.1f %10s %10s %10s %9.4f %10.0f %9s\n", run.entry.label.c_str(), s.elapsed_s,
+              mib(run.memory.peak_total).c_str(), rss_mib(run).c_str(), acc, s.val_loss, s.tokens_per_s,
+              s.diverged ? "yes" : "no");
   std::fflush(stdout);
 }
 

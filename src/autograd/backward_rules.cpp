@@ -87,7 +87,7 @@ void linear_backward(Node& n, const Tensor& g) {
   VarImpl& X = *n.inputs[0];
   VarImpl& W = *n.inputs[1];
   VarImpl& Bi = *n.inputs[2];
-  const Tensor& x = n.in_values[0];
+  const Tensor x = W.requires_grad ? saved_input(n, 0) : Tensor();  // dW's operand only
   const Tensor& w = n.in_values[1];
   const int64_t in = w.size(1), out = w.size(0);
   const Tensor g2 = g.contiguous().reshape({-1, out});  // (R, OUT)
@@ -466,6 +466,22 @@ constexpr std::array<std::string_view, kNumOpKinds> kNames = {"matmul",
                                                               "fp8_linear"};
 
 }  // namespace
+
+Tensor saved_input(const Node& n, size_t i) {
+  if (!(n.op == OpKind::linear && i == 0 && n.recompute_x)) return n.in_values.at(i);
+  const Node* act = n.inputs[0]->grad_fn.get();
+  if (act == nullptr || act->in_values.empty() || !act->in_values[0].defined())
+    throw Error(
+        "linear backward: its input was to be recomputed from an activation that no longer holds its input");
+  const Tensor& pre = act->in_values[0];
+  const ScopedOp site_op("recompute");  // names the tensor in the memory ledger (tensor/alloc_site.h)
+  Tensor x = Tensor::empty(pre.shape(), pre.dtype(), MemCategory::workspace);
+  if (act->op == OpKind::gelu)
+    mixtrain::gelu(pre, x);
+  else
+    activation(activation_of(act->op), pre, x);
+  return x;
+}
 
 const BackwardRule& backward_rule(OpKind k) { return kRules[static_cast<size_t>(k)].rule; }
 bool backward_reads_input(OpKind k, size_t i) {

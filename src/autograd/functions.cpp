@@ -135,7 +135,19 @@ Var linear(const Var& x_in, const Var& w_in, const Var& b_in) {
   gemm(f.x2, w.value(), f.out2, o, f.bias32.defined() ? &f.bias32 : nullptr);
   if (bias_f64) mixtrain::add(f.out2, b.value(), f.out2);
   std::shared_ptr<Node> n;
-  if (needs_grad({&x, &w, &b})) n = make_node(OpKind::linear, {&x, &w, &b});
+  if (needs_grad({&x, &w, &b})) {
+    n = make_node(OpKind::linear, {&x, &w, &b});
+    // x straight from GELU / ReLU / tanh, whose node keeps the input: backward makes x again
+    // from it instead of keeping both (Node::recompute_x).
+    const Node* act = x.impl()->grad_fn.get();
+    if (act != nullptr && n->in_values[0].defined() && act->in_values.size() == 1 &&
+        act->in_values[0].defined() &&
+        (act->op == OpKind::gelu || act->op == OpKind::gelu_erf || act->op == OpKind::relu ||
+         act->op == OpKind::tanh)) {
+      n->in_values[0] = Tensor();
+      n->recompute_x = true;
+    }
+  }
   return make_output(f.out, n);
 }
 

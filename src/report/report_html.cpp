@@ -88,7 +88,8 @@ std::string key_value_table(const char* id, const json& obj) {
 std::string comparison_table(const json& runs) {
   std::string t =
       "<table id=\"comparison\"><thead><tr><th>precision</th><th>time (s)</th><th>tokens/s</th>"
-      "<th>peak memory (MiB)</th><th>final train loss</th><th>val loss</th><th>skipped steps</th>"
+      "<th>peak memory (MiB)</th><th>peak RSS (MiB)</th><th>final train loss</th><th>val "
+      "loss</th><th>skipped steps</th>"
       "<th>diverged</th></tr></thead><tbody>";
   for (const json& run : runs) {
     const json s = run.contains("summary") && run["summary"].is_object() ? run["summary"] : json::object();
@@ -97,6 +98,7 @@ std::string comparison_table(const json& runs) {
          escape_html(run["label"].get<std::string>()) + "</td><td>" + cell_number(get("elapsed_s"), "%.2f") +
          "</td><td>" + cell_number(get("tokens_per_s"), "%.0f") + "</td><td>" +
          cell_number(get("peak_bytes"), "%.1f", 1.0 / (1 << 20)) + "</td><td>" +
+         cell_number(get("peak_rss_bytes"), "%.1f", 1.0 / (1 << 20)) + "</td><td>" +
          cell_number(get("final_train_loss"), "%.4f") + "</td><td>" + cell_number(get("val_loss"), "%.4f") +
          "</td><td>" + cell_text(get("skipped_steps")) + "</td><td>" + cell_text(get("diverged")) +
          "</td></tr>";

@@ -96,7 +96,8 @@ class Fp8AdviceProbe final : public autograd::ProbeHook {
   };
 
   static Tensor input_value(const autograd::Node& n, size_t i) {
-    if (i < n.in_values.size() && n.in_values[i].defined()) return n.in_values[i];
+    if (i < n.in_values.size() && (n.in_values[i].defined() || n.recompute_x))
+      return autograd::saved_input(n, i);
     if (i < n.inputs.size() && n.inputs[i] && n.inputs[i]->value.defined()) return n.inputs[i]->value;
     throw Error("fp8 advice: a linear node without its input " + std::to_string(i));
   }

@@ -120,6 +120,11 @@ TrainSummary run_prepared(Recipe& recipe, const RunOptions& opt, const RankSetup
   MixedPrecision mp(opt.precision, opt.scaler, opt.force_loss_scaling);
   gemm_scratch_release();                  // the peaks are this run's: no GEMM temporaries of an earlier one
   MemoryTracker::current().reset_peaks();  // the meta device's in a prediction
+  ProcessMemory process;
+  if (!default_device().is_meta()) {
+    cpu_allocator_release_cached();  // an earlier run's cached blocks (compare runs them in one process)
+    process = process_memory_at_start();
+  }
   const std::unique_ptr<Model> model = recipe.make_model(spec, weights_category(spec), opt);
   model->set_activation_checkpointing(opt.checkpoint_activations);
   const std::unique_ptr<Optimizer> optimizer = make_run_optimizer(ranks, model->params(), opt);
@@ -169,10 +174,14 @@ TrainSummary run_prepared(Recipe& recipe, const RunOptions& opt, const RankSetup
     sum = run.run();
   } catch (DivergedError& e) {
     e.summary.memory = MemoryTracker::current().snapshot();
+    e.summary.process = process;
+    if (!default_device().is_meta()) process_memory_at_end(e.summary.process);
     throw;
   }
   sum.memory = MemoryTracker::current().snapshot();
   const bool meta = default_device().is_meta();
+  sum.process = process;
+  if (!meta) process_memory_at_end(sum.process);
   // Not for a run that ends diverged (its weights are what made the loss non-finite).
   if (!meta && !sum.interrupted && !sum.diverged && (ranks.world == nullptr || ranks.world->rank() == 0))
     recipe.finish(*model, sum, opt);

@@ -55,7 +55,14 @@ nlohmann::ordered_json summary_to_json(const TrainSummary& r) {
   const MemorySnapshot& m = r.memory;
   j["peak_bytes"] = m.peak_total;
   j["peak_bytes_by_category"] = nonzero_peaks_json(m.peak);
-  j["peak_rss_bytes"] = process_peak_rss_bytes();
+  j["at_peak_by_category"] = nonzero_peaks_json(m.at_peak);
+  // The process (tensor/memory.h): its resident peak over the run (the whole process's where Linux
+  // would not restart the mark: peak_rss_from_start false) and its size beside the tensors at the start.
+  const ProcessMemory& pm = r.process;
+  j["peak_rss_bytes"] = pm.peak_rss_bytes >= 0 ? pm.peak_rss_bytes : process_peak_rss_bytes();
+  j["peak_rss_from_start"] = pm.peak_rss_bytes >= 0 && pm.peak_from_start;
+  j["fixed_rss_bytes"] =
+      pm.fixed_bytes >= 0 ? nlohmann::ordered_json(pm.fixed_bytes) : nlohmann::ordered_json(nullptr);
   j["precision"] = r.precision;
   j["matmul_precision"] = r.matmul_precision;
   j["gemm"] = r.gemm;

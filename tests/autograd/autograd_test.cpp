@@ -7,6 +7,7 @@
 
 #include "mixtrain/amp/autocast.h"
 #include "mixtrain/autograd/functions.h"
+#include "mixtrain/autograd/node.h"
 #include "mixtrain/kernels/gemm_info.h"
 #include "mixtrain/models/gpt.h"
 #include "mixtrain/tensor/memory.h"
@@ -268,6 +269,49 @@ TEST(Autograd, ValuesBackwardDoesNotReadAreFreedEarly) {
   Var p2 = causal_softmax(s2, 1.f);
   cross_entropy(gelu(p2), Tensor::from_ints(std::vector<int32_t>(64, 0), {64})).backward();
   EXPECT_EQ(x.grad().to_doubles(), g1);
+}
+
+// A linear fed straight by an activation keeps nothing of its input: backward makes the
+// activation's output again from the input the activation's node keeps (Node::recompute_x), and
+// the gradients are those of a graph that keeps it (a scale by 1 between the two, which is exact
+// and stops the recompute), bit for bit, for each activation, in fp32 and bf16.
+TEST(Autograd, ALinearAfterAnActivationRecomputesItsInputBitForBit) {
+  const auto live_act = [] {
+    return MemoryTracker::global().snapshot().live[static_cast<size_t>(MemCategory::activations)];
+  };
+  using Act = Var (*)(const Var&);
+  for (DType dt : {DType::f32, DType::bf16})
+    for (auto [name, act] : {std::pair<const char*, Act>{"gelu", gelu},
+                             {"gelu_erf", gelu_erf},
+                             {"relu", relu},
+                             {"tanh", autograd::tanh}}) {
+      const std::string what = std::string(name) + " " + std::string(dtype_name(dt));
+      Var x(Tensor::randn({48, 40}, dt, 1), true);
+      Var w1(Tensor::randn({64, 40}, dt, 2, 0.f, 0.2f), true),
+          w2(Tensor::randn({24, 64}, dt, 3, 0.f, 0.2f), true);
+      Var b2(Tensor::randn({24}, dt, 4), true);
+      const Tensor targets = Tensor::from_ints(std::vector<int32_t>(48, 5), {48});
+      auto run = [&](bool keep) {
+        for (Var* v : {&x, &w1, &w2, &b2}) v->impl()->grad = Tensor();
+        Var pre = linear(x, w1, Var());  // (48, 64)
+        Var h = act(pre);
+        if (keep) h = scale(h, 1.f);
+        const int64_t before = live_act();
+        Var out = linear(h, w2, b2);
+        EXPECT_EQ(out.impl()->grad_fn->recompute_x, !keep) << what;
+        EXPECT_EQ(out.impl()->grad_fn->in_values[0].defined(), keep) << what;
+        pre = Var();
+        h = Var();  // the activation's output: freed at once unless the second linear keeps it
+        const int64_t h_bytes = 48 * 64 * static_cast<int64_t>(dtype_size(dt));
+        EXPECT_EQ(live_act() - before, 24 * 48 * static_cast<int64_t>(dtype_size(dt)) - (keep ? 0 : h_bytes))
+            << what;
+        cross_entropy(out, targets).backward();
+        std::vector<std::vector<double>> g;
+        for (Var* v : {&x, &w1, &w2, &b2}) g.push_back(v->grad().to_doubles());
+        return g;
+      };
+      EXPECT_EQ(run(false), run(true)) << what;
+    }
 }
 
 TEST(Autograd, TinyGptMatchesFiniteDifferencesInDouble) {

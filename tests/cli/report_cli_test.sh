@@ -72,6 +72,7 @@ if json_path != "-":
     if [r[0] for r in p.rows] != labels: errors.append(f"table rows {[r[0] for r in p.rows]} != {labels}")
     for row, r in zip(p.rows, runs):
         want = [row[0], "%.2f" % r["elapsed_s"], "%.0f" % r["tokens_per_s"], "%.1f" % (r["peak_bytes"] / 2**20),
+                "%.1f" % (r["peak_rss_bytes"] / 2**20) if r.get("peak_rss_bytes") is not None else "\u2013",
                 "%.4f" % r["final_train_loss"] if r["final_train_loss"] is not None else "\u2013",
                 "%.4f" % r["val_loss"] if r["val_loss"] is not None else "\u2013",
                 str(r["skipped_steps"]), "yes" if r["diverged"] else "no"]

@@ -18,9 +18,9 @@ json one_run(const std::string& label) {
   r["machine"] = {{"cpu", "test cpu"}};
   json run;
   run["label"] = label;
-  run["summary"] = {{"tokens_per_s", 1234.4}, {"peak_bytes", 3 << 20}, {"final_train_loss", 2.5},
-                    {"val_loss", nullptr},    {"skipped_steps", 1},    {"diverged", false},
-                    {"elapsed_s", 1.25}};
+  run["summary"] = {{"tokens_per_s", 1234.4},  {"peak_bytes", 3 << 20}, {"peak_rss_bytes", 5 << 20},
+                    {"final_train_loss", 2.5}, {"val_loss", nullptr},   {"skipped_steps", 1},
+                    {"diverged", false},       {"elapsed_s", 1.25}};
   run["steps"] = json::array({{{"step", 1}, {"loss", 3.0}, {"loss_scale", 65536.0}, {"skipped", true}}});
   r["runs"] = json::array({run});
   return r;
@@ -35,9 +35,11 @@ TEST(ReportHtml, HostileLabelIsEscaped) {
 
 TEST(ReportHtml, TableConfigMachineAndInlineChartJs) {
   const std::string html = render_report_html(one_run("bf16-mixed"));
-  EXPECT_NE(html.find("<tr data-run=\"bf16-mixed\"><td>bf16-mixed</td><td>1.25</td><td>1234</td><td>3.0</td>"
-                      "<td>2.5000</td><td>&ndash;</td><td>1</td><td>no</td></tr>"),
-            std::string::npos);
+  EXPECT_NE(
+      html.find(
+          "<tr data-run=\"bf16-mixed\"><td>bf16-mixed</td><td>1.25</td><td>1234</td><td>3.0</td><td>5.0</td>"
+          "<td>2.5000</td><td>&ndash;</td><td>1</td><td>no</td></tr>"),
+      std::string::npos);
   EXPECT_NE(html.find("<th>model</th><td>gpt-nano</td>"), std::string::npos);
   EXPECT_NE(html.find("<th>cpu</th><td>test cpu</td>"), std::string::npos);
   EXPECT_NE(html.find("Chart.js v3"), std::string::npos);  // the library itself, not a link to it

@@ -105,12 +105,13 @@ TEST(MemoryPrediction, WhatTheBlocksKeepForBackwardIsNamedByModule) {
   const GptConfig c = GptConfig::preset("gpt-mini");  // L 6, C 384, H 6
   const int64_t B = 4, T = 256, C = c.n_embd, L = c.n_layer;
   const MemoryPrediction p = predict_train_memory(opts(PrecisionMode::mixed_bf16, B, T, false, "gpt-mini"));
-  // Peak at the end of the forward pass: every block's GELU input (c_fc's output) and output in
-  // bf16, one term per module over all layers ...
+  // Peak at the end of the forward pass: every block's GELU input (c_fc's output) in bf16, one
+  // term per module over all layers; the GELU's output only while c_proj reads it (its backward
+  // makes it again from the input: Node::recompute_x), so one block's at most ...
   const std::string shape4 =
       " (" + std::to_string(B) + ", " + std::to_string(T) + ", " + std::to_string(4 * C) + ") bf16";
   EXPECT_EQ(term_bytes(p, "transformer.h.*.mlp.c_fc linear" + shape4), L * B * T * 4 * C * 2);
-  EXPECT_EQ(term_bytes(p, "transformer.h.*.mlp gelu" + shape4), L * B * T * 4 * C * 2);
+  EXPECT_LE(term_bytes(p, "transformer.h.*.mlp gelu" + shape4), B * T * 4 * C * 2);
   // ... the attention's saved tensors in bf16, nothing of it in fp32 ...
   EXPECT_GT(term_bytes(p, "transformer.h.*.attn attention_qkv", "bf16"), L * B * T * C * 2);
   EXPECT_EQ(term_bytes(p, "transformer.h.*.attn attention_qkv", "f32"), 0);

@@ -46,17 +46,27 @@ std::string_view op_kind_name(OpKind k);
 struct Node {
   OpKind op;
   std::vector<std::shared_ptr<VarImpl>> inputs;  // gradient edges (their values may be released)
-  std::vector<Tensor> in_values;      // in_values[i]: input i's value if backward reads it, else undefined
-  std::vector<Tensor> saved;          // what backward needs (e.g. the GELU input, layer-norm mean/rstd)
-  Tensor ids;                         // integer input (embedding ids, cross-entropy targets)
-  Shape shape;                        // e.g. the input shape of a reshape
-  double f = 0;                       // scalar attribute (scale, eps, dropout p)
-  int64_t i0 = 0, i1 = 0, i2 = 0;     // integer attributes (heads, which of q/k/v, ...)
-  bool b0 = false, b1 = false;        // flags (transposes)
+  std::vector<Tensor> in_values;   // in_values[i]: input i's value if backward reads it, else undefined
+  std::vector<Tensor> saved;       // what backward needs (e.g. the GELU input, layer-norm mean/rstd)
+  Tensor ids;                      // integer input (embedding ids, cross-entropy targets)
+  Shape shape;                     // e.g. the input shape of a reshape
+  double f = 0;                    // scalar attribute (scale, eps, dropout p)
+  int64_t i0 = 0, i1 = 0, i2 = 0;  // integer attributes (heads, which of q/k/v, ...)
+  bool b0 = false, b1 = false;     // flags (transposes)
+  // linear: its input x is an activation's output (GELU, ReLU, tanh) whose input the activation's
+  // node keeps; x was not kept but is computed again from that input when backward reads it
+  // (recomputed_input), as torch.compile's partitioner recomputes pointwise ops instead of saving
+  // them: the FFN keeps one (B, T, 4C) tensor instead of two. The same kernel on the same input:
+  // bit for bit the forward's x.
+  bool recompute_x = false;
   std::function<Var(const Var&)> fn;  // checkpoint: runs the function again, in the forward's autocast state
   const std::string* module = nullptr;  // the nn module that recorded it (names memory in backward), or null
   std::shared_ptr<Fp8Site> fp8;         // fp8_linear: its site (recipe, formats, delayed-scaling state)
 };
+
+// Input i's value as the op saw it in forward: in_values[i], or for a linear with recompute_x
+// the activation's output made again from its input (a new tensor, MemCategory::workspace).
+Tensor saved_input(const Node& n, size_t i);
 
 // The backward rule of each op: given the node and d(loss)/d(output), accumulates
 // d(loss)/d(input) into every input that requires a gradient.

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
 #include <string_view>
 
 namespace mixtrain {
@@ -30,7 +31,10 @@ struct MemorySnapshot {
   std::array<int64_t, kNumMemCategories> live{};
   std::array<int64_t, kNumMemCategories> peak{};
   int64_t live_total = 0;
-  int64_t peak_total = 0;   // peak of the sum (not the sum of per-category peaks)
+  int64_t peak_total = 0;  // peak of the sum (not the sum of per-category peaks)
+  // What made up peak_total: the live bytes by category when the total last rose to it (an
+  // allocation on another thread may land between the two reads: off by at most that block).
+  std::array<int64_t, kNumMemCategories> at_peak{};
   int64_t allocations = 0;  // number of allocate() calls since start (or since reset_peaks)
 };
 
@@ -48,16 +52,35 @@ class MemoryTracker {
   void reset_peaks();
 
  private:
-  static void raise_peak(std::atomic<int64_t>& peak, int64_t value);
+  static bool raise_peak(std::atomic<int64_t>& peak, int64_t value);
+  void record_at_peak(int64_t total);
+  void record_at_peak_reset();
   std::array<std::atomic<int64_t>, kNumMemCategories> live_{};
   std::array<std::atomic<int64_t>, kNumMemCategories> peak_{};
   std::atomic<int64_t> live_total_{0};
   std::atomic<int64_t> peak_total_{0};
   std::atomic<int64_t> allocations_{0};
+  mutable std::mutex at_peak_mutex_;  // a new total peak is rare after the first steps
+  int64_t at_peak_total_ = 0;
+  std::array<int64_t, kNumMemCategories> at_peak_{};
 };
 
 // The process's own peak resident set size in bytes (getrusage), for cross-checking.
 int64_t process_peak_rss_bytes();
 int64_t process_current_rss_bytes();
+// Restarts the process's resident high-water mark (VmHWM, what process_peak_rss_bytes reads) from
+// its current resident size: Linux's /proc/self/clear_refs "5". False where that is not allowed.
+bool reset_process_peak_rss();
+
+// What the process holds beside the tracked tensors over one run (train/recipe.h fills it): the
+// resident bytes at the run's start less the tensors tracked then (the binary, its libraries, the
+// tokenizer, the data read), and the resident high-water mark from then on.
+struct ProcessMemory {
+  int64_t fixed_bytes = -1;      // -1: not measured (a prediction on the meta device)
+  int64_t peak_rss_bytes = -1;   // VmHWM at the run's end
+  bool peak_from_start = false;  // false: the high-water mark could not be restarted (the process's)
+};
+ProcessMemory process_memory_at_start();  // measures the fixed size, restarts the peak
+void process_memory_at_end(ProcessMemory& m);
 
 }  // namespace mixtrain

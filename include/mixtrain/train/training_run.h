@@ -141,6 +141,9 @@ struct TrainSummary {
   // up), taken when its last step and evaluation ended: before the GEMM-rate measurement for the
   // MFU, whose operands are not the run's. Filled by run_recipe (train/recipe.h).
   MemorySnapshot memory;
+  // The process beside the tensors over the same span (tensor/memory.h): its fixed size at the
+  // start and its resident peak (issue 28: the allocator's cache, code and data show here).
+  ProcessMemory process;
   // With profiling (ProfileHook): the profiled (steady-state) steps only.
   int64_t profiled_steps = 0;
   double profiled_seconds = 0;                    // their total step time
