@@ -180,7 +180,7 @@ expect_stderr_has "has no extension to tell its format" "--train without an exte
 expect_exit 0 "compare --task classify" -- "$MIXTRAIN" --threads 1 compare --task classify --model "$M" \
   --train "$TMP/train.tsv" --test "$TMP/test.tsv" --max-len 16 --batch-size 8 --lr 1e-2 --pooling mean --epochs 4 \
   --precisions 32-true,bf16-mixed,16-true --json "$TMP/compare.json"
-grep -q '^precision .*time (s) .*peak MiB .*test acc. .*diverged' "$TMP/out" && pass || fail "compare table: $(cat "$TMP/out")"
+grep -q '^precision .*time (s) .*peak MiB .*RSS MiB .*test acc. .*diverged' "$TMP/out" && pass || fail "compare table: $(cat "$TMP/out")"
 [ "$(grep -cE '^(32-true|bf16-mixed|16-true:nearest) ' "$TMP/out")" = 3 ] && pass || fail "compare rows: $(cat "$TMP/out")"
 python3 - "$TMP/compare.json" <<'PY' && pass || fail "compare JSON"
 import json, sys
@@ -190,6 +190,10 @@ assert [r["precision"] for r in j["runs"]] == ["32-true", "bf16-mixed", "16-true
 for r in j["runs"]:
     for k in ("train_seconds", "peak_bytes", "test_accuracy", "diverged"):
         assert k in r, k
+    # the process beside the tensors: its own resident peak (restarted for each mode) and its size
+    # at the start; what made up the tensors' peak adds up to it (one thread allocates)
+    assert r["peak_rss_from_start"] is True and r["peak_rss_bytes"] > r["fixed_rss_bytes"] > 0, r
+    assert sum(r["at_peak_by_category"].values()) == r["peak_bytes"], r["at_peak_by_category"]
 assert j["runs"][0]["test_accuracy"] > 0.8, j["runs"][0]
 PY
 expect_exit 2 "compare --task lm with --epochs" -- "$MIXTRAIN" compare --epochs 2

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <vector>
 
 #include "mixtrain/tensor/tensor.h"
 
@@ -66,6 +67,48 @@ TEST(Memory, TrackedPeakAgreesWithProcessRss) {
 #endif
   EXPECT_NEAR(static_cast<double>(rss), static_cast<double>(tracked), margin)
       << "tracked " << tracked << " bytes, RSS grew " << rss << " bytes";
+}
+
+// What made up the total peak: the live bytes by category when the total last rose to it, not
+// each category's own peak (the gradients peaked later, when the total was lower).
+TEST(Memory, AtPeakIsTheCompositionOfTheTotalPeak) {
+  MemoryTracker::global().reset_peaks();
+  const MemorySnapshot s0 = MemoryTracker::global().snapshot();
+  const auto act = static_cast<size_t>(MemCategory::activations),
+             ws = static_cast<size_t>(MemCategory::workspace),
+             gr = static_cast<size_t>(MemCategory::gradients);
+  EXPECT_EQ(s0.at_peak[act], s0.live[act]);  // restarted from the live bytes
+  {
+    Tensor a = Tensor::empty({1 << 18}, DType::f32, MemCategory::activations);    // 1 MiB
+    { Tensor w = Tensor::empty({1 << 19}, DType::f32, MemCategory::workspace); }  // 2 MiB, the peak
+    Tensor g = Tensor::empty({1 << 17}, DType::f32, MemCategory::gradients);      // 0.5 MiB, lower
+    const MemorySnapshot s = MemoryTracker::global().snapshot();
+    EXPECT_EQ(s.peak_total - s0.live_total, 3 << 20);
+    EXPECT_EQ(s.at_peak[act] - s0.live[act], 1 << 20);
+    EXPECT_EQ(s.at_peak[ws] - s0.live[ws], 2 << 20);
+    EXPECT_EQ(s.at_peak[gr] - s0.live[gr], 0);
+    EXPECT_EQ(s.peak[gr] - s0.live[gr], 1 << 19);
+    int64_t sum = 0;
+    for (int64_t b : s.at_peak) sum += b;
+    EXPECT_EQ(sum, s.peak_total);
+  }
+}
+
+// A run's own resident peak: the high-water mark restarts from the current resident size
+// (/proc/self/clear_refs), so an earlier phase's peak is not the run's.
+TEST(Memory, TheProcessPeakRssRestarts) {
+  const int64_t n = 32LL << 20;  // 32 Mi floats = 128 MiB, touched, then given back to the system
+  {
+    std::vector<float> big(static_cast<size_t>(n), 1.f);
+    EXPECT_GE(process_peak_rss_bytes(), n * 4);
+  }
+  const ProcessMemory m = process_memory_at_start();
+  ASSERT_TRUE(m.peak_from_start) << "Linux refused to restart the resident high-water mark";
+  EXPECT_GT(m.fixed_bytes, 0);
+  EXPECT_LT(process_peak_rss_bytes(), process_current_rss_bytes() + (n * 4) / 2);
+  ProcessMemory end = m;
+  process_memory_at_end(end);
+  EXPECT_GT(end.peak_rss_bytes, 0);
 }
 
 // Freed blocks are reused by exact size (no new system allocation), are not counted as live
