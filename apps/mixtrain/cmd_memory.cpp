@@ -66,6 +66,7 @@ nlohmann::ordered_json to_json(const MemoryReport& r, const Subject& subject, co
   c["batch_size"] = o.batch_size;
   c[subject.length_key] = subject.length;
   c["checkpoint_activations"] = o.checkpoint_activations;
+  c["fused_lm_head"] = o.fused_lm_head;
   c["optimizer"] = std::string(optimizer_kind_name(o.optimizer));
   c["update_rounding"] = update_rounding_name(o.update_rounding);
   c["optim_state"] = std::string(state_precision_name(o.optim_state));

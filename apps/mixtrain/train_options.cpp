@@ -117,6 +117,9 @@ void add_run_length_flags(CLI::App* sub, TrainFlags& f, const RunLengthHelp& hel
       "bit for bit");
   sub->add_flag("--checkpoint-activations", o.checkpoint_activations,
                 "Keep only each block's input for backward and recompute the block there");
+  sub->add_flag("--fused-lm-head", o.fused_lm_head,
+                "Training steps compute the LM head and its loss a chunk of rows at a time (the logits, "
+                "B x T x V, never whole; made again in backward); a language model only");
   sub->add_option("--seed", o.seed, "Seed for weights, batches and dropout")
       ->capture_default_str()
       ->check(CLI::Validator(

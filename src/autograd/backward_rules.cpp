@@ -287,6 +287,41 @@ void cross_entropy_backward_rule(Node& n, const Tensor& g) {
   accumulate_grad(L, dl);
 }
 
+// lm_head_loss (functions.h): each chunk's logits made again as forward made them, their gradient
+// as cross_entropy's backward gives it (in the logits' dtype, as the unfused cast's backward rounds
+// it), then multiplied back into dx and dw before the next chunk.
+void lm_head_loss_backward_rule(Node& n, const Tensor& g) {
+  VarImpl& X = *n.inputs[0];
+  VarImpl& W = *n.inputs[1];
+  const Tensor& x = n.in_values[0];  // (N, C)
+  const Tensor& w = n.in_values[1];  // (V, C)
+  const int64_t N = x.size(0), V = w.size(0), chunk = n.i0, count = n.i1;
+  const float dloss = static_cast<float>(g.item());
+  Tensor dx = X.requires_grad ? Tensor::empty({N, x.size(1)}, x.dtype()) : Tensor();  // every row written
+  for (int64_t r0 = 0; r0 < N; r0 += chunk) {
+    const int64_t r1 = std::min(N, r0 + chunk);
+    const Tensor xc = x.slice(0, r0, r1), tc = n.ids.slice(0, r0, r1);
+    Tensor logits = Tensor::empty({r1 - r0, V}, x.dtype(), MemCategory::workspace);
+    GemmOptions o;
+    o.trans_b = true;
+    gemm(xc, w, logits, o);
+    // cross_entropy_backward divides by the chunk's own count of rows: scaled to the whole batch's.
+    int64_t valid = 0;
+    if (!tc.is_meta())
+      for (int64_t r = 0; r < r1 - r0; ++r) valid += tc.data<int32_t>()[r] != -1;
+    Tensor dlogits = Tensor::empty({r1 - r0, V}, x.dtype(), MemCategory::workspace);
+    cross_entropy_backward(
+        logits, tc, count > 0 ? dloss * static_cast<float>(valid) / static_cast<float>(count) : 0.f, dlogits);
+    logits = Tensor();
+    if (X.requires_grad) {  // dx rows = dlogits w
+      Tensor dxc = dx.slice(0, r0, r1);
+      gemm(dlogits, w, dxc);
+    }
+    grad_gemm(W, dlogits, xc, true, false);  // dw += dlogits^T x
+  }
+  if (X.requires_grad) accumulate_grad(X, dx.reshape(X.shape));
+}
+
 void reshape_backward(Node& n, const Tensor& g) {
   accumulate_grad(*n.inputs[0], g.contiguous().reshape(n.shape));
 }
@@ -437,6 +472,7 @@ constexpr std::array<RuleRow, kNumOpKinds> kRules = {{
     {masked_softmax_backward_rule, 0b000},    // masked_softmax: its output (in saved)
     {masked_attention_backward_rule, 0b111},  // masked_attention: q, k, v (the mask in ids; nothing T x T)
     {fp8_linear_backward, 0b011},  // fp8_linear: x and w (released where forward's quantizations serve)
+    {lm_head_loss_backward_rule, 0b011},  // lm_head_loss: x and w (the logits made again, a chunk at a time)
 }};
 static_assert(kRules.size() == kNumOpKinds);
 
@@ -463,7 +499,8 @@ constexpr std::array<std::string_view, kNumOpKinds> kNames = {"matmul",
                                                               "relu",
                                                               "masked_softmax",
                                                               "masked_attention",
-                                                              "fp8_linear"};
+                                                              "fp8_linear",
+                                                              "lm_head_loss"};
 
 }  // namespace
 

@@ -400,6 +400,61 @@ Var cross_entropy(const Var& logits_in, const Tensor& targets) {
   return make_output(out, n);
 }
 
+Var lm_head_loss(const Var& x_in, const Var& w_in, const Tensor& targets, int64_t chunk_rows) {
+  ScopedOp site_op("lm_head_loss");  // names what this op allocates (tensor/alloc_site.h)
+  Var x = x_in, w = w_in;
+  autocast(OpKind::lm_head_loss, {&x, &w});
+  require(x, "lm_head_loss", "x");
+  require(w, "lm_head_loss", "w");
+  const int64_t C = x.size(-1), V = w.size(0);
+  if (w.value().dim() != 2 || w.size(1) != C)
+    throw ShapeError("lm_head_loss: w must be (V, " + std::to_string(C) + "), got " + w.value().to_string());
+  if (x.dtype() != w.dtype())
+    throw DTypeError("lm_head_loss: x is " + std::string(dtype_name(x.dtype())) + ", w " +
+                     std::string(dtype_name(w.dtype())));
+  const Tensor x2 = x.value().contiguous().reshape({-1, C});  // (N, C)
+  const Tensor t1 = targets.contiguous().reshape({-1});       // (N)
+  const int64_t N = x2.size(0);
+  if (t1.dtype() != DType::i32 || t1.numel() != N)
+    throw ShapeError("lm_head_loss: targets must be i32 with one per row of x (" + std::to_string(N) +
+                     "), got " + targets.to_string());
+  // Rows per chunk: 8 Mi logits (32 MiB in fp32, 16 in bf16), and as many of their gradient.
+  const int64_t chunk =
+      chunk_rows > 0 ? chunk_rows : std::max<int64_t>(1, (int64_t{8} << 20) / std::max<int64_t>(1, V));
+  int64_t count = 0;  // the rows the mean is over (target -1: ignored)
+  if (!t1.is_meta())
+    for (int64_t r = 0; r < N; ++r) count += t1.data<int32_t>()[r] != -1;
+  // Per-row losses as cross_entropy computes them from the logits in x's dtype (the unfused
+  // matmul's output), summed in double.
+  const DType loss_dtype = x.dtype() == DType::f64 ? DType::f64 : DType::f32;
+  Tensor losses = Tensor::empty({N}, loss_dtype, MemCategory::workspace);
+  for (int64_t r0 = 0; r0 < N; r0 += chunk) {
+    const int64_t r1 = std::min(N, r0 + chunk);
+    Tensor logits = Tensor::empty({r1 - r0, V}, x.dtype(), MemCategory::workspace);
+    GemmOptions o;
+    o.trans_b = true;
+    gemm(x2.slice(0, r0, r1), w.value(), logits, o);
+    Tensor lc = losses.slice(0, r0, r1);
+    mixtrain::cross_entropy(logits, t1.slice(0, r0, r1), &lc);
+  }
+  double sum = 0;
+  if (!losses.is_meta())
+    for (int64_t r = 0; r < N; ++r)
+      if (t1.data<int32_t>()[r] != -1)
+        sum += loss_dtype == DType::f64 ? losses.data<double>()[r] : double(losses.data<float>()[r]);
+  Tensor out =
+      Tensor::full({1}, x.dtype() == DType::f64 ? DType::f64 : DType::f32, count ? sum / count : 0.0);
+  std::shared_ptr<Node> n;
+  if (needs_grad({&x, &w})) {
+    n = make_node(OpKind::lm_head_loss, {&x, &w});
+    n->in_values[0] = x2;
+    n->ids = t1;
+    n->i0 = chunk;
+    n->i1 = count;
+  }
+  return make_output(out, n);
+}
+
 Var reshape(const Var& x_in, const Shape& shape) {
   ScopedOp site_op("reshape");  // names what this op allocates (tensor/alloc_site.h)
   Var x = x_in;

@@ -252,7 +252,10 @@ Gpt::Output Gpt::forward(const Tensor& idx, const Tensor* targets, bool training
         x);
     drop.offset = *offset_after;
   }
-  x = ln_f_(x);                  // (B, T, C)
+  x = ln_f_(x);  // (B, T, C)
+  // Training with the fused head: the loss without the logits (B, T, V) ever whole.
+  if (fused_head_ && targets && training && grad_enabled() && !wte_.quantized())
+    return Output{Var(), lm_head_loss(x, wte_.weight, *targets)};
   Var logits = wte_.project(x);  // (B, T, V) = x wte^T (tied)
   Output out{logits, Var()};
   if (targets) out.loss = cross_entropy(logits, *targets);

@@ -98,6 +98,7 @@ std::vector<AgreedField> trajectory_fields(const RunOptions& o) {
       {"keep_fp32", keep},
       {"fp8", o.precision == PrecisionMode::mixed_fp8 ? fp8_run_options(o.fp8).dump() : "off"},
       {"checkpoint_activations", i(o.checkpoint_activations)},
+      {"fused_lm_head", i(o.fused_lm_head)},
       {"checkpoint.save_every", i(c.dir.empty() ? -1 : c.save_every)},
       {"checkpoint.stop_after", i(c.stop_after)},
       {"checkpoint.resume", c.resume.empty() ? "no" : "yes"},
@@ -127,6 +128,7 @@ TrainSummary run_prepared(Recipe& recipe, const RunOptions& opt, const RankSetup
   }
   const std::unique_ptr<Model> model = recipe.make_model(spec, weights_category(spec), opt);
   model->set_activation_checkpointing(opt.checkpoint_activations);
+  if (opt.fused_lm_head) model->set_fused_lm_head(true);
   const std::unique_ptr<Optimizer> optimizer = make_run_optimizer(ranks, model->params(), opt);
 
   RunConfig rc;

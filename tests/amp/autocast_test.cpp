@@ -98,12 +98,18 @@ std::vector<OpCase> op_cases() {
       {OpKind::fp8_linear,
        {{2, 3, 4}, {5, 4}, {5}},
        [](const std::vector<Var>& v) { return fp8_linear(v[0], v[1], v[2], std::make_shared<Fp8Site>()); }},
+      {OpKind::lm_head_loss,
+       {{2, 3, 4}, {5, 4}},
+       [](const std::vector<Var>& v) {
+         return lm_head_loss(v[0], v[1], Tensor::from_ints({0, 4, 2, -1, 1, 3}, {2, 3}), 2);
+       }},
   };
 }
 
 // What the table says the output dtype must be.
 DType expected_dtype(OpKind op, const std::vector<DType>& in, DType ac) {
-  if (op == OpKind::cast) return DType::f16;  // the explicit dtype of the harness's cast
+  if (op == OpKind::cast) return DType::f16;          // the explicit dtype of the harness's cast
+  if (op == OpKind::lm_head_loss) return DType::f32;  // its GEMMs lowered, its output the fp32 loss
   switch (autocast_policy(op)) {
     case CastPolicy::lower_precision:
       return ac;
@@ -160,6 +166,8 @@ TEST(Autocast, PolicyTableCoversEveryOpAndFollowsTorchLists) {
   EXPECT_EQ(autocast_policy(OpKind::masked_softmax), CastPolicy::lower_precision);
   EXPECT_EQ(autocast_policy(OpKind::masked_attention), CastPolicy::lower_precision);
   EXPECT_EQ(autocast_policy(OpKind::cross_entropy), CastPolicy::fp32);
+  EXPECT_EQ(autocast_policy(OpKind::lm_head_loss),
+            CastPolicy::lower_precision);  // as matmul + the loss in fp32
   EXPECT_EQ(autocast_policy(OpKind::add), CastPolicy::promote);
   EXPECT_EQ(autocast_policy(OpKind::mul), CastPolicy::promote);
   for (OpKind k :

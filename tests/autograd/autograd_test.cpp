@@ -314,6 +314,74 @@ TEST(Autograd, ALinearAfterAnActivationRecomputesItsInputBitForBit) {
     }
 }
 
+// The fused LM head: its loss and gradients are the unfused matmul + cross_entropy's, in double
+// (to the rounding of the sums) for every chunk size, with ignored rows; and against finite
+// differences.
+TEST(Autograd, LmHeadLossIsTheUnfusedHeadInDouble) {
+  Var x(rand64({2, 5, 6}, 11), true);  // (B, T, C)
+  Var w(rand64({9, 6}, 12), true);     // (V, C)
+  const Tensor targets = Tensor::from_ints({0, 8, 3, -1, 5, 2, -1, 7, 1, 4}, {2, 5});
+  Var ref = cross_entropy(matmul(x, w, false, true), targets);
+  ref.backward();
+  const std::vector<double> gx = x.grad().to_doubles(), gw = w.grad().to_doubles();
+  for (int64_t chunk : {1, 3, 4, 10, 64}) {
+    x.impl()->grad = Tensor();
+    w.impl()->grad = Tensor();
+    Var loss = lm_head_loss(x, w, targets, chunk);
+    EXPECT_NEAR(loss.value().item(), ref.value().item(), 1e-14) << chunk;
+    scale(loss, 3.f).backward();  // the upstream gradient reaches both inputs
+    const std::vector<double> fx = x.grad().to_doubles(), fw = w.grad().to_doubles();
+    for (size_t i = 0; i < gx.size(); ++i)
+      EXPECT_NEAR(fx[i], 3 * gx[i], 1e-14) << "dx " << i << " chunk " << chunk;
+    for (size_t i = 0; i < gw.size(); ++i)
+      EXPECT_NEAR(fw[i], 3 * gw[i], 1e-14) << "dw " << i << " chunk " << chunk;
+  }
+  for (Var* v : {&x, &w}) {
+    v->impl()->grad = Tensor();
+    check_gradient([&] { return lm_head_loss(x, w, targets, 4); }, *v, "lm_head_loss");
+  }
+}
+
+// Under bf16 autocast: the unfused head's loss and gradients within the rounding of their sums
+// (the logits the same bf16 GEMM, the loss summed in double, dw over chunks in fp32), and no
+// logits tensor of the whole batch is ever allocated.
+TEST(Autograd, LmHeadLossUnderAutocastMatchesTheUnfusedHead) {
+  const int64_t N = 96, C = 16, V = 4000;  // the logits dominate
+  Var x(Tensor::randn({N, C}, DType::f32, 21), true);
+  Var w(Tensor::randn({V, C}, DType::f32, 22, 0.f, 0.1f), true);
+  std::vector<int32_t> t(N);
+  for (int64_t i = 0; i < N; ++i) t[size_t(i)] = i % 7 == 3 ? -1 : static_cast<int32_t>((i * 37) % V);
+  const Tensor targets = Tensor::from_ints(t, {N});
+  auto run = [&](bool fused, int64_t* peak_extra) {
+    x.impl()->grad = Tensor();
+    w.impl()->grad = Tensor();
+    AutocastScope scope(true, DType::bf16);
+    MemoryTracker::global().reset_peaks();
+    const int64_t live0 = MemoryTracker::global().snapshot().live_total;
+    Var loss = fused ? lm_head_loss(x, w, targets, 16) : cross_entropy(matmul(x, w, false, true), targets);
+    loss.backward();
+    *peak_extra = MemoryTracker::global().snapshot().peak_total - live0;
+    return std::pair{loss.value().item(), std::pair{x.grad().to_floats(), w.grad().to_floats()}};
+  };
+  int64_t peak_unfused = 0, peak_fused = 0;
+  const auto [l0, g0] = run(false, &peak_unfused);
+  const auto [l1, g1] = run(true, &peak_fused);
+  EXPECT_NEAR(l1, l0, 1e-6 * std::abs(l0));
+  for (auto [a, b] : {std::pair{&g0.first, &g1.first}, std::pair{&g0.second, &g1.second}}) {
+    ASSERT_EQ(a->size(), b->size());
+    double max_abs = 0, max_diff = 0;
+    for (size_t i = 0; i < a->size(); ++i) {
+      max_abs = std::max(max_abs, std::abs(double((*a)[i])));
+      max_diff = std::max(max_diff, std::abs(double((*a)[i]) - double((*b)[i])));
+    }
+    EXPECT_LE(max_diff, 1e-2 * max_abs) << "bf16 rounding of the gradients at most";
+  }
+  // The fused head's whole peak (the casts of x and w, dw, chunks of 16 rows) stays below the size
+  // of the fp32 logits, which the unfused head holds for its loss; and it saves their bf16 size.
+  EXPECT_LT(peak_fused, N * V * 4) << peak_fused;
+  EXPECT_GE(peak_unfused - peak_fused, N * V * 2) << peak_unfused << " vs " << peak_fused;
+}
+
 TEST(Autograd, TinyGptMatchesFiniteDifferencesInDouble) {
   GptConfig c;
   c.vocab_size = 11, c.block_size = 5, c.n_layer = 2, c.n_head = 2, c.n_embd = 8;

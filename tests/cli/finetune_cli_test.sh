@@ -196,6 +196,9 @@ for r in j["runs"]:
     assert sum(r["at_peak_by_category"].values()) == r["peak_bytes"], r["at_peak_by_category"]
 assert j["runs"][0]["test_accuracy"] > 0.8, j["runs"][0]
 PY
+# The fused LM head is for language models: a classifier refuses it by name.
+expect_exit 2 "finetune --fused-lm-head" -- "${FT[@]}" --steps 1 --fused-lm-head
+expect_stderr_has "--fused-lm-head: this model has no language-model head" "finetune --fused-lm-head"
 expect_exit 2 "compare --task lm with --epochs" -- "$MIXTRAIN" compare --epochs 2
 expect_stderr_has "--epochs" "compare --task lm with --epochs"
 

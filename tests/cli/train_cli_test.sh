@@ -96,4 +96,14 @@ then pass; else fail "log of the diverged run"; fi
 # The SGD optimizer path trains too.
 expect_exit 0 "sgd" -- "${TRAIN[@]}" --steps 3 --optimizer sgd --lr 0.1 --json
 
+# --fused-lm-head trains as the unfused head does, to the rounding of the loss's sums (fp32 and
+# bf16-mixed), from the same weights and batches.
+for mode in 32-true bf16-mixed; do
+  expect_exit 0 "unfused head $mode" -- "${TRAIN[@]}" --steps 6 --precision "$mode" --log-jsonl "$TMP/head_u_$mode.jsonl"
+  expect_exit 0 "fused head $mode" -- "${TRAIN[@]}" --steps 6 --precision "$mode" --fused-lm-head \
+    --log-jsonl "$TMP/head_f_$mode.jsonl"
+  if python3 "$(dirname "$0")/compare_runs.py" "$TMP/head_u_$mode.jsonl" "$TMP/head_f_$mode.jsonl" --loss-rtol 1e-5 \
+    >"$TMP/cmp"; then pass; else fail "fused head $mode: $(cat "$TMP/cmp")"; fi
+done
+
 finish

@@ -86,6 +86,7 @@ class Gpt final : public Model {
   // Activation checkpointing (autograd::checkpoint): each block keeps only its input for backward
   // and is recomputed there. Gradients are the same bit for bit; costs one more forward per block.
   void set_activation_checkpointing(bool on) override { checkpoint_blocks_ = on; }
+  void set_fused_lm_head(bool on) override { fused_head_ = on; }
   bool activation_checkpointing() const { return checkpoint_blocks_; }
 
   // GPT-2 initialisation: N(0, 0.02) for embeddings and Linear weights, N(0, 0.02/sqrt(2L)) for the
@@ -104,6 +105,7 @@ class Gpt final : public Model {
   std::vector<nn::Block> blocks_;
   nn::LayerNorm ln_f_;
   bool checkpoint_blocks_ = false;
+  bool fused_head_ = false;  // training: autograd::lm_head_loss instead of the logits and cross_entropy
 };
 
 }  // namespace mixtrain

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "mixtrain/autograd/variable.h"
+#include "mixtrain/core/error.h"
 #include "mixtrain/data/data_source.h"
 #include "mixtrain/nn/parameters.h"
 
@@ -64,6 +65,11 @@ class Model {
   virtual double flops_per_token(int64_t T) const = 0;
   // Keep only each block's input for backward and recompute it there (same gradients).
   virtual void set_activation_checkpointing(bool on) = 0;
+  // Training steps compute the LM head and its loss as one chunked op (autograd::lm_head_loss).
+  // A model without a language-model head refuses.
+  virtual void set_fused_lm_head(bool on) {
+    if (on) throw ArgumentError({"fused_lm_head"}, "fused_lm_head: this model has no language-model head");
+  }
   virtual std::string config_json() const = 0;  // the configuration as JSON text
   // Every weight by name, as checkpoints write them (model.safetensors): views, not copies.
   virtual std::vector<NamedWeight> named_weights() const = 0;

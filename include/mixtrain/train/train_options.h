@@ -86,6 +86,9 @@ struct RunLengthOptions {
       false;  // RunConfig::exact_accumulation: micro-batch gradients made apart, then added
   bool checkpoint_activations =
       false;  // recompute each block in backward (Gpt::set_activation_checkpointing)
+  // The LM head and its loss as one op (autograd::lm_head_loss): the logits a chunk of rows at a
+  // time, never whole, in training steps (Model::set_fused_lm_head); evaluation keeps the logits.
+  bool fused_lm_head = false;
   uint64_t seed = 1337;
   int64_t eval_every = 0;    // 0: only at the end
   int64_t eval_batches = 8;  // validation batches per evaluation (a fine-tune: 0, the whole test set)
