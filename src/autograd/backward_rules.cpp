@@ -287,16 +287,39 @@ void cross_entropy_backward_rule(Node& n, const Tensor& g) {
   accumulate_grad(L, dl);
 }
 
-// lm_head_loss (functions.h): each chunk's logits made again as forward made them, their gradient
-// as cross_entropy's backward gives it (in the logits' dtype, as the unfused cast's backward rounds
-// it), then multiplied back into dx and dw before the next chunk.
+// lm_head_loss (functions.h). Where forward made the gradients for an upstream gradient of 1
+// (saved: dx (N, C), dw (V, C) in fp32), they are scaled by this one and added. Otherwise (fp16)
+// each chunk's logits are made again as forward made them, their gradient formed as
+// cross_entropy's backward gives it (in the logits' dtype, as the unfused cast's backward rounds
+// it) and multiplied into dx and dw before the next chunk.
 void lm_head_loss_backward_rule(Node& n, const Tensor& g) {
   VarImpl& X = *n.inputs[0];
   VarImpl& W = *n.inputs[1];
+  const float dloss = static_cast<float>(g.item());
+  if (n.saved.size() == 2) {
+    // Scaled in place (backward runs once; the node owns them): what is allocated does not depend
+    // on the gradient's value, so the meta device predicts it.
+    Tensor& dx = n.saved[0];
+    Tensor& dw = n.saved[1];
+    if (dloss != 1.f) {
+      mixtrain::scale(dx, dloss, dx);
+      mixtrain::scale(dw, dloss, dw);
+    }
+    if (X.requires_grad) accumulate_grad(X, dx.reshape(X.shape));
+    VarImpl& target = grad_target(W);
+    if (target.requires_grad) {
+      if (target.grad_is_buffer)
+        add_inplace(param_grad(target), dw);
+      else
+        accumulate_grad(target,
+                        dw.dtype() == target.dtype ? dw : dw.to(target.dtype, MemCategory::activations));
+    }
+    n.saved.clear();
+    return;
+  }
   const Tensor& x = n.in_values[0];  // (N, C)
   const Tensor& w = n.in_values[1];  // (V, C)
   const int64_t N = x.size(0), V = w.size(0), chunk = n.i0, count = n.i1;
-  const float dloss = static_cast<float>(g.item());
   Tensor dx = X.requires_grad ? Tensor::empty({N, x.size(1)}, x.dtype()) : Tensor();  // every row written
   for (int64_t r0 = 0; r0 < N; r0 += chunk) {
     const int64_t r1 = std::min(N, r0 + chunk);
@@ -305,13 +328,8 @@ void lm_head_loss_backward_rule(Node& n, const Tensor& g) {
     GemmOptions o;
     o.trans_b = true;
     gemm(xc, w, logits, o);
-    // cross_entropy_backward divides by the chunk's own count of rows: scaled to the whole batch's.
-    int64_t valid = 0;
-    if (!tc.is_meta())
-      for (int64_t r = 0; r < r1 - r0; ++r) valid += tc.data<int32_t>()[r] != -1;
     Tensor dlogits = Tensor::empty({r1 - r0, V}, x.dtype(), MemCategory::workspace);
-    cross_entropy_backward(
-        logits, tc, count > 0 ? dloss * static_cast<float>(valid) / static_cast<float>(count) : 0.f, dlogits);
+    cross_entropy_backward(logits, tc, lm_head_chunk_dloss(dloss, tc, count), dlogits);
     logits = Tensor();
     if (X.requires_grad) {  // dx rows = dlogits w
       Tensor dxc = dx.slice(0, r0, r1);
@@ -503,6 +521,17 @@ constexpr std::array<std::string_view, kNumOpKinds> kNames = {"matmul",
                                                               "lm_head_loss"};
 
 }  // namespace
+
+float lm_head_chunk_dloss(float dloss, const Tensor& targets, int64_t count) {
+  if (count <= 0) return 0.f;
+  int64_t valid = targets.numel();  // on the meta device: no values, the value does not matter
+  if (!targets.is_meta()) {
+    valid = 0;
+    const Tensor t = targets.contiguous();
+    for (int64_t r = 0; r < t.numel(); ++r) valid += t.data<int32_t>()[r] != -1;
+  }
+  return dloss * static_cast<float>(valid) / static_cast<float>(count);
+}
 
 Tensor saved_input(const Node& n, size_t i) {
   if (!(n.op == OpKind::linear && i == 0 && n.recompute_x)) return n.in_values.at(i);

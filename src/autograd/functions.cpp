@@ -424,33 +424,55 @@ Var lm_head_loss(const Var& x_in, const Var& w_in, const Tensor& targets, int64_
   int64_t count = 0;  // the rows the mean is over (target -1: ignored)
   if (!t1.is_meta())
     for (int64_t r = 0; r < N; ++r) count += t1.data<int32_t>()[r] != -1;
+  // The gradients for an upstream gradient of 1, made here while each chunk's logits exist (no
+  // second logits GEMM; backward scales them), except in fp16: there the loss scale must reach
+  // the logits' gradient before it is rounded to 16 bits, so backward makes it again then.
+  const bool grad = needs_grad({&x, &w});
+  const bool early = grad && x.dtype() != DType::f16;
+  const DType acc = x.dtype() == DType::f64 ? DType::f64 : DType::f32;
+  Tensor dx1 = early ? Tensor::empty({N, C}, x.dtype(), MemCategory::activations) : Tensor();
+  Tensor dw1 = early ? Tensor::zeros({V, C}, acc, MemCategory::activations) : Tensor();
   // Per-row losses as cross_entropy computes them from the logits in x's dtype (the unfused
   // matmul's output), summed in double.
-  const DType loss_dtype = x.dtype() == DType::f64 ? DType::f64 : DType::f32;
-  Tensor losses = Tensor::empty({N}, loss_dtype, MemCategory::workspace);
+  Tensor losses = Tensor::empty({N}, acc, MemCategory::workspace);
   for (int64_t r0 = 0; r0 < N; r0 += chunk) {
     const int64_t r1 = std::min(N, r0 + chunk);
+    const Tensor xc = x2.slice(0, r0, r1), tc = t1.slice(0, r0, r1);
     Tensor logits = Tensor::empty({r1 - r0, V}, x.dtype(), MemCategory::workspace);
     GemmOptions o;
     o.trans_b = true;
-    gemm(x2.slice(0, r0, r1), w.value(), logits, o);
+    gemm(xc, w.value(), logits, o);
     Tensor lc = losses.slice(0, r0, r1);
-    mixtrain::cross_entropy(logits, t1.slice(0, r0, r1), &lc);
+    mixtrain::cross_entropy(logits, tc, &lc);
+    if (!early) continue;
+    Tensor dlogits = Tensor::empty({r1 - r0, V}, x.dtype(), MemCategory::workspace);
+    cross_entropy_backward(logits, tc, lm_head_chunk_dloss(1.f, tc, count), dlogits);
+    logits = Tensor();
+    Tensor dxc = dx1.slice(0, r0, r1);
+    gemm(dlogits, w.value(), dxc);  // dx rows = dlogits w
+    GemmOptions t;
+    t.trans_a = true;
+    t.beta = 1.f;
+    gemm(dlogits, xc, dw1, t);  // dw += dlogits^T x
   }
   double sum = 0;
   if (!losses.is_meta())
     for (int64_t r = 0; r < N; ++r)
       if (t1.data<int32_t>()[r] != -1)
-        sum += loss_dtype == DType::f64 ? losses.data<double>()[r] : double(losses.data<float>()[r]);
-  Tensor out =
-      Tensor::full({1}, x.dtype() == DType::f64 ? DType::f64 : DType::f32, count ? sum / count : 0.0);
+        sum += acc == DType::f64 ? losses.data<double>()[r] : double(losses.data<float>()[r]);
+  Tensor out = Tensor::full({1}, acc, count ? sum / static_cast<double>(count) : 0.0);
   std::shared_ptr<Node> n;
-  if (needs_grad({&x, &w})) {
+  if (grad) {
     n = make_node(OpKind::lm_head_loss, {&x, &w});
-    n->in_values[0] = x2;
     n->ids = t1;
     n->i0 = chunk;
     n->i1 = count;
+    if (early) {  // x and w are not read again
+      n->in_values = {Tensor(), Tensor()};
+      n->saved = {dx1, dw1};
+    } else {
+      n->in_values[0] = x2;
+    }
   }
   return make_output(out, n);
 }

@@ -12,6 +12,11 @@ namespace mixtrain::autograd {
 
 // The (B, H, T, D) strided view of q (which=0), k (1) or v (2) inside qkv (B, T, 3C).
 Tensor heads_view(const Tensor& qkv, int which, int64_t n_head);
+
+// lm_head_loss: the dloss to give cross_entropy_backward for one chunk of rows (targets), which
+// divides by the chunk's own count of non-ignored rows, so that it divides by the whole batch's
+// (count) instead: dloss * (the chunk's count) / count.
+float lm_head_chunk_dloss(float dloss, const Tensor& targets, int64_t count);
 }  // namespace mixtrain::autograd
 
 namespace mixtrain::autograd {

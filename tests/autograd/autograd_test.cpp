@@ -352,34 +352,40 @@ TEST(Autograd, LmHeadLossUnderAutocastMatchesTheUnfusedHead) {
   std::vector<int32_t> t(N);
   for (int64_t i = 0; i < N; ++i) t[size_t(i)] = i % 7 == 3 ? -1 : static_cast<int32_t>((i * 37) % V);
   const Tensor targets = Tensor::from_ints(t, {N});
-  auto run = [&](bool fused, int64_t* peak_extra) {
-    x.impl()->grad = Tensor();
-    w.impl()->grad = Tensor();
-    AutocastScope scope(true, DType::bf16);
-    MemoryTracker::global().reset_peaks();
-    const int64_t live0 = MemoryTracker::global().snapshot().live_total;
-    Var loss = fused ? lm_head_loss(x, w, targets, 16) : cross_entropy(matmul(x, w, false, true), targets);
-    loss.backward();
-    *peak_extra = MemoryTracker::global().snapshot().peak_total - live0;
-    return std::pair{loss.value().item(), std::pair{x.grad().to_floats(), w.grad().to_floats()}};
-  };
-  int64_t peak_unfused = 0, peak_fused = 0;
-  const auto [l0, g0] = run(false, &peak_unfused);
-  const auto [l1, g1] = run(true, &peak_fused);
-  EXPECT_NEAR(l1, l0, 1e-6 * std::abs(l0));
-  for (auto [a, b] : {std::pair{&g0.first, &g1.first}, std::pair{&g0.second, &g1.second}}) {
-    ASSERT_EQ(a->size(), b->size());
-    double max_abs = 0, max_diff = 0;
-    for (size_t i = 0; i < a->size(); ++i) {
-      max_abs = std::max(max_abs, std::abs(double((*a)[i])));
-      max_diff = std::max(max_diff, std::abs(double((*a)[i]) - double((*b)[i])));
+  // bf16: the gradients made in forward, scaled in backward; fp16: made in backward from the
+  // scaled upstream gradient (a loss scale of 1024 here), as the unfused head's are.
+  for (DType ac : {DType::bf16, DType::f16}) {
+    auto run = [&](bool fused, int64_t* peak_extra) {
+      x.impl()->grad = Tensor();
+      w.impl()->grad = Tensor();
+      AutocastScope scope(true, ac);
+      MemoryTracker::global().reset_peaks();
+      const int64_t live0 = MemoryTracker::global().snapshot().live_total;
+      Var loss = fused ? lm_head_loss(x, w, targets, 16) : cross_entropy(matmul(x, w, false, true), targets);
+      scale(loss, 1024.f).backward();
+      *peak_extra = MemoryTracker::global().snapshot().peak_total - live0;
+      return std::pair{loss.value().item(), std::pair{x.grad().to_floats(), w.grad().to_floats()}};
+    };
+    const std::string what(dtype_name(ac));
+    int64_t peak_unfused = 0, peak_fused = 0;
+    const auto [l0, g0] = run(false, &peak_unfused);
+    const auto [l1, g1] = run(true, &peak_fused);
+    EXPECT_NEAR(l1, l0, 1e-6 * std::abs(l0)) << what;
+    for (auto [a, b] : {std::pair{&g0.first, &g1.first}, std::pair{&g0.second, &g1.second}}) {
+      ASSERT_EQ(a->size(), b->size());
+      double max_abs = 0, max_diff = 0;
+      for (size_t i = 0; i < a->size(); ++i) {
+        max_abs = std::max(max_abs, std::abs(double((*a)[i])));
+        max_diff = std::max(max_diff, std::abs(double((*a)[i]) - double((*b)[i])));
+      }
+      EXPECT_GT(max_abs, 0) << what;
+      EXPECT_LE(max_diff, 1e-2 * max_abs) << what << ": 16-bit rounding of the gradients at most";
     }
-    EXPECT_LE(max_diff, 1e-2 * max_abs) << "bf16 rounding of the gradients at most";
+    // The fused head's whole peak (the casts of x and w, dw, chunks of 16 rows) stays below the
+    // size of the fp32 logits; and it saves at least their 16-bit size against the unfused head.
+    EXPECT_LT(peak_fused, N * V * 4) << what << " " << peak_fused;
+    EXPECT_GE(peak_unfused - peak_fused, N * V * 2) << what << " " << peak_unfused << " vs " << peak_fused;
   }
-  // The fused head's whole peak (the casts of x and w, dw, chunks of 16 rows) stays below the size
-  // of the fp32 logits, which the unfused head holds for its loss; and it saves their bf16 size.
-  EXPECT_LT(peak_fused, N * V * 4) << peak_fused;
-  EXPECT_GE(peak_unfused - peak_fused, N * V * 2) << peak_unfused << " vs " << peak_fused;
 }
 
 TEST(Autograd, TinyGptMatchesFiniteDifferencesInDouble) {

@@ -120,13 +120,15 @@ PY
 
 # --fused-lm-head: the head's logits (B, T, V) never whole, nor their gradient (the unfused head
 # holds both, in bf16: the loss reads the 16-bit logits); predicted to the byte as measured, and the
-# peak lower by about the logits' bytes (chunks of 8 Mi logits: 256 rows of 512 here, two at once).
+# peak lower by about the logits' bytes (chunks of 8 Mi logits: 256 rows of 512 here) less the
+# gradients forward makes for backward (with --grad-accum 2 backward scales them by 1/2: in place,
+# so the prediction, which has no values, still matches).
 echo '{"n_layer": 1, "n_head": 2, "n_embd": 32, "block_size": 32, "vocab_size": 32768}' >"$TMP/wide.json"
 for f in unfused fused; do
   flag=()
   [ "$f" = fused ] && flag=(--fused-lm-head)
   expect_exit 0 "memory, $f head" -- "$MIXTRAIN" --threads 2 memory --model "$TMP/wide.json" --precision bf16-mixed \
-    --batch-size 16 --seq-len 32 --steps 2 "${flag[@]}" --json "$TMP/head_$f.json"
+    --batch-size 16 --seq-len 32 --steps 2 --grad-accum 2 "${flag[@]}" --json "$TMP/head_$f.json"
 done
 python3 - "$TMP/head_unfused.json" "$TMP/head_fused.json" <<'PY' && pass || fail "fused head memory"
 import json, sys
@@ -137,7 +139,8 @@ for j in (u, f):
 assert f["config"]["fused_lm_head"] is True and u["config"]["fused_lm_head"] is False
 logits16 = 16 * 32 * 32768 * 2
 p_u, p_f = u["measured"]["peak_bytes"], f["measured"]["peak_bytes"]
-assert p_u - p_f >= 0.9 * logits16, (p_u, p_f, logits16)
+# less what the fused head keeps from forward to backward: dW in fp32 (V x C), dx (N x C)
+assert p_u - p_f >= 0.85 * logits16, (p_u, p_f, logits16)
 PY
 
 finish
