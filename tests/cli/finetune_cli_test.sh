@@ -191,8 +191,9 @@ for r in j["runs"]:
     for k in ("train_seconds", "peak_bytes", "test_accuracy", "diverged"):
         assert k in r, k
     # the process beside the tensors: its own resident peak (restarted for each mode) and its size
-    # at the start; what made up the tensors' peak adds up to it (one thread allocates)
-    assert r["peak_rss_from_start"] is True and r["peak_rss_bytes"] > r["fixed_rss_bytes"] > 0, r
+    # at the start (Linux's resident counters are cached per thread, up to 64 pages each: 1 MiB of
+    # slack where the run adds little); what made up the tensors' peak adds up to it (one thread)
+    assert r["peak_rss_from_start"] is True and r["peak_rss_bytes"] + 2**20 > r["fixed_rss_bytes"] > 0, r
     assert sum(r["at_peak_by_category"].values()) == r["peak_bytes"], r["at_peak_by_category"]
 assert j["runs"][0]["test_accuracy"] > 0.8, j["runs"][0]
 PY

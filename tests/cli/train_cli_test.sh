@@ -28,7 +28,8 @@ for k in ("steps", "final_train_loss", "val_loss", "tokens_per_s", "model_flops_
 assert s["steps"] == 6 and s["final_train_loss"] == lines[-1]["loss"] and s["val_loss"] == lines[-1]["val_loss"]
 assert s["peak_bytes_by_category"]["parameters"] > 0 and s["peak_bytes_by_category"]["optimizer_state"] > 0
 # the process over the run: its resident peak from the run's start, its size beside the tensors then
-assert s["peak_rss_from_start"] is True and s["peak_rss_bytes"] > s["fixed_rss_bytes"] > 0, s
+# (Linux's resident counters are cached per thread, up to 64 pages each: 1 MiB of slack)
+assert s["peak_rss_from_start"] is True and s["peak_rss_bytes"] + 2**20 > s["fixed_rss_bytes"] > 0, s
 assert 0 < sum(s["at_peak_by_category"].values()) <= s["peak_bytes"], s["at_peak_by_category"]
 PY
 then pass; else fail "step log / summary content"; fi
