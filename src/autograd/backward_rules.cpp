@@ -319,22 +319,14 @@ void lm_head_loss_backward_rule(Node& n, const Tensor& g) {
   }
   const Tensor& x = n.in_values[0];  // (N, C)
   const Tensor& w = n.in_values[1];  // (V, C)
-  const int64_t N = x.size(0), V = w.size(0), chunk = n.i0, count = n.i1;
+  const int64_t N = x.size(0), chunk = n.i0, count = n.i1;
   Tensor dx = X.requires_grad ? Tensor::empty({N, x.size(1)}, x.dtype()) : Tensor();  // every row written
   for (int64_t r0 = 0; r0 < N; r0 += chunk) {
     const int64_t r1 = std::min(N, r0 + chunk);
     const Tensor xc = x.slice(0, r0, r1), tc = n.ids.slice(0, r0, r1);
-    Tensor logits = Tensor::empty({r1 - r0, V}, x.dtype(), MemCategory::workspace);
-    GemmOptions o;
-    o.trans_b = true;
-    gemm(xc, w, logits, o);
-    Tensor dlogits = Tensor::empty({r1 - r0, V}, x.dtype(), MemCategory::workspace);
-    cross_entropy_backward(logits, tc, lm_head_chunk_dloss(dloss, tc, count), dlogits);
-    logits = Tensor();
-    if (X.requires_grad) {  // dx rows = dlogits w
-      Tensor dxc = dx.slice(0, r0, r1);
-      gemm(dlogits, w, dxc);
-    }
+    Tensor logits = lm_head_logits(xc, w);
+    Tensor dxc = X.requires_grad ? dx.slice(0, r0, r1) : Tensor();
+    const Tensor dlogits = lm_head_dlogits(logits, tc, dloss, count, w, X.requires_grad ? &dxc : nullptr);
     grad_gemm(W, dlogits, xc, true, false);  // dw += dlogits^T x
   }
   if (X.requires_grad) accumulate_grad(X, dx.reshape(X.shape));
@@ -522,15 +514,29 @@ constexpr std::array<std::string_view, kNumOpKinds> kNames = {"matmul",
 
 }  // namespace
 
-float lm_head_chunk_dloss(float dloss, const Tensor& targets, int64_t count) {
-  if (count <= 0) return 0.f;
+Tensor lm_head_logits(const Tensor& xc, const Tensor& w) {
+  Tensor logits = Tensor::empty({xc.size(0), w.size(0)}, xc.dtype(), MemCategory::workspace);
+  GemmOptions o;
+  o.trans_b = true;
+  gemm(xc, w, logits, o);
+  return logits;
+}
+
+Tensor lm_head_dlogits(Tensor& logits, const Tensor& targets, float dloss, int64_t count, const Tensor& w,
+                       Tensor* dxc) {
   int64_t valid = targets.numel();  // on the meta device: no values, the value does not matter
   if (!targets.is_meta()) {
     valid = 0;
     const Tensor t = targets.contiguous();
     for (int64_t r = 0; r < t.numel(); ++r) valid += t.data<int32_t>()[r] != -1;
   }
-  return dloss * static_cast<float>(valid) / static_cast<float>(count);
+  Tensor dlogits = Tensor::empty(logits.shape(), logits.dtype(), MemCategory::workspace);
+  cross_entropy_backward(logits, targets,
+                         count > 0 ? dloss * static_cast<float>(valid) / static_cast<float>(count) : 0.f,
+                         dlogits);
+  logits = Tensor();
+  if (dxc) gemm(dlogits, w, *dxc);  // dx rows = dlogits w
+  return dlogits;
 }
 
 Tensor saved_input(const Node& n, size_t i) {

@@ -438,18 +438,12 @@ Var lm_head_loss(const Var& x_in, const Var& w_in, const Tensor& targets, int64_
   for (int64_t r0 = 0; r0 < N; r0 += chunk) {
     const int64_t r1 = std::min(N, r0 + chunk);
     const Tensor xc = x2.slice(0, r0, r1), tc = t1.slice(0, r0, r1);
-    Tensor logits = Tensor::empty({r1 - r0, V}, x.dtype(), MemCategory::workspace);
-    GemmOptions o;
-    o.trans_b = true;
-    gemm(xc, w.value(), logits, o);
+    Tensor logits = lm_head_logits(xc, w.value());
     Tensor lc = losses.slice(0, r0, r1);
     mixtrain::cross_entropy(logits, tc, &lc);
     if (!early) continue;
-    Tensor dlogits = Tensor::empty({r1 - r0, V}, x.dtype(), MemCategory::workspace);
-    cross_entropy_backward(logits, tc, lm_head_chunk_dloss(1.f, tc, count), dlogits);
-    logits = Tensor();
     Tensor dxc = dx1.slice(0, r0, r1);
-    gemm(dlogits, w.value(), dxc);  // dx rows = dlogits w
+    const Tensor dlogits = lm_head_dlogits(logits, tc, 1.f, count, w.value(), &dxc);
     GemmOptions t;
     t.trans_a = true;
     t.beta = 1.f;

@@ -13,10 +13,16 @@ namespace mixtrain::autograd {
 // The (B, H, T, D) strided view of q (which=0), k (1) or v (2) inside qkv (B, T, 3C).
 Tensor heads_view(const Tensor& qkv, int which, int64_t n_head);
 
-// lm_head_loss: the dloss to give cross_entropy_backward for one chunk of rows (targets), which
-// divides by the chunk's own count of non-ignored rows, so that it divides by the whole batch's
-// (count) instead: dloss * (the chunk's count) / count.
-float lm_head_chunk_dloss(float dloss, const Tensor& targets, int64_t count);
+// lm_head_loss, one chunk of rows, as its forward (gradients made early) and its fp16 backward
+// (logits made again) both run it. The logits of rows xc (r, C) against w (V, C), in x's dtype as
+// the unfused matmul makes them (MemCategory::workspace).
+Tensor lm_head_logits(const Tensor& xc, const Tensor& w);
+// Their gradient for an upstream gradient dloss of the batch's mean loss over `count` rows
+// (cross_entropy_backward divides by the chunk's own count of non-ignored targets: dloss is rescaled
+// to the batch's), in the logits' dtype; the logits are released once it is made, then dxc (when
+// given) receives the rows dlogits w.
+Tensor lm_head_dlogits(Tensor& logits, const Tensor& targets, float dloss, int64_t count, const Tensor& w,
+                       Tensor* dxc);
 }  // namespace mixtrain::autograd
 
 namespace mixtrain::autograd {
