@@ -95,5 +95,6 @@ void register_numerics(CLI::App& app, GlobalOptions& g, std::vector<Command>& co
 void print_numerics_advice(const NumericsAdvice& a, const std::string& json_path);
 void register_finetune(CLI::App& app, GlobalOptions& g, std::vector<Command>& commands);  // and classify
 void register_quantize(CLI::App& app, GlobalOptions& g, std::vector<Command>& commands);  // and evaluate
+void register_tokenizer(CLI::App& app, GlobalOptions& g, std::vector<Command>& commands);
 
 }  // namespace mixtrain::cli

@@ -95,6 +95,7 @@ int run_main(int argc, char** argv) {
   register_numerics(app, global, commands);
   register_finetune(app, global, commands);
   register_quantize(app, global, commands);
+  register_tokenizer(app, global, commands);
 
   refuse_integer_overflow(app);
   try {

@@ -6,7 +6,6 @@
 // set fails as such rather than as a tokenizer difference. Needs the built-in data
 // (scripts/setup.sh).
 #include <gtest/gtest.h>
-#include <lzma.h>
 
 #include <cstdio>
 #include <fstream>
@@ -16,6 +15,7 @@
 #include <vector>
 
 #include "checkpoint/checksum.h"
+#include "fixtures/xz.h"
 #include "mixtrain/data/builtin_data.h"
 #include "mixtrain/data/text_classification.h"
 #include "mixtrain/data/wordpiece.h"
@@ -31,32 +31,6 @@ struct Section {
   int64_t max_len = 0;
   std::vector<FixtureRow> rows;
 };
-
-std::string xz_decompress(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw std::runtime_error("cannot read " + path);
-  std::ostringstream s;
-  s << f.rdbuf();
-  const std::string in = std::move(s).str();
-  lzma_stream z = LZMA_STREAM_INIT;
-  if (lzma_stream_decoder(&z, UINT64_MAX, 0) != LZMA_OK)
-    throw std::runtime_error("lzma_stream_decoder failed");
-  std::string out;
-  std::vector<uint8_t> buf(1 << 20);
-  z.next_in = reinterpret_cast<const uint8_t*>(in.data());
-  z.avail_in = in.size();
-  lzma_ret r = LZMA_OK;
-  while (r == LZMA_OK) {
-    z.next_out = buf.data();
-    z.avail_out = buf.size();
-    r = lzma_code(&z, LZMA_FINISH);
-    out.append(reinterpret_cast<const char*>(buf.data()), buf.size() - z.avail_out);
-  }
-  lzma_end(&z);
-  if (r != LZMA_STREAM_END)
-    throw std::runtime_error(path + ": xz data is corrupt (lzma error " + std::to_string(r) + ")");
-  return out;
-}
 
 // Sections by "name" or "name max_len".
 const std::map<std::string, Section>& fixture() {

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# `mixtrain tokenizer train|encode|decode`: a vocabulary learned from a file and written as
+# vocab.json + merges.txt that encode reads back; encode and decode invert each other, line for
+# line, in both output forms; bad input gets one-line errors and leaves nothing behind.
+MIXTRAIN="$1"
+. "$(dirname "$0")/cli_common.sh"
+SRC="${MIXTRAIN_SOURCE_DIR:?}"
+
+write_text "$TMP/text.txt"
+printf 'caf\xc3\xa9 na\xc3\xafve \xe4\xb8\xad\xe6\x96\x87\n\n  spaced   out  \n' >>"$TMP/text.txt"
+
+expect_exit 0 "tokenizer train" -- "$MIXTRAIN" tokenizer train --data "$TMP/text.txt" --vocab-size 300 --output "$TMP/tok"
+grep -q "^tokenizer: 300 tokens, 44 merges" "$TMP/out" && pass || fail "train summary: $(cat "$TMP/out")"
+[ "$(head -1 "$TMP/tok/merges.txt")" = "#version: 0.2" ] && [ "$(wc -l <"$TMP/tok/merges.txt")" = 45 ] && pass ||
+  fail "merges.txt: $(head -3 "$TMP/tok/merges.txt")"
+python3 -c 'import json, sys; v = json.load(open(sys.argv[1])); assert sorted(v.values()) == list(range(300))' \
+  "$TMP/tok/vocab.json" && pass || fail "vocab.json is not ids 0..299"
+
+expect_exit 0 "tokenizer encode" -- "$MIXTRAIN" tokenizer encode --tokenizer "$TMP/tok" --file "$TMP/text.txt"
+cp "$TMP/out" "$TMP/ids.txt"
+[ "$(wc -l <"$TMP/ids.txt")" = "$(wc -l <"$TMP/text.txt")" ] && pass || fail "encode: one line of ids per line"
+expect_exit 0 "tokenizer encode --json --stats" -- "$MIXTRAIN" tokenizer encode --tokenizer "$TMP/tok" --file "$TMP/text.txt" --json --stats
+cp "$TMP/out" "$TMP/ids.jsonl"
+grep -q "^encoded 403 lines, .* tokens in" "$TMP/err" && pass || fail "--stats: $(cat "$TMP/err")"
+python3 - "$TMP/ids.txt" "$TMP/ids.jsonl" <<'PY' && pass || fail "--json is not the same ids"
+import json, sys
+a = [[int(x) for x in l.split()] for l in open(sys.argv[1])]
+b = [json.loads(l) for l in open(sys.argv[2])]
+assert a == b and len(a) == 403 and a[401] == [] and len(a[0]) > 5, (a[:2], b[:2])
+PY
+for f in ids.txt ids.jsonl; do
+  expect_exit 0 "tokenizer decode $f" -- "$MIXTRAIN" tokenizer decode --tokenizer "$TMP/tok" --file "$TMP/$f"
+  cmp -s "$TMP/out" "$TMP/text.txt" && pass || fail "decode($f) is not the text"
+done
+
+# The fixture's vocabulary (Hugging Face's files) loads as well.
+expect_exit 0 "encode with tokenizers' files" -- "$MIXTRAIN" tokenizer encode --tokenizer "$SRC/tests/fixtures/bpe" --file "$TMP/text.txt"
+
+# Errors: one line, exit 2, nothing written.
+expect_exit 2 "train: missing data" -- "$MIXTRAIN" tokenizer train --data "$TMP/none.txt" --vocab-size 300 --output "$TMP/tok2"
+[ ! -e "$TMP/tok2" ] && pass || fail "train on missing data left $TMP/tok2"
+expect_exit 2 "train: vocab below 256" -- "$MIXTRAIN" tokenizer train --data "$TMP/text.txt" --vocab-size 100 --output "$TMP/tok2"
+printf 'ok\n\xc3(\n' >"$TMP/bad.txt"
+expect_exit 2 "train: not UTF-8" -- "$MIXTRAIN" tokenizer train --data "$TMP/bad.txt" --vocab-size 300 --output "$TMP/tok2"
+grep -q "not valid UTF-8 at byte 3" "$TMP/err" && pass || fail "UTF-8 error: $(cat "$TMP/err")"
+[ ! -e "$TMP/tok2/vocab.json" ] && pass || fail "a failed train wrote vocab.json"
+expect_exit 2 "encode: not UTF-8" -- "$MIXTRAIN" tokenizer encode --tokenizer "$TMP/tok" --file "$TMP/bad.txt"
+grep -q "bad.txt':2: .*byte 0" "$TMP/err" && pass || fail "encode error names the line: $(cat "$TMP/err")"
+expect_exit 2 "encode: no tokenizer" -- "$MIXTRAIN" tokenizer encode --tokenizer "$TMP/none" --file "$TMP/text.txt"
+echo "1 2 x" >"$TMP/badids.txt"
+expect_exit 2 "decode: not an id" -- "$MIXTRAIN" tokenizer decode --tokenizer "$TMP/tok" --file "$TMP/badids.txt"
+echo "[1, 99999]" >"$TMP/badids.txt"
+expect_exit 2 "decode: id out of range" -- "$MIXTRAIN" tokenizer decode --tokenizer "$TMP/tok" --file "$TMP/badids.txt"
+mkdir -p "$TMP/badtok" && echo '{"a": 0}' >"$TMP/badtok/vocab.json" && echo "a b" >"$TMP/badtok/merges.txt"
+expect_exit 2 "encode: merge not in vocabulary" -- "$MIXTRAIN" tokenizer encode --tokenizer "$TMP/badtok" --file "$TMP/text.txt"
+
+finish
