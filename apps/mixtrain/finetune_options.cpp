@@ -58,7 +58,8 @@ void finetune_from_compare_flags(FinetuneFlags& f, const TrainFlags& given, cons
   if (!given.given("--eval-batches")) t.eval_batches = d.eval_batches;
   if (!given.given("--batch-size")) t.batch_size = d.batch_size;
   if (!given.given("--warmup")) t.warmup = d.warmup;
-  for (const char* gpt_only : {"--data", "--seq-len", "--min-lr-ratio", "--max-data-bytes"})
+  for (const char* gpt_only :
+       {"--data", "--seq-len", "--min-lr-ratio", "--max-data-bytes", "--tokenizer", "--token-file"})
     if (given.given(gpt_only))
       throw ArgumentError(std::string(gpt_only) + " does not apply to --task " + task);
   f.opt.model_dir = given.given("--model") ? given.opt.model : "";

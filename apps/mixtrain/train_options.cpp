@@ -81,6 +81,15 @@ void add_lm_flags(CLI::App* sub, TrainFlags& f) {
   sub->add_option_function<int64_t>(
       "--max-data-bytes", [&o](const int64_t& v) { o.max_data_bytes = v; },
       "Refuse --data larger than this (default 4 GiB); needed to read a stream: - (stdin) or a FIFO");
+  sub->add_option(
+      "--tokenizer", o.tokenizer,
+      "A byte-level BPE tokenizer directory (tokenizer.json, or vocab.json + merges.txt; `mixtrain "
+      "tokenizer train` writes one): train on its ids, encoded once into a token file; the "
+      "model's vocabulary becomes the tokenizer's");
+  sub->add_option("--token-file", o.token_file,
+                  "With --tokenizer: the token file to reuse or write (default: <data>.<tokenizer "
+                  "fingerprint>.tokens beside the data); one made by another tokenizer or from other data is "
+                  "refused");
 }
 
 void add_optimizer_flags(CLI::App* sub, TrainFlags& f) {
@@ -281,8 +290,8 @@ void TrainFlags::finish(const std::vector<PrecisionMode>& precisions) {
   if (given("--steps") && opt.steps && *opt.steps < 1)
     throw ArgumentError("--steps must be positive, got " + std::to_string(*opt.steps));
   // A given empty path or a given 0 would silently mean "unset": refused, naming the flag.
-  for (const char* flag :
-       {"--data", "--model", "--log-jsonl", "--checkpoint-dir", "--resume", "--init-from", "--numerics"})
+  for (const char* flag : {"--data", "--model", "--log-jsonl", "--checkpoint-dir", "--resume", "--init-from",
+                           "--numerics", "--tokenizer", "--token-file"})
     if (given(flag) && app->get_option(flag)->as<std::string>().empty())
       throw ArgumentError(std::string(flag) + ": empty path");
   if (opt.seq_len && *opt.seq_len <= 0)

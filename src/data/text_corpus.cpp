@@ -38,6 +38,9 @@ TextCorpus TextCorpus::from_bytes(std::vector<uint8_t> bytes, const std::string&
   const int64_t n_val = std::llround(double(n) * val_fraction);
   c.train_size_ = n - n_val;
   c.bytes_ = std::move(bytes);
+  c.raw_ = c.bytes_.data();
+  c.size_ = n;
+  c.val_text_bytes_ = n_val;
   return c;
 }
 
@@ -95,7 +98,8 @@ void TextCorpus::check_window(int64_t T) const {
   const auto check = [&](const char* part, int64_t n) {
     if (n < T + 1)
       throw ArgumentError("data file " + quoted(path_) + ": " + part + " part has " + std::to_string(n) +
-                          " bytes, fewer than one window of T+1=" + std::to_string(T + 1) + " tokens");
+                          (mapping_ ? " tokens" : " bytes") +
+                          ", fewer than one window of T+1=" + std::to_string(T + 1) + " tokens");
   };
   check("train", train_size());
   check("validation", val_size());
@@ -133,12 +137,11 @@ void TextCorpus::train_batch(int64_t B, int64_t T, uint64_t seed, int64_t step, 
   if (idx.is_meta()) return;             // a meta batch has a shape and no tokens
   int32_t* x = idx.data<int32_t>();      // (B, T)
   int32_t* y = targets.data<int32_t>();  // (B, T)
-  const uint8_t* data = train_bytes();
   for (int64_t b = 0; b < B; ++b) {
-    const uint8_t* w = data + train_window_start(T, seed, step, b);
+    const int64_t w = train_window_start(T, seed, step, b);
     for (int64_t t = 0; t < T; ++t) {
-      x[b * T + t] = w[t];
-      y[b * T + t] = w[t + 1];
+      x[b * T + t] = token(w + t);
+      y[b * T + t] = token(w + t + 1);
     }
   }
 }
@@ -164,7 +167,6 @@ int64_t TextCorpus::val_batch(int64_t batch_index, int64_t B, int64_t T, Tensor&
   if (idx.is_meta()) return std::min(B, windows - batch_index * B);  // rows a real batch would fill
   int32_t* x = idx.data<int32_t>();                                  // (B, T)
   int32_t* y = targets.data<int32_t>();                              // (B, T)
-  const uint8_t* data = val_bytes();
   int64_t rows = 0;
   for (int64_t b = 0; b < B; ++b) {
     const int64_t k = batch_index * B + b;
@@ -172,10 +174,10 @@ int64_t TextCorpus::val_batch(int64_t batch_index, int64_t B, int64_t T, Tensor&
       for (int64_t t = 0; t < T; ++t) x[b * T + t] = 0, y[b * T + t] = -1;
       continue;
     }
-    const uint8_t* w = data + k * T;
+    const int64_t w = train_size_ + k * T;
     for (int64_t t = 0; t < T; ++t) {
-      x[b * T + t] = w[t];
-      y[b * T + t] = w[t + 1];
+      x[b * T + t] = token(w + t);
+      y[b * T + t] = token(w + t + 1);
     }
     ++rows;
   }
@@ -183,15 +185,15 @@ int64_t TextCorpus::val_batch(int64_t batch_index, int64_t B, int64_t T, Tensor&
 }
 
 double TextCorpus::unigram_entropy() const {
-  std::array<int64_t, kVocabSize> count{};
-  for (int64_t i = 0; i < train_size_; ++i) ++count[train_bytes()[i]];
-  const double denom = double(train_size_ + kVocabSize);
-  std::array<double, kVocabSize> neg_log_p;
-  for (int64_t c = 0; c < kVocabSize; ++c)
+  std::vector<int64_t> count(static_cast<size_t>(vocab_size_), 0);
+  for (int64_t i = 0; i < train_size_; ++i) ++count[size_t(token(i))];
+  const double denom = double(train_size_ + vocab_size_);
+  std::vector<double> neg_log_p(static_cast<size_t>(vocab_size_));
+  for (int64_t c = 0; c < vocab_size_; ++c)
     neg_log_p[size_t(c)] = -std::log(double(count[size_t(c)] + 1) / denom);
   if (val_size() == 0) return 0.0;
   double sum = 0.0;
-  for (int64_t i = 0; i < val_size(); ++i) sum += neg_log_p[val_bytes()[i]];
+  for (int64_t i = train_size_; i < size_; ++i) sum += neg_log_p[size_t(token(i))];
   return sum / double(val_size());
 }
 

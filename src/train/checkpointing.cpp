@@ -72,7 +72,9 @@ nlohmann::json run_options(const TrainOptions& o, int64_t T, const TextCorpus& c
                  {"min_scale", num(s.min_scale)},
                  {"max_scale", num(s.max_scale)}};
   j["data"] = {{"bytes", corpus.size()},
-               {"crc32", crc32_hex(crc32(corpus.train_bytes(), static_cast<size_t>(corpus.size())))}};
+               {"crc32", crc32_hex(crc32(corpus.storage(), static_cast<size_t>(corpus.storage_bytes())))}};
+  // A token corpus: "bytes" counts its tokens, and the tokenizer is part of the data.
+  if (!corpus.tokenizer().empty()) j["data"]["tokenizer"] = corpus.tokenizer();
   return j;
 }
 

@@ -12,8 +12,10 @@
 #include <cstdio>
 #include <cstring>
 
+#include "mixtrain/data/bpe_tokenizer.h"
 #include "mixtrain/data/data_source.h"
 #include "mixtrain/data/text_corpus.h"
+#include "mixtrain/data/token_file.h"
 #include "mixtrain/kernels/ops.h"
 #include "mixtrain/kernels/threads.h"
 #include "mixtrain/train/output_paths.h"
@@ -145,6 +147,35 @@ TextCorpus load_data(const std::string& path, std::optional<int64_t> max_bytes) 
   return TextCorpus::from_bytes(std::move(bytes), path);
 }
 
+// The token corpus of a run with a tokenizer: the token file reused (when this tokenizer made it
+// from this data) or written, then mapped.
+TextCorpus load_token_data(const LmOptions& lm) {
+  const std::string path = lm.data.empty() ? TextCorpus::default_corpus_path() : lm.data;
+  if (path == "-")
+    throw ArgumentError({"data", "tokenizer"},
+                        "data from stdin cannot be tokenized into a token file: give a file");
+  const BpeTokenizer tok = BpeTokenizer::from_dir(lm.tokenizer);
+  const TextCorpus text = load_data(path, lm.max_data_bytes);
+  const std::string_view bytes(reinterpret_cast<const char*>(text.storage()), size_t(text.storage_bytes()));
+  const std::string file = lm.token_file.empty() ? path + "." + tok.fingerprint() + ".tokens" : lm.token_file;
+  struct stat st {};
+  if (::stat(file.c_str(), &st) != 0) {
+    write_token_file(file, tok, bytes, path);
+  } else {
+    const TokenFileInfo info = read_token_file_info(file);
+    if (info.tokenizer != tok.fingerprint())
+      throw IoError({"token_file"}, "token file '" + file + "' was made by another tokenizer (fingerprint " +
+                                        info.tokenizer + ", " + lm.tokenizer + " has " + tok.fingerprint() +
+                                        "): give another token_file or delete it");
+    if (info.source_bytes != int64_t(bytes.size()) || info.source_crc32 != text_crc32(bytes))
+      throw IoError({"token_file"}, "token file '" + file + "' is stale: it was made from other data than " +
+                                        path + " (" + std::to_string(info.source_bytes) + " bytes, CRC-32 " +
+                                        std::to_string(info.source_crc32) +
+                                        "): delete it to encode the data again");
+  }
+  return TextCorpus::from_token_file(file);
+}
+
 }  // namespace
 
 namespace {
@@ -165,22 +196,28 @@ class LmRecipe final : public Recipe {
     if (T_ > cfg_.block_size)
       throw ArgumentError({"seq_len"}, "seq_len " + std::to_string(T_) + " exceeds the model's block_size " +
                                            std::to_string(cfg_.block_size));
-    corpus_ = std::make_unique<TextCorpus>(
-        load_data(lm_.data.empty() ? TextCorpus::default_corpus_path() : lm_.data, lm_.max_data_bytes));
+    if (lm_.tokenizer.empty()) {
+      corpus_ = std::make_unique<TextCorpus>(
+          load_data(lm_.data.empty() ? TextCorpus::default_corpus_path() : lm_.data, lm_.max_data_bytes));
+    } else {
+      corpus_ = std::make_unique<TextCorpus>(load_token_data(lm_));
+      // A byte-level config (256) takes the tokenizer's vocabulary; a larger one stays (padding).
+      if (cfg_.vocab_size == TextCorpus::kVocabSize) cfg_.vocab_size = corpus_->vocab_size();
+    }
     data_ = std::make_unique<LmWindows>(*corpus_, opt.batch_size, T_, opt.seed);
-    if (cfg_.vocab_size < 256)
-      throw ArgumentError("model vocab_size " + std::to_string(cfg_.vocab_size) +
-                          " is smaller than the 256 byte tokens");
+    if (cfg_.vocab_size < corpus_->vocab_size())
+      throw ArgumentError("model vocab_size " + std::to_string(cfg_.vocab_size) + " is smaller than the " +
+                          std::to_string(corpus_->vocab_size()) +
+                          (lm_.tokenizer.empty() ? " byte tokens" : " tokens of the tokenizer"));
   }
   std::vector<AgreedField> agreement(const RunOptions&) const override {
     const auto i = [](int64_t v) { return std::to_string(v); };
-    return {
-        {"seq_len", i(T_)},
-        {"min_lr_ratio", agreed_number(lm_.min_lr_ratio)},
-        {"model", i(cfg_.vocab_size) + " " + i(cfg_.block_size) + " " + i(cfg_.n_layer) + " " +
-                      i(cfg_.n_head) + " " + i(cfg_.n_embd) + " " + agreed_number(cfg_.dropout) + " " +
-                      agreed_number(cfg_.ln_eps)},
-        {"data", fingerprint(corpus_->train_bytes(), size_t(corpus_->train_size() + corpus_->val_size()))}};
+    return {{"seq_len", i(T_)},
+            {"min_lr_ratio", agreed_number(lm_.min_lr_ratio)},
+            {"model", i(cfg_.vocab_size) + " " + i(cfg_.block_size) + " " + i(cfg_.n_layer) + " " +
+                          i(cfg_.n_head) + " " + i(cfg_.n_embd) + " " + agreed_number(cfg_.dropout) + " " +
+                          agreed_number(cfg_.ln_eps)},
+            {"data", fingerprint(corpus_->storage(), size_t(corpus_->storage_bytes()))}};
   }
   const DataSource& data() const override { return *data_; }
   std::unique_ptr<Model> make_model(const PrecisionSpec& spec, MemCategory weights,

@@ -54,4 +54,35 @@ expect_exit 2 "decode: id out of range" -- "$MIXTRAIN" tokenizer decode --tokeni
 mkdir -p "$TMP/badtok" && echo '{"a": 0}' >"$TMP/badtok/vocab.json" && echo "a b" >"$TMP/badtok/merges.txt"
 expect_exit 2 "encode: merge not in vocabulary" -- "$MIXTRAIN" tokenizer encode --tokenizer "$TMP/badtok" --file "$TMP/text.txt"
 
+# Training on the tokenizer's ids: the text is encoded once into a token file beside it, reused by
+# the next run; a stale or foreign token file is refused, never trained on.
+write_tiny_model "$TMP/tiny.json" 1 32 32
+train() { "$MIXTRAIN" --threads 1 train --model "$TMP/tiny.json" --data "$TMP/text.txt" --tokenizer "${TOK:-$TMP/tok}" \
+  --batch-size 2 --steps 2 "$@"; }
+expect_exit 0 "train --tokenizer" -- train --log-jsonl "$TMP/log1.jsonl"
+tokens=$(ls "$TMP"/text.txt.*.tokens 2>/dev/null)
+[ -n "$tokens" ] && [ "$(head -c 8 "$tokens")" = MXTOKEN1 ] && pass || fail "no token file beside the data"
+grep -q "val loss" "$TMP/out" && pass || fail "train --tokenizer output: $(tail -2 "$TMP/out")"
+touch -d '2000-01-01' "$tokens"
+expect_exit 0 "train --tokenizer again (reuses the token file)" -- train --log-jsonl "$TMP/log2.jsonl"
+[ "$(stat -c %Y "$tokens")" = "$(date -d 2000-01-01 +%s)" ] && pass || fail "the token file was written again"
+same_log "$TMP/log1.jsonl" "$TMP/log2.jsonl" && pass || fail "the reused token file trains differently"
+cp "$TMP/text.txt" "$TMP/text.orig"
+echo "one more line" >>"$TMP/text.txt"
+expect_exit 2 "stale token file" -- train --token-file "$tokens"
+grep -q "is stale" "$TMP/err" && pass || fail "stale: $(cat "$TMP/err")"
+cp "$TMP/text.orig" "$TMP/text.txt"
+expect_exit 0 "another tokenizer" -- "$MIXTRAIN" tokenizer train --data "$TMP/text.txt" --vocab-size 280 --output "$TMP/tok280"
+TOK="$TMP/tok280" expect_exit 2 "foreign token file" -- train --token-file "$tokens"
+grep -q "made by another tokenizer" "$TMP/err" && pass || fail "foreign: $(cat "$TMP/err")"
+cp "$tokens" "$TMP/damaged.tokens"
+printf '\xff\xff' | dd of="$TMP/damaged.tokens" bs=1 seek=200 conv=notrunc 2>/dev/null
+expect_exit 2 "damaged token file" -- train --token-file "$TMP/damaged.tokens"
+grep -q "checksum does not match" "$TMP/err" && pass || fail "damaged: $(cat "$TMP/err")"
+head -c 1000 "$tokens" >"$TMP/short.tokens"
+expect_exit 2 "truncated token file" -- train --token-file "$TMP/short.tokens"
+echo '{"n_layer": 1, "n_head": 2, "n_embd": 32, "block_size": 32, "vocab_size": 290}' >"$TMP/small_vocab.json"
+expect_exit 2 "model vocabulary below the tokenizer's" -- train --model "$TMP/small_vocab.json"
+expect_exit 2 "finetune task with --tokenizer" -- "$MIXTRAIN" train --task finefoods --tokenizer "$TMP/tok" --steps 1
+
 finish

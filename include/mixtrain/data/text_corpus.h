@@ -1,12 +1,14 @@
 // A training corpus of byte-level tokens (vocabulary 256: token = byte value), so any file of
-// bytes trains without a tokenizer. The file is read whole; its first part trains and its last
-// part validates. Training batches are random windows whose starts depend only on
-// (seed, step, row), so a resumed run sees exactly the batches it would have seen; validation
-// uses one fixed set of windows, so every run is evaluated on the same bytes.
+// bytes trains without a tokenizer; or of a tokenizer's ids, from a token file (data/token_file.h,
+// memory-mapped). A byte file is read whole; its first part trains and its last part validates. Training
+// batches are random windows whose starts depend only on (seed, step, row), so a resumed run sees exactly the
+// batches it would have seen; validation uses one fixed set of windows, so every run is evaluated on the same
+// bytes.
 //
 // Dimension letters: B batch rows, T tokens per row (the context length).
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -26,6 +28,11 @@ class TextCorpus {
   static TextCorpus from_bytes(std::vector<uint8_t> bytes, const std::string& name,
                                double val_fraction = 0.1);
 
+  // A token file (data/token_file.h), memory-mapped, its train and validation parts as written.
+  // IoError naming the file for a bad header, a size that disagrees with it, a checksum mismatch
+  // or an id not below its vocabulary size (every id is checked once here).
+  static TextCorpus from_token_file(const std::string& path);
+
   // The built-in corpus: $MIXTRAIN_DATA_DIR/fortunes.txt when MIXTRAIN_DATA_DIR is set (and only
   // there); else the first that exists of <directory of the executable>/data/fortunes.txt and
   // ./build/data/fortunes.txt. Throws IoError naming where it looked and saying to run
@@ -33,11 +40,36 @@ class TextCorpus {
   static std::string default_corpus_path();
 
   const std::string& path() const { return path_; }
-  int64_t size() const { return int64_t(bytes_.size()); }
+  // Sizes in tokens (bytes for a byte corpus).
+  int64_t size() const { return size_; }
   int64_t train_size() const { return train_size_; }
   int64_t val_size() const { return size() - train_size_; }
-  const uint8_t* train_bytes() const { return bytes_.data(); }
-  const uint8_t* val_bytes() const { return bytes_.data() + train_size_; }
+  // The ids: 256 for bytes, else the tokenizer's vocabulary size; every token is below it.
+  int64_t vocab_size() const { return vocab_size_; }
+  // Token k of the whole corpus (train part first), k in [0, size()).
+  int32_t token(int64_t k) const {
+    switch (width_) {
+      case 1:
+        return raw_[k];
+      case 2:
+        return int32_t(uint32_t(raw_[2 * k]) | uint32_t(raw_[2 * k + 1]) << 8);
+      default: {
+        const uint8_t* p = raw_ + 4 * k;
+        return int32_t(uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24);
+      }
+    }
+  }
+  // The stored tokens, width() bytes each (little-endian): what identifies the data of a run.
+  const uint8_t* storage() const { return raw_; }
+  int64_t storage_bytes() const { return size_ * width_; }
+  int width() const { return width_; }
+  // A byte corpus: its bytes (train part, validation part). Not for a token corpus (nullptr).
+  const uint8_t* train_bytes() const { return width_ == 1 && !mapping_ ? raw_ : nullptr; }
+  const uint8_t* val_bytes() const { return width_ == 1 && !mapping_ ? raw_ + train_size_ : nullptr; }
+  // The text the validation tokens stand for, in bytes (val_size() for a byte corpus), and the
+  // tokenizer's fingerprint ("" for bytes).
+  int64_t val_text_bytes() const { return val_text_bytes_; }
+  const std::string& tokenizer() const { return tokenizer_; }
 
   // Throws ArgumentError unless T >= 1 and both parts hold at least one window of T+1 tokens:
   // "data file X: validation part has N bytes, fewer than one window of T+1=... tokens".
@@ -67,8 +99,8 @@ class TextCorpus {
   // ignores. Returns the number of real rows. idx / targets as in train_batch.
   int64_t val_batch(int64_t batch_index, int64_t B, int64_t T, Tensor& idx, Tensor& targets) const;
 
-  // The cross-entropy in nats of the validation bytes under the train part's byte frequencies
-  // with add-one smoothing, p(c) = (count(c) + 1) / (train_size + 256): the loss of the best
+  // The cross-entropy in nats of the validation tokens under the train part's token frequencies
+  // with add-one smoothing, p(c) = (count(c) + 1) / (train_size + V): the loss of the best
   // context-free model, which a trained model must beat.
   double unigram_entropy() const;
 
@@ -77,8 +109,15 @@ class TextCorpus {
   void prepare_batch(int64_t B, int64_t T, Tensor& idx, Tensor& targets, const char* op) const;
 
   std::string path_;
-  std::vector<uint8_t> bytes_;  // the whole file
-  int64_t train_size_ = 0;      // bytes_[0, train_size_) trains, the rest validates
+  std::vector<uint8_t> bytes_;           // a byte corpus: the whole file
+  std::shared_ptr<const void> mapping_;  // a token corpus: the mapped file (unmapped at the end)
+  const uint8_t* raw_ = nullptr;         // token 0's first byte
+  int width_ = 1;                        // bytes per token
+  int64_t size_ = 0;                     // tokens
+  int64_t train_size_ = 0;               // tokens [0, train_size_) train, the rest validate
+  int64_t vocab_size_ = kVocabSize;
+  int64_t val_text_bytes_ = 0;
+  std::string tokenizer_;
 };
 
 }  // namespace mixtrain

@@ -178,6 +178,14 @@ struct LmOptions {
   // ("-" for stdin, a FIFO, a device) is refused, as it may never end. Set: the limit for any
   // data, and a stream is read up to it (an explicit cap).
   std::optional<int64_t> max_data_bytes;
+  // A byte-level BPE tokenizer directory (tokenizer.json, or vocab.json + merges.txt): the data is
+  // encoded once into a token file (data/token_file.h) and trained on as its ids, and the model's
+  // vocab_size becomes the tokenizer's (a config's larger vocab_size is kept). Empty: bytes.
+  std::string tokenizer;
+  // The token file: reused when it exists (IoError unless this tokenizer made it from this data,
+  // split as now: a stale or foreign file is refused, never silently trained on), else written.
+  // Empty: beside the data, "<data>.<tokenizer fingerprint>.tokens".
+  std::string token_file;
 };
 
 // The options of train(): a run and its language-model task.
