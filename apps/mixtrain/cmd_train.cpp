@@ -56,12 +56,13 @@ void register_train(CLI::App& app, GlobalOptions& g, std::vector<Command>& comma
                  s.checkpoint_path.empty() ? "" : "; checkpoint ", s.checkpoint_path.c_str());
            } else {
              // With the step log on stdout (--log-jsonl -), the summary line goes to stderr.
-             std::fprintf(f->opt.log_jsonl == "-" ? stderr : stdout,
-                          "done (%s): %lld steps (%lld skipped), train loss %.4f, val loss %.4f (unigram "
-                          "baseline %.4f), %.0f tokens/s, %.1f GFLOP/s model, MFU %.1f%%\n",
-                          s.precision.c_str(), static_cast<long long>(s.steps),
-                          static_cast<long long>(s.skipped_steps), s.final_train_loss, s.val_loss,
-                          s.unigram_baseline, s.tokens_per_s, s.model_flops_per_s / 1e9, 100 * s.mfu);
+             std::fprintf(
+                 f->opt.log_jsonl == "-" ? stderr : stdout,
+                 "done (%s): %lld steps (%lld skipped), train loss %.4f, val loss %.4f (unigram "
+                 "baseline %.4f; %.4f bits per byte), %.0f tokens/s, %.1f GFLOP/s model, MFU %.1f%%\n",
+                 s.precision.c_str(), static_cast<long long>(s.steps),
+                 static_cast<long long>(s.skipped_steps), s.final_train_loss, s.val_loss, s.unigram_baseline,
+                 s.val_bits_per_byte, s.tokens_per_s, s.model_flops_per_s / 1e9, 100 * s.mfu);
            }
            if (std::fflush(stdout) != 0 || std::ferror(stdout))
              throw IoError("cannot write the summary to stdout: " + std::string(std::strerror(errno)));

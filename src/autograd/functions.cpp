@@ -13,6 +13,7 @@
 #include "mixtrain/autograd/fp8_linear.h"
 #include "mixtrain/autograd/node.h"
 #include "mixtrain/core/profiler.h"
+#include "mixtrain/kernels/gemm_info.h"
 #include "mixtrain/kernels/ops.h"
 #include "mixtrain/numeric/stochastic.h"
 #include "tensor/alloc_site.h"
@@ -418,9 +419,13 @@ Var lm_head_loss(const Var& x_in, const Var& w_in, const Tensor& targets, int64_
   if (t1.dtype() != DType::i32 || t1.numel() != N)
     throw ShapeError("lm_head_loss: targets must be i32 with one per row of x (" + std::to_string(N) +
                      "), got " + targets.to_string());
-  // Rows per chunk: 8 Mi logits (32 MiB in fp32, 16 in bf16), and as many of their gradient.
-  const int64_t chunk =
-      chunk_rows > 0 ? chunk_rows : std::max<int64_t>(1, (int64_t{8} << 20) / std::max<int64_t>(1, V));
+  // Rows per chunk: 8 Mi logits (32 MiB in fp32, 16 in bf16), and as many of their gradient; 2 Mi
+  // where the 16-bit GEMMs convert their inputs to fp32 (a CPU without bf16 / fp16 units), as each
+  // GEMM then also holds fp32 copies of the chunk's logits or their gradient.
+  const bool converts =
+      (x.dtype() == DType::bf16 || x.dtype() == DType::f16) && gemm_converts_to_f32(x.dtype());
+  const int64_t budget = converts ? int64_t{2} << 20 : int64_t{8} << 20;
+  const int64_t chunk = chunk_rows > 0 ? chunk_rows : std::max<int64_t>(1, budget / std::max<int64_t>(1, V));
   int64_t count = 0;  // the rows the mean is over (target -1: ignored)
   if (!t1.is_meta())
     for (int64_t r = 0; r < N; ++r) count += t1.data<int32_t>()[r] != -1;

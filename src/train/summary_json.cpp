@@ -46,6 +46,7 @@ nlohmann::ordered_json summary_to_json(const TrainSummary& r) {
   j["val_loss"] = finite_or_null(r.val_loss);
   j["val_accuracy"] = finite_or_null(r.val_accuracy);
   j["unigram_baseline"] = r.unigram_baseline;
+  j["val_bits_per_byte"] = finite_or_null(r.val_bits_per_byte);
   j["tokens_per_s"] = r.tokens_per_s;
   j["model_flops_per_s"] = r.model_flops_per_s;
   j["gemm_flops_per_s"] = r.gemm_flops_per_s;

@@ -288,6 +288,9 @@ void TrainingRun::finish_summary() {
   summary_.elapsed_s = now_s() - run_start_;
   summary_.tokens_per_s = train_time_ > 0 ? static_cast<double>(train_tokens_) / train_time_ : 0.0;
   summary_.model_flops_per_s = model_.flops_per_token(data_.sequence_length()) * summary_.tokens_per_s;
+  const double bytes_per_token = data_.eval_bytes_per_token();
+  summary_.val_bits_per_byte =
+      bytes_per_token > 0 ? summary_.val_loss / bytes_per_token / std::log(2.0) : NAN;
 }
 
 TrainSummary TrainingRun::run() {

@@ -51,9 +51,9 @@ Var cross_entropy(const Var& logits, const Tensor& targets);
 // FusedLinearCrossEntropy, llm.c's fused classifier): x (..., C), w (V, C) (a tied embedding),
 // targets (...) i32 (-1 ignored) -> the scalar f32 mean loss. Under autocast x and w in the compute
 // dtype (as matmul) and the loss in fp32 inside; chunk_rows rows of logits at a time (0: about
-// 8 Mi logits a chunk), made again in backward, whose gradient goes into dx and dw chunk by chunk.
-// Equal to the unfused ops within the rounding of the sums (the loss summed in double, dw over
-// chunks).
+// 8 Mi logits a chunk, 2 Mi where 16-bit GEMMs convert to fp32), made again in backward, whose gradient goes
+// into dx and dw chunk by chunk. Equal to the unfused ops within the rounding of the sums (the loss summed in
+// double, dw over chunks).
 Var lm_head_loss(const Var& x, const Var& w, const Tensor& targets, int64_t chunk_rows = 0);
 Var reshape(const Var& x, const Shape& shape);  // x must be contiguous
 // qkv (B, T, 3C) -> q (which=0), k (1) or v (2) as (B*H, T, D), contiguous.

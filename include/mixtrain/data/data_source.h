@@ -37,6 +37,9 @@ class DataSource {
   // The loss of a model that ignores the context (the unigram entropy for text): a trained model
   // must beat it.
   virtual double baseline_loss() const = 0;
+  // Text: the bytes of text an evaluation token stands for on average (1 for bytes; a tokenizer's
+  // validation text bytes / its tokens), so a loss per token converts to bits per byte. 0: not text.
+  virtual double eval_bytes_per_token() const { return 0.0; }
 };
 
 // Random training windows and fixed validation windows of a byte-level text corpus
@@ -51,6 +54,9 @@ class LmWindows final : public DataSource {
   int64_t batch_size() const override { return B_; }
   int64_t sequence_length() const override { return T_; }
   double baseline_loss() const override { return corpus_.unigram_entropy(); }
+  double eval_bytes_per_token() const override {
+    return double(corpus_.val_text_bytes()) / double(corpus_.val_size());
+  }
   const TextCorpus& corpus() const { return corpus_; }
 
  private:

@@ -94,6 +94,9 @@ struct TrainSummary {
   double val_loss = 0;
   double val_accuracy = 0;      // top-1 accuracy of the final evaluation (Model::evaluate_batch)
   double unigram_baseline = 0;  // the data source's baseline loss (byte frequencies for text)
+  // Text: val_loss in bits per byte of the validation text (DataSource::eval_bytes_per_token), so
+  // byte-level and tokenizer runs compare; NaN otherwise.
+  double val_bits_per_byte = NAN;
   double tokens_per_s = 0;
   double model_flops_per_s = 0;
   double gemm_flops_per_s = 0;  // measured on this machine for the model's dtype
