@@ -1,12 +1,14 @@
 // GPT: configuration, presets, parameters, initialisation and the forward pass.
 #include "mixtrain/models/gpt.h"
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <memory>
 #include <sstream>
 
 #include "mixtrain/core/error.h"
+#include "mixtrain/kernels/ops.h"
 #include "models/gpt_config_json.h"
 
 namespace mixtrain {
@@ -253,6 +255,7 @@ Gpt::Output Gpt::forward(const Tensor& idx, const Tensor* targets, bool training
     drop.offset = *offset_after;
   }
   x = ln_f_(x);  // (B, T, C)
+  if (hidden_only_) return Output{x, Var()};
   // Training with the fused head: the loss without the logits (B, T, V) ever whole.
   if (fused_head_ && targets && training && grad_enabled() && !wte_.quantized())
     return Output{Var(), lm_head_loss(x, wte_.weight, *targets)};
@@ -260,6 +263,48 @@ Gpt::Output Gpt::forward(const Tensor& idx, const Tensor* targets, bool training
   Output out{logits, Var()};
   if (targets) out.loss = cross_entropy(logits, *targets);
   return out;
+}
+
+EvalSums Gpt::evaluate_batch(const Batch& batch) {
+  if (!fused_head_ || wte_.quantized()) return Model::evaluate_batch(batch);
+  using namespace autograd;
+  hidden_only_ = true;
+  Output h;
+  try {
+    h = forward(batch.inputs, nullptr, false, 0);
+  } catch (...) {
+    hidden_only_ = false;
+    throw;
+  }
+  hidden_only_ = false;
+  const int64_t C = cfg_.n_embd, V = cfg_.vocab_size;
+  const Tensor x = h.logits.value().contiguous().reshape({-1, C});  // (N, C)
+  const Tensor t = batch.targets.contiguous().reshape({-1});        // (N)
+  const int64_t N = x.size(0), chunk = std::max<int64_t>(1, (int64_t{2} << 20) / V);
+  EvalSums s;
+  s.rows = batch.rows;
+  double loss_sum = 0;  // over the scored targets
+  for (int64_t r0 = 0; r0 < N; r0 += chunk) {
+    const int64_t r1 = std::min(N, r0 + chunk);
+    const Tensor tc = t.slice(0, r0, r1);
+    const Var logits = wte_.project(Var(x.slice(0, r0, r1)));  // (rows, V)
+    const Var loss = cross_entropy(logits, tc);                // the chunk's mean
+    Tensor predicted = Tensor::empty({r1 - r0}, DType::i32, MemCategory::activations, x.device());
+    argmax_last(logits.value(), predicted);
+    if (predicted.is_meta()) continue;  // a memory prediction: no values to score
+    const std::vector<int32_t> p = predicted.to_ints(), tv = tc.to_ints();
+    int64_t scored = 0;
+    for (size_t i = 0; i < tv.size(); ++i) {
+      if (tv[i] == -1) continue;
+      ++scored;
+      if (p[i] == tv[i]) ++s.correct;
+    }
+    if (scored > 0) loss_sum += loss.value().item() * static_cast<double>(scored);
+    s.scored += scored;
+  }
+  // As Model::evaluate_batch: the batch's mean loss times its real rows.
+  if (s.scored > 0) s.loss_sum = loss_sum / static_cast<double>(s.scored) * static_cast<double>(batch.rows);
+  return s;
 }
 
 bool is_hf_conv1d_weight(const std::string& name) {

@@ -70,6 +70,11 @@ class Gpt final : public Model {
   ModelOutput forward_batch(const Batch& batch, bool training, uint64_t dropout_seed) override {
     return forward(batch.inputs, &batch.targets, training, dropout_seed);
   }
+  // With the fused head (set_fused_lm_head): the logits a chunk of rows at a time (2 Mi logits),
+  // each chunk's loss and top-1 taken before the next, so evaluation never holds the logits
+  // (B, T, V) whole either; the same loss and predictions as the unfused evaluation. Otherwise
+  // Model::evaluate_batch.
+  EvalSums evaluate_batch(const Batch& batch) override;
 
   // Incremental decoding (models/generate.h): every layer's keys and values so far, (H, block_size,
   // D) each in the parameters' dtype, and how many positions they hold.
@@ -105,7 +110,8 @@ class Gpt final : public Model {
   std::vector<nn::Block> blocks_;
   nn::LayerNorm ln_f_;
   bool checkpoint_blocks_ = false;
-  bool fused_head_ = false;  // training: autograd::lm_head_loss instead of the logits and cross_entropy
+  bool fused_head_ = false;   // training: autograd::lm_head_loss instead of the logits and cross_entropy
+  bool hidden_only_ = false;  // forward returns ln_f's output as `logits` (evaluate_batch, fused head)
 };
 
 }  // namespace mixtrain
