@@ -23,6 +23,11 @@
 # ($cache/pypi: checked against their pinned sums there) and pip's download cache ($cache/pip, for
 # the data venv's pandas), so a repeated run downloads nothing, but still
 # installs every package from scratch: a package missing from setup.sh is still missing.
+# The compiler cache (ccache, which setup.sh installs and scripts/build.sh uses) of the host's own
+# builds is bind-mounted too, when the host has one (MIXTRAIN_FRESH_CCACHE=0: not): the root's build
+# takes the host's objects for the compiles whose compiler, flags, source and every header are the
+# same, and compiles anything else; a header the root lacks is a miss, so a missing package still
+# fails the build. (On a 2-core AMD EPYC it saved most of this test's build, ~7 of its minutes.)
 #
 # Mount safety: every mount lives in a private mount namespace (unshare --mount) that ends with the
 # chroot, and the root's /dev is a fresh tmpfs with its own device nodes (the host's /dev is never
@@ -73,6 +78,11 @@ done
 
 # --- the base root, cached by key ----------------------------------------------------------------
 mkdir -p "$cache/apt-archives/partial" "$cache/work" "$cache/pypi" "$cache/pip"
+ccache_dir=""
+if [ "${MIXTRAIN_FRESH_CCACHE:-1}" != 0 ] && command -v ccache >/dev/null 2>&1; then
+  ccache_dir="$(ccache --get-config cache_dir)"
+  mkdir -p "$ccache_dir"
+fi
 key="$( { echo "format 1 $suite $variant"; dpkg-query -W -f='${Version}\n' mmdebstrap
           for f in "${sources[@]}"; do echo "== $f"; cat "$f"; done; } | sha256sum | cut -c1-16)"
 base="$cache/base-$suite-$variant-$key.tar"
@@ -138,7 +148,7 @@ inside() {  # inside NAME COMMAND: runs COMMAND in the root, logs to $logs/NAME.
   local name="$1" cmd="$2" t0=$SECONDS
   log "step $name: $cmd"
   if ! unshare --mount --propagation private --fork env -i ROOT="$root" ARCHIVES="$cache/apt-archives" \
-      WHEELS="$cache/pypi" PIPCACHE="$cache/pip" CMD="$cmd" PATH=/usr/sbin:/usr/bin:/sbin:/bin bash -c '
+      WHEELS="$cache/pypi" PIPCACHE="$cache/pip" CCACHEDIR="$ccache_dir" CMD="$cmd" PATH=/usr/sbin:/usr/bin:/sbin:/bin bash -c '
     set -e
     mount -t proc proc "$ROOT/proc"
     mount -t sysfs sysfs "$ROOT/sys"
@@ -158,6 +168,10 @@ inside() {  # inside NAME COMMAND: runs COMMAND in the root, logs to $logs/NAME.
     mkdir -p "$ROOT/root/.cache/mixtrain/pypi" "$ROOT/root/.cache/pip"
     mount --bind "$WHEELS" "$ROOT/root/.cache/mixtrain/pypi"
     mount --bind "$PIPCACHE" "$ROOT/root/.cache/pip"
+    if [ -n "$CCACHEDIR" ]; then
+      mkdir -p "$ROOT/root/.cache/ccache"
+      mount --bind "$CCACHEDIR" "$ROOT/root/.cache/ccache"
+    fi
     exec chroot "$ROOT" env -i HOME=/root TERM=dumb LANG=C.UTF-8 \
       PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
       bash -c "cd /src/mixtrain && $CMD"

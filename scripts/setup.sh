@@ -7,6 +7,7 @@ set -euo pipefail
 
 PACKAGES=(
   build-essential cmake g++ ninja-build pkg-config
+  ccache               # compiler cache (scripts/build.sh): rebuilds, and the empty-root test's build
   libdnnl-dev          # Debian's oneDNN 2.6.3: the GEMMs of a -DMIXTRAIN_SYSTEM_ONEDNN=ON build
   ocl-icd-opencl-dev   # Debian's oneDNN CMake config requires OpenCL (only a Recommends of libdnnl-dev)
   libcli11-dev         # command-line parsing

@@ -5,9 +5,12 @@
 #   2. AddressSanitizer + UndefinedBehaviorSanitizer build, every test but the "slow" ones
 #      (the exhaustive loops would take hours under ASan and are pure integer conversions; the
 #      golden runs are the training loop the other tests run, compared only within tolerance in a
-#      build compiled otherwise);
+#      build compiled otherwise). Both sanitizers instrument the library and the CLI; the test
+#      programs' own scaffolding is instrumented by ASan only (CMakeLists.txt, tests/CMakeLists.txt
+#      say why: compile time on 2 cores);
 #   3. the libFuzzer targets for MIXTRAIN_FUZZ_SECONDS (default 20) each (MIXTRAIN_SKIP_FUZZ=1: not):
-#      seven targets, 2.3 min after a 3 min build, bounded so that CI stays under 45 minutes.
+#      seven targets, 2.3 min after the fuzz build (the readers instrumented, the compute plain),
+#      bounded so that CI stays under 45 minutes.
 # Any failure (a test or a sanitizer report) exits non-zero.
 set -euo pipefail
 cd "$(dirname "$0")/.."
