@@ -3,7 +3,9 @@
 mixtrain's logits (fp32: max |difference| <= 1e-4 x max |logit|). Development tool: needs torch
 and safetensors (tools/setup_dev_venv.sh); uses transformers' GPT2LMHeadModel when installed
 (what the ecosystem reads: from_pretrained(checkpoint) itself when the checkpoint carries its
-config.json), else the plain PyTorch GPT-2 of tools/make_gpt_fixture.py.
+config.json), else the plain PyTorch GPT-2 of tools/make_gpt_fixture.py. A checkpoint of a run with
+a tokenizer (vocab.json + merges.txt): AutoTokenizer.from_pretrained(checkpoint) must also give the
+prompt mixtrain's ids.
 
     .venv-dev/bin/python tools/check_torch_interop.py --checkpoint runs/a/step-000100 \\
         [--mixtrain build/mixtrain] [--prompt "The quick brown fox"]
@@ -77,6 +79,14 @@ def main():
         subprocess.run([args.mixtrain, "sample", "--checkpoint", args.checkpoint, "--prompt", args.prompt,
                         "--tokens", "0", "--logits-json", out], check=True, stdout=subprocess.DEVNULL)
         ours = json.load(open(out))
+    # A checkpoint of a run with a tokenizer carries vocab.json + merges.txt: transformers'
+    # AutoTokenizer must give the prompt the ids mixtrain's tokenizer gave it.
+    if os.path.exists(os.path.join(args.checkpoint, "vocab.json")):
+        from transformers import AutoTokenizer
+        ids = AutoTokenizer.from_pretrained(args.checkpoint)(args.prompt)["input_ids"]
+        if ids != ours["tokens"]:
+            sys.exit(f"AutoTokenizer: ids {ids[:16]}..., mixtrain {ours['tokens'][:16]}...: FAIL")
+        print(f"AutoTokenizer.from_pretrained(dir): the prompt's {len(ids)} ids are mixtrain's: OK")
     idx = torch.tensor([ours["tokens"]], dtype=torch.long)
     with torch.no_grad():
         theirs = forward(idx)[0].double()

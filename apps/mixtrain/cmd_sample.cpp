@@ -1,16 +1,21 @@
 // `mixtrain sample`: generates text from a checkpoint (or a GPT-2 layout safetensors file).
-// Tokens are bytes (the models mixtrain trains); ids past 255 (a GPT-2 BPE vocabulary, which
-// mixtrain does not tokenize) print as <|id|>.
+// Tokens are bytes, or the ids of a BPE tokenizer: the checkpoint's own (a run with --tokenizer
+// saves vocab.json and merges.txt in each checkpoint), the one beside a .safetensors file (a
+// Hugging Face model directory), or --tokenizer DIR; the prompt is encoded with it and every
+// generated token printed as its text. Without a tokenizer, ids past 255 print as <|id|>.
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 #include "commands.h"
 #include "mixtrain/amp/autocast.h"
 #include "mixtrain/autograd/variable.h"
 #include "mixtrain/checkpoint/load_model.h"
+#include "mixtrain/data/bpe_tokenizer.h"
 #include "mixtrain/models/generate.h"
 
 namespace mixtrain::cli {
@@ -32,6 +37,27 @@ void write_logits(Gpt& model, const std::vector<int32_t>& prompt, const std::str
   write_file_atomic(path, j.dump() + "\n");
 }
 
+// The tokenizer of a loaded model: --tokenizer DIR, else the tokenizer files in the checkpoint
+// directory (or beside the .safetensors file), else none (bytes).
+std::optional<BpeTokenizer> sample_tokenizer(const std::string& flag, const InferenceModel& m) {
+  namespace fs = std::filesystem;
+  std::string dir = flag;
+  if (dir.empty()) {
+    const fs::path src(m.source);
+    const fs::path d = fs::is_directory(src) ? src : src.parent_path();
+    const bool has = (fs::is_regular_file(d / "vocab.json") && fs::is_regular_file(d / "merges.txt")) ||
+                     fs::is_regular_file(d / "tokenizer.json");
+    if (!has) return std::nullopt;
+    dir = d.empty() ? "." : d.string();
+  }
+  BpeTokenizer tok = BpeTokenizer::from_dir(dir);
+  const int64_t V = m.model->config().vocab_size;
+  if (tok.vocab_size() > V)
+    throw ArgumentError({"tokenizer"}, "tokenizer " + dir + " has " + std::to_string(tok.vocab_size()) +
+                                           " tokens, more than the model's vocab_size " + std::to_string(V));
+  return tok;
+}
+
 }  // namespace
 
 void register_sample(CLI::App& app, GlobalOptions& g, std::vector<Command>& commands) {
@@ -43,6 +69,7 @@ void register_sample(CLI::App& app, GlobalOptions& g, std::vector<Command>& comm
     int64_t n_head = 0;
     bool no_kv_cache = false;
     std::string logits_json;
+    std::string tokenizer;
   };
   auto f = std::make_shared<Flags>();
   f->gen.seed = 1337;
@@ -63,6 +90,10 @@ void register_sample(CLI::App& app, GlobalOptions& g, std::vector<Command>& comm
                 "checked against)");
   sub->add_option("--n-head", f->n_head,
                   "Attention heads, for a bare safetensors file without a configuration");
+  sub->add_option(
+      "--tokenizer", f->tokenizer,
+      "A BPE tokenizer directory (vocab.json + merges.txt, or tokenizer.json) for the prompt and "
+      "the output (default: the checkpoint's own, or the one beside a .safetensors file; else bytes)");
   sub->add_option(
       "--logits-json", f->logits_json,
       "Also write the prompt's fp32 logits, (T, V), as JSON to FILE (tools/check_torch_interop.py)");
@@ -89,14 +120,22 @@ void register_sample(CLI::App& app, GlobalOptions& g, std::vector<Command>& comm
                " weights are inf or NaN (the run that saved them diverged): nothing to sample");
          // A quantized model (mixtrain quantize) runs as bf16 inference around its quantized layers.
          const AutocastScope autocast(m.model->params().any_quantized(), DType::bf16);
+         const std::optional<BpeTokenizer> tok = sample_tokenizer(f->tokenizer, m);
          std::vector<int32_t> prompt;
-         for (unsigned char c : f->prompt) prompt.push_back(c);
+         if (tok)
+           prompt = tok->encode(f->prompt);
+         else
+           for (unsigned char c : f->prompt) prompt.push_back(c);
+         if (prompt.empty()) throw ArgumentError("--prompt encodes to no tokens");
          if (!f->logits_json.empty()) write_logits(*m.model, prompt, f->logits_json);
          // Streamed: the prompt, then each token as soon as it is drawn.
          std::fwrite(f->prompt.data(), 1, f->prompt.size(), stdout);
          std::fflush(stdout);
-         f->gen.on_token = [](int32_t t) {
-           if (t < 256)
+         f->gen.on_token = [&tok](int32_t t) {
+           if (tok && t < tok->vocab_size()) {
+             const std::string text = tok->decode({t});
+             std::fwrite(text.data(), 1, text.size(), stdout);
+           } else if (!tok && t < 256)
              std::fputc(t, stdout);
            else
              std::printf("<|%d|>", static_cast<int>(t));

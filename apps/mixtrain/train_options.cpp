@@ -70,7 +70,9 @@ void make_interruptible(RunOptions& o) {
 
 void add_lm_flags(CLI::App* sub, TrainFlags& f) {
   LmOptions& o = f.opt;
-  sub->add_option("--model", o.model, "Preset (gpt-nano, gpt-mini, gpt2-small) or a JSON config file")
+  sub->add_option("--model", o.model,
+                  "Preset (gpt-nano, gpt-mini, gpt2-small) or a JSON config file (with --init-from and no "
+                  "--model: the configuration of those weights)")
       ->capture_default_str();
   sub->add_option("--data", o.data, "UTF-8 text file (default: the built-in fortunes corpus)");
   sub->add_option_function<int64_t>(
@@ -294,6 +296,8 @@ void TrainFlags::finish(const std::vector<PrecisionMode>& precisions) {
                            "--numerics", "--tokenizer", "--token-file"})
     if (given(flag) && app->get_option(flag)->as<std::string>().empty())
       throw ArgumentError(std::string(flag) + ": empty path");
+  // --init-from without --model: the model is what the weights are (their configuration).
+  if (given("--init-from") && !given("--model")) opt.model.clear();
   if (opt.seq_len && *opt.seq_len <= 0)
     throw ArgumentError("--seq-len must be positive, got " + std::to_string(*opt.seq_len) +
                         " (leave it out for the model's block size)");

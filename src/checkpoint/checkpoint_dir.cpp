@@ -8,7 +8,7 @@
 #include <filesystem>
 
 #include "checkpoint/checksum.h"
-#include "checkpoint/file_io.h"
+#include "core/file_io.h"
 #include "core/json_input.h"
 #include "core/printable.h"
 #include "mixtrain/core/error.h"

@@ -6,9 +6,9 @@
 #include <filesystem>
 #include <map>
 
-#include "checkpoint/file_io.h"
 #include "checkpoint/quantized_io.h"
 #include "checkpoint/safetensors.h"
+#include "core/file_io.h"
 #include "core/json_input.h"
 #include "core/printable.h"
 #include "mixtrain/core/error.h"

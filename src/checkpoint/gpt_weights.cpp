@@ -5,8 +5,8 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
-#include "checkpoint/file_io.h"
 #include "checkpoint/quantized_io.h"
+#include "core/file_io.h"
 #include "core/printable.h"
 #include "mixtrain/core/error.h"
 

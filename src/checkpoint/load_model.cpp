@@ -5,9 +5,9 @@
 #include <filesystem>
 
 #include "checkpoint/checkpoint_dir.h"
-#include "checkpoint/file_io.h"
 #include "checkpoint/gpt_weights.h"
 #include "checkpoint/quantized_io.h"
+#include "core/file_io.h"
 #include "core/json_input.h"
 #include "kernels/numeric_stats.h"
 #include "mixtrain/core/error.h"
@@ -105,7 +105,9 @@ InferenceModel load_gpt_for_inference(const std::string& path, int64_t n_head,
     const std::vector<uint8_t> b = read_file_bounded(dir_config.string(), 1 << 20, "config");
     const nlohmann::json j = parse_untrusted_json(
         std::string_view(reinterpret_cast<const char*>(b.data()), b.size()), dir_config.string());
-    if (quantization_scheme_of(j, "config " + dir_config.string()) != QuantScheme::none)
+    // A quantized model directory, or a Hugging Face model directory (no manifest: not a checkpoint).
+    if (quantization_scheme_of(j, "config " + dir_config.string()) != QuantScheme::none ||
+        !fs::exists(fs::path(path) / "manifest.json", ec))
       return load_gpt_for_inference(as_dir_file.string(), n_head, warn);
   }
   if (fs::is_regular_file(path, ec)) {
@@ -162,12 +164,23 @@ InferenceModel load_gpt_for_inference(const std::string& path, int64_t n_head,
   return out;
 }
 
+GptConfig gpt_config_of(const std::string& path, const std::function<void(const std::string&)>& warn) {
+  return load_gpt_for_inference(path, 0, warn).model->config();
+}
+
 std::string load_gpt_weights_into(const std::string& path, Gpt& model,
                                   const std::function<void(const std::string&)>& warn) {
   std::error_code ec;
   if (fs::is_regular_file(path, ec)) {
     load_gpt_safetensors(SafetensorsFile::read(path), model);
     return path;
+  }
+  // A Hugging Face model directory: its model.safetensors (a checkpoint has a manifest).
+  const fs::path hf_file = fs::path(path) / "model.safetensors";
+  if (fs::is_directory(path, ec) && fs::is_regular_file(hf_file, ec) &&
+      !fs::exists(fs::path(path) / "manifest.json", ec)) {
+    load_gpt_safetensors(SafetensorsFile::read(hf_file.string()), model);
+    return hf_file.string();
   }
   auto check = [&](const LoadedCheckpoint& c) {
     const auto it = c.files.find("model.safetensors");

@@ -6,7 +6,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
-#include "checkpoint/file_io.h"
+#include "core/file_io.h"
 #include "core/json_input.h"
 #include "core/printable.h"
 #include "mixtrain/core/error.h"

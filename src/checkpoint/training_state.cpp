@@ -4,8 +4,8 @@
 #include <algorithm>
 #include <cmath>
 
-#include "checkpoint/file_io.h"
 #include "checkpoint/safetensors.h"
+#include "core/file_io.h"
 #include "core/json_input.h"
 #include "core/printable.h"
 #include "mixtrain/amp/precision.h"

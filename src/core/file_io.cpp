@@ -1,5 +1,5 @@
 // Durable writes (temp file + fsync + rename + directory fsync) and bounded reads.
-#include "checkpoint/file_io.h"
+#include "core/file_io.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -45,6 +45,10 @@ void fsync_directory(const std::string& dir) {
 }
 
 void write_file_durable(const std::string& path, const void* data, size_t n) {
+  write_file_durable(path, std::vector<FilePart>{{data, n}});
+}
+
+void write_file_durable(const std::string& path, const std::vector<FilePart>& parts) {
   const std::filesystem::path target(path);
   // The temporary file beside the target, under a name nobody can predict, created new
   // (mkostemp: O_CREAT | O_EXCL, so never through a link or over a file planted there).
@@ -57,9 +61,14 @@ void write_file_durable(const std::string& path, const void* data, size_t n) {
   if (::fchmod(fd, 0644) != 0) {  // mkostemp makes it 0600; the files written are 0644
     ok = false;
     why = "chmod failed: " + errno_text();
-  } else if (!write_all(fd, data, n)) {
-    ok = false;
-    why = "write failed: " + errno_text();
+  } else {
+    for (const FilePart& part : parts) {
+      if (!write_all(fd, part.data, part.size)) {
+        ok = false;
+        why = "write failed: " + errno_text();
+        break;
+      }
+    }
   }
   if (ok && ::fsync(fd) != 0) {
     ok = false;

@@ -1,4 +1,5 @@
-// Crash-safe file writes and bounded file reads for checkpoints. A write goes to a temporary
+// Crash-safe file writes and bounded file reads: every file the library writes whole (checkpoints,
+// tokenizer files, token files, reports, logs' configs). A write goes to a temporary
 // file in the same directory, is fsync'ed, renamed over the target and the directory fsync'ed:
 // after a crash (kill -9, power loss) the target is either the old file or the complete new one.
 #pragma once
@@ -12,6 +13,12 @@ namespace mixtrain {
 // Writes n bytes to `path` atomically as above. IoError (naming path) on any failure; the
 // temporary file is removed then and the target left as it was.
 void write_file_durable(const std::string& path, const void* data, size_t n);
+// The same for a file made of parts, written one after another (a header, then a payload).
+struct FilePart {
+  const void* data;
+  size_t size;
+};
+void write_file_durable(const std::string& path, const std::vector<FilePart>& parts);
 inline void write_file_durable(const std::string& path, const std::string& text) {
   write_file_durable(path, text.data(), text.size());
 }

@@ -99,7 +99,8 @@ int BpeTokenizer::char_byte(uint32_t cp) {
   return cp < byte_map().to_byte.size() ? byte_map().to_byte[cp] : -1;
 }
 
-std::vector<std::pair<size_t, size_t>> BpeTokenizer::pre_tokenize(std::string_view text) {
+std::vector<std::pair<size_t, size_t>> BpeTokenizer::pre_tokenize(std::string_view text, size_t base,
+                                                                  std::string_view what) {
   if (text.size() > size_t(INT32_MAX)) throw ArgumentError("BpeTokenizer: text longer than 2^31 - 1 bytes");
   std::vector<CodePoint> cps;
   cps.reserve(text.size());
@@ -108,7 +109,9 @@ std::vector<std::pair<size_t, size_t>> BpeTokenizer::pre_tokenize(std::string_vi
     const int32_t at = i;
     UChar32 c;
     U8_NEXT(text.data(), i, n_bytes, c);
-    if (c < 0) throw ArgumentError("BpeTokenizer: text is not valid UTF-8 at byte " + std::to_string(at));
+    if (c < 0)
+      throw ArgumentError(std::string(what) + " is not valid UTF-8 at byte " +
+                          std::to_string(base + size_t(at)));
     cps.push_back({c, classify(c), size_t(at)});
   }
   const size_t n = cps.size();

@@ -14,6 +14,7 @@
 #include <queue>
 #include <sstream>
 
+#include "core/file_io.h"
 #include "core/json_input.h"
 #include "mixtrain/core/error.h"
 
@@ -76,25 +77,6 @@ bool split_merge(std::string_view line, std::pair<std::string, std::string>& out
     return false;
   out = {std::string(line.substr(0, sp)), std::string(line.substr(sp + 1))};
   return true;
-}
-
-// A temporary file beside `path`, renamed over it once written and flushed.
-void write_file_atomic(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (!f) throw IoError("'" + tmp + "': cannot be created (" + std::strerror(errno) + ")");
-  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size() && std::fflush(f) == 0 &&
-                  ::fsync(::fileno(f)) == 0;
-  const int err = errno;
-  if (std::fclose(f) != 0 || !ok) {
-    std::remove(tmp.c_str());
-    throw IoError("'" + path + "': write failed (" + std::strerror(ok ? errno : err) + ")");
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int e = errno;
-    std::remove(tmp.c_str());
-    throw IoError("'" + path + "': cannot be renamed into place (" + std::strerror(e) + ")");
-  }
 }
 
 }  // namespace
@@ -338,22 +320,7 @@ std::vector<int32_t> BpeTokenizer::encode(std::string_view text) const {
   std::vector<int32_t> ids;
   const auto encode_span = [&](size_t begin, size_t end) {
     const std::string_view span = text.substr(begin, end - begin);
-    std::vector<std::pair<size_t, size_t>> pieces;
-    try {
-      pieces = pre_tokenize(span);
-    } catch (const ArgumentError&) {
-      // Name the offset in the whole text, not in the span.
-      for (size_t k = begin; k < end;) {
-        UChar32 c;
-        int32_t i = 0;
-        const int32_t n = int32_t(std::min<size_t>(end - k, 4));
-        U8_NEXT(text.data() + k, i, n, c);
-        if (c < 0) throw ArgumentError("BpeTokenizer: text is not valid UTF-8 at byte " + std::to_string(k));
-        k += size_t(i);
-      }
-      throw;
-    }
-    for (const auto& [b, e] : pieces) encode_piece(span.substr(b, e - b), ids);
+    for (const auto& [b, e] : pre_tokenize(span, begin)) encode_piece(span.substr(b, e - b), ids);
   };
   size_t pos = 0;
   if (!added_.empty()) {
@@ -401,6 +368,10 @@ std::string BpeTokenizer::decode(const std::vector<int32_t>& ids) const {
 void BpeTokenizer::save(const std::string& dir) const {
   if (::mkdir(dir.c_str(), 0777) != 0 && errno != EEXIST)
     throw IoError("tokenizer directory '" + dir + "': cannot be created (" + std::strerror(errno) + ")");
+  for (const auto& [name, text] : files()) write_file_durable(dir + "/" + name, text);
+}
+
+std::vector<std::pair<std::string, std::string>> BpeTokenizer::files() const {
   std::string vocab = "{";
   for (size_t i = 0; i < tokens_.size(); ++i) {
     if (i) vocab += ',';
@@ -410,8 +381,7 @@ void BpeTokenizer::save(const std::string& dir) const {
   vocab += '}';
   std::string merges = "#version: 0.2\n";
   for (const auto& [a, b] : merges_) merges += a + ' ' + b + '\n';
-  write_file_atomic(dir + "/vocab.json", vocab);
-  write_file_atomic(dir + "/merges.txt", merges);
+  return {{"vocab.json", std::move(vocab)}, {"merges.txt", std::move(merges)}};
 }
 
 std::string BpeTokenizer::fingerprint() const {

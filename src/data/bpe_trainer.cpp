@@ -88,15 +88,7 @@ BpeTokenizer train_bpe(std::string_view corpus, const BpeTrainOptions& options, 
     size_t end = corpus.find('\n', pos);
     end = end == std::string_view::npos ? corpus.size() : end + 1;
     const std::string_view line = corpus.substr(pos, end - pos);
-    std::vector<std::pair<size_t, size_t>> pieces;
-    try {
-      pieces = BpeTokenizer::pre_tokenize(line);
-    } catch (const ArgumentError& e) {
-      const std::string what = e.what();
-      const size_t at = what.rfind(' ');
-      throw ArgumentError("train_bpe: '" + name + "' is not valid UTF-8 at byte " +
-                          std::to_string(pos + std::stoull(what.substr(at + 1))));
-    }
+    const auto pieces = BpeTokenizer::pre_tokenize(line, pos, "train_bpe: '" + name + "'");
     for (const auto& [b, e] : pieces) ++word_counts[std::string(line.substr(b, e - b))];
     pos = end;
   }

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/crc.h"
+#include "core/file_io.h"
 #include "mixtrain/core/error.h"
 #include "mixtrain/data/text_corpus.h"
 
@@ -129,30 +130,7 @@ TokenFileInfo write_token_file(const std::string& path, const BpeTokenizer& toke
   put<uint32_t>(h, 84, crc32_of(payload.data(), payload.size()));
   put<uint32_t>(h, 88, crc32_of(h.data(), kCrcdHeaderBytes));
 
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0)
-    throw IoError("token file " + quoted(path) + ": cannot be created (" + std::strerror(errno) + ")");
-  bool ok = true;
-  for (const auto* part : {&h, &payload}) {
-    size_t done = 0;
-    while (ok && done < part->size()) {
-      const ssize_t n = ::write(fd, part->data() + done, part->size() - done);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0)
-        ok = false;
-      else
-        done += size_t(n);
-    }
-  }
-  const int err = errno;
-  ok = ok && ::fsync(fd) == 0;
-  if (::close(fd) != 0) ok = false;
-  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int e = ok ? errno : err;
-    std::remove(tmp.c_str());
-    throw IoError("token file " + quoted(path) + ": write failed (" + std::strerror(e) + ")");
-  }
+  write_file_durable(path, {{h.data(), h.size()}, {payload.data(), payload.size()}});
   return info;
 }
 

@@ -8,7 +8,7 @@
 #include <sstream>
 #include <thread>
 
-#include "checkpoint/file_io.h"
+#include "core/file_io.h"
 #include "core/json_input.h"
 #include "core/printable.h"
 #include "mixtrain/core/cpu_features.h"

@@ -12,12 +12,13 @@
 #include <sstream>
 
 #include "checkpoint/checksum.h"
-#include "checkpoint/file_io.h"
 #include "checkpoint/gpt_weights.h"
+#include "core/file_io.h"
 #include "core/json_input.h"
 #include "mixtrain/amp/fp8.h"
 #include "mixtrain/amp/grad_scaler.h"
 #include "mixtrain/checkpoint/load_model.h"
+#include "mixtrain/data/bpe_tokenizer.h"
 #include "mixtrain/data/text_corpus.h"
 #include "mixtrain/train/train_options.h"
 #include "models/gpt_config_json.h"
@@ -359,7 +360,16 @@ int64_t CheckpointHook::restore(TrainingRun& r) {
 
 TrainCheckpointing::TrainCheckpointing(const TrainOptions& opt, Gpt& model, int64_t T,
                                        const TextCorpus& corpus)
-    : CheckpointHook(opt, run_options(opt, T, corpus), "steps"), model_(model), cfg_(model.config()) {}
+    : CheckpointHook(opt, run_options(opt, T, corpus), "steps"), model_(model), cfg_(model.config()) {
+  if (opt.tokenizer.empty()) return;
+  const BpeTokenizer tok = BpeTokenizer::from_dir(opt.tokenizer);
+  if (tok.fingerprint() != corpus.tokenizer())
+    throw IoError({"tokenizer"}, "tokenizer " + opt.tokenizer +
+                                     " changed while the run started (fingerprint " + tok.fingerprint() +
+                                     ", the token data's " + corpus.tokenizer() + ")");
+  for (auto& [name, text] : tok.files())
+    tokenizer_files_.push_back({name, std::vector<uint8_t>(text.begin(), text.end())});
+}
 
 std::vector<uint8_t> TrainCheckpointing::weights_file(TrainingRun& r) const {
   SafetensorsWriter w = model_safetensors_writer(r.model());
@@ -369,8 +379,12 @@ std::vector<uint8_t> TrainCheckpointing::weights_file(TrainingRun& r) const {
 
 std::vector<CheckpointFile> TrainCheckpointing::extra_files() const {
   // Hugging Face's config.json, so transformers' from_pretrained(step-NNNNNN) works as it is.
+  // With a tokenizer, its files too (transformers' AutoTokenizer.from_pretrained(step-NNNNNN)).
   const std::string hf_config = gpt2_hf_config_json(cfg_);
-  return {{"config.json", std::vector<uint8_t>(hf_config.begin(), hf_config.end())}};
+  std::vector<CheckpointFile> files = {
+      {"config.json", std::vector<uint8_t>(hf_config.begin(), hf_config.end())}};
+  files.insert(files.end(), tokenizer_files_.begin(), tokenizer_files_.end());
+  return files;
 }
 
 nlohmann::json TrainCheckpointing::manifest_model(TrainingRun&) const { return gpt_config_to_json(cfg_); }

@@ -96,7 +96,9 @@ class CheckpointHook : public TrainingHook {
 class TrainCheckpointing final : public CheckpointHook {
  public:
   // model: the run's model; T: the sequence length in use; corpus: the training data (its
-  // checksum is part of the run). With init_from and no resume: loads the weights only.
+  // checksum is part of the run). With init_from and no resume: loads the weights only. A run with
+  // a tokenizer: each checkpoint carries its vocab.json and merges.txt (the tokenizer must still be
+  // the one the token corpus was made with: IoError otherwise).
   TrainCheckpointing(const TrainOptions& opt, Gpt& model, int64_t T, const TextCorpus& corpus);
 
  private:
@@ -106,6 +108,7 @@ class TrainCheckpointing final : public CheckpointHook {
   void start_fresh() override;
   Gpt& model_;
   GptConfig cfg_;
+  std::vector<CheckpointFile> tokenizer_files_;  // vocab.json, merges.txt of a run with a tokenizer
 };
 
 // JSON has no inf / NaN: those go in as strings, so two option sets still compare equal.

@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "checkpoint/file_io.h"
+#include "core/file_io.h"
 #include "core/json_input.h"
 #include "core/printable.h"
 #include "mixtrain/amp/autocast.h"

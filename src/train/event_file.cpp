@@ -11,7 +11,7 @@
 #include <cstring>
 #include <filesystem>
 
-#include "checkpoint/file_io.h"
+#include "core/file_io.h"
 #include "core/printable.h"
 #include "event.pb.h"
 #include "mixtrain/core/error.h"

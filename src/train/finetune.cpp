@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/checksum.h"
-#include "checkpoint/file_io.h"
+#include "core/file_io.h"
 #include "mixtrain/data/builtin_data.h"
 #include "mixtrain/data/classification_batches.h"
 #include "mixtrain/data/wordpiece.h"

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <string>
 
+#include "mixtrain/checkpoint/load_model.h"
 #include "mixtrain/train/recipe.h"
 #include "mixtrain/train/trainer.h"
 
@@ -51,7 +52,9 @@ MemoryReport task_memory_report(const RunOptions& opt, bool predict_only, int ra
 
 MemoryReport memory_report(const TrainOptions& opt, bool predict_only, int ranks) {
   if (!predict_only) opt.validate();
-  const GptConfig model = GptConfig::from_preset_or_file(opt.model);
+  const GptConfig model = opt.model.empty() && !opt.checkpoint.init_from.empty()
+                              ? gpt_config_of(opt.checkpoint.init_from, nullptr)
+                              : GptConfig::from_preset_or_file(opt.model);
   MemoryReport r = task_memory_report(opt, predict_only, ranks, train_with(opt));
   r.model = model;
   r.seq_len = opt.seq_len.value_or(model.block_size);

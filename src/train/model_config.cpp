@@ -1,7 +1,7 @@
 // Model configs from presets or untrusted JSON files (train/model_config.h).
 #include "train/model_config.h"
 
-#include "checkpoint/file_io.h"
+#include "core/file_io.h"
 #include "core/json_input.h"
 #include "models/gpt_config_json.h"
 

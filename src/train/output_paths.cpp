@@ -13,7 +13,7 @@
 #include <filesystem>
 #include <optional>
 
-#include "checkpoint/file_io.h"
+#include "core/file_io.h"
 #include "mixtrain/core/error.h"
 #include "mixtrain/data/text_corpus.h"
 #include "mixtrain/train/train_options.h"
@@ -219,6 +219,7 @@ std::vector<RunPaths::Entry> lm_input_paths(const LmOptions& o) {
   // Named as LmOptions spells them; the CLI says its flags (Error::fields()).
   if (!o.data.empty() && o.data != "-") lm.push_back({"data", o.data});
   if (o.model.size() > 5 && o.model.ends_with(".json")) lm.push_back({"model", o.model});
+  if (!o.tokenizer.empty()) lm.push_back({"tokenizer", o.tokenizer});
   return lm;
 }
 

@@ -9,9 +9,9 @@
 #include <cmath>
 #include <filesystem>
 
-#include "checkpoint/file_io.h"
 #include "checkpoint/gpt_weights.h"
 #include "checkpoint/quantized_io.h"
+#include "core/file_io.h"
 #include "mixtrain/amp/autocast.h"
 #include "mixtrain/autograd/variable.h"
 #include "mixtrain/checkpoint/load_model.h"

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "mixtrain/checkpoint/load_model.h"
 #include "mixtrain/data/bpe_tokenizer.h"
 #include "mixtrain/data/data_source.h"
 #include "mixtrain/data/text_corpus.h"
@@ -191,7 +192,15 @@ class LmRecipe final : public Recipe {
     return in;
   }
   void prepare(const RunOptions& opt, int) override {
-    cfg_ = load_model_config(lm_.model);
+    if (!lm_.model.empty()) {
+      cfg_ = load_model_config(lm_.model);
+    } else if (!opt.checkpoint.init_from.empty()) {  // the configuration of the weights it starts from
+      cfg_ = gpt_config_of(opt.checkpoint.init_from, nullptr);
+    } else {
+      throw ArgumentError({"model"},
+                          "model: none given (a preset, a JSON config, or checkpoint.init_from to take "
+                          "the configuration of its weights)");
+    }
     T_ = lm_.seq_len.value_or(cfg_.block_size);
     if (T_ > cfg_.block_size)
       throw ArgumentError({"seq_len"}, "seq_len " + std::to_string(T_) + " exceeds the model's block_size " +

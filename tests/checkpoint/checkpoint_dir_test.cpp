@@ -9,7 +9,7 @@
 
 #include "checkpoint/checkpoint_test_util.h"
 #include "checkpoint/checksum.h"
-#include "checkpoint/file_io.h"
+#include "core/file_io.h"
 
 namespace fs = std::filesystem;
 

@@ -4,9 +4,9 @@
 
 #include <filesystem>
 
-#include "checkpoint/file_io.h"
 #include "checkpoint/safetensors.h"
 #include "checkpoint/training_state.h"
+#include "core/file_io.h"
 #include "core/json_input.h"
 #include "mixtrain/checkpoint/load_model.h"
 #include "mixtrain/data/wordpiece.h"

@@ -8,7 +8,7 @@
 #include <cstring>
 
 #include "checkpoint/checkpoint_test_util.h"
-#include "checkpoint/file_io.h"
+#include "core/file_io.h"
 
 namespace mixtrain {
 namespace {

@@ -85,4 +85,82 @@ echo '{"n_layer": 1, "n_head": 2, "n_embd": 32, "block_size": 32, "vocab_size": 
 expect_exit 2 "model vocabulary below the tokenizer's" -- train --model "$TMP/small_vocab.json"
 expect_exit 2 "finetune task with --tokenizer" -- "$MIXTRAIN" train --task finefoods --tokenizer "$TMP/tok" --steps 1
 
+# A checkpoint of a run with a tokenizer carries its files (what transformers' AutoTokenizer reads);
+# sample encodes the prompt with them and prints text, not ids.
+expect_exit 0 "train --tokenizer with checkpoints" -- train --checkpoint-dir "$TMP/ck" --save-every 2
+ck=$(ls -d "$TMP"/ck/step-* | tail -1)
+cmp -s "$ck/vocab.json" "$TMP/tok/vocab.json" && cmp -s "$ck/merges.txt" "$TMP/tok/merges.txt" && pass ||
+  fail "the checkpoint's tokenizer files: $(ls "$ck")"
+prompt=$'caf\xc3\xa9 na'
+expect_exit 0 "sample with the checkpoint's tokenizer" -- "$MIXTRAIN" --threads 1 sample --checkpoint "$TMP/ck" \
+  --prompt "$prompt" --tokens 12 --seed 3
+cp "$TMP/out" "$TMP/sample1.txt"
+python3 - "$TMP/sample1.txt" "$TMP/tok/vocab.json" <<'PY' && pass || fail "sample output: $(head -c 200 "$TMP/sample1.txt")"
+import json, sys
+out = open(sys.argv[1], "rb").read()
+p = "café na".encode()
+assert out.startswith(p) and out.endswith(b"\n"), out[:40]
+rest = out[len(p):-1]
+# GPT-2's byte -> character map, inverted: each vocabulary token as bytes.
+bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
+cs = bs[:]
+for b in range(256):
+    if b not in bs:
+        bs.append(b)
+        cs.append(256 + len(cs) - 188)
+to_byte = {chr(c): b for b, c in zip(bs, cs)}
+tokens = {bytes(to_byte[ch] for ch in t) for t in json.load(open(sys.argv[2]))}
+# The text after the prompt is 12 of the vocabulary's tokens, one after another (not ids).
+reach = [set() for _ in range(len(rest) + 1)]  # reach[i]: token counts that end at byte i
+reach[0].add(0)
+for i in range(len(rest)):
+    for n in reach[i]:
+        for j in range(i + 1, min(len(rest), i + 64) + 1):
+            if rest[i:j] in tokens: reach[j].add(n + 1)
+assert 12 in reach[len(rest)], rest
+PY
+expect_exit 0 "sample a checkpoint's weights file: the tokenizer beside it" -- "$MIXTRAIN" --threads 1 sample \
+  --checkpoint "$ck/model.safetensors" --prompt "$prompt" --tokens 12 --seed 3
+cmp -s "$TMP/out" "$TMP/sample1.txt" && pass || fail "the weights file samples otherwise than its checkpoint"
+expect_exit 0 "sample --tokenizer" -- "$MIXTRAIN" --threads 1 sample --checkpoint "$TMP/ck" --tokenizer "$TMP/tok" \
+  --prompt "$prompt" --tokens 12 --seed 3
+cmp -s "$TMP/out" "$TMP/sample1.txt" && pass || fail "--tokenizer (the same files) samples otherwise"
+expect_exit 2 "sample: a tokenizer larger than the model" -- "$MIXTRAIN" --threads 1 sample --checkpoint "$TMP/ck" \
+  --tokenizer "$SRC/tests/fixtures/bpe" --tokens 2
+grep -q "more than the model's vocab_size" "$TMP/err" && pass || fail "tokenizer too large: $(cat "$TMP/err")"
+
+# A Hugging Face GPT-2 model directory (config.json, model.safetensors with no mixtrain metadata,
+# vocab.json, merges.txt): sample reads it as the checkpoint it came from; train --init-from DIR
+# --tokenizer DIR (no --model: the configuration is config.json's) fine-tunes it in any precision,
+# starting from its weights (at lr 1e-30 the weights do not move: the result samples the same).
+mkdir -p "$TMP/hf"
+cp "$ck/config.json" "$ck/vocab.json" "$ck/merges.txt" "$TMP/hf/"
+python3 - "$ck/model.safetensors" "$TMP/hf/model.safetensors" <<'PY' || fail "could not strip the metadata"
+import json, struct, sys
+raw = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+head = json.loads(raw[8:8 + n])
+head.pop("__metadata__", None)
+h = json.dumps(head).encode()
+h += b" " * (-len(h) % 8)
+open(sys.argv[2], "wb").write(struct.pack("<Q", len(h)) + h + raw[8 + n:])
+PY
+expect_exit 0 "sample a Hugging Face model directory" -- "$MIXTRAIN" --threads 1 sample --checkpoint "$TMP/hf" \
+  --prompt "$prompt" --tokens 12 --seed 3
+cmp -s "$TMP/out" "$TMP/sample1.txt" && pass || fail "the model directory samples otherwise than its checkpoint"
+for prec in bf16-mixed 16-mixed; do
+  expect_exit 0 "train --init-from a model directory --tokenizer it ($prec)" -- "$MIXTRAIN" --threads 1 train \
+    --init-from "$TMP/hf" --tokenizer "$TMP/hf" --data "$TMP/text.txt" --batch-size 2 --seq-len 16 --steps 2 \
+    --lr 1e-30 --precision "$prec" --checkpoint-dir "$TMP/ft-$prec" --json
+  python3 -c 'import json, sys; j = json.load(open(sys.argv[1])); assert j["skipped_steps"] == 0, j' "$TMP/out" &&
+    pass || fail "train --init-from output: $(tail -c 300 "$TMP/out")"
+done
+expect_exit 0 "sample the fine-tuned model" -- "$MIXTRAIN" --threads 1 sample --checkpoint "$TMP/ft-bf16-mixed" \
+  --prompt "$prompt" --tokens 12 --seed 3
+cmp -s "$TMP/out" "$TMP/sample1.txt" && pass || fail "fine-tuning at lr 1e-30 did not start from the model's weights"
+cmp -s "$(ls -d "$TMP"/ft-bf16-mixed/step-* | tail -1)/vocab.json" "$TMP/hf/vocab.json" && pass ||
+  fail "the fine-tuned checkpoint lacks the tokenizer"
+expect_exit 2 "train --init-from without a configuration" -- "$MIXTRAIN" --threads 1 train \
+  --init-from "$TMP/hf/model.safetensors.none" --steps 1
+
 finish

@@ -1,5 +1,6 @@
 // A GPT for inference (fp32 parameters) from whatever a user points at: one checkpoint
-// (step-NNNNNN/), a directory of checkpoints (the newest valid one; skipped ones reported), or a
+// (step-NNNNNN/), a directory of checkpoints (the newest valid one; skipped ones reported), a
+// Hugging Face model directory (config.json + model.safetensors, no manifest.json), or a
 // bare .safetensors file in GPT-2 layout. A bare file's configuration comes from its
 // "mixtrain_config" metadata (files mixtrain wrote), else from a Hugging Face config.json beside
 // it (n_head, layer_norm_epsilon; shapes give the rest), else from the shapes and `n_head`.
@@ -26,8 +27,13 @@ struct InferenceModel {
 InferenceModel load_gpt_for_inference(const std::string& path, int64_t n_head,
                                       const std::function<void(const std::string&)>& warn);
 
+// The configuration of what load_gpt_for_inference(path) loads (it loads it to check it: the
+// weights must fit the configuration). Errors as there.
+GptConfig gpt_config_of(const std::string& path, const std::function<void(const std::string&)>& warn);
+
 // Copies weights into an existing model (any parameter dtype; values rounded to it) from a
-// safetensors file, a checkpoint or a directory of them (newest valid). Returns what was loaded.
+// safetensors file, a Hugging Face model directory, a checkpoint or a directory of them (newest
+// valid). Returns what was loaded.
 // Shapes must match the model (ShapeError naming the tensor); the model is unchanged on error.
 std::string load_gpt_weights_into(const std::string& path, Gpt& model,
                                   const std::function<void(const std::string&)>& warn);

@@ -49,8 +49,11 @@ class BpeTokenizer {
 
   // The ids of a text (UTF-8; ArgumentError naming the byte offset otherwise).
   std::vector<int32_t> encode(std::string_view text) const;
-  // The pre-tokens of step 1 (byte ranges of the text, in order, covering it exactly).
-  static std::vector<std::pair<size_t, size_t>> pre_tokenize(std::string_view text);
+  // The pre-tokens of step 1 (byte ranges of the text, in order, covering it exactly). Text that
+  // is not UTF-8: ArgumentError "<what> is not valid UTF-8 at byte <base + offset>" (`text` being
+  // a part of something larger, from byte `base` on).
+  static std::vector<std::pair<size_t, size_t>> pre_tokenize(std::string_view text, size_t base = 0,
+                                                             std::string_view what = "BpeTokenizer: text");
   // The bytes of the ids' tokens (ArgumentError for an id out of range).
   std::string decode(const std::vector<int32_t>& ids) const;
 
@@ -58,6 +61,9 @@ class BpeTokenizer {
   // in id order; "#version: 0.2" then one merge a line), each to a temporary file renamed into
   // place. Creates DIR if needed. IoError on failure.
   void save(const std::string& dir) const;
+  // What save() writes, as (file name, contents): vocab.json, then merges.txt (a checkpoint of a
+  // run with this tokenizer carries them, so that transformers' AutoTokenizer loads it).
+  std::vector<std::pair<std::string, std::string>> files() const;
 
   int64_t vocab_size() const { return int64_t(tokens_.size()); }
   int64_t num_merges() const { return int64_t(merges_.size()); }

@@ -170,7 +170,9 @@ struct RunOptions : PrecisionOptions, OptimizerOptions, RunLengthOptions, Output
 
 // Language-model pre-training's own options (train(), train/trainer.h).
 struct LmOptions {
-  std::string model = "gpt-nano";  // preset name or .json config path
+  // Preset name or .json config path; empty: the configuration of checkpoint.init_from's weights
+  // (a checkpoint's manifest, a file's mixtrain_config, a Hugging Face model's config.json).
+  std::string model = "gpt-nano";
   std::string data;                // text file; empty: the built-in corpus
   std::optional<int64_t> seq_len;  // tokens per sequence; unset: the model's block_size
   float min_lr_ratio = 0.1f;       // cosine decay ends at lr * min_lr_ratio
