@@ -15,7 +15,9 @@ kind="${1:-release}"
 shift || true
 targets=()
 for t in "$@"; do targets+=(--target "$t"); done
-jobs="$(nproc)"
+# The cores, not the OpenMP thread count: nproc honours OMP_NUM_THREADS, which scripts/test.sh
+# sets to 1 for ctest (with it, CI compiled on one core of two).
+jobs="$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)"
 GEN=()
 if command -v ninja >/dev/null 2>&1; then GEN=(-G Ninja); fi
 # ccache (scripts/setup.sh installs it), when present: a rebuild after a change, a second build

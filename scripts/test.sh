@@ -16,7 +16,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash tools/setup_dev_venv.sh --test  # the Python readers some tests check output with (tensorboard)
-jobs="$(nproc)"
+jobs="$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)"  # cores (nproc honours OMP_NUM_THREADS)
 # ctest runs $jobs tests at once, each at one OpenMP thread: at nproc threads each, libgomp's
 # spinning barriers fight over the cores (a 4.5 s test took 29 s beside a copy of itself; the suite
 # ran 1.8x slower in release, 1.6x under ASan). The kernels' agreement across thread counts is
