@@ -107,7 +107,8 @@ BpeTokenizer BpeTokenizer::from_tokens(std::vector<std::string> tokens,
   std::unordered_map<uint64_t, size_t> last;
   std::vector<std::pair<int32_t, int32_t>> pair_ids(merges.size());
   for (size_t r = 0; r < merges.size(); ++r) {
-    const auto& [a, b] = merges[r];
+    const std::string& a = merges[r].first;   // not a structured binding: clang 14 (the fuzz
+    const std::string& b = merges[r].second;  // build) cannot capture one in the lambda below
     const int32_t ia = t.id(a), ib = t.id(b), inew = t.id(a + b);
     const auto missing = [&](const std::string& s) {
       return IoError(name + ": merge " + std::to_string(r + 1) + " '" + a + " " + b + "': '" + s +
