@@ -59,8 +59,10 @@ void quantize_into(const ParameterStore& src, ParameterStore& dst) {
 }
 
 // A quantized GPT's directory: model.safetensors (codes, scales, bf16 rest; its configuration
-// and scheme in the metadata) and Hugging Face's GPT-2 config.json with the quantization_config.
-void save_quantized_gpt(const Gpt& q, const std::string& dir) {
+// and scheme in the metadata) and Hugging Face's GPT-2 config.json with the quantization_config;
+// and the tokenizer files (vocab.json, merges.txt, tokenizer.json) of the model it came from,
+// those in `tokenizer_dir` (a checkpoint, or a model file's directory), so that it samples as text.
+void save_quantized_gpt(const Gpt& q, const std::string& dir, const std::string& tokenizer_dir) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) throw IoError("cannot create model directory " + dir + ": " + ec.message());
@@ -71,6 +73,12 @@ void save_quantized_gpt(const Gpt& q, const std::string& dir) {
   nlohmann::ordered_json config = nlohmann::ordered_json::parse(gpt2_hf_config_json(q.config()));
   config["quantization_config"] = quantization_config_json(q.params().quant_scheme(), {});
   write_file_durable((fs::path(dir) / "config.json").string(), config.dump(2) + "\n");
+  for (const char* name : {"vocab.json", "merges.txt", "tokenizer.json"}) {
+    const fs::path from = fs::path(tokenizer_dir) / name;
+    if (tokenizer_dir.empty() || !fs::is_regular_file(from, ec)) continue;
+    const std::vector<uint8_t> bytes = read_file_bounded(from.string(), uint64_t{1} << 30, "tokenizer file");
+    write_file_durable((fs::path(dir) / name).string(), bytes.data(), bytes.size());
+  }
 }
 
 }  // namespace
@@ -108,6 +116,7 @@ QuantizeResult quantize_model_dir(const std::string& dir, QuantScheme scheme, co
                           fs::is_regular_file(fs::path(dir) / "config.json", ec) &&
                           fs::is_regular_file(fs::path(dir) / "vocab.txt", ec);
   std::unique_ptr<Model> model;
+  std::string tokenizer_dir;  // a GPT's: where its tokenizer files are, if it has them
   if (classifier) {
     if (is_quantized_model_dir(dir))
       throw IoError(dir + " holds a quantized model already: quantize the model it came from");
@@ -124,6 +133,7 @@ QuantizeResult quantize_model_dir(const std::string& dir, QuantScheme scheme, co
     if (m.nonfinite_weights > 0)
       throw ArgumentError("quantize: " + m.source + " holds " + std::to_string(m.nonfinite_weights) +
                           " weights that are inf or NaN (a diverged run): nothing was quantized");
+    tokenizer_dir = fs::is_directory(m.source, ec) ? m.source : fs::path(m.source).parent_path().string();
     model = std::move(m.model);
   }
   const std::unique_ptr<Model> q = quantize_model(*model, scheme);
@@ -141,7 +151,7 @@ QuantizeResult quantize_model_dir(const std::string& dir, QuantScheme scheme, co
     if (classifier)
       save_encoder_classifier(*q, tmp.string(), dir);
     else
-      save_quantized_gpt(static_cast<const Gpt&>(*q), tmp.string());
+      save_quantized_gpt(static_cast<const Gpt&>(*q), tmp.string(), tokenizer_dir);
     fs::rename(tmp, out, ec);
     if (ec) throw IoError("cannot move " + tmp.string() + " to " + out.string() + ": " + ec.message());
     fsync_directory(out.parent_path().string());

@@ -160,6 +160,16 @@ expect_exit 0 "sample the fine-tuned model" -- "$MIXTRAIN" --threads 1 sample --
 cmp -s "$TMP/out" "$TMP/sample1.txt" && pass || fail "fine-tuning at lr 1e-30 did not start from the model's weights"
 cmp -s "$(ls -d "$TMP"/ft-bf16-mixed/step-* | tail -1)/vocab.json" "$TMP/hf/vocab.json" && pass ||
   fail "the fine-tuned checkpoint lacks the tokenizer"
+# A quantized copy keeps the tokenizer files, and samples as text.
+expect_exit 0 "quantize a tokenizer run's checkpoint" -- "$MIXTRAIN" --threads 1 quantize --checkpoint "$TMP/ck" \
+  --scheme int8-weight --output "$TMP/q8"
+cmp -s "$TMP/q8/vocab.json" "$TMP/tok/vocab.json" && cmp -s "$TMP/q8/merges.txt" "$TMP/tok/merges.txt" && pass ||
+  fail "the quantized model's tokenizer files: $(ls "$TMP/q8")"
+expect_exit 0 "sample the quantized model" -- "$MIXTRAIN" --threads 1 sample --checkpoint "$TMP/q8" \
+  --prompt "$prompt" --tokens 4 --seed 3
+python3 -c 'import sys; o = open(sys.argv[1], "rb").read(); assert o.startswith("café na".encode()) and b"<|" not in o' \
+  "$TMP/out" && pass ||
+  fail "sample of the quantized model: $(head -c 200 "$TMP/out")"
 expect_exit 2 "train --init-from without a configuration" -- "$MIXTRAIN" --threads 1 train \
   --init-from "$TMP/hf/model.safetensors.none" --steps 1
 
