@@ -193,12 +193,9 @@ void save_encoder_classifier(const Model& model, const std::string& dir, const s
     config["quantization_config"] = quantization_config_json(
         enc->params().quant_scheme(), {"classifier", "pre_classifier", "bert.pooler.dense"});
   write_file_durable((fs::path(dir) / "config.json").string(), config.dump(2) + "\n");
-  for (const char* f : {"vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"}) {
-    const fs::path src = fs::path(tokenizer_dir) / f;
-    if (tokenizer_dir.empty() || !fs::is_regular_file(src)) continue;
-    const std::vector<uint8_t> b = read_file_bounded(src.string(), uint64_t{64} << 20, "tokenizer file");
-    write_file_durable((fs::path(dir) / f).string(), b.data(), b.size());
-  }
+  copy_present_files(tokenizer_dir, dir,
+                     {"vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"},
+                     uint64_t{64} << 20, "tokenizer file");
 }
 
 }  // namespace mixtrain

@@ -90,6 +90,18 @@ void write_file_durable(const std::string& path, const std::vector<FilePart>& pa
   fsync_directory(dir);
 }
 
+void copy_present_files(const std::string& from_dir, const std::string& to_dir,
+                        const std::vector<std::string>& names, uint64_t max_bytes, const std::string& what) {
+  if (from_dir.empty()) return;
+  std::error_code ec;
+  for (const std::string& name : names) {
+    const std::filesystem::path src = std::filesystem::path(from_dir) / name;
+    if (!std::filesystem::is_regular_file(src, ec)) continue;
+    const std::vector<uint8_t> bytes = read_file_bounded(src.string(), max_bytes, what);
+    write_file_durable((std::filesystem::path(to_dir) / name).string(), bytes.data(), bytes.size());
+  }
+}
+
 std::vector<uint8_t> read_file_bounded(const std::string& path, uint64_t max_bytes, const std::string& what) {
   // O_NONBLOCK: opening a FIFO planted where a file should be must not hang (the S_ISREG check
   // below then refuses it); it changes nothing for regular files.

@@ -22,6 +22,11 @@ void write_file_durable(const std::string& path, const std::vector<FilePart>& pa
 inline void write_file_durable(const std::string& path, const std::string& text) {
   write_file_durable(path, text.data(), text.size());
 }
+// Copies each of `names` that is a regular file in from_dir into to_dir (write_file_durable;
+// each read bounded by max_bytes, IoError naming it as `what`); an empty from_dir copies nothing.
+// A saved model's tokenizer files travel this way.
+void copy_present_files(const std::string& from_dir, const std::string& to_dir,
+                        const std::vector<std::string>& names, uint64_t max_bytes, const std::string& what);
 // fsync of a directory (makes renames and creations inside it durable). IoError on failure.
 void fsync_directory(const std::string& dir);
 

@@ -73,12 +73,8 @@ void save_quantized_gpt(const Gpt& q, const std::string& dir, const std::string&
   nlohmann::ordered_json config = nlohmann::ordered_json::parse(gpt2_hf_config_json(q.config()));
   config["quantization_config"] = quantization_config_json(q.params().quant_scheme(), {});
   write_file_durable((fs::path(dir) / "config.json").string(), config.dump(2) + "\n");
-  for (const char* name : {"vocab.json", "merges.txt", "tokenizer.json"}) {
-    const fs::path from = fs::path(tokenizer_dir) / name;
-    if (tokenizer_dir.empty() || !fs::is_regular_file(from, ec)) continue;
-    const std::vector<uint8_t> bytes = read_file_bounded(from.string(), uint64_t{1} << 30, "tokenizer file");
-    write_file_durable((fs::path(dir) / name).string(), bytes.data(), bytes.size());
-  }
+  copy_present_files(tokenizer_dir, dir, {"vocab.json", "merges.txt", "tokenizer.json"}, uint64_t{1} << 30,
+                     "tokenizer file");
 }
 
 }  // namespace
