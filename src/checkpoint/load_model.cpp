@@ -57,6 +57,17 @@ GptConfig config_from_json_text(const std::string& text, const std::string& wher
   }
 }
 
+// A model directory (model.safetensors, and no manifest.json: not a checkpoint): a Hugging Face
+// model's, or a quantized one's. Its model.safetensors, else "".
+std::string model_dir_file(const std::string& path) {
+  std::error_code ec;
+  const fs::path file = fs::path(path) / "model.safetensors";
+  if (fs::is_directory(path, ec) && fs::is_regular_file(file, ec) &&
+      !fs::exists(fs::path(path) / "manifest.json", ec))
+    return file.string();
+  return "";
+}
+
 }  // namespace
 
 GptConfig gpt_config_from_hf_json(const std::string& text, const std::string& name) {
@@ -107,7 +118,7 @@ InferenceModel load_gpt_for_inference(const std::string& path, int64_t n_head,
         std::string_view(reinterpret_cast<const char*>(b.data()), b.size()), dir_config.string());
     // A quantized model directory, or a Hugging Face model directory (no manifest: not a checkpoint).
     if (quantization_scheme_of(j, "config " + dir_config.string()) != QuantScheme::none ||
-        !fs::exists(fs::path(path) / "manifest.json", ec))
+        !model_dir_file(path).empty())
       return load_gpt_for_inference(as_dir_file.string(), n_head, warn);
   }
   if (fs::is_regular_file(path, ec)) {
@@ -175,12 +186,9 @@ std::string load_gpt_weights_into(const std::string& path, Gpt& model,
     load_gpt_safetensors(SafetensorsFile::read(path), model);
     return path;
   }
-  // A Hugging Face model directory: its model.safetensors (a checkpoint has a manifest).
-  const fs::path hf_file = fs::path(path) / "model.safetensors";
-  if (fs::is_directory(path, ec) && fs::is_regular_file(hf_file, ec) &&
-      !fs::exists(fs::path(path) / "manifest.json", ec)) {
-    load_gpt_safetensors(SafetensorsFile::read(hf_file.string()), model);
-    return hf_file.string();
+  if (const std::string file = model_dir_file(path); !file.empty()) {  // a Hugging Face model directory
+    load_gpt_safetensors(SafetensorsFile::read(file), model);
+    return file;
   }
   auto check = [&](const LoadedCheckpoint& c) {
     const auto it = c.files.find("model.safetensors");
