@@ -18,7 +18,6 @@
 #include "mixtrain/amp/fp8.h"
 #include "mixtrain/amp/grad_scaler.h"
 #include "mixtrain/checkpoint/load_model.h"
-#include "mixtrain/data/bpe_tokenizer.h"
 #include "mixtrain/data/text_corpus.h"
 #include "mixtrain/train/train_options.h"
 #include "models/gpt_config_json.h"
@@ -359,17 +358,11 @@ int64_t CheckpointHook::restore(TrainingRun& r) {
 }
 
 TrainCheckpointing::TrainCheckpointing(const TrainOptions& opt, Gpt& model, int64_t T,
-                                       const TextCorpus& corpus)
-    : CheckpointHook(opt, run_options(opt, T, corpus), "steps"), model_(model), cfg_(model.config()) {
-  if (opt.tokenizer.empty()) return;
-  const BpeTokenizer tok = BpeTokenizer::from_dir(opt.tokenizer);
-  if (tok.fingerprint() != corpus.tokenizer())
-    throw IoError({"tokenizer"}, "tokenizer " + opt.tokenizer +
-                                     " changed while the run started (fingerprint " + tok.fingerprint() +
-                                     ", the token data's " + corpus.tokenizer() + ")");
-  for (auto& [name, text] : tok.files())
-    tokenizer_files_.push_back({name, std::vector<uint8_t>(text.begin(), text.end())});
-}
+                                       const TextCorpus& corpus, std::vector<CheckpointFile> tokenizer_files)
+    : CheckpointHook(opt, run_options(opt, T, corpus), "steps"),
+      model_(model),
+      cfg_(model.config()),
+      tokenizer_files_(std::move(tokenizer_files)) {}
 
 std::vector<uint8_t> TrainCheckpointing::weights_file(TrainingRun& r) const {
   SafetensorsWriter w = model_safetensors_writer(r.model());

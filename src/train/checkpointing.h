@@ -97,9 +97,9 @@ class TrainCheckpointing final : public CheckpointHook {
  public:
   // model: the run's model; T: the sequence length in use; corpus: the training data (its
   // checksum is part of the run). With init_from and no resume: loads the weights only. A run with
-  // a tokenizer: each checkpoint carries its vocab.json and merges.txt (the tokenizer must still be
-  // the one the token corpus was made with: IoError otherwise).
-  TrainCheckpointing(const TrainOptions& opt, Gpt& model, int64_t T, const TextCorpus& corpus);
+  // a tokenizer: each checkpoint carries tokenizer_files, its vocab.json and merges.txt.
+  TrainCheckpointing(const TrainOptions& opt, Gpt& model, int64_t T, const TextCorpus& corpus,
+                     std::vector<CheckpointFile> tokenizer_files = {});
 
  private:
   std::vector<uint8_t> weights_file(TrainingRun& run) const override;

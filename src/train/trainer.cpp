@@ -149,13 +149,16 @@ TextCorpus load_data(const std::string& path, std::optional<int64_t> max_bytes) 
 }
 
 // The token corpus of a run with a tokenizer: the token file reused (when this tokenizer made it
-// from this data) or written, then mapped.
-TextCorpus load_token_data(const LmOptions& lm) {
+// from this data) or written, then mapped; `tokenizer_files` gets the tokenizer's files (what its
+// checkpoints carry).
+TextCorpus load_token_data(const LmOptions& lm, std::vector<CheckpointFile>& tokenizer_files) {
   const std::string path = lm.data.empty() ? TextCorpus::default_corpus_path() : lm.data;
   if (path == "-")
     throw ArgumentError({"data", "tokenizer"},
                         "data from stdin cannot be tokenized into a token file: give a file");
   const BpeTokenizer tok = BpeTokenizer::from_dir(lm.tokenizer);
+  for (auto& [name, t] : tok.files())
+    tokenizer_files.push_back({name, std::vector<uint8_t>(t.begin(), t.end())});
   const TextCorpus text = load_data(path, lm.max_data_bytes);
   const std::string_view bytes(reinterpret_cast<const char*>(text.storage()), size_t(text.storage_bytes()));
   const std::string file = lm.token_file.empty() ? path + "." + tok.fingerprint() + ".tokens" : lm.token_file;
@@ -209,7 +212,7 @@ class LmRecipe final : public Recipe {
       corpus_ = std::make_unique<TextCorpus>(
           load_data(lm_.data.empty() ? TextCorpus::default_corpus_path() : lm_.data, lm_.max_data_bytes));
     } else {
-      corpus_ = std::make_unique<TextCorpus>(load_token_data(lm_));
+      corpus_ = std::make_unique<TextCorpus>(load_token_data(lm_, tokenizer_files_));
       // A byte-level config (256) takes the tokenizer's vocabulary; a larger one stays (padding).
       if (cfg_.vocab_size == TextCorpus::kVocabSize) cfg_.vocab_size = corpus_->vocab_size();
     }
@@ -242,11 +245,12 @@ class LmRecipe final : public Recipe {
   }
   std::unique_ptr<TrainingHook> checkpointing(const RunOptions& one_process, Model& model) override {
     return std::make_unique<TrainCheckpointing>(TrainOptions(one_process, lm_), static_cast<Gpt&>(model), T_,
-                                                *corpus_);
+                                                *corpus_, tokenizer_files_);
   }
 
  private:
   LmOptions lm_;
+  std::vector<CheckpointFile> tokenizer_files_;  // a tokenizer run's vocab.json, merges.txt
   GptConfig cfg_;
   int64_t T_ = 0;
   std::unique_ptr<TextCorpus> corpus_;
