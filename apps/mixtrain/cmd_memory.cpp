@@ -128,7 +128,9 @@ void print_table(const MemoryReport& r, const Subject& subject, const RunOptions
                   : "");
   if (ranks > 1)
     std::printf("per rank (rank 0) of %d data-parallel ranks%s\n", ranks,
-                o.data_parallel.zero_stage == 1 ? ", ZeRO stage 1 (optimizer state sharded)" : "");
+                o.data_parallel.zero_stage == 1   ? ", ZeRO stage 1 (optimizer state sharded)"
+                : o.data_parallel.zero_stage == 2 ? ", ZeRO stage 2 (optimizer state and gradients sharded)"
+                                                  : "");
   std::printf("predicted peak %.1f MiB, at %s\n\n", mib(p.peak_bytes), p.peak_moment.c_str());
   std::printf("%-16s %14s", "category (peak)", "predicted MiB");
   if (m) std::printf(" %13s %9s", "measured MiB", "error");
@@ -188,7 +190,12 @@ void register_memory(CLI::App& app, GlobalOptions& g, std::vector<Command>& comm
                   "mpirun -np N; otherwise only predicted)")
       ->capture_default_str();
   sub->add_option("--zero", f->opt.data_parallel.zero_stage,
-                  "With --ranks: 1 shards the optimizer state (ZeRO stage 1)")
+                  "With --ranks: 1 shards the optimizer state (ZeRO stage 1), 2 the gradients too (stage 2)")
+      ->capture_default_str();
+  sub->add_option("--bucket-mb", f->bucket_mb,
+                  "With --ranks: MiB of gradients per bucket (ZeRO-2 holds its part and a few buckets)")
+      ->capture_default_str();
+  sub->add_option("--grad-reduce-dtype", f->grad_reduce_dtype, "With --ranks: sum gradients in fp32 or bf16")
       ->capture_default_str();
   add_json_option(sub, m->json, "Also the predicted and measured bytes");
   sub->add_option("--terms", m->terms, "Tensors listed from the predicted peak (largest first)")

@@ -16,6 +16,24 @@ thread_local bool g_grad_enabled = true;
 thread_local GradReadyFn g_grad_ready;
 // FreshGradScope: each parameter's gradient of this backward pass, until it is final.
 thread_local std::unique_ptr<std::unordered_map<VarImpl*, Tensor>> g_fresh;
+// GradHandoffScope: where final gradients go, and (as g_fresh) the ones in progress.
+thread_local GradHandoff g_handoff;
+thread_local std::unordered_map<VarImpl*, Tensor> g_handoff_fresh;
+
+Tensor& fresh_grad(std::unordered_map<VarImpl*, Tensor>& fresh, VarImpl& in) {
+  auto [it, first] = fresh.try_emplace(&in);
+  if (first) {
+    if (&fresh == &g_handoff_fresh && g_handoff.place) it->second = g_handoff.place(in.grad);
+    if (!it->second.defined()) {
+      const ScopedOp site("micro-batch gradient");  // named in memory reports
+      it->second = Tensor::zeros(in.shape, in.grad.dtype(), MemCategory::gradients);
+    } else if (!(it->second.shape() == in.shape) || it->second.dtype() != in.grad.dtype()) {
+      throw ShapeError("autograd: the gradient's place " + it->second.to_string() + " does not match " +
+                       in.grad.to_string());
+    }
+  }
+  return it->second;
+}
 }  // namespace
 
 FreshGradScope::FreshGradScope() {
@@ -25,13 +43,19 @@ FreshGradScope::FreshGradScope() {
 FreshGradScope::~FreshGradScope() { g_fresh.reset(); }
 
 Tensor& param_grad(VarImpl& in) {
-  if (!g_fresh || !in.grad_is_buffer) return in.grad;
-  auto [it, first] = g_fresh->try_emplace(&in);
-  if (first) {
-    const ScopedOp site("micro-batch gradient");  // named in memory reports
-    it->second = Tensor::zeros(in.shape, in.grad.dtype(), MemCategory::gradients);
-  }
-  return it->second;
+  if (!in.grad_is_buffer) return in.grad;
+  if (g_handoff.done) return fresh_grad(g_handoff_fresh, in);
+  if (g_fresh) return fresh_grad(*g_fresh, in);
+  return in.grad;
+}
+
+GradHandoffScope::GradHandoffScope(GradHandoff handoff) : prev_(std::move(g_handoff)) {
+  g_handoff = std::move(handoff);
+  g_handoff_fresh.clear();
+}
+GradHandoffScope::~GradHandoffScope() {
+  g_handoff = std::move(prev_);
+  g_handoff_fresh.clear();
 }
 
 bool grad_enabled() { return g_grad_enabled; }
@@ -148,6 +172,7 @@ void Var::backward_from(const Tensor& grad) const {
     }
   }
 
+  g_handoff_fresh.clear();  // a pass cut short by an exception left its gradients in progress
   accumulate_grad(*impl_, grad);
   // Each variable comes after every op that consumed it, so once its own rule has run nothing
   // needs it: dropping our reference frees its value (the activation) and its gradient.
@@ -169,6 +194,17 @@ void Var::backward_from(const Tensor& grad) const {
       v->grad = Tensor();  // intermediate gradients are not kept (leaves keep theirs)
     } else if (v->grad_is_buffer) {
       // A parameter: every op that used it came before (reverse order).
+      if (g_handoff.done) {
+        const auto fresh = g_handoff_fresh.find(v);
+        Tensor g;
+        if (fresh != g_handoff_fresh.end()) {
+          g = std::move(fresh->second);
+          g_handoff_fresh.erase(fresh);
+        }
+        g_handoff.done(v->grad, std::move(g));
+        it->reset();
+        continue;
+      }
       if (g_fresh) {
         const auto fresh = g_fresh->find(v);
         if (fresh != g_fresh->end()) {

@@ -83,12 +83,13 @@ class MpiWorld final : public Communicator {
     const MPI_Op op = op_for(dtype, type, "start_sum");
     const size_t elem = dtype_size(dtype);
     constexpr int64_t kChunk = int64_t{1} << 30;  // MPI counts are int
+    Op& o = ops_.emplace_back();
     for (int64_t done = 0; done < n; done += kChunk) {
       const int64_t m = std::min(kChunk, n - done);
       MPI_Request req;
       MPI_Iallreduce(MPI_IN_PLACE, static_cast<char*>(data) + done * elem, static_cast<int>(m), type, op,
                      MPI_COMM_WORLD, &req);
-      requests_.push_back(req);
+      o.requests.push_back(req);
     }
   }
 
@@ -100,20 +101,21 @@ class MpiWorld final : public Communicator {
     const MPI_Op op = op_for(dtype, type, "start_reduce_scatter");
     // MPI_IN_PLACE: the input is the whole buffer and this rank's sum lands at its start; it is
     // moved to the piece's own offset once complete (wait_all).
-    std::vector<int>& c = counts_.emplace_back(counts.size());
+    std::vector<int> c(counts.size());
     int64_t offset = 0;
     for (size_t r = 0; r < counts.size(); ++r) {
       c[r] = as_int(counts[r], "start_reduce_scatter");
       if (static_cast<int>(r) < rank_) offset += counts[r];
     }
+    Op& o = ops_.emplace_back();
+    o.counts = std::move(c);
     MPI_Request req;
-    MPI_Ireduce_scatter(MPI_IN_PLACE, data, c.data(), type, op, MPI_COMM_WORLD, &req);
-    requests_.push_back(req);
+    MPI_Ireduce_scatter(MPI_IN_PLACE, data, o.counts.data(), type, op, MPI_COMM_WORLD, &req);
+    o.requests.push_back(req);
     const size_t elem = dtype_size(dtype);
     if (offset > 0 && counts[static_cast<size_t>(rank_)] > 0)
-      moves_.push_back({static_cast<char*>(data) + static_cast<size_t>(offset) * elem,
-                        static_cast<char*>(data),
-                        static_cast<size_t>(counts[static_cast<size_t>(rank_)]) * elem});
+      o.move = {static_cast<char*>(data) + static_cast<size_t>(offset) * elem, static_cast<char*>(data),
+                static_cast<size_t>(counts[static_cast<size_t>(rank_)]) * elem};
   }
 
   void all_gather(void* data, std::span<const int64_t> bytes) override {
@@ -130,18 +132,22 @@ class MpiWorld final : public Communicator {
   }
 
   void progress() override {
-    if (requests_.empty()) return;
+    // Testing the oldest operation's requests lets the library advance the others too.
+    if (ops_.empty() || ops_.front().requests.empty()) return;
     int flag = 0;
-    MPI_Testall(static_cast<int>(requests_.size()), requests_.data(), &flag, MPI_STATUSES_IGNORE);
+    std::vector<MPI_Request>& r = ops_.front().requests;
+    MPI_Testall(static_cast<int>(r.size()), r.data(), &flag, MPI_STATUSES_IGNORE);
   }
 
-  void wait_all() override {
-    if (requests_.empty()) return;
-    MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE);
-    requests_.clear();
-    counts_.clear();
-    for (const Move& m : moves_) std::memmove(m.to, m.from, m.bytes);
-    moves_.clear();
+  void wait_all() override { wait_oldest(ops_.size()); }
+
+  void wait_oldest(size_t n) override {
+    for (; n > 0 && !ops_.empty(); --n) {
+      Op& o = ops_.front();
+      MPI_Waitall(static_cast<int>(o.requests.size()), o.requests.data(), MPI_STATUSES_IGNORE);
+      if (o.move.bytes > 0) std::memmove(o.move.to, o.move.from, o.move.bytes);
+      ops_.pop_front();
+    }
   }
 
  private:
@@ -178,16 +184,19 @@ class MpiWorld final : public Communicator {
   }
 
   struct Move {  // a finished reduce-scatter's result, from the bucket's start to its piece
-    char* to;
-    const char* from;
-    size_t bytes;
+    char* to = nullptr;
+    const char* from = nullptr;
+    size_t bytes = 0;
+  };
+  struct Op {  // one started sum (its chunks) or reduce-scatter
+    std::vector<MPI_Request> requests;
+    std::vector<int> counts;  // a reduce-scatter's recvcounts, alive until it is done
+    Move move;
   };
   int rank_ = 0;
   int size_ = 1;
   MPI_Op sum_f32_{}, sum_bf16_{}, sum_f16_{}, sum_f64_{};
-  std::vector<MPI_Request> requests_;
-  std::deque<std::vector<int>> counts_;  // recvcounts of started reduce-scatters, alive until done
-  std::vector<Move> moves_;
+  std::deque<Op> ops_;  // started, oldest first
 };
 
 }  // namespace

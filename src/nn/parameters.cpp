@@ -9,7 +9,13 @@ namespace mixtrain {
 
 namespace {
 constexpr int64_t kParamAlign = 16;  // elements
+thread_local GradientPartScope::PartFn t_gradient_part;
+}  // namespace
+
+GradientPartScope::GradientPartScope(PartFn part) : prev_(std::move(t_gradient_part)) {
+  t_gradient_part = std::move(part);
 }
+GradientPartScope::~GradientPartScope() { t_gradient_part = std::move(prev_); }
 
 void ParameterStore::declare(const std::string& name, const Shape& shape, bool weight_decay) {
   if (finalized()) throw ArgumentError("ParameterStore::declare: '" + name + "' declared after finalize()");
@@ -59,7 +65,17 @@ void ParameterStore::finalize(DType dtype, DType grad_dtype, MemCategory categor
   }
   const ScopedOp site("flat arena");  // names the arenas in memory reports
   params_ = Tensor::zeros({flat_numel_}, dtype, category);
-  if (gradients) grads_ = Tensor::zeros({flat_numel_}, grad_dtype, MemCategory::gradients);
+  grad_part_ = {0, flat_numel_};
+  if (gradients && t_gradient_part) {
+    grad_part_ = t_gradient_part(flat_numel_);
+    const auto [b, e] = grad_part_;
+    if (b < 0 || b > e || e > flat_numel_)
+      throw ArgumentError("ParameterStore::finalize: gradient part [" + std::to_string(b) + ", " +
+                          std::to_string(e) + ") outside the arena of " + std::to_string(flat_numel_));
+    grads_ = Tensor::reserved({flat_numel_}, grad_dtype, b, e, MemCategory::gradients);
+  } else if (gradients) {
+    grads_ = Tensor::zeros({flat_numel_}, grad_dtype, MemCategory::gradients);
+  }
   if (quant_scheme_ != QuantScheme::none) {
     codes_ = Tensor::zeros({code_numel}, quant_code_dtype(quant_scheme_), MemCategory::quantized_weights);
     scales_ = Tensor::zeros({scale_numel}, DType::f32, MemCategory::quantized_weights);
@@ -115,7 +131,11 @@ Tensor ParameterStore::grad(size_t i) const {
 }
 
 void ParameterStore::zero_grads() {
-  if (grads_.defined() && !grads_.is_meta()) std::memset(grads_.raw_data(), 0, grads_.nbytes());
+  if (!grads_.defined() || grads_.is_meta()) return;
+  const auto [b, e] = grad_part_;
+  const size_t elem = dtype_size(grads_.dtype());
+  std::memset(static_cast<char*>(grads_.raw_data()) + static_cast<size_t>(b) * elem, 0,
+              static_cast<size_t>(e - b) * elem);
 }
 
 }  // namespace mixtrain

@@ -59,6 +59,26 @@ Tensor Tensor::zeros(const Shape& shape, DType dtype, MemCategory category, Devi
   return t;
 }
 
+Tensor Tensor::reserved(const Shape& shape, DType dtype, int64_t used_begin, int64_t used_end,
+                        MemCategory category, Device device) {
+  const int64_t n = shape.numel();
+  const auto esize = static_cast<int64_t>(dtype_size(dtype));
+  if (n > INT64_MAX / esize)
+    throw ShapeError("Tensor::reserved: " + shape.to_string() + " of " + std::string(dtype_name(dtype)) +
+                     " overflows the byte count");
+  if (used_begin < 0 || used_begin > used_end || used_end > n)
+    throw ShapeError("Tensor::reserved: used elements [" + std::to_string(used_begin) + ", " +
+                     std::to_string(used_end) + ") outside " + shape.to_string());
+  if (device.is_meta()) meta_note_tensor(shape, dtype);
+  Tensor t;
+  t.storage_ = Storage::reserved(static_cast<size_t>(n * esize),
+                                 static_cast<size_t>((used_end - used_begin) * esize), category, device);
+  t.shape_ = shape;
+  t.strides_ = contiguous_strides(shape);
+  t.dtype_ = dtype;
+  return t;
+}
+
 Tensor Tensor::full(const Shape& shape, DType dtype, double value, MemCategory category) {
   Tensor t = empty(shape, dtype, category);
   t.fill(value);

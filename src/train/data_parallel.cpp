@@ -6,9 +6,11 @@
 #include <string>
 
 #include "core/crc.h"
+#include "kernels/ops_backward.h"  // add_inplace
 #include "mixtrain/numeric/convert.h"
 #include "mixtrain/optim/zero.h"
 #include "mixtrain/tensor/memory.h"
+#include "tensor/alloc_site.h"
 
 namespace mixtrain {
 namespace {
@@ -28,9 +30,10 @@ void DataParallelConfig::validate(DType grad_dtype) const {
   if (bucket_bytes <= 0)
     throw ArgumentError({"bucket_bytes"},
                         "bucket_bytes must be positive, got " + std::to_string(bucket_bytes));
-  if (zero_stage != 0 && zero_stage != 1)
-    throw ArgumentError({"zero"}, "zero must be 0 or 1 (ZeRO stage 1: optimizer state sharded), got " +
-                                      std::to_string(zero_stage));
+  if (zero_stage < 0 || zero_stage > 2)
+    throw ArgumentError(
+        {"zero"}, "zero must be 0, 1 (ZeRO stage 1: optimizer state sharded) or 2 (gradients too), got " +
+                      std::to_string(zero_stage));
 }
 
 DataParallelHook::DataParallelHook(Communicator& world, DataParallelConfig config)
@@ -60,7 +63,9 @@ void DataParallelHook::build_buckets(const ParameterStore& store) {
   }
   param_at_.clear();
   for (size_t k = 0; k < infos.size(); ++k) param_at_[infos[k].offset] = k;
-  if (staged) staging_.assign(static_cast<size_t>(store.flat_numel()), 0);
+  if (staged && config_.zero_stage != 2) staging_.assign(static_cast<size_t>(store.flat_numel()), 0);
+  bucket_grads_.assign(buckets_.size(), Tensor());
+  in_flight_.clear();
 }
 
 void DataParallelHook::on_run_start(TrainingRun& run) {
@@ -70,11 +75,17 @@ void DataParallelHook::on_run_start(TrainingRun& run) {
   grads_ = store.flat_grads();
   build_buckets(store);
   shards_.clear();
-  if (config_.zero_stage == 1) {
+  if (config_.zero_stage >= 1) {
     const auto* zero = dynamic_cast<const ZeroOptimizer*>(&run.optimizer());
     if (zero == nullptr || zero->partition().ranks() != world_.size())
-      throw ArgumentError({"zero"}, "zero 1 needs the run's optimizer to be a ZeroOptimizer over this world");
+      throw ArgumentError({"zero"}, "zero " + std::to_string(config_.zero_stage) +
+                                        " needs the run's optimizer to be a ZeroOptimizer over this world");
     shards_ = zero->partition().shards;
+    const FlatRange& mine = zero->partition().mine();
+    if (config_.zero_stage == 2 && store.gradient_part() != std::pair<int64_t, int64_t>{mine.begin, mine.end})
+      throw ArgumentError({"zero"},
+                          "zero 2 needs the model's gradient buffer to hold this rank's part only (built "
+                          "inside a GradientPartScope, nn/parameters.h)");
   }
   stats_ = DataParallelStats();
   stats_.buckets_per_step = static_cast<int64_t>(buckets_.size());
@@ -84,13 +95,19 @@ void DataParallelHook::on_run_start(TrainingRun& run) {
     world_.broadcast(params.raw_data(), static_cast<size_t>(params.numel()) * dtype_size(params.dtype()), 0);
     params.storage()->bump_version();  // cached autocast copies are stale
   }
-  scope_ = std::make_unique<autograd::GradReadyScope>([this](const Tensor& g) { on_grad_ready(g); });
+  if (config_.zero_stage == 2)
+    handoff_ = std::make_unique<autograd::GradHandoffScope>(autograd::GradHandoff{
+        [this](const Tensor& buffer) { return grad_place(buffer); },
+        [this](const Tensor& buffer, Tensor g) { on_grad_handoff(buffer, std::move(g)); }});
+  else
+    scope_ = std::make_unique<autograd::GradReadyScope>([this](const Tensor& g) { on_grad_ready(g); });
 }
 
 void DataParallelHook::on_run_end(TrainingRun&, TrainSummary& s) {
   scope_.reset();
+  handoff_.reset();
   s.ranks = world_.size();
-  s.zero_stage = shards_.empty() ? 0 : 1;
+  s.zero_stage = shards_.empty() ? 0 : config_.zero_stage;
   // Every rank's tracker peaks by category, to rank 0's summary: one sum over the ranks of rows
   // that are zero but for the rank's own (bytes are exact in a double up to 2^53).
   const MemorySnapshot mem = MemoryTracker::current().snapshot();
@@ -112,12 +129,27 @@ void DataParallelHook::on_run_end(TrainingRun&, TrainSummary& s) {
   }
 }
 
-void DataParallelHook::on_step_begin(TrainingRun&, int64_t) {
+void DataParallelHook::new_micro_batch() {
   ready_.assign(bucket_of_.size(), 0);
   pending_.resize(buckets_.size());
   for (size_t b = 0; b < buckets_.size(); ++b) pending_[b] = static_cast<int64_t>(buckets_[b].params.size());
   next_ = 0;
+}
+
+void DataParallelHook::on_step_begin(TrainingRun&, int64_t) {
+  new_micro_batch();
+  micro_ = 0;
   first_start_ = -1;
+}
+
+void DataParallelHook::mark_ready(size_t param) {
+  if (ready_[param]) return;
+  ready_[param] = 1;
+  --pending_[bucket_of_[param]];
+  const size_t before = next_;
+  start_ready_buckets();
+  stats_.started_in_backward += static_cast<int64_t>(next_ - before);
+  world_.progress();
 }
 
 void DataParallelHook::on_grad_ready(const Tensor& grad) {
@@ -126,13 +158,51 @@ void DataParallelHook::on_grad_ready(const Tensor& grad) {
     return;
   if (grad.storage() != grads_.storage()) return;  // another store's parameter
   const auto it = param_at_.find(grad.offset() - grads_.offset());
-  if (it == param_at_.end() || ready_[it->second]) return;
-  ready_[it->second] = 1;
-  --pending_[bucket_of_[it->second]];
-  const size_t before = next_;
-  start_ready_buckets();
-  stats_.started_in_backward += static_cast<int64_t>(next_ - before);
-  world_.progress();
+  if (it == param_at_.end()) return;
+  mark_ready(it->second);
+}
+
+Tensor& DataParallelHook::bucket_grads(size_t b) {
+  // The bucket's buffer of an earlier micro-batch still in flight (the next backward reached the
+  // bucket before it was done): completed first, the buckets before it too.
+  const auto flying = [&] {
+    return std::any_of(in_flight_.begin(), in_flight_.end(), [b](const auto& f) { return f.first == b; });
+  };
+  while (flying()) finish_oldest();
+  if (!bucket_grads_[b].defined()) {
+    const ScopedOp site("ZeRO-2 gradient bucket");  // names it in memory reports
+    const DType dtype = config_.reduce_dtype == DType::bf16 ? DType::bf16 : grads_.dtype();
+    bucket_grads_[b] = Tensor::zeros({buckets_[b].end - buckets_[b].begin}, dtype, MemCategory::gradients);
+  }
+  return bucket_grads_[b];
+}
+
+Tensor DataParallelHook::grad_place(const Tensor& buffer) {
+  if (!run_ || run_->replaying() || buffer.storage() != grads_.storage()) return Tensor();
+  const auto it = param_at_.find(buffer.offset() - grads_.offset());
+  if (it == param_at_.end()) return Tensor();
+  const size_t k = it->second;
+  const size_t b = bucket_of_[k];
+  Tensor& g = bucket_grads(b);
+  if (g.dtype() != buffer.dtype()) return Tensor();  // rounded into the bf16 bucket when final
+  const int64_t at = run_->model().params().infos()[k].offset - buckets_[b].begin;
+  return g.slice(0, at, at + buffer.numel()).reshape(buffer.shape());
+}
+
+void DataParallelHook::on_grad_handoff(const Tensor& buffer, Tensor grad) {
+  // A replay (this rank's alone) learns nothing: its gradients are dropped.
+  if (!run_ || run_->replaying() || buffer.storage() != grads_.storage()) return;
+  const auto it = param_at_.find(buffer.offset() - grads_.offset());
+  if (it == param_at_.end()) return;
+  const size_t k = it->second;
+  const size_t b = bucket_of_[k];
+  Tensor& g = bucket_grads(b);
+  if (grad.defined() && grad.storage() != g.storage()) {  // a gradient of its own: into the bucket
+    const int64_t at = run_->model().params().infos()[k].offset - buckets_[b].begin;
+    g.slice(0, at, at + grad.numel()).copy_from(grad.reshape({grad.numel()}));
+  }
+  grad = Tensor();  // freed before the bucket may start
+  mark_ready(k);
 }
 
 void DataParallelHook::start_ready_buckets() {
@@ -150,6 +220,13 @@ void DataParallelHook::start(size_t b) {
   if (first_start_ < 0) first_start_ = now_s();
   const Bucket& k = buckets_[b];
   const int64_t n = k.end - k.begin;
+  if (config_.zero_stage == 2) {
+    const Tensor& g = bucket_grads(b);  // zeros if no parameter of it had a gradient
+    if (!g.is_meta()) world_.start_reduce_scatter(g.raw_data(), piece_counts(k.begin, k.end), g.dtype());
+    in_flight_.push_back({b, micro_});
+    while (in_flight_.size() > kZero2InFlight) finish_oldest();
+    return;
+  }
   void* data =
       static_cast<char*>(grads_.raw_data()) + static_cast<size_t>(k.begin) * dtype_size(grads_.dtype());
   DType dtype = grads_.dtype();
@@ -163,6 +240,25 @@ void DataParallelHook::start(size_t b) {
     world_.start_sum(data, n, dtype);
   else  // ZeRO: each rank's part of the bucket, summed, lands on that rank only
     world_.start_reduce_scatter(data, piece_counts(k.begin, k.end), dtype);
+}
+
+void DataParallelHook::finish_oldest() {
+  const auto [b, micro] = in_flight_.front();
+  in_flight_.erase(in_flight_.begin());
+  Tensor g = std::move(bucket_grads_[b]);
+  if (!g.is_meta()) world_.wait_oldest(1);
+  const Bucket& k = buckets_[b];
+  const FlatRange& mine = shards_[static_cast<size_t>(world_.rank())];
+  const int64_t begin = std::max(k.begin, mine.begin), end = std::min(k.end, mine.end);
+  if (begin >= end) return;
+  // This rank's piece, summed over ranks, into its part: the first micro-batch's is copied, the
+  // later ones added (in the gradients' dtype, as accumulation adds).
+  Tensor part = grads_.slice(0, begin, end);
+  const Tensor piece = g.slice(0, begin - k.begin, end - k.begin);
+  if (micro == 0)
+    part.copy_from(piece);
+  else
+    add_inplace(part, piece);
 }
 
 void DataParallelHook::finish(size_t b) {
@@ -179,14 +275,26 @@ void DataParallelHook::finish(size_t b) {
                       static_cast<size_t>(end - begin));
 }
 
+void DataParallelHook::start_all_remaining() {
+  for (size_t b = 0; b < pending_.size(); ++b) pending_[b] = 0;
+  start_ready_buckets();
+}
+
+void DataParallelHook::micro_batch_done(TrainingRun&, int64_t) {
+  if (config_.zero_stage != 2) return;  // the others sum the accumulated gradients at the end
+  start_all_remaining();
+  new_micro_batch();
+  ++micro_;
+}
+
 void DataParallelHook::reduce_gradients(TrainingRun&, int64_t) {
-  if (grads_.is_meta()) return;
+  if (grads_.is_meta() && config_.zero_stage != 2) return;
   // Parameters the backward did not reach (unused, or a backward cut short by a non-finite loss)
   // are final as they are: every remaining bucket starts, in order.
   const double t0 = now_s();
   if (first_start_ >= 0) stats_.overlap_seconds += t0 - first_start_;
-  for (size_t b = 0; b < pending_.size(); ++b) pending_[b] = 0;
-  start_ready_buckets();
+  start_all_remaining();
+  while (!in_flight_.empty()) finish_oldest();
   world_.wait_all();
   stats_.wait_seconds += now_s() - t0;
   for (size_t b = 0; b < buckets_.size(); ++b) finish(b);

@@ -11,7 +11,8 @@ RankSetup setup_ranks(RunOptions& opt) {
   RankSetup r;
   r.world = opt.world != nullptr && opt.world->size() > 1 ? opt.world : nullptr;
   r.rank0_checkpoint = opt.checkpoint;
-  r.zero = opt.data_parallel.zero_stage == 1 && r.world != nullptr;
+  r.zero = opt.data_parallel.zero_stage >= 1 && r.world != nullptr;
+  r.zero_stage = r.zero ? opt.data_parallel.zero_stage : 0;
   if (r.world != nullptr && r.world->rank() != 0) {
     opt.log_jsonl.clear();
     opt.numerics.path.clear();
@@ -23,13 +24,23 @@ RankSetup setup_ranks(RunOptions& opt) {
   return r;
 }
 
+std::unique_ptr<GradientPartScope> gradient_part_scope(const RankSetup& ranks) {
+  if (ranks.zero_stage != 2) return nullptr;
+  const int n = ranks.ranks(), rank = ranks.world->rank();
+  return std::make_unique<GradientPartScope>([n, rank](int64_t flat_numel) {
+    const FlatRange mine = zero_partition(flat_numel, n, rank).mine();
+    return std::pair<int64_t, int64_t>{mine.begin, mine.end};
+  });
+}
+
 std::unique_ptr<Optimizer> make_run_optimizer(const RankSetup& ranks, const ParameterStore& store,
                                               const RunOptions& opt) {
   if (!ranks.zero) return make_optimizer(store, opt.optimizer_config());
   if (!opt.numerics.path.empty())
     throw ArgumentError({"zero", "numerics"},
-                        "numerics probes read every parameter's gradient, and under zero 1 a "
-                        "rank holds the summed gradients of its own part only (probe with zero 0)");
+                        "numerics probes read every parameter's gradient, and under zero " +
+                            std::to_string(ranks.zero_stage) +
+                            " a rank holds the summed gradients of its own part only (probe with zero 0)");
   return std::make_unique<ZeroOptimizer>(store, opt.optimizer_config(), *ranks.world);
 }
 

@@ -126,7 +126,10 @@ TrainSummary run_prepared(Recipe& recipe, const RunOptions& opt, const RankSetup
     cpu_allocator_release_cached();  // an earlier run's cached blocks (compare runs them in one process)
     process = process_memory_at_start();
   }
-  const std::unique_ptr<Model> model = recipe.make_model(spec, weights_category(spec), opt);
+  const std::unique_ptr<Model> model = [&] {
+    const std::unique_ptr<GradientPartScope> part = gradient_part_scope(ranks);  // ZeRO-2
+    return recipe.make_model(spec, weights_category(spec), opt);
+  }();
   model->set_activation_checkpointing(opt.checkpoint_activations);
   if (opt.fused_lm_head) model->set_fused_lm_head(true);
   const std::unique_ptr<Optimizer> optimizer = make_run_optimizer(ranks, model->params(), opt);

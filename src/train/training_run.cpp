@@ -161,13 +161,24 @@ double TrainingRun::forward_backward(int64_t step, bool& loss_finite, int64_t& t
     loss += l / static_cast<double>(NK);
     if (!std::isfinite(l)) {
       loss_finite = false;
-      break;  // nothing to learn from this step: it is skipped
+      // Nothing to learn from this step: it is skipped. The hooks still see every micro-batch
+      // (the other ranks' collectives).
+      if (!replaying_)
+        for (int64_t rest = micro; rest < K - 1; ++rest) {
+          micro_ = rest;
+          for (auto& h : hooks_) h->micro_batch_done(*this, step);
+        }
+      break;
     }
-    // Exact accumulation: this micro-batch's gradients from zeros, each added to the sum of the
-    // earlier ones once final (before a data-parallel hook's grad-ready callback sees it).
-    std::optional<autograd::FreshGradScope> fresh;
-    if (micro > 0 && config_.exact_accumulation) fresh.emplace();
-    mp_.backward(out.loss, NK);
+    {
+      // Exact accumulation: this micro-batch's gradients from zeros, each added to the sum of the
+      // earlier ones once final (before a data-parallel hook's grad-ready callback sees it).
+      std::optional<autograd::FreshGradScope> fresh;
+      if (micro > 0 && config_.exact_accumulation) fresh.emplace();
+      mp_.backward(out.loss, NK);
+    }
+    if (micro < K - 1 && !replaying_)
+      for (auto& h : hooks_) h->micro_batch_done(*this, step);
   }
   return loss;
 }

@@ -94,6 +94,51 @@ TEST(FreshGrad, SecondPassAddsItsOwnGradientWhenFinal) {
   for (size_t i = 0; i < gf.size(); ++i) EXPECT_NEAR(gf[i], ge[i], 1e-5 * (1 + std::abs(ge[i])));
 }
 
+// GradHandoffScope (ZeRO-2): each parameter's gradient is made apart (in the tensor place() gives,
+// or a new one), handed over once final with the parameter's buffer view, and the buffer is never
+// written: the handed gradients are bit for bit what a plain backward accumulates in the buffers.
+TEST(GradHandoff, HandsEachFinalGradientOverAndLeavesTheBuffersAlone) {
+  const Tensor x = Tensor::randn({5, 7}, DType::f32, 21);
+  const Tensor w0 = Tensor::randn({4, 7}, DType::f32, 22), b0 = Tensor::randn({4}, DType::f32, 23);
+  auto run = [&](Tensor flat) {
+    const Var w = Var::parameter(w0.clone(), flat.slice(0, 0, 28).reshape({4, 7}));
+    const Var b = Var::parameter(b0.clone(), flat.slice(0, 32, 36).reshape({4}));
+    const Var xv(x, false);
+    cross_entropy(add(linear(xv, w, b), linear(xv, w, b)), Tensor::from_ints({0, 1, 2, 3, 1}, {5}))
+        .backward();
+  };
+  Tensor plain = Tensor::zeros({64}, DType::f32);
+  run(plain);
+  Tensor flat = Tensor::zeros({64}, DType::f32);
+  Tensor placed = Tensor::zeros({28}, DType::f32);  // where w's gradient is to go; b's: a new tensor
+  std::vector<std::pair<int64_t, Tensor>> handed;
+  int places = 0;
+  {
+    GradHandoffScope scope({[&](const Tensor& buffer) {
+                              ++places;
+                              return buffer.numel() == 28 ? placed.reshape({4, 7}) : Tensor();
+                            },
+                            [&](const Tensor& buffer, Tensor g) {
+                              handed.push_back({buffer.offset(), g});
+                            }});
+    run(flat);
+  }
+  EXPECT_EQ(places, 2);  // once per parameter, at its first contribution
+  ASSERT_EQ(handed.size(), 2u);
+  for (const auto& [offset, g] : handed) {
+    ASSERT_TRUE(offset == 0 || offset == 32) << offset;
+    const Tensor want = offset == 0 ? plain.slice(0, 0, 28) : plain.slice(0, 32, 36);
+    EXPECT_EQ(g.reshape({g.numel()}).to_doubles(), want.to_doubles());
+    if (offset == 0) {
+      EXPECT_EQ(g.storage(), placed.storage()) << "w's gradient not made in its place";
+    }
+  }
+  for (double v : flat.to_doubles()) EXPECT_EQ(v, 0.0) << "the buffer was written";
+  // Outside the scope: the buffers again.
+  run(flat);
+  EXPECT_EQ(flat.to_doubles(), plain.to_doubles());
+}
+
 TEST(FreshGrad, ScopesDoNotNest) {
   FreshGradScope outer;
   EXPECT_THROW(FreshGradScope inner, ArgumentError);

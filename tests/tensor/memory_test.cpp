@@ -35,6 +35,38 @@ TEST(Memory, LiveAndPeakPerCategory) {
   EXPECT_GE(s.peak_total, 60000);
 }
 
+// Tensor::reserved (ZeRO-2's gradient arena): zeros everywhere, memory and charge only where used.
+// 64 MiB of address space, 1 MiB used: the tracker charges the MiB, the process's resident set
+// grows by about it when those elements are written (not by 64 MiB), and on the meta device a
+// prediction sees the used bytes alone.
+TEST(Memory, ReservedTensorChargesAndHoldsOnlyItsUsedPart) {
+  const int64_t g0 = live(MemCategory::gradients);
+  const int64_t n = int64_t{16} << 20, used_begin = int64_t{4} << 20,
+                used_end = used_begin + (int64_t{1} << 18);
+  const int64_t rss0 = process_current_rss_bytes();
+  {
+    Tensor t = Tensor::reserved({n}, DType::f32, used_begin, used_end, MemCategory::gradients);
+    EXPECT_EQ(live(MemCategory::gradients) - g0, (used_end - used_begin) * 4);
+    EXPECT_EQ(t.numel(), n);
+    float* d = t.data<float>();
+    EXPECT_EQ(d[0], 0.f);
+    EXPECT_EQ(d[n - 1], 0.f);
+    for (int64_t i = used_begin; i < used_end; ++i) d[i] = 1.f;
+    const int64_t grew = process_current_rss_bytes() - rss0;
+    EXPECT_LT(grew, int64_t{8} << 20) << "more than the used MiB became resident";
+    EXPECT_EQ(t.slice(0, used_begin, used_begin + 2).to_doubles(), (std::vector<double>{1, 1}));
+  }
+  EXPECT_EQ(live(MemCategory::gradients), g0);
+  {
+    const DeviceScope meta(Device::meta());
+    const int64_t m0 = MemoryTracker::meta().snapshot().live[static_cast<size_t>(MemCategory::gradients)];
+    Tensor t = Tensor::reserved({n}, DType::bf16, 0, 1000, MemCategory::gradients);
+    EXPECT_EQ(MemoryTracker::meta().snapshot().live[static_cast<size_t>(MemCategory::gradients)] - m0, 2000);
+  }
+  EXPECT_THROW(Tensor::reserved({10}, DType::f32, 5, 11, MemCategory::gradients), ShapeError);
+  EXPECT_THROW(Tensor::reserved({10}, DType::f32, 6, 5, MemCategory::gradients), ShapeError);
+}
+
 TEST(Memory, RechargeMovesBytesBetweenCategories) {
   const int64_t a0 = live(MemCategory::activations), w0 = live(MemCategory::workspace);
   Tensor t = Tensor::empty({256}, DType::f32, MemCategory::workspace);

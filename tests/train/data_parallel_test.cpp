@@ -6,13 +6,17 @@
 #include "mixtrain/train/data_parallel.h"
 
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "dist/reduce_sum.h"
+#include "mixtrain/amp/precision.h"
 #include "mixtrain/autograd/functions.h"
 #include "mixtrain/dist/communicator.h"
 #include "mixtrain/numeric/bf16.h"
@@ -56,6 +60,14 @@ class TwinRanks final : public Communicator {
     for (const Started& s : started) dist::sum_into(s.data, s.data, s.n, s.dtype);  // x + x
     all.insert(all.end(), started.begin(), started.end());
     started.clear();
+  }
+  void wait_oldest(size_t n) override {
+    events += 'O';
+    n = std::min(n, started.size());
+    for (size_t k = 0; k < n; ++k)
+      dist::sum_into(started[k].data, started[k].data, started[k].n, started[k].dtype);
+    all.insert(all.end(), started.begin(), started.begin() + static_cast<std::ptrdiff_t>(n));
+    started.erase(started.begin(), started.begin() + static_cast<std::ptrdiff_t>(n));
   }
   // The twin's part would come from rank 1: here it stays as it is.
   void all_gather(void*, std::span<const int64_t> bytes) override {
@@ -224,6 +236,78 @@ TEST(DataParallel, ZeroReduceScattersEachBucketIntoTheRanksParts) {
   }
   EXPECT_EQ(twins.events.find('G'), twins.events.find('W') + 1)
       << "the norm's gather after the reduce-scatters";
+}
+
+// ZeRO-2: the same sums as ZeRO-1's (twins: every piece doubles), so the same trajectory bit for bit,
+// while the gradient arena is memory only in rank 0's part: no page after it was ever written
+// (mincore: not resident), each bucket's gradients travel from a buffer of their own, and the
+// tracker charges the part plus the buckets held, less than the arena.
+TEST(DataParallel, Zero2HoldsOnlyItsPartOfTheGradientsAndMatchesZero1) {
+  for (PrecisionMode mode : {PrecisionMode::true32, PrecisionMode::mixed_bf16, PrecisionMode::true_bf16}) {
+    std::vector<std::vector<double>> logs;
+    for (int stage : {1, 2}) {
+      TwinRanks twins;
+      TrainOptions o = train_test::tiny_run(mode);
+      o.steps = 3;
+      o.world = &twins;
+      o.data_parallel.zero_stage = stage;
+      o.data_parallel.bucket_bytes = 16 << 10;
+      std::vector<double> log;
+      int64_t resident_outside = -1, part_end = 0, flat = 0, elem = 0;
+      struct Watch final : TrainingHook {
+        std::vector<double>* log = nullptr;
+        int64_t *resident_outside = nullptr, *part_end = nullptr, *flat = nullptr, *elem = nullptr;
+        void after_update(TrainingRun& run, const StepRecord& r) override {
+          log->insert(log->end(), {r.loss, r.grad_norm});
+          const ParameterStore& store = run.model().params();
+          const Tensor& g = store.flat_grads();
+          *part_end = store.gradient_part().second;
+          *flat = store.flat_numel();
+          *elem = static_cast<int64_t>(dtype_size(g.dtype()));
+          // Pages wholly after the part: resident ones were written.
+          const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+          const auto base = reinterpret_cast<uintptr_t>(g.raw_data());
+          const uintptr_t from = (base + static_cast<size_t>(*part_end * *elem) + page - 1) / page * page;
+          const uintptr_t to = (base + g.nbytes()) / page * page;
+          *resident_outside = 0;
+          if (to > from) {
+            std::vector<unsigned char> v((to - from) / page);
+            ASSERT_EQ(mincore(reinterpret_cast<void*>(from), to - from, v.data()), 0);
+            for (unsigned char c : v) *resident_outside += c & 1;
+          }
+        }
+      };
+      o.add_hooks = [&](TrainingRun& run) {
+        auto w = std::make_unique<Watch>();
+        w->log = &log;
+        w->resident_outside = &resident_outside;
+        w->part_end = &part_end;
+        w->flat = &flat;
+        w->elem = &elem;
+        run.add_hook(std::move(w));
+      };
+      const TrainSummary s = train(o);
+      EXPECT_EQ(s.zero_stage, stage);
+      const ZeroPartition part = zero_partition(flat, 2, 0);
+      if (stage == 2) {
+        EXPECT_EQ(part_end, part.mine().end);
+        EXPECT_EQ(resident_outside, 0)
+            << precision_spec(mode).name << ": pages of the arena outside the part written";
+        // (This rank's tracker: the twins' sum doubles the summary's rank_peaks.)
+        const int64_t g = s.memory.peak[static_cast<size_t>(MemCategory::gradients)];
+        EXPECT_GT(g, part.mine().size() * elem) << precision_spec(mode).name;
+        EXPECT_LT(g, flat * elem) << precision_spec(mode).name << ": the whole gradient arena held";
+        EXPECT_EQ(twins.events.find('S'), std::string::npos) << "an all-reduce under zero 2";
+      } else {
+        EXPECT_EQ(part_end, flat);  // ZeRO-1 holds the whole buffer
+      }
+      logs.push_back(log);
+    }
+    ASSERT_EQ(logs[0].size(), 6u);
+    for (size_t i = 0; i < logs[0].size(); ++i)
+      EXPECT_EQ(logs[0][i], logs[1][i])
+          << precision_spec(mode).name << ": step " << i / 2 + 1 << (i % 2 ? " grad norm" : " loss");
+  }
 }
 
 TEST(DataParallel, RefusesBf16SumsOfFp16GradientsNamingTheFlag) {

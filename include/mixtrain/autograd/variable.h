@@ -100,6 +100,28 @@ class FreshGradScope {
   FreshGradScope& operator=(const FreshGradScope&) = delete;
 };
 
+// ZeRO stage 2 (train/data_parallel.h): while one is alive on this thread, backward makes every
+// parameter's gradient of a pass from zeros in a tensor of its own (as inside a FreshGradScope,
+// which it overrides), one place() gives (a zeroed tensor of the parameter's shape, or undefined
+// for a new one), and once final hands it to done() with the parameter's gradient-buffer view
+// (which names the parameter) instead of adding it to the buffer: the buffer is never touched (a
+// rank holds only its part of it) and done() owns the tensor. A parameter that backward reached
+// but no op gave a gradient is handed an undefined tensor. No GradReadyFn is called.
+struct GradHandoff {
+  std::function<Tensor(const Tensor& buffer)> place;
+  std::function<void(const Tensor& buffer, Tensor grad)> done;
+};
+class GradHandoffScope {
+ public:
+  explicit GradHandoffScope(GradHandoff handoff);
+  ~GradHandoffScope();
+  GradHandoffScope(const GradHandoffScope&) = delete;
+  GradHandoffScope& operator=(const GradHandoffScope&) = delete;
+
+ private:
+  GradHandoff prev_;
+};
+
 using GradReadyFn = std::function<void(const Tensor& grad)>;
 class GradReadyScope {
  public:

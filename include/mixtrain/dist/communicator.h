@@ -51,6 +51,9 @@ class Communicator {
   virtual void progress() = 0;
   // Completes every started sum and reduce-scatter.
   virtual void wait_all() = 0;
+  // Completes the n oldest of the started sums and reduce-scatters not yet completed (all of them
+  // when fewer are outstanding), so their buffers may be reused while later ones run.
+  virtual void wait_oldest(size_t n) = 0;
   // In place: rank r's bytes[r] bytes at offset bytes[0] + ... + bytes[r-1] of data go to every
   // rank (MPI_Allgatherv). bytes has one entry per rank.
   virtual void all_gather(void* data, std::span<const int64_t> bytes) = 0;
@@ -72,6 +75,7 @@ class SingleProcess final : public Communicator {
   void start_reduce_scatter(void*, std::span<const int64_t>, DType) override {}
   void progress() override {}
   void wait_all() override {}
+  void wait_oldest(size_t) override {}
   void all_gather(void*, std::span<const int64_t>) override {}
   void gather(const void* piece, void* all, std::span<const int64_t> bytes, int) override;
 };
@@ -92,6 +96,7 @@ class MetaWorld final : public Communicator {
   void start_reduce_scatter(void*, std::span<const int64_t>, DType) override {}
   void progress() override {}
   void wait_all() override {}
+  void wait_oldest(size_t) override {}
   void all_gather(void*, std::span<const int64_t>) override {}
   void gather(const void*, void*, std::span<const int64_t>, int) override {}
 

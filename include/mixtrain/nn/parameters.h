@@ -3,9 +3,11 @@
 // tensors; the optimizer, the gradient norm, clipping and checkpoint I/O are flat loops over
 // flat_params() / flat_grads(). Later: fp32 master weights as a third flat buffer, same layout.
 #pragma once
+#include <functional>
 #include <set>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "mixtrain/tensor/quantized.h"
@@ -37,6 +39,24 @@ struct QuantizedLayout {
 struct StoreOptions {
   QuantScheme quant = QuantScheme::none;
   bool gradients = true;
+};
+
+// ZeRO stage 2 (optim/zero.h): while one is alive on this thread, a store finalized with gradients
+// keeps only one part of its gradient buffer in memory: part(flat_numel) gives the elements
+// [begin, end) this rank holds (its part of the summed gradients). The buffer keeps its layout
+// (every parameter's gradient view, the flat loops' offsets), but the rest is reserved address
+// space (Tensor::reserved), never written: backward hands each gradient to data parallelism
+// (autograd::GradHandoffScope) instead of adding it there.
+class GradientPartScope {
+ public:
+  using PartFn = std::function<std::pair<int64_t, int64_t>(int64_t flat_numel)>;
+  explicit GradientPartScope(PartFn part);
+  ~GradientPartScope();
+  GradientPartScope(const GradientPartScope&) = delete;
+  GradientPartScope& operator=(const GradientPartScope&) = delete;
+
+ private:
+  PartFn prev_;
 };
 
 class ParameterStore {
@@ -79,6 +99,10 @@ class ParameterStore {
   // The flat buffers, shape (flat_numel()); padding elements are zero and stay zero.
   const Tensor& flat_params() const { return params_; }
   const Tensor& flat_grads() const { return grads_; }
+  // The gradient elements [first, second) this store holds: the whole buffer, or under a
+  // GradientPartScope at finalize its part. zero_grads() zeroes those.
+  std::pair<int64_t, int64_t> gradient_part() const { return grad_part_; }
+  bool gradients_partial() const { return grad_part_ != std::pair<int64_t, int64_t>{0, flat_numel_}; }
   void zero_grads();
 
  private:
@@ -87,6 +111,7 @@ class ParameterStore {
   int64_t flat_numel_ = 0;
   Tensor params_;  // (flat_numel) parameters
   Tensor grads_;   // (flat_numel) gradients
+  std::pair<int64_t, int64_t> grad_part_{0, 0};
   QuantScheme quant_scheme_ = QuantScheme::none;
   Tensor codes_;   // the quantized parameters' codes, back to back (64-byte aligned)
   Tensor scales_;  // their per-row scales

@@ -24,6 +24,11 @@
 // embeddings, read it directly, and its 16-bit working copy feeds the GEMMs), so the fp32
 // masters stay whole on every rank, gathered in fp32 after each update, and the working copy
 // outside this rank's part is rounded from them (the same bits the optimizer writes).
+//
+// ZeRO stage 2 uses the same partition and optimizer; what differs is the gradient side: the
+// store's gradient buffer holds this rank's part only (nn/parameters.h GradientPartScope, with
+// zero_partition's part) and data parallelism reduces each bucket from a buffer of its own
+// (train/data_parallel.h).
 #pragma once
 #include <cstdint>
 #include <memory>

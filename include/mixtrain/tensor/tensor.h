@@ -24,6 +24,12 @@ class Tensor {
                       Device device = default_device());
   static Tensor full(const Shape& shape, DType dtype, double value,
                      MemCategory category = MemCategory::activations);
+  // Zeros of which only elements [used_begin, used_end) (flat, row-major) may be written: the rest
+  // is address space, never memory, and only those elements are charged to the tracker (a ZeRO-2
+  // rank's gradient arena, nn/parameters.h: views of every parameter, the rank's part alone
+  // written). Elements outside may be read (zeros) but a write commits their pages, uncharged.
+  static Tensor reserved(const Shape& shape, DType dtype, int64_t used_begin, int64_t used_end,
+                         MemCategory category, Device device = default_device());
   // Values are given as doubles and rounded to `dtype` (round to nearest even).
   static Tensor from_vector(const std::vector<double>& values, const Shape& shape, DType dtype,
                             MemCategory category = MemCategory::activations);

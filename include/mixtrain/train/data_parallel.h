@@ -9,6 +9,18 @@
 // optim/zero.h) each bucket is reduce-scattered instead: every rank receives the summed
 // gradient of its own part of the bucket only (the same sums, in the same order, as the
 // all-reduce's), and the rest of its gradient buffer is left stale.
+// With ZeRO stage 2 (zero_stage = 2; the model's store built inside a GradientPartScope giving this
+// rank's part, nn/parameters.h) the gradient buffer holds only that part: backward hands each
+// parameter's finished gradient over (autograd::GradHandoffScope) and it is copied into its
+// bucket's own buffer, allocated at the bucket's first gradient (which backward then accumulates
+// there directly, unless the bucket travels in bf16 and the gradients are fp32: then the finished
+// gradient is rounded into it); a full bucket is reduce-scattered
+// from there, and once done this rank's piece goes into its part of the buffer and the bucket's
+// buffer is freed. At most kZero2InFlight buckets are in flight: starting one more first completes
+// the oldest, so what a rank holds is its part plus a few buckets, never the whole gradient, and
+// the same at every run (the memory prediction's). Every micro-batch is reduced this way (DeepSpeed's
+// stage 2): with grad_accum 1 the sums are ZeRO-1's, bit for bit; with more, each micro-batch is
+// summed over ranks before the micro-batches are added (a different rounding order than ZeRO-1's).
 //
 //   DataParallelHook& dp = run.add_hook(std::make_unique<DataParallelHook>(world(), DataParallelConfig{}));
 //   // TrainingRun's RunConfig::world must be the same communicator (data split, loss sums).
@@ -36,7 +48,7 @@ struct DataParallelConfig {
   // debugging aid, one pass over the weights per step.
   bool verify_replicas = false;
   // 0: every rank receives the whole summed gradient (all-reduce); 1: ZeRO stage 1 (reduce-scatter
-  // to the ranks' parts of the arena, optim/zero.h).
+  // to the ranks' parts of the arena, optim/zero.h); 2: ZeRO stage 2 (and only the part is held).
   int zero_stage = 0;
   void validate(DType grad_dtype) const;  // ArgumentError naming grad_reduce_dtype / bucket_bytes / zero
 };
@@ -51,6 +63,9 @@ struct DataParallelStats {
   double wait_seconds = 0;          // time spent waiting for sums after backward
 };
 
+// ZeRO-2: the buckets whose reduce-scatter may run at once (starting another completes the oldest).
+inline constexpr size_t kZero2InFlight = 2;
+
 class DataParallelHook final : public TrainingHook {
  public:
   DataParallelHook(Communicator& world, DataParallelConfig config);
@@ -59,6 +74,7 @@ class DataParallelHook final : public TrainingHook {
   void on_run_start(TrainingRun& run) override;  // buckets; rank 0's weights to every rank
   void on_step_begin(TrainingRun& run, int64_t step) override;
   void reduce_gradients(TrainingRun& run, int64_t step) override;
+  void micro_batch_done(TrainingRun& run, int64_t step) override;  // ZeRO-2: this micro-batch's sums
   void after_update(TrainingRun& run, const StepRecord& record) override;
   void on_run_end(TrainingRun& run, TrainSummary& summary) override;
 
@@ -72,6 +88,13 @@ class DataParallelHook final : public TrainingHook {
  private:
   void build_buckets(const ParameterStore& store);
   void on_grad_ready(const Tensor& grad);
+  Tensor grad_place(const Tensor& buffer);                  // ZeRO-2: a view of the bucket's buffer
+  void on_grad_handoff(const Tensor& buffer, Tensor grad);  // ZeRO-2
+  Tensor& bucket_grads(size_t b);                           // allocated (zeros) at its first use
+  void mark_ready(size_t param);
+  void new_micro_batch();
+  void start_all_remaining();
+  void finish_oldest();        // ZeRO-2: completes the oldest bucket in flight, its piece into the part
   void start_ready_buckets();  // the next buckets in order whose parameters are all ready
   void start(size_t b);
   void finish(size_t b);  // bf16: the sum back into the fp32 gradients
@@ -91,7 +114,13 @@ class DataParallelHook final : public TrainingHook {
   double first_start_ = -1;                       // steady-clock seconds of this step's first start
   std::vector<uint16_t> staging_;                 // (flat_numel) bf16 words for fp32 gradients
   std::vector<FlatRange> shards_;                 // ZeRO: every rank's part of the arena; empty otherwise
+  // ZeRO-2: each bucket's buffer while it fills or is reduced (undefined otherwise; bf16 when
+  // reduce_dtype is), and the buckets in flight, oldest first, with their micro-batch.
+  std::vector<Tensor> bucket_grads_;
+  std::vector<std::pair<size_t, int64_t>> in_flight_;
+  int64_t micro_ = 0;  // ZeRO-2: the micro-batch being reduced (micro_batch_done counts them)
   std::unique_ptr<autograd::GradReadyScope> scope_;
+  std::unique_ptr<autograd::GradHandoffScope> handoff_;
   DataParallelStats stats_;
 };
 

@@ -213,6 +213,10 @@ class TrainingHook {
   // After the micro-batches of every step, finite or not (all ranks must take part in the same
   // collectives): the gradients are final on this rank (or abandoned, when a loss was not finite).
   virtual void reduce_gradients(TrainingRun&, int64_t /*step*/) {}
+  // After each micro-batch but the step's last (grad_accum > 1), on every rank: after its backward,
+  // or in its place when an earlier loss of the step was not finite (then micro_batch() says which
+  // one is skipped). ZeRO-2 reduces each micro-batch's gradients here. Not in a replay.
+  virtual void micro_batch_done(TrainingRun&, int64_t /*step*/) {}
   virtual void after_backward(TrainingRun&, int64_t /*step*/) {}
   // The step's loss or gradients were non-finite (it will be skipped), before the scaler's
   // update: the hook may re-run the step at the same loss scale (TrainingRun::replay_step) and

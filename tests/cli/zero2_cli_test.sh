@@ -1,0 +1,198 @@
+#!/usr/bin/env bash
+# ZeRO stage 2 (--zero 2) under mpirun, 2 ranks x 1 thread (OpenMPI, set up as mpi_cli_test.sh):
+# - in all five precision modes (and bf16-true --update-rounding master, bf16-mixed --optim-state
+#   int8, bf16 gradient sums), 2 ranks with --zero 2 give the step log of 2 ranks with --zero 1 bit
+#   for bit, the same final weights and the same optimizer state in the checkpoint, byte for byte
+#   (--verify-replicas after every step)
+# - with --grad-accum 2 (each micro-batch summed over the ranks, then added): the --zero 1 losses
+#   within rounding
+# - a non-finite gradient in rank 1's part: both ranks skip the step, the scale halves
+# - each rank's gradient bytes, from its tracker: its part of the arena (4 bytes an element) plus
+#   the buckets held, less than the whole buffer; `mixtrain memory --ranks 2 --zero 2` predicts
+#   rank 0's peak and every category to the byte (measured under mpirun), without mpirun the same
+# - a checkpoint saved with --zero 2 resumes with --zero 2, --zero 1 and in one process
+#   (--grad-accum 2 --exact-grad-accum) on the uninterrupted trajectory, bit for bit
+# - a BERT fine-tune with --zero 2: --zero 1's step log and test results bit for bit
+# - --zero 2 in one process is one part: the plain run bit for bit; --zero 3: a one-line error
+MIXTRAIN="$1"
+. "$(dirname "$0")/cli_common.sh"
+use_mpirun
+write_text "$TMP/text.txt"
+write_tiny_model "$TMP/tiny.json" 2 32 32
+# Small buckets (10 KiB): several per step, some across the boundary of the two ranks' parts.
+COMMON=(--data "$TMP/text.txt" --model "$TMP/tiny.json" --batch-size 2 --threads 1 --bucket-mb 0.01)
+
+# 1. --zero 2 against --zero 1 on 2 ranks: step log, final weights, optimizer state.
+check_mode() {  # MODE [EXTRA FLAGS...]
+  local mode="$1" d="$TMP/$1${3:-}${5:-}"
+  shift
+  local extra=("$@") z
+  mkdir -p "$d"
+  for z in 1 2; do
+    if ! timeout 60 "${MPIRUN[@]}" "$MIXTRAIN" train "${COMMON[@]}" "${extra[@]}" --steps 6 --precision "$mode" \
+        --zero "$z" --verify-replicas --log-jsonl "$d/zero$z.jsonl" --checkpoint-dir "$d/zero$z" >"$d/out" 2>"$d/err"; then
+      fail "$mode ${extra[*]}: 2-rank --zero $z run failed: $(tail -c 400 "$d/err")"
+      return
+    fi
+  done
+  [ "$(wc -l <"$d/zero2.jsonl")" = 6 ] && pass || fail "$mode: the --zero 2 step log has $(wc -l <"$d/zero2.jsonl") lines"
+  local msg f
+  if msg=$(same_log "$d/zero2.jsonl" "$d/zero1.jsonl"); then pass; else fail "$mode ${extra[*]}: --zero 2 differs from --zero 1: $msg"; fi
+  for f in model train_state; do
+    if msg=$(same_tensors "$d/zero2/step-000006/$f.safetensors" "$d/zero1/step-000006/$f.safetensors" 2>&1); then
+      pass
+    else
+      fail "$mode ${extra[*]}: $f.safetensors after 6 steps differs from --zero 1's: $msg"
+    fi
+  done
+}
+for mode in 32-true 16-mixed bf16-mixed 16-true bf16-true; do check_mode "$mode"; done
+check_mode bf16-true --update-rounding master
+check_mode bf16-mixed --optim-state int8
+check_mode 32-true --grad-reduce-dtype bf16   # fp32 gradients rounded into bf16 buckets
+check_mode bf16-true --grad-reduce-dtype bf16
+
+# 2. Gradient accumulation: every micro-batch reduced, then added (DeepSpeed's order): the losses
+# of --zero 1 (which adds the micro-batches first) within rounding.
+d="$TMP/accum"
+mkdir -p "$d"
+if timeout 60 "${MPIRUN[@]}" "$MIXTRAIN" train "${COMMON[@]}" --steps 6 --grad-accum 2 --zero 2 --verify-replicas \
+    --log-jsonl "$d/zero2.jsonl" >/dev/null 2>"$d/err" &&
+   timeout 60 "${MPIRUN[@]}" "$MIXTRAIN" train "${COMMON[@]}" --steps 6 --grad-accum 2 --zero 1 \
+    --log-jsonl "$d/zero1.jsonl" >/dev/null 2>"$d/err"; then
+  python3 - "$d/zero2.jsonl" "$d/zero1.jsonl" <<'PY' && pass || fail "--grad-accum 2: --zero 2 left --zero 1's trajectory"
+import json, sys
+a, b = ([json.loads(l) for l in open(p)] for p in sys.argv[1:])
+assert len(a) == len(b) == 6, (len(a), len(b))
+for x, y in zip(a, b):
+    assert abs(x["loss"] - y["loss"]) <= 1e-5 * abs(y["loss"]), (x["step"], x["loss"], y["loss"])
+    assert abs(x["grad_norm"] - y["grad_norm"]) <= 1e-4 * y["grad_norm"], (x["step"], x["grad_norm"], y["grad_norm"])
+PY
+else
+  fail "--grad-accum 2 with --zero 2: $(tail -c 400 "$d/err")"
+fi
+
+# 3. A non-finite gradient in rank 1's part at step 3 (16-mixed, initial scale 1024).
+d="$TMP/inject"
+mkdir -p "$d"
+if timeout 60 "${MPIRUN[@]}" "$MIXTRAIN" train "${COMMON[@]}" --steps 5 --precision 16-mixed --init-scale 1024 \
+    --zero 2 --inject-nonfinite 3 --inject-nonfinite-rank 1 --verify-replicas --log-jsonl "$d/log.jsonl" \
+    >/dev/null 2>"$d/err"; then
+  got=$(python3 -c "
+import json
+for l in open('$d/log.jsonl'):
+    j = json.loads(l)
+    print(j['step'], j['skipped'], j['loss_scale'])" | tr '\n' ';')
+  want="1 False 1024.0;2 False 1024.0;3 True 1024.0;4 False 512.0;5 False 512.0;"
+  [ "$got" = "$want" ] && pass || fail "--zero 2 injection: (step skipped scale) $got, expected $want"
+else
+  fail "--zero 2 injection run failed: $(tail -c 400 "$d/err")"
+fi
+
+# 4. Gradient memory per rank: its part (fp32, 4 bytes an element) and the buckets in flight,
+# below the whole buffer; the memory command's prediction against rank 0's measurement.
+# (8 layers of 64: the tied embedding's gradient, whose bucket backward holds from its first op to
+# its last, is a small part of the whole, as in a real model.)
+d="$TMP/mem"
+mkdir -p "$d"
+write_tiny_model "$TMP/mem.json" 8 64 32
+MEMRUN=(--data "$TMP/text.txt" --model "$TMP/mem.json" --batch-size 2 --threads 1 --bucket-mb 0.05 --steps 2
+        --precision bf16-mixed --json)
+if timeout 60 "${MPIRUN[@]}" "$MIXTRAIN" train "${MEMRUN[@]}" --zero 2 >"$d/two.json" 2>"$d/err" &&
+   "$MIXTRAIN" train "${MEMRUN[@]}" >"$d/one.json" 2>"$d/err"; then
+  python3 - "$d/two.json" "$d/one.json" <<'PY' && pass || fail "--zero 2: per-rank gradient bytes are not the part plus buckets"
+import json, sys
+two, one = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+assert two["zero"] == 2 and two["ranks"] == 2, two
+whole = one["peak_bytes_by_category"]["gradients"]
+n = whole // 4
+S = -(-n // 8192) * 4096
+parts = [min(S, n), n - min(S, n)]
+got = [r["gradients"] for r in two["rank_peak_bytes_by_category"]]
+print(f"gradients: one process {whole} B; per rank {got} B, parts {[4 * p for p in parts]} B")
+for g, p in zip(got, parts):
+    assert 4 * p < g < 0.75 * whole, (g, p, whole)
+PY
+else
+  fail "--zero 2 memory runs failed: $(tail -c 400 "$d/err")"
+fi
+MEM=(memory --model "$TMP/mem.json" --precision bf16-mixed --batch-size 2 --seq-len 32 --steps 2 --threads 1
+     --ranks 2 --zero 2 --bucket-mb 0.05)
+if timeout 60 "${MPIRUN[@]}" "$MIXTRAIN" "${MEM[@]}" --json "$d/m.json" >"$d/out" 2>"$d/err" &&
+   "$MIXTRAIN" "${MEM[@]}" --predict-only --json "$d/p.json" >"$d/out1" 2>"$d/err1"; then
+  grep -q "ZeRO stage 2" "$d/out" && pass || fail "memory --zero 2 does not say so: $(head -c 300 "$d/out")"
+  python3 - "$d/m.json" "$d/p.json" <<'PY' && pass || fail "memory --ranks 2 --zero 2: prediction and measurement differ"
+import json, sys
+m, p = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+assert m["config"]["zero"] == 2, m["config"]
+pred, meas = m["predicted"]["by_category"], m["measured"]["by_category"]
+assert pred == meas, (pred, meas)
+assert m["predicted"]["peak_bytes"] == m["measured"]["peak_bytes"], m["relative_error"]
+assert p["predicted"]["by_category"] == pred, "the prediction without mpirun differs"
+print(f"memory --zero 2: gradients predicted {pred['gradients']} B, measured {meas['gradients']} B")
+PY
+else
+  fail "memory --ranks 2 --zero 2 failed: $(tail -c 400 "$d/err" "$d/err1")"
+fi
+
+# 5. A --zero 2 checkpoint (16-mixed) resumed three ways on the uninterrupted trajectory.
+d="$TMP/resume"
+mkdir -p "$d"
+if timeout 60 "${MPIRUN[@]}" "$MIXTRAIN" train "${COMMON[@]}" --steps 6 --precision 16-mixed --zero 2 --stop-after 3 \
+    --checkpoint-dir "$d/ck" --log-jsonl "$d/first.jsonl" >/dev/null 2>"$d/err"; then
+  for how in zero2 zero1 one; do
+    cp "$d/first.jsonl" "$d/$how.jsonl"
+    case $how in
+      zero2) run=(timeout 60 "${MPIRUN[@]}" "$MIXTRAIN" train "${COMMON[@]}" --zero 2 --verify-replicas) ;;
+      zero1) run=(timeout 60 "${MPIRUN[@]}" "$MIXTRAIN" train "${COMMON[@]}" --zero 1) ;;
+      one) run=("$MIXTRAIN" train "${COMMON[@]}" --grad-accum 2 --exact-grad-accum) ;;
+    esac
+    if ! "${run[@]}" --steps 6 --precision 16-mixed --resume "$d/ck/step-000003" --log-jsonl "$d/$how.jsonl" \
+        >/dev/null 2>"$d/err"; then
+      fail "resume of a --zero 2 checkpoint ($how) failed: $(tail -c 400 "$d/err")"
+      continue
+    fi
+    if msg=$(same_log "$d/$how.jsonl" "$TMP/16-mixed/zero2.jsonl"); then pass; else
+      fail "--zero 2 checkpoint resumed ($how) left the uninterrupted trajectory: $msg"
+    fi
+  done
+else
+  fail "--zero 2 run to the checkpoint failed: $(tail -c 400 "$d/err")"
+fi
+
+# 6. The encoder family: a fine-tune of the tiny BERT (finetune_mpi_cli_test.sh's) with --zero 2
+# gives --zero 1's step log and test results, bit for bit.
+SRC="$(cd "$(dirname "$0")/../.." && pwd)"
+write_tiny_encoder_task "$SRC" "$TMP/ft"
+FT=(--threads 1 finetune --model "$TMP/ft/model" --train "$TMP/ft/train.tsv" --test "$TMP/ft/test.tsv" --max-len 16
+  --batch-size 4 --epochs 1 --lr 1e-2 --pooling mean --precision bf16-mixed --bucket-mb 0.05)
+d="$TMP/finetune"
+mkdir -p "$d"
+if timeout 120 "${MPIRUN[@]}" "$MIXTRAIN" "${FT[@]}" --zero 2 --verify-replicas --log-jsonl "$d/zero2.jsonl" \
+    --json "$d/zero2.json" >/dev/null 2>"$d/err" &&
+   timeout 120 "${MPIRUN[@]}" "$MIXTRAIN" "${FT[@]}" --zero 1 --log-jsonl "$d/zero1.jsonl" --json "$d/zero1.json" \
+    >/dev/null 2>"$d/err"; then
+  if msg=$(same_log "$d/zero2.jsonl" "$d/zero1.jsonl"); then pass; else fail "finetune --zero 2 differs from --zero 1: $msg"; fi
+  python3 - "$d/zero2.json" "$d/zero1.json" <<'PY' && pass || fail "finetune --zero 2: results differ from --zero 1"
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:])
+assert a["zero"] == 2 and b["zero"] == 1, (a["zero"], b["zero"])
+for k in ("test_accuracy", "test_loss", "steps"):
+    assert a[k] == b[k], (k, a[k], b[k])
+PY
+else
+  fail "finetune with --zero 2: $(tail -c 400 "$d/err")"
+fi
+
+# 7. One process: one part, the plain run. Bad input: one line naming the flag, exit 2.
+d="$TMP/single"
+mkdir -p "$d"
+if "$MIXTRAIN" train "${COMMON[@]}" --steps 4 --zero 2 --log-jsonl "$d/zero.jsonl" >/dev/null 2>"$d/err" &&
+   "$MIXTRAIN" train "${COMMON[@]}" --steps 4 --log-jsonl "$d/plain.jsonl" >/dev/null 2>"$d/err"; then
+  if msg=$(same_log "$d/zero.jsonl" "$d/plain.jsonl"); then pass; else fail "--zero 2 in one process differs: $msg"; fi
+else
+  fail "--zero 2 in one process failed: $(tail -c 400 "$d/err")"
+fi
+expect_exit 2 "--zero 3" -- "$MIXTRAIN" train "${COMMON[@]}" --steps 1 --zero 3
+expect_stderr_has "--zero must be 0, 1" "--zero 3"
+finish
