@@ -50,7 +50,6 @@ for mode in 32-true 16-mixed bf16-mixed 16-true bf16-true; do check_mode "$mode"
 check_mode bf16-true --update-rounding master
 check_mode bf16-mixed --optim-state int8
 check_mode 32-true --grad-reduce-dtype bf16   # fp32 gradients rounded into bf16 buckets
-check_mode bf16-true --grad-reduce-dtype bf16
 
 # 2. Gradient accumulation: every micro-batch reduced, then added (DeepSpeed's order): the losses
 # of --zero 1 (which adds the micro-batches first) within rounding.
