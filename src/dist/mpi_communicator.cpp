@@ -118,6 +118,17 @@ class MpiWorld final : public Communicator {
                 static_cast<size_t>(counts[static_cast<size_t>(rank_)]) * elem};
   }
 
+  void start_all_to_all(const void* send, std::span<const int64_t> send_bytes, void* recv,
+                        std::span<const int64_t> recv_bytes) override {
+    Op& o = ops_.emplace_back();
+    layout(send_bytes, o.counts, o.displs, "all_to_all");
+    layout(recv_bytes, o.recv_counts, o.recv_displs, "all_to_all");
+    MPI_Request req;
+    MPI_Ialltoallv(send, o.counts.data(), o.displs.data(), MPI_BYTE, recv, o.recv_counts.data(),
+                   o.recv_displs.data(), MPI_BYTE, MPI_COMM_WORLD, &req);
+    o.requests.push_back(req);
+  }
+
   void all_gather(void* data, std::span<const int64_t> bytes) override {
     std::vector<int> counts, displs;
     layout(bytes, counts, displs, "all_gather");
@@ -190,7 +201,8 @@ class MpiWorld final : public Communicator {
   };
   struct Op {  // one started sum (its chunks) or reduce-scatter
     std::vector<MPI_Request> requests;
-    std::vector<int> counts;  // a reduce-scatter's recvcounts, alive until it is done
+    std::vector<int> counts;  // a reduce-scatter's recvcounts (an all-to-all's send counts), alive until done
+    std::vector<int> displs, recv_counts, recv_displs;  // an all-to-all's
     Move move;
   };
   int rank_ = 0;

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/crc.h"
+#include "dist/int8_pieces.h"
 #include "kernels/ops_backward.h"  // add_inplace
 #include "mixtrain/numeric/convert.h"
 #include "mixtrain/optim/zero.h"
@@ -20,9 +21,17 @@ double now_s() {
 }  // namespace
 
 void DataParallelConfig::validate(DType grad_dtype) const {
-  if (reduce_dtype != DType::f32 && reduce_dtype != DType::bf16)
-    throw ArgumentError({"grad_reduce_dtype"}, "grad_reduce_dtype must be fp32 or bf16, got " +
+  if (reduce_dtype != DType::f32 && reduce_dtype != DType::bf16 && reduce_dtype != DType::i8)
+    throw ArgumentError({"grad_reduce_dtype"}, "grad_reduce_dtype must be fp32, bf16 or int8, got " +
                                                    std::string(dtype_name(reduce_dtype)));
+  if (reduce_dtype == DType::i8 && zero_stage == 0)
+    throw ArgumentError({"grad_reduce_dtype", "zero"},
+                        "grad_reduce_dtype int8 compresses ZeRO's reduce-scatter: it needs zero 1 or 2");
+  if (reduce_dtype == DType::i8 && grad_dtype != DType::f32)
+    throw ArgumentError({"grad_reduce_dtype"},
+                        "grad_reduce_dtype int8 needs fp32 gradients (32-true or a *-mixed precision); this "
+                        "precision keeps " +
+                            std::string(dtype_name(grad_dtype)) + " (use fp32 or bf16)");
   if (reduce_dtype == DType::bf16 && grad_dtype != DType::f32 && grad_dtype != DType::bf16)
     throw ArgumentError({"grad_reduce_dtype"},
                         "grad_reduce_dtype bf16 needs fp32 or bf16 gradients; this precision keeps " +
@@ -65,6 +74,8 @@ void DataParallelHook::build_buckets(const ParameterStore& store) {
   for (size_t k = 0; k < infos.size(); ++k) param_at_[infos[k].offset] = k;
   if (staged && config_.zero_stage != 2) staging_.assign(static_cast<size_t>(store.flat_numel()), 0);
   bucket_grads_.assign(buckets_.size(), Tensor());
+  int8_send_.assign(buckets_.size(), Tensor());
+  int8_recv_.assign(buckets_.size(), Tensor());
   in_flight_.clear();
 }
 
@@ -86,6 +97,10 @@ void DataParallelHook::on_run_start(TrainingRun& run) {
       throw ArgumentError({"zero"},
                           "zero 2 needs the model's gradient buffer to hold this rank's part only (built "
                           "inside a GradientPartScope, nn/parameters.h)");
+  }
+  if (config_.reduce_dtype == DType::i8) {
+    const ScopedOp site("int8 error feedback");  // names it in memory reports
+    residual_ = Tensor::zeros({store.flat_numel()}, DType::f32, MemCategory::gradients);
   }
   stats_ = DataParallelStats();
   stats_.buckets_per_step = static_cast<int64_t>(buckets_.size());
@@ -126,6 +141,7 @@ void DataParallelHook::on_run_end(TrainingRun&, TrainSummary& s) {
         static_cast<double>(stats_.started_in_backward) / (n * static_cast<double>(stats_.buckets_per_step));
     s.reduce_wait_s = stats_.wait_seconds / n;
     s.reduce_overlap_s = stats_.overlap_seconds / n;
+    s.reduce_bytes_per_step = stats_.bytes_sent / n;
   }
 }
 
@@ -154,7 +170,9 @@ void DataParallelHook::mark_ready(size_t param) {
 
 void DataParallelHook::on_grad_ready(const Tensor& grad) {
   // Only the last micro-batch's backward makes a gradient final.
-  if (!run_ || run_->replaying() || run_->micro_batch() != run_->config().grad_accum - 1 || grads_.is_meta())
+  // (On the meta device only int8's buffers need following: a prediction of their memory.)
+  if (!run_ || run_->replaying() || run_->micro_batch() != run_->config().grad_accum - 1 ||
+      (grads_.is_meta() && config_.reduce_dtype != DType::i8))
     return;
   if (grad.storage() != grads_.storage()) return;  // another store's parameter
   const auto it = param_at_.find(grad.offset() - grads_.offset());
@@ -220,9 +238,24 @@ void DataParallelHook::start(size_t b) {
   if (first_start_ < 0) first_start_ = now_s();
   const Bucket& k = buckets_[b];
   const int64_t n = k.end - k.begin;
+  // The payload: this rank's pieces of the other ranks' parts (all of them for an all-reduce).
+  const std::vector<int64_t> counts = piece_counts(k.begin, k.end);
+  for (size_t r = 0; r < counts.size(); ++r)
+    if (static_cast<int>(r) != world_.rank())
+      stats_.bytes_sent += static_cast<double>(
+          config_.reduce_dtype == DType::i8
+              ? dist::int8_piece_bytes(counts[r])
+              : counts[r] *
+                    int64_t(dtype_size(config_.reduce_dtype == DType::bf16 ? DType::bf16 : grads_.dtype())));
+  if (shards_.empty())
+    stats_.bytes_sent += static_cast<double>(n) / world_.size() * (world_.size() - 1) *
+                         double(dtype_size(staging_.empty() ? grads_.dtype() : DType::bf16));
   if (config_.zero_stage == 2) {
     const Tensor& g = bucket_grads(b);  // zeros if no parameter of it had a gradient
-    if (!g.is_meta()) world_.start_reduce_scatter(g.raw_data(), piece_counts(k.begin, k.end), g.dtype());
+    if (config_.reduce_dtype == DType::i8)
+      start_int8(b, g.is_meta() ? nullptr : g.data<float>());
+    else if (!g.is_meta())
+      world_.start_reduce_scatter(g.raw_data(), counts, g.dtype());
     in_flight_.push_back({b, micro_});
     while (in_flight_.size() > kZero2InFlight) finish_oldest();
     return;
@@ -238,15 +271,76 @@ void DataParallelHook::start(size_t b) {
   }
   if (shards_.empty())
     world_.start_sum(data, n, dtype);
+  else if (config_.reduce_dtype == DType::i8)
+    start_int8(b, grads_.is_meta() ? nullptr : grads_.data<float>() + k.begin);
   else  // ZeRO: each rank's part of the bucket, summed, lands on that rank only
-    world_.start_reduce_scatter(data, piece_counts(k.begin, k.end), dtype);
+    world_.start_reduce_scatter(data, counts, dtype);
+}
+
+void DataParallelHook::start_int8(size_t b, float* data) {
+  const Bucket& k = buckets_[b];
+  const std::vector<int64_t> counts = piece_counts(k.begin, k.end);
+  const size_t self = static_cast<size_t>(world_.rank());
+  std::vector<int64_t> send(counts.size(), 0), recv(counts.size(), 0);
+  int64_t send_total = 0, recv_total = 0;
+  for (size_t r = 0; r < counts.size(); ++r) {
+    if (r == self) continue;  // its own piece stays in fp32
+    send[r] = dist::int8_piece_bytes(counts[r]);
+    recv[r] = dist::int8_piece_bytes(counts[self]);
+    send_total += send[r];
+    recv_total += recv[r];
+  }
+  const ScopedOp site("int8 gradient pieces");  // names them in memory reports
+  int8_send_[b] = Tensor::empty({send_total}, DType::i8, MemCategory::workspace);
+  int8_recv_[b] = Tensor::empty({recv_total}, DType::i8, MemCategory::workspace);
+  if (data == nullptr) return;  // the meta device: the buffers are the prediction's, nothing moves
+  const float loss_scale =
+      run_->mp().scaler().enabled() ? static_cast<float>(run_->mp().scaler().scale()) : 1.f;
+  char* out = static_cast<char*>(int8_send_[b].raw_data());
+  int64_t at = k.begin;  // the piece's first element in the arena
+  for (size_t r = 0; r < counts.size(); ++r) {
+    if (r != self)
+      dist::quantize_piece_int8(data + (at - k.begin), residual_.data<float>() + at, counts[r], loss_scale,
+                                out);
+    out += send[r];
+    at += counts[r];
+  }
+  world_.start_all_to_all(int8_send_[b].raw_data(), send, int8_recv_[b].raw_data(), recv);
+}
+
+void DataParallelHook::finish_int8(size_t b, float* data) {
+  Tensor sent = std::move(int8_send_[b]), got = std::move(int8_recv_[b]);
+  const Bucket& k = buckets_[b];
+  const FlatRange& mine = shards_[static_cast<size_t>(world_.rank())];
+  const int64_t begin = std::max(k.begin, mine.begin), end = std::min(k.end, mine.end);
+  if (data == nullptr || begin >= end) return;
+  // Rank order: (v0 + v1) + v2 ..., this rank's own values unquantized, the others dequantized.
+  const int64_t n = end - begin;
+  std::vector<float> sum(static_cast<size_t>(n), 0.f);
+  const char* in = static_cast<const char*>(got.raw_data());
+  for (int r = 0; r < world_.size(); ++r) {
+    if (r == world_.rank()) {
+      const float* own = data + (begin - k.begin);
+      for (int64_t i = 0; i < n; ++i) sum[static_cast<size_t>(i)] += own[i];
+    } else {
+      dist::add_dequantized_piece_int8(in, n, sum.data());
+      in += dist::int8_piece_bytes(n);
+    }
+  }
+  std::copy(sum.begin(), sum.end(), data + (begin - k.begin));
+}
+
+float* DataParallelHook::bucket_data(size_t b) {
+  if (config_.zero_stage == 2) return bucket_grads_[b].is_meta() ? nullptr : bucket_grads_[b].data<float>();
+  return grads_.is_meta() ? nullptr : grads_.data<float>() + buckets_[b].begin;
 }
 
 void DataParallelHook::finish_oldest() {
   const auto [b, micro] = in_flight_.front();
   in_flight_.erase(in_flight_.begin());
+  if (!bucket_grads_[b].is_meta()) world_.wait_oldest(1);
+  if (config_.reduce_dtype == DType::i8) finish_int8(b, bucket_data(b));
   Tensor g = std::move(bucket_grads_[b]);
-  if (!g.is_meta()) world_.wait_oldest(1);
   const Bucket& k = buckets_[b];
   const FlatRange& mine = shards_[static_cast<size_t>(world_.rank())];
   const int64_t begin = std::max(k.begin, mine.begin), end = std::min(k.end, mine.end);
@@ -262,6 +356,8 @@ void DataParallelHook::finish_oldest() {
 }
 
 void DataParallelHook::finish(size_t b) {
+  if (config_.zero_stage == 2) return;  // finish_oldest did it
+  if (config_.reduce_dtype == DType::i8) return finish_int8(b, bucket_data(b));
   if (staging_.empty()) return;
   const Bucket& k = buckets_[b];
   int64_t begin = k.begin, end = k.end;
@@ -288,7 +384,7 @@ void DataParallelHook::micro_batch_done(TrainingRun&, int64_t) {
 }
 
 void DataParallelHook::reduce_gradients(TrainingRun&, int64_t) {
-  if (grads_.is_meta() && config_.zero_stage != 2) return;
+  if (grads_.is_meta() && config_.zero_stage != 2 && config_.reduce_dtype != DType::i8) return;
   // Parameters the backward did not reach (unused, or a backward cut short by a non-finite loss)
   // are final as they are: every remaining bucket starts, in order.
   const double t0 = now_s();

@@ -47,6 +47,13 @@ class Communicator {
   // additions of more than 2 ranks differently than in its all-reduce); the other pieces are
   // left undefined. counts has one entry per rank. Completed by wait_all().
   virtual void start_reduce_scatter(void* data, std::span<const int64_t> counts, DType dtype) = 0;
+  // Starts an all-to-all of bytes (MPI_Ialltoallv): this rank's send_bytes[k] bytes at offset
+  // send_bytes[0] + ... + send_bytes[k-1] of `send` go to rank k, which receives them at offset
+  // recv_bytes[0] + ... + recv_bytes[r-1] of its `recv` (r: this rank). Neither buffer may be
+  // touched until the operation is completed (wait_all / wait_oldest). A compressed
+  // reduce-scatter's transport (train/data_parallel.h: int8 pieces).
+  virtual void start_all_to_all(const void* send, std::span<const int64_t> send_bytes, void* recv,
+                                std::span<const int64_t> recv_bytes) = 0;
   // Lets started sums advance (MPI moves non-blocking collectives only inside MPI calls).
   virtual void progress() = 0;
   // Completes every started sum and reduce-scatter.
@@ -73,6 +80,8 @@ class SingleProcess final : public Communicator {
   int64_t max(int64_t value) override { return value; }
   void start_sum(void*, int64_t, DType) override {}
   void start_reduce_scatter(void*, std::span<const int64_t>, DType) override {}
+  void start_all_to_all(const void* send, std::span<const int64_t> send_bytes, void* recv,
+                        std::span<const int64_t> recv_bytes) override;
   void progress() override {}
   void wait_all() override {}
   void wait_oldest(size_t) override {}
@@ -94,6 +103,7 @@ class MetaWorld final : public Communicator {
   int64_t max(int64_t value) override { return value; }
   void start_sum(void*, int64_t, DType) override {}
   void start_reduce_scatter(void*, std::span<const int64_t>, DType) override {}
+  void start_all_to_all(const void*, std::span<const int64_t>, void*, std::span<const int64_t>) override {}
   void progress() override {}
   void wait_all() override {}
   void wait_oldest(size_t) override {}

@@ -40,7 +40,10 @@ namespace mixtrain {
 struct DataParallelConfig {
   // The dtype gradients travel and are summed in: f32 (exact fp32 sums; 16-bit gradients travel
   // in their own dtype, summed in fp32) or bf16 (half the bytes of fp32 gradients: each rank's
-  // gradient is rounded to bf16 and the sums are rounded to bf16 after each fp32 add).
+  // gradient is rounded to bf16 and the sums are rounded to bf16 after each fp32 add), or i8
+  // (ZeRO 1 or 2 with fp32 gradients: a quarter of the bytes; each rank's pieces for the other
+  // ranks quantized in blocks with error feedback, dist/int8_pieces.h, sent by an all-to-all, and
+  // summed in fp32 in rank order by their receiver, its own piece unquantized).
   DType reduce_dtype = DType::f32;
   int64_t bucket_bytes = int64_t{25} << 20;  // per bucket, in reduce_dtype (PyTorch DDP's 25 MiB)
   // After every step, check that every rank holds rank 0's weights and loss scale (a CRC-32 of
@@ -61,6 +64,7 @@ struct DataParallelStats {
   double overlap_seconds = 0;       // from the first bucket's start to the end of backward: the
                                     // time communication had to hide in
   double wait_seconds = 0;          // time spent waiting for sums after backward
+  double bytes_sent = 0;            // this rank's pieces for the others (the reduction's payload)
 };
 
 // ZeRO-2: the buckets whose reduce-scatter may run at once (starting another completes the oldest).
@@ -94,8 +98,13 @@ class DataParallelHook final : public TrainingHook {
   void mark_ready(size_t param);
   void new_micro_batch();
   void start_all_remaining();
-  void finish_oldest();        // ZeRO-2: completes the oldest bucket in flight, its piece into the part
-  void start_ready_buckets();  // the next buckets in order whose parameters are all ready
+  void finish_oldest();  // ZeRO-2: completes the oldest bucket in flight, its piece into the part
+  // int8: quantizes bucket b's pieces for the other ranks (data: its element 0) and starts the
+  // all-to-all; once done, sums this rank's piece in rank order in place.
+  void start_int8(size_t b, float* data);
+  void finish_int8(size_t b, float* data);
+  float* bucket_data(size_t b);  // element 0 of bucket b's gradients (ZeRO-2: its own buffer)
+  void start_ready_buckets();    // the next buckets in order whose parameters are all ready
   void start(size_t b);
   void finish(size_t b);  // bf16: the sum back into the fp32 gradients
   // ZeRO: how many elements of [begin, end) each rank's part holds (the reduce-scatter's counts).
@@ -117,6 +126,10 @@ class DataParallelHook final : public TrainingHook {
   // ZeRO-2: each bucket's buffer while it fills or is reduced (undefined otherwise; bf16 when
   // reduce_dtype is), and the buckets in flight, oldest first, with their micro-batch.
   std::vector<Tensor> bucket_grads_;
+  // int8: the error feedback (flat_numel, fp32, unscaled; dist/int8_pieces.h) and each bucket's
+  // quantized pieces in flight, sent and received.
+  Tensor residual_;
+  std::vector<Tensor> int8_send_, int8_recv_;
   std::vector<std::pair<size_t, int64_t>> in_flight_;
   int64_t micro_ = 0;  // ZeRO-2: the micro-batch being reduced (micro_batch_done counts them)
   std::unique_ptr<autograd::GradReadyScope> scope_;

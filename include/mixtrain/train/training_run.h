@@ -136,6 +136,9 @@ struct TrainSummary {
   double buckets_overlapped = 0;
   double reduce_overlap_s = 0;
   double reduce_wait_s = 0;
+  // Bytes of its gradients rank 0 hands the other ranks per step: its pieces of their parts of
+  // every bucket, in the reduce dtype (int8: codes and scales); MPI's algorithm may move more.
+  double reduce_bytes_per_step = 0;
   // ZeRO (optim/zero.h): the stage (0: none), and with N > 1 ranks every rank's tracker peaks
   // by category (MemoryTracker::current(), MemCategory order), rank r at [r]; empty otherwise.
   int zero_stage = 0;
