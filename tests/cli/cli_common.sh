@@ -121,6 +121,22 @@ PY
 }
 write_tiny_model() { echo "{\"n_layer\": $2, \"n_head\": 2, \"n_embd\": $3, \"block_size\": $4}" >"$1"; }
 pass() { PASSES=$((PASSES + 1)); }
+# resume_on_trajectory DIR REFLOG WHAT HOW -- COMMAND...: COMMAND (a train run, 16-mixed) resumes
+# DIR/ck/step-000003 to step 6, logging after DIR/first.jsonl into DIR/HOW.jsonl, which must be
+# the uninterrupted run's REFLOG (same_log). WHAT names the checkpoint's kind in failures.
+resume_on_trajectory() {
+  local d="$1" ref="$2" what="$3" how="$4" msg
+  shift 5
+  cp "$d/first.jsonl" "$d/$how.jsonl"
+  if ! "$@" --steps 6 --precision 16-mixed --resume "$d/ck/step-000003" --log-jsonl "$d/$how.jsonl" \
+      >/dev/null 2>"$d/err"; then
+    fail "resume of a $what checkpoint ($how) failed: $(tail -c 400 "$d/err")"
+    return
+  fi
+  if msg=$(same_log "$d/$how.jsonl" "$ref"); then pass; else
+    fail "$what checkpoint resumed ($how) left the uninterrupted trajectory: $msg"
+  fi
+}
 
 # expect_exit CODE DESCRIPTION -- command...: runs the command, checks its exit code, and for
 # errors (code 2/3) that stderr is exactly one line starting with "mixtrain: error:".

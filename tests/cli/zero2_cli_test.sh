@@ -142,22 +142,11 @@ d="$TMP/resume"
 mkdir -p "$d"
 if timeout 60 "${MPIRUN[@]}" "$MIXTRAIN" train "${COMMON[@]}" --steps 6 --precision 16-mixed --zero 2 --stop-after 3 \
     --checkpoint-dir "$d/ck" --log-jsonl "$d/first.jsonl" >/dev/null 2>"$d/err"; then
-  for how in zero2 zero1 one; do
-    cp "$d/first.jsonl" "$d/$how.jsonl"
-    case $how in
-      zero2) run=(timeout 60 "${MPIRUN[@]}" "$MIXTRAIN" train "${COMMON[@]}" --zero 2 --verify-replicas) ;;
-      zero1) run=(timeout 60 "${MPIRUN[@]}" "$MIXTRAIN" train "${COMMON[@]}" --zero 1) ;;
-      one) run=("$MIXTRAIN" train "${COMMON[@]}" --grad-accum 2 --exact-grad-accum) ;;
-    esac
-    if ! "${run[@]}" --steps 6 --precision 16-mixed --resume "$d/ck/step-000003" --log-jsonl "$d/$how.jsonl" \
-        >/dev/null 2>"$d/err"; then
-      fail "resume of a --zero 2 checkpoint ($how) failed: $(tail -c 400 "$d/err")"
-      continue
-    fi
-    if msg=$(same_log "$d/$how.jsonl" "$TMP/16-mixed/zero2.jsonl"); then pass; else
-      fail "--zero 2 checkpoint resumed ($how) left the uninterrupted trajectory: $msg"
-    fi
-  done
+  R=(timeout 60 "${MPIRUN[@]}" "$MIXTRAIN" train "${COMMON[@]}")
+  resume_on_trajectory "$d" "$TMP/16-mixed/zero2.jsonl" "--zero 2" zero2 -- "${R[@]}" --zero 2 --verify-replicas
+  resume_on_trajectory "$d" "$TMP/16-mixed/zero2.jsonl" "--zero 2" zero1 -- "${R[@]}" --zero 1
+  resume_on_trajectory "$d" "$TMP/16-mixed/zero2.jsonl" "--zero 2" one -- \
+    "$MIXTRAIN" train "${COMMON[@]}" --grad-accum 2 --exact-grad-accum
 else
   fail "--zero 2 run to the checkpoint failed: $(tail -c 400 "$d/err")"
 fi

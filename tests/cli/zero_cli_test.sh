@@ -161,22 +161,11 @@ d="$TMP/resume"
 mkdir -p "$d"
 if timeout 60 "${MPIRUN[@]}" "$MIXTRAIN" train "${COMMON[@]}" --steps 6 --precision 16-mixed --zero 1 --stop-after 3 \
     --checkpoint-dir "$d/ck" --log-jsonl "$d/first.jsonl" >/dev/null 2>"$d/err"; then
-  for how in zero ddp one; do
-    cp "$d/first.jsonl" "$d/$how.jsonl"
-    case $how in
-      zero) run=(timeout 60 "${MPIRUN[@]}" "$MIXTRAIN" train "${COMMON[@]}" --zero 1 --verify-replicas) ;;
-      ddp) run=(timeout 60 "${MPIRUN[@]}" "$MIXTRAIN" train "${COMMON[@]}" --verify-replicas) ;;
-      one) run=("$MIXTRAIN" train "${COMMON[@]}" --grad-accum 2 --exact-grad-accum) ;;
-    esac
-    if ! "${run[@]}" --steps 6 --precision 16-mixed --resume "$d/ck/step-000003" --log-jsonl "$d/$how.jsonl" \
-        >/dev/null 2>"$d/err"; then
-      fail "resume of a --zero 1 checkpoint ($how) failed: $(tail -c 400 "$d/err")"
-      continue
-    fi
-    if msg=$(same_log "$d/$how.jsonl" "$TMP/16-mixed/zero.jsonl"); then pass; else
-      fail "--zero 1 checkpoint resumed ($how) left the uninterrupted trajectory: $msg"
-    fi
-  done
+  R=(timeout 60 "${MPIRUN[@]}" "$MIXTRAIN" train "${COMMON[@]}")
+  resume_on_trajectory "$d" "$TMP/16-mixed/zero.jsonl" "--zero 1" zero -- "${R[@]}" --zero 1 --verify-replicas
+  resume_on_trajectory "$d" "$TMP/16-mixed/zero.jsonl" "--zero 1" ddp -- "${R[@]}" --verify-replicas
+  resume_on_trajectory "$d" "$TMP/16-mixed/zero.jsonl" "--zero 1" one -- \
+    "$MIXTRAIN" train "${COMMON[@]}" --grad-accum 2 --exact-grad-accum
 else
   fail "--zero 1 run to the checkpoint failed: $(tail -c 400 "$d/err")"
 fi
