@@ -102,7 +102,6 @@ class ParameterStore {
   // The gradient elements [first, second) this store holds: the whole buffer, or under a
   // GradientPartScope at finalize its part. zero_grads() zeroes those.
   std::pair<int64_t, int64_t> gradient_part() const { return grad_part_; }
-  bool gradients_partial() const { return grad_part_ != std::pair<int64_t, int64_t>{0, flat_numel_}; }
   void zero_grads();
 
  private:
