@@ -53,7 +53,7 @@ DataParallelHook::~DataParallelHook() = default;
 void DataParallelHook::build_buckets(const ParameterStore& store) {
   const auto& infos = store.infos();
   const bool staged = config_.reduce_dtype == DType::bf16 && store.flat_grads().dtype() == DType::f32;
-  const int64_t elem = static_cast<int64_t>(dtype_size(staged ? DType::bf16 : store.flat_grads().dtype()));
+  const int64_t elem = static_cast<int64_t>(dtype_size(bucket_dtype(store.flat_grads().dtype())));
   buckets_.clear();
   bucket_of_.assign(infos.size(), 0);
   int64_t end = store.flat_numel();
@@ -171,13 +171,28 @@ void DataParallelHook::mark_ready(size_t param) {
 void DataParallelHook::on_grad_ready(const Tensor& grad) {
   // Only the last micro-batch's backward makes a gradient final.
   // (On the meta device only int8's buffers need following: a prediction of their memory.)
-  if (!run_ || run_->replaying() || run_->micro_batch() != run_->config().grad_accum - 1 ||
-      (grads_.is_meta() && config_.reduce_dtype != DType::i8))
+  if (!run_ || run_->replaying() || run_->micro_batch() != run_->config().grad_accum - 1 || idle_on_meta())
     return;
-  if (grad.storage() != grads_.storage()) return;  // another store's parameter
-  const auto it = param_at_.find(grad.offset() - grads_.offset());
-  if (it == param_at_.end()) return;
-  mark_ready(it->second);
+  if (const std::optional<size_t> k = param_of(grad)) mark_ready(*k);
+}
+
+std::optional<size_t> DataParallelHook::param_of(const Tensor& buffer) const {
+  if (buffer.storage() != grads_.storage()) return std::nullopt;  // another store's parameter
+  const auto it = param_at_.find(buffer.offset() - grads_.offset());
+  if (it == param_at_.end()) return std::nullopt;
+  return it->second;
+}
+
+Tensor DataParallelHook::bucket_slot(size_t k, int64_t numel) {
+  const size_t b = bucket_of_[k];
+  const int64_t at = run_->model().params().infos()[k].offset - buckets_[b].begin;
+  return bucket_grads(b).slice(0, at, at + numel);
+}
+
+FlatRange DataParallelHook::my_piece(size_t b) const {
+  const Bucket& k = buckets_[b];
+  const FlatRange& mine = shards_[static_cast<size_t>(world_.rank())];
+  return {std::max(k.begin, mine.begin), std::min(k.end, mine.end)};
 }
 
 Tensor& DataParallelHook::bucket_grads(size_t b) {
@@ -189,38 +204,31 @@ Tensor& DataParallelHook::bucket_grads(size_t b) {
   while (flying()) finish_oldest();
   if (!bucket_grads_[b].defined()) {
     const ScopedOp site("ZeRO-2 gradient bucket");  // names it in memory reports
-    const DType dtype = config_.reduce_dtype == DType::bf16 ? DType::bf16 : grads_.dtype();
-    bucket_grads_[b] = Tensor::zeros({buckets_[b].end - buckets_[b].begin}, dtype, MemCategory::gradients);
+    bucket_grads_[b] = Tensor::zeros({buckets_[b].end - buckets_[b].begin}, bucket_dtype(grads_.dtype()),
+                                     MemCategory::gradients);
   }
   return bucket_grads_[b];
 }
 
 Tensor DataParallelHook::grad_place(const Tensor& buffer) {
-  if (!run_ || run_->replaying() || buffer.storage() != grads_.storage()) return Tensor();
-  const auto it = param_at_.find(buffer.offset() - grads_.offset());
-  if (it == param_at_.end()) return Tensor();
-  const size_t k = it->second;
-  const size_t b = bucket_of_[k];
-  Tensor& g = bucket_grads(b);
-  if (g.dtype() != buffer.dtype()) return Tensor();  // rounded into the bf16 bucket when final
-  const int64_t at = run_->model().params().infos()[k].offset - buckets_[b].begin;
-  return g.slice(0, at, at + buffer.numel()).reshape(buffer.shape());
+  if (!run_ || run_->replaying()) return Tensor();
+  const std::optional<size_t> k = param_of(buffer);
+  if (!k) return Tensor();
+  const Tensor slot = bucket_slot(*k, buffer.numel());
+  if (slot.dtype() != buffer.dtype()) return Tensor();  // rounded into the bf16 bucket when final
+  return slot.reshape(buffer.shape());
 }
 
 void DataParallelHook::on_grad_handoff(const Tensor& buffer, Tensor grad) {
   // A replay (this rank's alone) learns nothing: its gradients are dropped.
-  if (!run_ || run_->replaying() || buffer.storage() != grads_.storage()) return;
-  const auto it = param_at_.find(buffer.offset() - grads_.offset());
-  if (it == param_at_.end()) return;
-  const size_t k = it->second;
-  const size_t b = bucket_of_[k];
-  Tensor& g = bucket_grads(b);
-  if (grad.defined() && grad.storage() != g.storage()) {  // a gradient of its own: into the bucket
-    const int64_t at = run_->model().params().infos()[k].offset - buckets_[b].begin;
-    g.slice(0, at, at + grad.numel()).copy_from(grad.reshape({grad.numel()}));
-  }
+  if (!run_ || run_->replaying()) return;
+  const std::optional<size_t> k = param_of(buffer);
+  if (!k) return;
+  Tensor slot = bucket_slot(*k, buffer.numel());
+  if (grad.defined() && grad.storage() != slot.storage())  // a gradient of its own: into the bucket
+    slot.copy_from(grad.reshape({grad.numel()}));
   grad = Tensor();  // freed before the bucket may start
-  mark_ready(k);
+  mark_ready(*k);
 }
 
 void DataParallelHook::start_ready_buckets() {
@@ -238,22 +246,21 @@ void DataParallelHook::start(size_t b) {
   if (first_start_ < 0) first_start_ = now_s();
   const Bucket& k = buckets_[b];
   const int64_t n = k.end - k.begin;
-  // The payload: this rank's pieces of the other ranks' parts (all of them for an all-reduce).
+  // The payload: this rank's pieces of the other ranks' parts ((N-1)/N of the bucket for an
+  // all-reduce), in the dtype they travel in.
   const std::vector<int64_t> counts = piece_counts(k.begin, k.end);
+  const double elem = static_cast<double>(dtype_size(bucket_dtype(grads_.dtype())));
+  if (shards_.empty())
+    stats_.bytes_sent += static_cast<double>(n) / world_.size() * (world_.size() - 1) * elem;
   for (size_t r = 0; r < counts.size(); ++r)
     if (static_cast<int>(r) != world_.rank())
-      stats_.bytes_sent += static_cast<double>(
-          config_.reduce_dtype == DType::i8
-              ? dist::int8_piece_bytes(counts[r])
-              : counts[r] *
-                    int64_t(dtype_size(config_.reduce_dtype == DType::bf16 ? DType::bf16 : grads_.dtype())));
-  if (shards_.empty())
-    stats_.bytes_sent += static_cast<double>(n) / world_.size() * (world_.size() - 1) *
-                         double(dtype_size(staging_.empty() ? grads_.dtype() : DType::bf16));
+      stats_.bytes_sent += config_.reduce_dtype == DType::i8
+                               ? static_cast<double>(dist::int8_piece_bytes(counts[r]))
+                               : static_cast<double>(counts[r]) * elem;
   if (config_.zero_stage == 2) {
     const Tensor& g = bucket_grads(b);  // zeros if no parameter of it had a gradient
     if (config_.reduce_dtype == DType::i8)
-      start_int8(b, g.is_meta() ? nullptr : g.data<float>());
+      start_int8(b, counts, g.is_meta() ? nullptr : g.data<float>());
     else if (!g.is_meta())
       world_.start_reduce_scatter(g.raw_data(), counts, g.dtype());
     in_flight_.push_back({b, micro_});
@@ -272,14 +279,13 @@ void DataParallelHook::start(size_t b) {
   if (shards_.empty())
     world_.start_sum(data, n, dtype);
   else if (config_.reduce_dtype == DType::i8)
-    start_int8(b, grads_.is_meta() ? nullptr : grads_.data<float>() + k.begin);
+    start_int8(b, counts, grads_.is_meta() ? nullptr : grads_.data<float>() + k.begin);
   else  // ZeRO: each rank's part of the bucket, summed, lands on that rank only
     world_.start_reduce_scatter(data, counts, dtype);
 }
 
-void DataParallelHook::start_int8(size_t b, float* data) {
+void DataParallelHook::start_int8(size_t b, std::span<const int64_t> counts, float* data) {
   const Bucket& k = buckets_[b];
-  const std::vector<int64_t> counts = piece_counts(k.begin, k.end);
   const size_t self = static_cast<size_t>(world_.rank());
   std::vector<int64_t> send(counts.size(), 0), recv(counts.size(), 0);
   int64_t send_total = 0, recv_total = 0;
@@ -311,8 +317,7 @@ void DataParallelHook::start_int8(size_t b, float* data) {
 void DataParallelHook::finish_int8(size_t b, float* data) {
   Tensor sent = std::move(int8_send_[b]), got = std::move(int8_recv_[b]);
   const Bucket& k = buckets_[b];
-  const FlatRange& mine = shards_[static_cast<size_t>(world_.rank())];
-  const int64_t begin = std::max(k.begin, mine.begin), end = std::min(k.end, mine.end);
+  const auto [begin, end] = my_piece(b);
   if (data == nullptr || begin >= end) return;
   // Rank order: (v0 + v1) + v2 ..., this rank's own values unquantized, the others dequantized.
   const int64_t n = end - begin;
@@ -342,8 +347,7 @@ void DataParallelHook::finish_oldest() {
   if (config_.reduce_dtype == DType::i8) finish_int8(b, bucket_data(b));
   Tensor g = std::move(bucket_grads_[b]);
   const Bucket& k = buckets_[b];
-  const FlatRange& mine = shards_[static_cast<size_t>(world_.rank())];
-  const int64_t begin = std::max(k.begin, mine.begin), end = std::min(k.end, mine.end);
+  const auto [begin, end] = my_piece(b);
   if (begin >= end) return;
   // This rank's piece, summed over ranks, into its part: the first micro-batch's is copied, the
   // later ones added (in the gradients' dtype, as accumulation adds).
@@ -359,16 +363,13 @@ void DataParallelHook::finish(size_t b) {
   if (config_.zero_stage == 2) return;  // finish_oldest did it
   if (config_.reduce_dtype == DType::i8) return finish_int8(b, bucket_data(b));
   if (staging_.empty()) return;
-  const Bucket& k = buckets_[b];
-  int64_t begin = k.begin, end = k.end;
+  FlatRange r{buckets_[b].begin, buckets_[b].end};
   if (!shards_.empty()) {  // only this rank's part holds a sum
-    const FlatRange& mine = shards_[static_cast<size_t>(world_.rank())];
-    begin = std::max(begin, mine.begin);
-    end = std::min(end, mine.end);
-    if (begin >= end) return;
+    r = my_piece(b);
+    if (r.begin >= r.end) return;
   }
-  convert_bf16_to_f32(reinterpret_cast<const bf16*>(staging_.data() + begin), grads_.data<float>() + begin,
-                      static_cast<size_t>(end - begin));
+  convert_bf16_to_f32(reinterpret_cast<const bf16*>(staging_.data() + r.begin),
+                      grads_.data<float>() + r.begin, static_cast<size_t>(r.size()));
 }
 
 void DataParallelHook::start_all_remaining() {
@@ -384,7 +385,7 @@ void DataParallelHook::micro_batch_done(TrainingRun&, int64_t) {
 }
 
 void DataParallelHook::reduce_gradients(TrainingRun&, int64_t) {
-  if (grads_.is_meta() && config_.zero_stage != 2 && config_.reduce_dtype != DType::i8) return;
+  if (idle_on_meta()) return;
   // Parameters the backward did not reach (unused, or a backward cut short by a non-finite loss)
   // are final as they are: every remaining bucket starts, in order.
   const double t0 = now_s();

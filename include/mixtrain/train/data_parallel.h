@@ -27,6 +27,8 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <span>
 #include <unordered_map>
 #include <vector>
 
@@ -92,6 +94,19 @@ class DataParallelHook final : public TrainingHook {
  private:
   void build_buckets(const ParameterStore& store);
   void on_grad_ready(const Tensor& grad);
+  // The parameter whose gradient-buffer view this is (none: another store's, or not a parameter).
+  std::optional<size_t> param_of(const Tensor& buffer) const;
+  // This rank's piece of bucket b: the elements of its part in the bucket (may be empty).
+  FlatRange my_piece(size_t b) const;
+  // The dtype a bucket's gradients travel in: bf16 when reduce_dtype is, else the gradients' own.
+  DType bucket_dtype(DType grad_dtype) const {
+    return config_.reduce_dtype == DType::bf16 ? DType::bf16 : grad_dtype;
+  }
+  // On the meta device (a prediction) only ZeRO-2's and int8's buffers need following.
+  bool idle_on_meta() const {
+    return grads_.is_meta() && config_.zero_stage != 2 && config_.reduce_dtype != DType::i8;
+  }
+  Tensor bucket_slot(size_t param, int64_t numel);          // ZeRO-2: its place in its bucket's buffer
   Tensor grad_place(const Tensor& buffer);                  // ZeRO-2: a view of the bucket's buffer
   void on_grad_handoff(const Tensor& buffer, Tensor grad);  // ZeRO-2
   Tensor& bucket_grads(size_t b);                           // allocated (zeros) at its first use
@@ -101,7 +116,7 @@ class DataParallelHook final : public TrainingHook {
   void finish_oldest();  // ZeRO-2: completes the oldest bucket in flight, its piece into the part
   // int8: quantizes bucket b's pieces for the other ranks (data: its element 0) and starts the
   // all-to-all; once done, sums this rank's piece in rank order in place.
-  void start_int8(size_t b, float* data);
+  void start_int8(size_t b, std::span<const int64_t> counts, float* data);
   void finish_int8(size_t b, float* data);
   float* bucket_data(size_t b);  // element 0 of bucket b's gradients (ZeRO-2: its own buffer)
   void start_ready_buckets();    // the next buckets in order whose parameters are all ready
