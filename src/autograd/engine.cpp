@@ -20,10 +20,13 @@ thread_local std::unique_ptr<std::unordered_map<VarImpl*, Tensor>> g_fresh;
 thread_local GradHandoff g_handoff;
 thread_local std::unordered_map<VarImpl*, Tensor> g_handoff_fresh;
 
-Tensor& fresh_grad(std::unordered_map<VarImpl*, Tensor>& fresh, VarImpl& in) {
+// The parameter's gradient of this pass in `fresh`: at its first use the tensor `place` gives (when
+// given and it gives one), else zeros of its own.
+Tensor& fresh_grad(std::unordered_map<VarImpl*, Tensor>& fresh, VarImpl& in,
+                   const std::function<Tensor(const Tensor&)>& place = nullptr) {
   auto [it, first] = fresh.try_emplace(&in);
   if (first) {
-    if (&fresh == &g_handoff_fresh && g_handoff.place) it->second = g_handoff.place(in.grad);
+    if (place) it->second = place(in.grad);
     if (!it->second.defined()) {
       const ScopedOp site("micro-batch gradient");  // named in memory reports
       it->second = Tensor::zeros(in.shape, in.grad.dtype(), MemCategory::gradients);
@@ -33,6 +36,15 @@ Tensor& fresh_grad(std::unordered_map<VarImpl*, Tensor>& fresh, VarImpl& in) {
     }
   }
   return it->second;
+}
+
+// The parameter's finished gradient of this pass, out of `fresh` (undefined if no op gave one).
+Tensor take_fresh(std::unordered_map<VarImpl*, Tensor>& fresh, VarImpl* v) {
+  const auto found = fresh.find(v);
+  if (found == fresh.end()) return Tensor();
+  Tensor g = std::move(found->second);
+  fresh.erase(found);
+  return g;
 }
 }  // namespace
 
@@ -44,7 +56,7 @@ FreshGradScope::~FreshGradScope() { g_fresh.reset(); }
 
 Tensor& param_grad(VarImpl& in) {
   if (!in.grad_is_buffer) return in.grad;
-  if (g_handoff.done) return fresh_grad(g_handoff_fresh, in);
+  if (g_handoff.done) return fresh_grad(g_handoff_fresh, in, g_handoff.place);
   if (g_fresh) return fresh_grad(*g_fresh, in);
   return in.grad;
 }
@@ -195,24 +207,13 @@ void Var::backward_from(const Tensor& grad) const {
     } else if (v->grad_is_buffer) {
       // A parameter: every op that used it came before (reverse order).
       if (g_handoff.done) {
-        const auto fresh = g_handoff_fresh.find(v);
-        Tensor g;
-        if (fresh != g_handoff_fresh.end()) {
-          g = std::move(fresh->second);
-          g_handoff_fresh.erase(fresh);
-        }
-        g_handoff.done(v->grad, std::move(g));
-        it->reset();
-        continue;
+        g_handoff.done(v->grad, take_fresh(g_handoff_fresh, v));
+      } else {
+        if (g_fresh)
+          if (const Tensor g = take_fresh(*g_fresh, v); g.defined())
+            add_inplace(v->grad, g);  // the buffer's sum so far + this pass's gradient
+        if (g_grad_ready) g_grad_ready(v->grad);
       }
-      if (g_fresh) {
-        const auto fresh = g_fresh->find(v);
-        if (fresh != g_fresh->end()) {
-          add_inplace(v->grad, fresh->second);  // the buffer's sum so far + this pass's gradient
-          g_fresh->erase(fresh);
-        }
-      }
-      if (g_grad_ready) g_grad_ready(v->grad);
     }
     it->reset();
   }
