@@ -37,20 +37,33 @@ void fill_f32(float* dst, int64_t n, F f) {
 
 // ---- creation ------------------------------------------------------------------------------------
 
-Tensor Tensor::empty(const Shape& shape, DType dtype, MemCategory category, Device device) {
-  Allocator& allocator = allocator_for(device);
+namespace {
+// The bytes of a contiguous tensor of `shape` in `dtype`; ShapeError naming `op` if they overflow.
+int64_t byte_count(const Shape& shape, DType dtype, const char* op) {
   const int64_t n = shape.numel();  // checks negative extents and overflow
   const auto esize = static_cast<int64_t>(dtype_size(dtype));
   if (n > INT64_MAX / esize)
-    throw ShapeError("Tensor::empty: " + shape.to_string() + " of " + std::string(dtype_name(dtype)) +
+    throw ShapeError(std::string(op) + ": " + shape.to_string() + " of " + std::string(dtype_name(dtype)) +
                      " overflows the byte count");
-  if (device.is_meta()) meta_note_tensor(shape, dtype);
+  return n * esize;
+}
+}  // namespace
+
+Tensor Tensor::contiguous_over(std::shared_ptr<Storage> storage, const Shape& shape, DType dtype) {
   Tensor t;
-  t.storage_ = std::make_shared<Storage>(static_cast<size_t>(n * esize), category, allocator);
+  t.storage_ = std::move(storage);
   t.shape_ = shape;
   t.strides_ = contiguous_strides(shape);
   t.dtype_ = dtype;
   return t;
+}
+
+Tensor Tensor::empty(const Shape& shape, DType dtype, MemCategory category, Device device) {
+  Allocator& allocator = allocator_for(device);
+  const int64_t bytes = byte_count(shape, dtype, "Tensor::empty");
+  if (device.is_meta()) meta_note_tensor(shape, dtype);
+  return contiguous_over(std::make_shared<Storage>(static_cast<size_t>(bytes), category, allocator), shape,
+                         dtype);
 }
 
 Tensor Tensor::zeros(const Shape& shape, DType dtype, MemCategory category, Device device) {
@@ -61,22 +74,16 @@ Tensor Tensor::zeros(const Shape& shape, DType dtype, MemCategory category, Devi
 
 Tensor Tensor::reserved(const Shape& shape, DType dtype, int64_t used_begin, int64_t used_end,
                         MemCategory category, Device device) {
-  const int64_t n = shape.numel();
-  const auto esize = static_cast<int64_t>(dtype_size(dtype));
-  if (n > INT64_MAX / esize)
-    throw ShapeError("Tensor::reserved: " + shape.to_string() + " of " + std::string(dtype_name(dtype)) +
-                     " overflows the byte count");
-  if (used_begin < 0 || used_begin > used_end || used_end > n)
+  const int64_t bytes = byte_count(shape, dtype, "Tensor::reserved");
+  if (used_begin < 0 || used_begin > used_end || used_end > shape.numel())
     throw ShapeError("Tensor::reserved: used elements [" + std::to_string(used_begin) + ", " +
                      std::to_string(used_end) + ") outside " + shape.to_string());
   if (device.is_meta()) meta_note_tensor(shape, dtype);
-  Tensor t;
-  t.storage_ = Storage::reserved(static_cast<size_t>(n * esize),
-                                 static_cast<size_t>((used_end - used_begin) * esize), category, device);
-  t.shape_ = shape;
-  t.strides_ = contiguous_strides(shape);
-  t.dtype_ = dtype;
-  return t;
+  const auto esize = static_cast<int64_t>(dtype_size(dtype));
+  return contiguous_over(
+      Storage::reserved(static_cast<size_t>(bytes), static_cast<size_t>((used_end - used_begin) * esize),
+                        category, device),
+      shape, dtype);
 }
 
 Tensor Tensor::full(const Shape& shape, DType dtype, double value, MemCategory category) {

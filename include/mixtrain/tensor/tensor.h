@@ -105,6 +105,8 @@ class Tensor {
   void check_dtype(DType expected, const char* op) const;
 
  private:
+  // A contiguous view of all of `storage` (a new tensor's).
+  static Tensor contiguous_over(std::shared_ptr<Storage> storage, const Shape& shape, DType dtype);
   std::shared_ptr<Storage> storage_;
   int64_t offset_ = 0;
   Shape shape_;
