@@ -121,6 +121,16 @@ PY
 }
 write_tiny_model() { echo "{\"n_layer\": $2, \"n_head\": 2, \"n_embd\": $3, \"block_size\": $4}" >"$1"; }
 pass() { PASSES=$((PASSES + 1)); }
+# same_checkpoint A B WHAT: the checkpoint step directories A and B hold the same model and
+# train_state tensors byte for byte (same_tensors); WHAT names the pair in failures.
+same_checkpoint() {
+  local f msg
+  for f in model train_state; do
+    if msg=$(same_tensors "$1/$f.safetensors" "$2/$f.safetensors" 2>&1); then pass; else
+      fail "$3: $f.safetensors differs: $msg"
+    fi
+  done
+}
 # resume_on_trajectory DIR REFLOG WHAT HOW -- COMMAND...: COMMAND (a train run, 16-mixed) resumes
 # DIR/ck/step-000003 to step 6, logging after DIR/first.jsonl into DIR/HOW.jsonl, which must be
 # the uninterrupted run's REFLOG (same_log). WHAT names the checkpoint's kind in failures.
