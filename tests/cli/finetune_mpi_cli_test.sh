@@ -78,7 +78,7 @@ PY
     if msg=$(same_results "$d/$how.json" "$d/one.json" 2>&1); then pass; else fail "$mode: summaries ($how / one): $msg"; fi
   done
 }
-for mode in 32-true 16-mixed bf16-mixed 16-true bf16-true; do check_mode "$mode"; done
+for mode in $ALL_MODES; do check_mode "$mode"; done
 
 # The 2-rank summary: 12 steps an epoch (both ranks' batches counted), 2 ranks, above the majority.
 python3 - "$TMP/32-true/two.json" <<'PY' && pass || fail "2-rank summary: $(head -c 400 "$TMP/32-true/two.json")"

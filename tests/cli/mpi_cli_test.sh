@@ -51,7 +51,7 @@ check_mode() {  # MODE [FLAGS...]
   fi
   same_checkpoint "$d/two/step-000006" "$d/one/step-000006" "$mode: after 6 steps, 2 ranks against one process"
 }
-for mode in 32-true 16-mixed bf16-mixed 16-true bf16-true; do check_mode "$mode"; done
+for mode in $ALL_MODES; do check_mode "$mode"; done
 check_mode fp8-mixed --fp8-first-last
 
 # The default accumulation (fused: the second micro-batch's weight gradient lands on the first

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # ZeRO stage 2 (--zero 2) under mpirun, 2 ranks x 1 thread (OpenMPI, set up as mpi_cli_test.sh):
-# - in all five precision modes (and bf16-true --update-rounding master, bf16-mixed --optim-state
+# - in all five precision modes (ALL_MODES, cli_common.sh; and bf16-true --update-rounding master, bf16-mixed --optim-state
 #   int8, bf16 gradient sums), 2 ranks with --zero 2 give the step log of 2 ranks with --zero 1 bit
 #   for bit, the same final weights and the same optimizer state in the checkpoint, byte for byte
 #   (--verify-replicas after every step)
@@ -43,7 +43,7 @@ check_mode() {  # MODE [EXTRA FLAGS...]
   if msg=$(same_log "$d/zero2.jsonl" "$d/zero1.jsonl"); then pass; else fail "$mode ${extra[*]}: --zero 2 differs from --zero 1: $msg"; fi
   same_checkpoint "$d/zero2/step-000006" "$d/zero1/step-000006" "$mode ${extra[*]}: after 6 steps, --zero 2 against --zero 1"
 }
-for mode in 32-true 16-mixed bf16-mixed 16-true bf16-true; do check_mode "$mode"; done
+for mode in $ALL_MODES; do check_mode "$mode"; done
 check_mode bf16-true --update-rounding master
 check_mode bf16-mixed --optim-state int8
 check_mode 32-true --grad-reduce-dtype bf16   # fp32 gradients rounded into bf16 buckets

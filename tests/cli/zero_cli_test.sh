@@ -60,7 +60,7 @@ check_mode() {  # MODE [EXTRA FLAGS...]
     same_checkpoint "$d/zero/step-000006" "$d/$other/step-000006" "$mode: after 6 steps, --zero 1 against $what"
   done
 }
-for mode in 32-true 16-mixed bf16-mixed 16-true bf16-true; do check_mode "$mode"; done
+for mode in $ALL_MODES; do check_mode "$mode"; done
 # DeepSpeed's layout: a bf16 model whose optimizer keeps fp32 masters and moments, sharded.
 check_mode bf16-true --update-rounding master
 # Optimizer state in 8 bits and in bf16 (--optim-state): the int8 codes, block absmax and fp32
