@@ -130,7 +130,9 @@ void print_table(const MemoryReport& r, const Subject& subject, const RunOptions
     std::printf("per rank (rank 0) of %d data-parallel ranks%s\n", ranks,
                 o.data_parallel.zero_stage == 1   ? ", ZeRO stage 1 (optimizer state sharded)"
                 : o.data_parallel.zero_stage == 2 ? ", ZeRO stage 2 (optimizer state and gradients sharded)"
-                                                  : "");
+                : o.data_parallel.zero_stage == 3
+                    ? ", ZeRO stage 3 (optimizer state, gradients and parameters sharded)"
+                    : "");
   std::printf("predicted peak %.1f MiB, at %s\n\n", mib(p.peak_bytes), p.peak_moment.c_str());
   std::printf("%-16s %14s", "category (peak)", "predicted MiB");
   if (m) std::printf(" %13s %9s", "measured MiB", "error");
@@ -190,7 +192,8 @@ void register_memory(CLI::App& app, GlobalOptions& g, std::vector<Command>& comm
                   "mpirun -np N; otherwise only predicted)")
       ->capture_default_str();
   sub->add_option("--zero", f->opt.data_parallel.zero_stage,
-                  "With --ranks: 1 shards the optimizer state (ZeRO stage 1), 2 the gradients too (stage 2)")
+                  "With --ranks: 1 shards the optimizer state (ZeRO stage 1), 2 the gradients too (stage 2), "
+                  "3 the parameters too (stage 3)")
       ->capture_default_str();
   sub->add_option("--bucket-mb", f->bucket_mb,
                   "With --ranks: MiB of gradients per bucket (ZeRO-2 holds its part and a few buckets)")

@@ -282,7 +282,9 @@ void add_data_parallel_flags(CLI::App* sub, TrainFlags& f) {
          "--zero", f.opt.data_parallel.zero_stage,
          "Under mpirun: 1 shards the optimizer state over the ranks (ZeRO stage 1: reduce-scatter of the "
          "gradients, each rank updates its part, all-gather of the weights); 2 the gradients too (ZeRO "
-         "stage 2: a rank holds its part of the summed gradients only); 0: every rank keeps it all")
+         "stage 2: a rank holds its part of the summed gradients only); 3 the parameters too (ZeRO stage "
+         "3: each block's weights gathered before its forward and backward, released after); 0: every "
+         "rank keeps it all")
       ->capture_default_str();
   sub->add_option_function<int>(
       "--inject-nonfinite-rank", [&f](const int& v) { f.opt.inject_nonfinite_rank = v; },
@@ -357,10 +359,10 @@ void TrainFlags::finish(const std::vector<PrecisionMode>& precisions) {
   if (!(bucket_mb > 0) || !(bucket_mb <= 1 << 20))
     throw ArgumentError("--bucket-mb must be in (0, 1048576], got " + std::to_string(bucket_mb));
   opt.data_parallel.bucket_bytes = std::max<int64_t>(1, static_cast<int64_t>(bucket_mb * (1 << 20)));
-  if (opt.data_parallel.zero_stage < 0 || opt.data_parallel.zero_stage > 2)
+  if (opt.data_parallel.zero_stage < 0 || opt.data_parallel.zero_stage > 3)
     throw ArgumentError(
-        "--zero must be 0, 1 (ZeRO stage 1: optimizer state sharded over the ranks) or 2 (gradients too), "
-        "got " +
+        "--zero must be 0, 1 (ZeRO stage 1: optimizer state sharded over the ranks), 2 (gradients too) or 3 "
+        "(parameters too), got " +
         std::to_string(opt.data_parallel.zero_stage));
   if (opt.inject_nonfinite_rank && *opt.inject_nonfinite_rank < 0)
     throw ArgumentError("--inject-nonfinite-rank must be a rank >= 0, got " +

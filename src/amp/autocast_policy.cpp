@@ -46,6 +46,7 @@ constexpr std::array<PolicyEntry, autograd::kNumOpKinds> kPolicy = {{
     {OpKind::fp8_linear, CastPolicy::lower_precision},    // as linear: its GEMMs then quantize to fp8
     {OpKind::lm_head_loss, CastPolicy::lower_precision},  // the head's GEMMs as matmul; the loss in
     // fp32 inside, as cross_entropy's fp32 policy computes it from the 16-bit logits
+    {OpKind::backward_hook, CastPolicy::keep},  // an identity
 }};
 
 constexpr bool table_in_order() {

@@ -450,6 +450,13 @@ void checkpoint_backward(Node& n, const Tensor& g) {
   if (X.requires_grad && x.grad().defined()) accumulate_grad(X, x.grad());
 }
 
+// The hook first (ZeRO-3 gathers a block's parameters here, before any of its ops' backward
+// reads them), then the gradient unchanged.
+void backward_hook_rule(Node& n, const Tensor& g) {
+  if (n.on_backward) n.on_backward();
+  accumulate_grad(*n.inputs[0], g);
+}
+
 // One row per op, indexed by OpKind: the backward rule and which inputs' values it reads (bit i:
 // input i). A value no rule reads is not kept by the graph, e.g. softmax keeps its output, not
 // its input; add, reshape, the head (un)shuffles, dropout and cast keep nothing.
@@ -483,6 +490,7 @@ constexpr std::array<RuleRow, kNumOpKinds> kRules = {{
     {masked_attention_backward_rule, 0b111},  // masked_attention: q, k, v (the mask in ids; nothing T x T)
     {fp8_linear_backward, 0b011},  // fp8_linear: x and w (released where forward's quantizations serve)
     {lm_head_loss_backward_rule, 0b011},  // lm_head_loss: x and w (the logits made again, a chunk at a time)
+    {backward_hook_rule, 0b000},          // backward_hook: nothing
 }};
 static_assert(kRules.size() == kNumOpKinds);
 
@@ -510,7 +518,8 @@ constexpr std::array<std::string_view, kNumOpKinds> kNames = {"matmul",
                                                               "masked_softmax",
                                                               "masked_attention",
                                                               "fp8_linear",
-                                                              "lm_head_loss"};
+                                                              "lm_head_loss",
+                                                              "backward_hook"};
 
 }  // namespace
 

@@ -681,4 +681,11 @@ Var checkpoint(const std::function<Var(const Var&)>& fn, const Var& x) {
   return make_output(out, n);
 }
 
+Var backward_hook(const Var& x, std::function<void()> on_backward) {
+  if (!needs_grad({&x})) return x;
+  std::shared_ptr<Node> n = make_node(OpKind::backward_hook, {&x});
+  n->on_backward = std::move(on_backward);
+  return make_output(x.value(), n);
+}
+
 }  // namespace mixtrain::autograd

@@ -9,6 +9,7 @@
 
 #include "mixtrain/core/error.h"
 #include "mixtrain/kernels/ops.h"
+#include "mixtrain/nn/gather.h"
 #include "models/gpt_config_json.h"
 
 namespace mixtrain {
@@ -155,6 +156,10 @@ Gpt::Gpt(const GptConfig& cfg, uint64_t seed, DType dtype, DType grad_dtype, Mem
   wpe_.bind(store_);
   for (auto& b : blocks_) b.bind(store_);
   ln_f_.bind(store_);
+  if (layout.empty()) {
+    for (const nn::Block& b : blocks_) block_units_.push_back(nn::unit_of(store_, {b.prefix + "."}));
+    rest_unit_ = nn::rest_of(store_, block_units_);
+  }
   init_weights(seed);
 }
 
@@ -204,10 +209,14 @@ std::vector<float> Gpt::decode(const std::vector<int32_t>& tokens, KvCache& cach
     throw ShapeError("gpt decode: positions " + std::to_string(pos) + ".." + std::to_string(pos + Tn - 1) +
                      " are outside block_size " + std::to_string(cfg_.block_size));
   NoGradGuard no_grad;
+  const nn::GatherScope rest(store_, rest_unit_);  // ZeRO-3: nothing otherwise
   std::vector<int32_t> p(static_cast<size_t>(Tn));
   for (int64_t i = 0; i < Tn; ++i) p[static_cast<size_t>(i)] = static_cast<int32_t>(pos + i);
   Var x = add(wte_(Tensor::from_ints(tokens, {1, Tn})), wpe_(Tensor::from_ints(p, {1, Tn})));  // (1, Tn, C)
-  for (size_t l = 0; l < blocks_.size(); ++l) x = blocks_[l].decode(x, cache.k[l], cache.v[l], pos);
+  for (size_t l = 0; l < blocks_.size(); ++l) {
+    const nn::GatherScope block(store_, l < block_units_.size() ? block_units_[l] : rest_unit_);
+    x = blocks_[l].decode(x, cache.k[l], cache.v[l], pos);
+  }
   cache.length = pos + Tn;
   x = ln_f_(x);
   const Var logits = wte_.project(x);  // (1, Tn, V)
@@ -231,25 +240,36 @@ Gpt::Output Gpt::forward(const Tensor& idx, const Tensor* targets, bool training
     int32_t* pos = pos_ids.data<int32_t>();
     for (int64_t i = 0; i < B * T; ++i) pos[i] = static_cast<int32_t>(i % T);
   }
+  // ZeRO-3 (nn/gather.h): the embeddings, ln_f and the head gathered for the pass, each block
+  // around its own.
+  const nn::GatherScope rest(store_, rest_unit_);
   Var tok = wte_(idx);     // (B, T, C)
   Var pe = wpe_(pos_ids);  // (B, T, C)
   Var x = add(tok, pe);
   x = drop(x);
-  for (const auto& b : blocks_) {
+  for (size_t l = 0; l < blocks_.size(); ++l) {
+    const nn::Block& b = blocks_[l];
+    const FlatRanges& unit = l < block_units_.size() ? block_units_[l] : rest_unit_;
     if (!checkpoint_blocks_ || !grad_enabled()) {
-      x = b(x, drop);
+      x = nn::gathered(
+          store_, unit, [&](const Var& in) { return b(in, drop); }, x);
       continue;
     }
     // The recomputation must draw the same dropout masks: it starts from this block's offset, and
     // the offset after the block is read back from the forward run.
     const nn::DropoutState at_block = drop;
     auto offset_after = std::make_shared<uint64_t>(drop.offset);
-    x = checkpoint(
-        [&b, at_block, offset_after](const Var& in) {
-          nn::DropoutState d = at_block;
-          Var y = b(in, d);
-          *offset_after = d.offset;
-          return y;
+    x = nn::gathered(
+        store_, unit,
+        [&](const Var& x_in) {
+          return checkpoint(
+              [&b, at_block, offset_after](const Var& in) {
+                nn::DropoutState d = at_block;
+                Var y = b(in, d);
+                *offset_after = d.offset;
+                return y;
+              },
+              x_in);
         },
         x);
     drop.offset = *offset_after;
@@ -268,6 +288,7 @@ Gpt::Output Gpt::forward(const Tensor& idx, const Tensor* targets, bool training
 EvalSums Gpt::evaluate_batch(const Batch& batch) {
   if (!fused_head_ || wte_.quantized()) return Model::evaluate_batch(batch);
   using namespace autograd;
+  const nn::GatherScope rest(store_, rest_unit_);  // ZeRO-3: the head reads wte after forward
   hidden_only_ = true;
   Output h;
   try {

@@ -10,12 +10,18 @@ namespace mixtrain {
 namespace {
 constexpr int64_t kParamAlign = 16;  // elements
 thread_local GradientPartScope::PartFn t_gradient_part;
+thread_local bool t_parameters_too = false;
 }  // namespace
 
-GradientPartScope::GradientPartScope(PartFn part) : prev_(std::move(t_gradient_part)) {
+GradientPartScope::GradientPartScope(PartFn part, bool parameters_too)
+    : prev_(std::move(t_gradient_part)), prev_parameters_(t_parameters_too) {
   t_gradient_part = std::move(part);
+  t_parameters_too = parameters_too;
 }
-GradientPartScope::~GradientPartScope() { t_gradient_part = std::move(prev_); }
+GradientPartScope::~GradientPartScope() {
+  t_gradient_part = std::move(prev_);
+  t_parameters_too = prev_parameters_;
+}
 
 void ParameterStore::declare(const std::string& name, const Shape& shape, bool weight_decay) {
   if (finalized()) throw ArgumentError("ParameterStore::declare: '" + name + "' declared after finalize()");
@@ -64,14 +70,24 @@ void ParameterStore::finalize(DType dtype, DType grad_dtype, MemCategory categor
     quant_scheme_ = quantized.scheme;
   }
   const ScopedOp site("flat arena");  // names the arenas in memory reports
-  params_ = Tensor::zeros({flat_numel_}, dtype, category);
-  grad_part_ = {0, flat_numel_};
+  grad_part_ = param_part_ = {0, flat_numel_};
+  std::pair<int64_t, int64_t> part = grad_part_;
   if (gradients && t_gradient_part) {
-    grad_part_ = t_gradient_part(flat_numel_);
-    const auto [b, e] = grad_part_;
+    part = t_gradient_part(flat_numel_);
+    const auto [b, e] = part;
     if (b < 0 || b > e || e > flat_numel_)
       throw ArgumentError("ParameterStore::finalize: gradient part [" + std::to_string(b) + ", " +
                           std::to_string(e) + ") outside the arena of " + std::to_string(flat_numel_));
+  }
+  if (gradients && t_gradient_part && t_parameters_too && quant_scheme_ == QuantScheme::none) {
+    param_part_ = part;
+    params_ = Tensor::reserved({flat_numel_}, dtype, part.first, part.second, category);
+  } else {
+    params_ = Tensor::zeros({flat_numel_}, dtype, category);
+  }
+  if (gradients && t_gradient_part) {
+    grad_part_ = part;
+    const auto [b, e] = grad_part_;
     grads_ = Tensor::reserved({flat_numel_}, grad_dtype, b, e, MemCategory::gradients);
   } else if (gradients) {
     grads_ = Tensor::zeros({flat_numel_}, grad_dtype, MemCategory::gradients);
@@ -100,6 +116,23 @@ int64_t ParameterStore::numel() const {
 }
 
 int64_t ParameterStore::flat_numel() const { return flat_numel_; }
+
+std::pair<int64_t, int64_t> ParameterStore::range_of(const std::string& prefix) const {
+  int64_t b = -1, e = -1;
+  size_t count = 0;
+  for (size_t i = 0; i < infos_.size(); ++i) {
+    const ParamInfo& p = infos_[i];
+    if (p.name.compare(0, prefix.size(), prefix) != 0) continue;
+    const int64_t end = i + 1 < infos_.size() ? infos_[i + 1].offset : flat_numel_;  // with the padding
+    if (b >= 0 && p.offset != e)
+      throw ArgumentError("ParameterStore::range_of: the parameters of '" + prefix + "' are not contiguous");
+    if (b < 0) b = p.offset;
+    e = end;
+    ++count;
+  }
+  if (count == 0) throw ArgumentError("ParameterStore::range_of: no parameter starts with '" + prefix + "'");
+  return {b, e};
+}
 
 size_t ParameterStore::index(const std::string& name) const {
   auto it = by_name_.find(name);

@@ -1,6 +1,7 @@
 // MixedPrecision: the precision mode's step discipline (see the header).
 #include "mixtrain/optim/mixed_precision.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -48,13 +49,33 @@ Tensor* MixedPrecision::working_copy_for(ParameterStore& store) {
     const int64_t first =
         lowest < master.offset() || lowest >= master.offset() + master.numel() ? 0 : lowest - master.offset();
     const ScopedOp site("16-bit working copy");  // names it in memory reports
-    working_ = Tensor::empty({master.numel() - first}, spec_.compute_dtype, MemCategory::parameters);
+    if (store.parameters_sharded()) {
+      // ZeRO-3: the copy of this rank's part only, like the masters; the rest is gathered per unit.
+      const auto [b, e] = working_part(store, first);
+      working_ =
+          Tensor::reserved({master.numel() - first}, spec_.compute_dtype, b, e, MemCategory::parameters);
+    } else {
+      working_ = Tensor::empty({master.numel() - first}, spec_.compute_dtype, MemCategory::parameters);
+    }
     working_arena_ = master;
     working_version_ = ~uint64_t{0};
   }
   // Elements outside the optimizer's spans (frozen parameters) are only written here.
-  if (working_version_ != master.storage()->version()) working_.copy_from(working_master());
+  if (working_version_ != master.storage()->version()) {
+    if (store.parameters_sharded()) {
+      const auto [b, e] = working_part(store, master.numel() - working_.numel());
+      working_.slice(0, b, e).copy_from(working_master().slice(0, b, e));
+    } else {
+      working_.copy_from(working_master());
+    }
+  }
   return &working_;
+}
+
+std::pair<int64_t, int64_t> MixedPrecision::working_part(const ParameterStore& store, int64_t first) {
+  const auto [b, e] = store.parameter_part();
+  const int64_t n = store.flat_numel() - first;
+  return {std::clamp<int64_t>(b - first, 0, n), std::clamp<int64_t>(e - first, 0, n)};
 }
 
 Tensor MixedPrecision::working_master() const {

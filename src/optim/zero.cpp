@@ -54,6 +54,10 @@ ZeroOptimizer::ZeroOptimizer(const ParameterStore& store, const OptimizerConfig&
 void ZeroOptimizer::step(ParameterStore& store, float lr, Tensor* working) {
   inner_->step(store, lr, working);
   Tensor p = store.flat_params();
+  if (store.parameters_sharded()) {  // ZeRO-3: each rank keeps its part; forward gathers the rest
+    p.storage()->bump_version();
+    return;
+  }
   if (p.is_meta() || part_.ranks() == 1) return;
   // Every rank's updated part to every rank, in the arena's own dtype.
   const size_t elem = dtype_size(p.dtype());

@@ -2,8 +2,10 @@
 #include "mixtrain/tensor/storage.h"
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <new>
+#include <string>
 
 #include "mixtrain/core/error.h"
 
@@ -31,6 +33,7 @@ std::shared_ptr<Storage> Storage::reserved(size_t bytes, size_t charged, MemCate
   if (device.is_meta()) {  // what a prediction must see: an allocation of the charged bytes
     auto s = std::make_shared<Storage>(charged, category, allocator);
     s->bytes_ = bytes;
+    s->reserved_ = true;
     return s;
   }
   // Written by hand on mmap: no library reserves address space. MAP_NORESERVE: the untouched
@@ -39,10 +42,60 @@ std::shared_ptr<Storage> Storage::reserved(size_t bytes, size_t charged, MemCate
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED) throw std::bad_alloc();
   MemoryTracker::global().on_allocate(category, charged);
-  return std::shared_ptr<Storage>(new Storage(p, bytes, charged, category, allocator));
+  std::shared_ptr<Storage> s(new Storage(p, bytes, charged, category, allocator));
+  s->reserved_ = true;
+  return s;
+}
+
+void Storage::check_range(size_t offset, size_t bytes, const char* op) const {
+  if (!reserved_)
+    throw ArgumentError(std::string("Storage::") + op + ": not a reserved block (Tensor::reserved)");
+  if (offset > bytes_ || bytes > bytes_ - offset)
+    throw ArgumentError(std::string("Storage::") + op + ": bytes [" + std::to_string(offset) + ", " +
+                        std::to_string(offset + bytes) + ") outside the block of " + std::to_string(bytes_));
+}
+
+void Storage::commit(size_t offset, size_t bytes) {
+  check_range(offset, bytes, "commit");
+  if (bytes == 0) return;
+  if (!mapped_) {  // meta: an allocation the prediction sees
+    meta_commits_.push_back({offset, {allocator_->allocate(bytes, category_), bytes}});
+    return;
+  }
+  MemoryTracker::global().on_allocate(category_, bytes);
+  charged_ += bytes;
+}
+
+void Storage::decommit(size_t offset, size_t bytes) {
+  check_range(offset, bytes, "decommit");
+  if (bytes == 0) return;
+  if (!mapped_) {
+    for (size_t i = 0; i < meta_commits_.size(); ++i)
+      if (meta_commits_[i].first == offset && meta_commits_[i].second.second == bytes) {
+        allocator_->deallocate(meta_commits_[i].second.first, bytes, category_);
+        meta_commits_.erase(meta_commits_.begin() + static_cast<std::ptrdiff_t>(i));
+        return;
+      }
+    throw ArgumentError("Storage::decommit: bytes [" + std::to_string(offset) + ", " +
+                        std::to_string(offset + bytes) + ") were not committed");
+  }
+  if (bytes > charged_) throw ArgumentError("Storage::decommit: more bytes than the block is charged");
+  discard(offset, bytes);
+  MemoryTracker::global().on_free(category_, bytes);
+  charged_ -= bytes;
+}
+
+void Storage::discard(size_t offset, size_t bytes) {
+  check_range(offset, bytes, "discard");
+  if (!mapped_) return;
+  static const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  const size_t first = (offset + page - 1) / page * page, last = (offset + bytes) / page * page;
+  if (last > first)  // MADV_DONTNEED on a private anonymous mapping: the pages read as zeros again
+    ::madvise(static_cast<char*>(data_) + first, last - first, MADV_DONTNEED);
 }
 
 Storage::~Storage() {
+  for (auto& [offset, c] : meta_commits_) allocator_->deallocate(c.first, c.second, category_);
   if (mapped_) {
     ::munmap(data_, bytes_ == 0 ? 1 : bytes_);
     MemoryTracker::global().on_free(category_, charged_);

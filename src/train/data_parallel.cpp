@@ -39,10 +39,11 @@ void DataParallelConfig::validate(DType grad_dtype) const {
   if (bucket_bytes <= 0)
     throw ArgumentError({"bucket_bytes"},
                         "bucket_bytes must be positive, got " + std::to_string(bucket_bytes));
-  if (zero_stage < 0 || zero_stage > 2)
-    throw ArgumentError(
-        {"zero"}, "zero must be 0, 1 (ZeRO stage 1: optimizer state sharded) or 2 (gradients too), got " +
-                      std::to_string(zero_stage));
+  if (zero_stage < 0 || zero_stage > 3)
+    throw ArgumentError({"zero"},
+                        "zero must be 0, 1 (ZeRO stage 1: optimizer state sharded), 2 (gradients too) or 3 "
+                        "(parameters too), got " +
+                            std::to_string(zero_stage));
 }
 
 DataParallelHook::DataParallelHook(Communicator& world, DataParallelConfig config)
@@ -72,7 +73,7 @@ void DataParallelHook::build_buckets(const ParameterStore& store) {
   }
   param_at_.clear();
   for (size_t k = 0; k < infos.size(); ++k) param_at_[infos[k].offset] = k;
-  if (staged && config_.zero_stage != 2) staging_.assign(static_cast<size_t>(store.flat_numel()), 0);
+  if (staged && config_.zero_stage < 2) staging_.assign(static_cast<size_t>(store.flat_numel()), 0);
   bucket_grads_.assign(buckets_.size(), Tensor());
   int8_send_.assign(buckets_.size(), Tensor());
   int8_recv_.assign(buckets_.size(), Tensor());
@@ -93,10 +94,11 @@ void DataParallelHook::on_run_start(TrainingRun& run) {
                                         " needs the run's optimizer to be a ZeroOptimizer over this world");
     shards_ = zero->partition().shards;
     const FlatRange& mine = zero->partition().mine();
-    if (config_.zero_stage == 2 && store.gradient_part() != std::pair<int64_t, int64_t>{mine.begin, mine.end})
+    if (config_.zero_stage >= 2 && store.gradient_part() != std::pair<int64_t, int64_t>{mine.begin, mine.end})
       throw ArgumentError({"zero"},
-                          "zero 2 needs the model's gradient buffer to hold this rank's part only (built "
-                          "inside a GradientPartScope, nn/parameters.h)");
+                          "zero " + std::to_string(config_.zero_stage) +
+                              " needs the model's gradient buffer to hold this rank's part only (built "
+                              "inside a GradientPartScope, nn/parameters.h)");
   }
   if (config_.reduce_dtype == DType::i8) {
     const ScopedOp site("int8 error feedback");  // names it in memory reports
@@ -110,7 +112,7 @@ void DataParallelHook::on_run_start(TrainingRun& run) {
     world_.broadcast(params.raw_data(), static_cast<size_t>(params.numel()) * dtype_size(params.dtype()), 0);
     params.storage()->bump_version();  // cached autocast copies are stale
   }
-  if (config_.zero_stage == 2)
+  if (config_.zero_stage >= 2)
     handoff_ = std::make_unique<autograd::GradHandoffScope>(autograd::GradHandoff{
         [this](const Tensor& buffer) { return grad_place(buffer); },
         [this](const Tensor& buffer, Tensor g) { on_grad_handoff(buffer, std::move(g)); }});
@@ -257,7 +259,7 @@ void DataParallelHook::start(size_t b) {
       stats_.bytes_sent += config_.reduce_dtype == DType::i8
                                ? static_cast<double>(dist::int8_piece_bytes(counts[r]))
                                : static_cast<double>(counts[r]) * elem;
-  if (config_.zero_stage == 2) {
+  if (config_.zero_stage >= 2) {
     const Tensor& g = bucket_grads(b);  // zeros if no parameter of it had a gradient
     if (config_.reduce_dtype == DType::i8)
       start_int8(b, counts, g.is_meta() ? nullptr : g.data<float>());
@@ -336,7 +338,7 @@ void DataParallelHook::finish_int8(size_t b, float* data) {
 }
 
 float* DataParallelHook::bucket_data(size_t b) {
-  if (config_.zero_stage == 2) return bucket_grads_[b].is_meta() ? nullptr : bucket_grads_[b].data<float>();
+  if (config_.zero_stage >= 2) return bucket_grads_[b].is_meta() ? nullptr : bucket_grads_[b].data<float>();
   return grads_.is_meta() ? nullptr : grads_.data<float>() + buckets_[b].begin;
 }
 
@@ -360,7 +362,7 @@ void DataParallelHook::finish_oldest() {
 }
 
 void DataParallelHook::finish(size_t b) {
-  if (config_.zero_stage == 2) return;  // finish_oldest did it
+  if (config_.zero_stage >= 2) return;  // finish_oldest did it
   if (config_.reduce_dtype == DType::i8) return finish_int8(b, bucket_data(b));
   if (staging_.empty()) return;
   FlatRange r{buckets_[b].begin, buckets_[b].end};
@@ -378,7 +380,7 @@ void DataParallelHook::start_all_remaining() {
 }
 
 void DataParallelHook::micro_batch_done(TrainingRun&, int64_t) {
-  if (config_.zero_stage != 2) return;  // the others sum the accumulated gradients at the end
+  if (config_.zero_stage < 2) return;  // the others sum the accumulated gradients at the end
   start_all_remaining();
   new_micro_batch();
   ++micro_;
@@ -403,8 +405,11 @@ void DataParallelHook::after_update(TrainingRun& run, const StepRecord& r) {
   const Tensor& p = run.model().params().flat_params();
   if (p.is_meta()) return;
   const double scale = run.mp().scaler().scale();
-  uint32_t crc =
-      crc32_reflected<0xEDB88320u>(p.raw_data(), static_cast<size_t>(p.numel()) * dtype_size(p.dtype()), 0);
+  // ZeRO-3: no rank holds the whole weights (each its part): the loss scale only.
+  const bool whole = !run.model().params().parameters_sharded();
+  uint32_t crc = whole ? crc32_reflected<0xEDB88320u>(
+                             p.raw_data(), static_cast<size_t>(p.numel()) * dtype_size(p.dtype()), 0)
+                       : 0;
   crc = crc32_reflected<0xEDB88320u>(&scale, sizeof scale, crc);
   uint32_t rank0 = crc;
   world_.broadcast(&rank0, sizeof rank0, 0);

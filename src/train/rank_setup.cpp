@@ -4,6 +4,7 @@
 #include "mixtrain/optim/zero.h"
 #include "mixtrain/train/data_parallel.h"
 #include "train/checkpointing.h"
+#include "train/param_shards.h"
 
 namespace mixtrain {
 
@@ -25,12 +26,14 @@ RankSetup setup_ranks(RunOptions& opt) {
 }
 
 std::unique_ptr<GradientPartScope> gradient_part_scope(const RankSetup& ranks) {
-  if (ranks.zero_stage != 2) return nullptr;
+  if (ranks.zero_stage < 2) return nullptr;
   const int n = ranks.ranks(), rank = ranks.world->rank();
-  return std::make_unique<GradientPartScope>([n, rank](int64_t flat_numel) {
-    const FlatRange mine = zero_partition(flat_numel, n, rank).mine();
-    return std::pair<int64_t, int64_t>{mine.begin, mine.end};
-  });
+  return std::make_unique<GradientPartScope>(
+      [n, rank](int64_t flat_numel) {
+        const FlatRange mine = zero_partition(flat_numel, n, rank).mine();
+        return std::pair<int64_t, int64_t>{mine.begin, mine.end};
+      },
+      ranks.zero_stage == 3);  // ZeRO-3: the parameters too (train/param_shards.h)
 }
 
 std::unique_ptr<Optimizer> make_run_optimizer(const RankSetup& ranks, const ParameterStore& store,
@@ -55,6 +58,9 @@ void add_data_parallel_hooks(TrainingRun& run, const RankSetup& ranks, const Run
   if (ranks.zero && ranks.world->rank() != 0)
     run.add_hook(std::make_unique<ZeroCheckpointGatherHook>(ranks.rank0_checkpoint));
   run.add_hook(std::make_unique<DataParallelHook>(*ranks.world, opt.data_parallel));
+  // After the broadcast of rank 0's weights: ZeRO-3 then gives back what lies outside the part.
+  if (ranks.zero_stage == 3)
+    run.add_hook(std::make_unique<ParameterShardsHook>(*ranks.world, ranks.rank0_checkpoint));
 }
 
 }  // namespace mixtrain

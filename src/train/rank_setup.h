@@ -22,7 +22,7 @@ namespace mixtrain {
 struct RankSetup {
   Communicator* world = nullptr;       // the ranks when more than one, else null (one process)
   CheckpointOptions rank0_checkpoint;  // what rank 0 saves by: the others join its ZeRO gathers
-  bool zero = false;                   // ZeRO stage 1 or 2 over several ranks
+  bool zero = false;                   // ZeRO stage 1, 2 or 3 over several ranks
   int zero_stage = 0;                  // that stage when zero, else 0
   int ranks() const { return world ? world->size() : 1; }
 };
@@ -30,8 +30,9 @@ struct RankSetup {
 // Reads opt.world. On ranks other than 0 clears every output of opt (step log, numerics,
 // TensorBoard, checkpoints; quiet): rank 0 alone writes what a run writes.
 RankSetup setup_ranks(RunOptions& opt);
-// ZeRO-2: while alive, models built keep only this rank's part of their gradient buffer (the
-// ZeRO partition's, nn/parameters.h GradientPartScope); null otherwise. Around make_model.
+// ZeRO-2 and 3: while alive, models built keep only this rank's part of their gradient buffer (the
+// ZeRO partition's, nn/parameters.h GradientPartScope), under ZeRO-3 of their parameters too; null
+// otherwise. Around make_model.
 std::unique_ptr<GradientPartScope> gradient_part_scope(const RankSetup& ranks);
 // ZeRO's part of the optimizer on this rank (zero 1 or 2 over several ranks), else the whole one.
 // ArgumentError for numerics probes under ZeRO (a rank holds its part's summed gradients only).

@@ -143,6 +143,7 @@ TrainSummary run_prepared(Recipe& recipe, const RunOptions& opt, const RankSetup
   rc.eval_batches = opt.eval_batches;
   rc.max_bad_steps = opt.max_bad_steps_or_default();
   rc.world = ranks.world;
+  rc.lockstep_passes = ranks.zero_stage == 3;  // its passes gather parameters collectively
   recipe.configure(rc, opt);
   rc.steps = std::min(rc.steps, max_steps);
   TrainingRun run(*model, *optimizer, mp, recipe.data(), rc);

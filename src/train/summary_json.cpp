@@ -81,6 +81,7 @@ nlohmann::ordered_json summary_to_json(const TrainSummary& r) {
     j["reduce_overlap_s_per_step"] = r.reduce_overlap_s;
     j["reduce_wait_s_per_step"] = r.reduce_wait_s;
     j["grad_reduce_bytes_per_step"] = r.reduce_bytes_per_step;
+    if (r.zero_stage == 3) j["param_gather_bytes_per_step"] = r.gather_bytes_per_step;
     j["zero"] = r.zero_stage;
     // Every rank's own peaks (the tracker of each process; peak_bytes_by_category above is rank 0's).
     nlohmann::ordered_json ranks = nlohmann::ordered_json::array();

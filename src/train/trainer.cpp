@@ -72,9 +72,10 @@ void RunOptions::validate() const {
   if (max_bad_steps) positive(*max_bad_steps, "max_bad_steps");
   if (inject_nonfinite_rank && *inject_nonfinite_rank < 0)
     bad("inject_nonfinite_rank", " must be a rank >= 0, got " + std::to_string(*inject_nonfinite_rank));
-  if (data_parallel.zero_stage < 0 || data_parallel.zero_stage > 2)
+  if (data_parallel.zero_stage < 0 || data_parallel.zero_stage > 3)
     bad("zero",
-        " must be 0, 1 (ZeRO stage 1: optimizer state sharded over the ranks) or 2 (gradients too), got " +
+        " must be 0, 1 (ZeRO stage 1: optimizer state sharded over the ranks), 2 (gradients too) or 3 "
+        "(parameters too), got " +
             std::to_string(data_parallel.zero_stage));
   if (memory_limit && *memory_limit <= 0)
     bad("memory_limit", " must be a positive number of bytes, got " + std::to_string(*memory_limit));

@@ -125,6 +125,11 @@ TrainingRun::Evaluation TrainingRun::evaluate() {
       data_.eval_batch(n == available ? i : i * available / n, batch);  // spread evenly
       total.add(model_.evaluate_batch(batch));
     }
+    // Lockstep: as many passes as rank 0 (which has the most), the extra one's sums dropped.
+    if (config_.lockstep_passes && n > 0 && rank() >= n % world_size() && n % world_size() != 0) {
+      data_.eval_batch(0, batch);
+      (void)model_.evaluate_batch(batch);
+    }
     return total;
   });
   if (world_size() > 1) sum_over_ranks(sums);
@@ -159,7 +164,9 @@ double TrainingRun::forward_backward(int64_t step, bool& loss_finite, int64_t& t
     });
     const double l = out.loss.value().item();
     loss += l / static_cast<double>(NK);
-    if (!std::isfinite(l)) {
+    if (!std::isfinite(l) && config_.lockstep_passes) {
+      loss_finite = false;  // backward all the same: the other ranks' gathers need this rank's part
+    } else if (!std::isfinite(l)) {
       loss_finite = false;
       // Nothing to learn from this step: it is skipped. The hooks still see every micro-batch
       // (the other ranks' collectives).

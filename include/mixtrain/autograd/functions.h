@@ -89,5 +89,8 @@ Var attention_qkv(const Var& qkv, int64_t n_head, float scale);
 // gradients go straight to their buffers; dropout must take the same seed and offset) and
 // depend on no other Var that needs a gradient. Same gradients as fn(x) itself, bit for bit.
 Var checkpoint(const std::function<Var(const Var&)>& fn, const Var& x);
+// y = x (the same tensor); when backward reaches y, on_backward() runs before x's gradient is
+// passed on, so before the backward of every op that produced x. Without gradients: x itself.
+Var backward_hook(const Var& x, std::function<void()> on_backward);
 
 }  // namespace mixtrain::autograd

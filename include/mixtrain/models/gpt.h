@@ -60,6 +60,7 @@ class Gpt final : public Model {
   // Conv1D weights of each block (is_hf_conv1d_weight) as (IN, OUT) views of our (OUT, IN).
   std::vector<NamedWeight> named_weights() const override;
   std::vector<std::string> quantizable_parameters() const override;
+  bool gathers_sharded_parameters() const override { return true; }
   std::vector<std::vector<std::string>> fp8_linears() const override;
 
   // logits (B, T, V); loss scalar f32 (undefined without targets).
@@ -112,6 +113,9 @@ class Gpt final : public Model {
   bool checkpoint_blocks_ = false;
   bool fused_head_ = false;   // training: autograd::lm_head_loss instead of the logits and cross_entropy
   bool hidden_only_ = false;  // forward returns ln_f's output as `logits` (evaluate_batch, fused head)
+  // ZeRO-3's gather units (nn/gather.h): each block's parameters, and the rest (embeddings, ln_f).
+  std::vector<FlatRanges> block_units_;
+  FlatRanges rest_unit_;
 };
 
 }  // namespace mixtrain

@@ -81,6 +81,9 @@ class Model {
   // may run in fp8 (amp/fp8.h). Not the embeddings, the output head nor a classifier. None by
   // default.
   virtual std::vector<std::vector<std::string>> fp8_linears() const { return {}; }
+  // Whether its forward gathers its parameters unit by unit when they are sharded over ranks
+  // (ZeRO-3, nn/gather.h); a model that does not cannot train with zero 3.
+  virtual bool gathers_sharded_parameters() const { return false; }
   int64_t num_parameters() const { return params().numel(); }
 };
 

@@ -47,16 +47,35 @@ struct StoreOptions {
 // (every parameter's gradient view, the flat loops' offsets), but the rest is reserved address
 // space (Tensor::reserved), never written: backward hands each gradient to data parallelism
 // (autograd::GradHandoffScope) instead of adding it there.
+// ZeRO stage 3 (parameters too): the parameter buffer is kept the same way, the part resident and
+// the rest reserved, made whole a unit at a time by the store's ParameterGather while it is used.
 class GradientPartScope {
  public:
   using PartFn = std::function<std::pair<int64_t, int64_t>(int64_t flat_numel)>;
-  explicit GradientPartScope(PartFn part);
+  explicit GradientPartScope(PartFn part, bool parameters_too = false);
   ~GradientPartScope();
   GradientPartScope(const GradientPartScope&) = delete;
   GradientPartScope& operator=(const GradientPartScope&) = delete;
 
  private:
   PartFn prev_;
+  bool prev_parameters_;
+};
+
+// Flat element ranges [first, second) of a store's arena: a gather unit (a transformer block's
+// parameters, or a model's others), one or more ranges.
+using FlatRanges = std::vector<std::pair<int64_t, int64_t>>;
+
+// ZeRO stage 3 (train/param_shards.h): while a store's parameters are sharded over the ranks, the
+// model makes each unit's parameters whole before it reads them (gather, a collective every rank
+// calls in the same order) and gives them back after (release). nn::GatherScope and
+// nn::gathered (nn/layers.h) are how a model's forward calls it.
+class ParameterGather {
+ public:
+  virtual ~ParameterGather() = default;
+  virtual bool is_gathered(const FlatRanges& unit) const = 0;
+  virtual void gather(const FlatRanges& unit) = 0;   // no-op when gathered
+  virtual void release(const FlatRanges& unit) = 0;  // no-op when not gathered
 };
 
 class ParameterStore {
@@ -103,6 +122,16 @@ class ParameterStore {
   // GradientPartScope at finalize its part. zero_grads() zeroes those.
   std::pair<int64_t, int64_t> gradient_part() const { return grad_part_; }
   void zero_grads();
+  // The parameter elements [first, second) this store holds: the whole buffer, or under a
+  // GradientPartScope with parameters_too its part (ZeRO-3; the rest is gathered per unit).
+  std::pair<int64_t, int64_t> parameter_part() const { return param_part_; }
+  bool parameters_sharded() const { return param_part_ != std::pair<int64_t, int64_t>{0, flat_numel_}; }
+  // ZeRO-3: who gathers the parameters (null: they are whole, nothing to gather).
+  void set_gather(ParameterGather* g) { gather_ = g; }
+  ParameterGather* gather() const { return gather_; }
+  // The flat range of the parameters whose names start with `prefix` (ArgumentError when none do,
+  // or when they are not contiguous in the arena), alignment padding included.
+  std::pair<int64_t, int64_t> range_of(const std::string& prefix) const;
 
  private:
   std::vector<ParamInfo> infos_;
@@ -111,6 +140,8 @@ class ParameterStore {
   Tensor params_;  // (flat_numel) parameters
   Tensor grads_;   // (flat_numel) gradients
   std::pair<int64_t, int64_t> grad_part_{0, 0};
+  std::pair<int64_t, int64_t> param_part_{0, 0};
+  ParameterGather* gather_ = nullptr;
   QuantScheme quant_scheme_ = QuantScheme::none;
   Tensor codes_;   // the quantized parameters' codes, back to back (64-byte aligned)
   Tensor scales_;  // their per-row scales

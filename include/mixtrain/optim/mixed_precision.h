@@ -109,6 +109,8 @@ class MixedPrecision {
   // does not exist yet or the masters changed since the optimizer last wrote it; null when the
   // mode keeps none.
   Tensor* working_copy_for(ParameterStore& store);
+  // ZeRO-3: the elements of a working copy of the arena from `first` on that hold this rank's part.
+  static std::pair<int64_t, int64_t> working_part(const ParameterStore& store, int64_t first);
   // The part of the fp32 arena the copy mirrors: its last working_.numel() elements, from the
   // first parameter autocast casts (undefined without a copy).
   Tensor working_master() const;

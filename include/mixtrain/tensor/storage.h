@@ -4,6 +4,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <utility>
+#include <vector>
 
 #include "mixtrain/tensor/allocator.h"
 #include "mixtrain/tensor/device.h"
@@ -27,6 +29,17 @@ class Storage {
   size_t charged_bytes() const { return charged_; }  // bytes() but for a reserved block
   MemCategory category() const { return category_; }
   Device device() const { return allocator_->device(); }
+  // A reserved block's bytes [offset, offset + bytes) made memory for a while (ZeRO-3's gathered
+  // parameters, train/param_shards.h): commit charges them (on the meta device: an allocation of
+  // that size, which a prediction sees); decommit uncharges them and gives back to the system
+  // the pages wholly inside the range (their contents then read as zeros; a page shared with a
+  // neighbouring range stays). discard gives back those pages without any charge (bytes written
+  // before the range was ever committed). The caller keeps the ranges apart and decommits each
+  // committed range exactly once; ArgumentError on a block that is not reserved or a range
+  // outside it.
+  void commit(size_t offset, size_t bytes);
+  void decommit(size_t offset, size_t bytes);
+  void discard(size_t offset, size_t bytes);
   // Moves the bytes to another accounting category (e.g. a workspace buffer kept as activation).
   void recharge(MemCategory category);
   // A counter bumped by every in-place update that others may have cached a copy of (the
@@ -40,7 +53,12 @@ class Storage {
   void* data_ = nullptr;
   size_t bytes_ = 0;
   size_t charged_ = 0;
-  bool mapped_ = false;  // a reserved CPU block: munmap, not the allocator
+  bool mapped_ = false;    // a reserved CPU block: munmap, not the allocator
+  bool reserved_ = false;  // made by reserved() (CPU or meta)
+  // The meta device's committed ranges: offset -> (meta address, bytes), freed by decommit or at
+  // the end.
+  std::vector<std::pair<size_t, std::pair<void*, size_t>>> meta_commits_;
+  void check_range(size_t offset, size_t bytes, const char* op) const;
   MemCategory category_;
   Allocator* allocator_;
   uint64_t version_ = 0;

@@ -53,7 +53,8 @@ struct DataParallelConfig {
   // debugging aid, one pass over the weights per step.
   bool verify_replicas = false;
   // 0: every rank receives the whole summed gradient (all-reduce); 1: ZeRO stage 1 (reduce-scatter
-  // to the ranks' parts of the arena, optim/zero.h); 2: ZeRO stage 2 (and only the part is held).
+  // to the ranks' parts of the arena, optim/zero.h); 2: ZeRO stage 2 (and only the part is held);
+  // 3: ZeRO stage 3 (the gradients as 2; the parameters sharded, train/param_shards.h).
   int zero_stage = 0;
   void validate(DType grad_dtype) const;  // ArgumentError naming grad_reduce_dtype / bucket_bytes / zero
 };
@@ -104,7 +105,7 @@ class DataParallelHook final : public TrainingHook {
   }
   // On the meta device (a prediction) only ZeRO-2's and int8's buffers need following.
   bool idle_on_meta() const {
-    return grads_.is_meta() && config_.zero_stage != 2 && config_.reduce_dtype != DType::i8;
+    return grads_.is_meta() && config_.zero_stage < 2 && config_.reduce_dtype != DType::i8;
   }
   Tensor bucket_slot(size_t param, int64_t numel);          // ZeRO-2: its place in its bucket's buffer
   Tensor grad_place(const Tensor& buffer);                  // ZeRO-2: a view of the bucket's buffer

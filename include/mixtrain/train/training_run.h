@@ -77,7 +77,12 @@ struct RunConfig {
   int64_t eval_batches = 8;       // evaluation batches, spread evenly over the data source's; 0: all
   int64_t max_bad_steps = 20;     // non-finite losses in a row before the run is declared diverged
   Communicator* world = nullptr;  // the data-parallel ranks (not owned); null: one process
-  void validate() const;          // ArgumentError naming the field
+  // Every rank runs the same forward and backward passes (ZeRO-3, whose passes gather parameters
+  // collectively): a micro-batch's backward runs after a non-finite loss too (its gradients are
+  // then non-finite and the step is skipped all the same), and in evaluation a rank with fewer
+  // batches than another runs one more pass whose result it drops.
+  bool lockstep_passes = false;
+  void validate() const;  // ArgumentError naming the field
 };
 
 // The profiled steps' time per step: each kind of work, "other" (the rest of the step: autograd
@@ -139,6 +144,7 @@ struct TrainSummary {
   // Bytes of its gradients rank 0 hands the other ranks per step: its pieces of their parts of
   // every bucket, in the reduce dtype (int8: codes and scales); MPI's algorithm may move more.
   double reduce_bytes_per_step = 0;
+  double gather_bytes_per_step = 0;  // ZeRO-3: the parameter bytes a rank received (its gathers)
   // ZeRO (optim/zero.h): the stage (0: none), and with N > 1 ranks every rank's tracker peaks
   // by category (MemoryTracker::current(), MemCategory order), rank r at [r]; empty otherwise.
   int zero_stage = 0;

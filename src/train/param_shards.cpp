@@ -1,0 +1,152 @@
+// ZeRO stage 3's parameter shards and their hook (train/param_shards.h).
+#include "train/param_shards.h"
+
+#include <algorithm>
+#include <string>
+
+#include "mixtrain/optim/zero.h"
+#include "mixtrain/tensor/storage.h"
+#include "train/checkpointing.h"
+
+namespace mixtrain {
+
+ParameterShards::ParameterShards(Communicator& world, ParameterStore& store, const MixedPrecision& mp,
+                                 std::vector<FlatRange> shards)
+    : world_(world), store_(store), mp_(mp), shards_(std::move(shards)) {
+  if (static_cast<int>(shards_.size()) != world_.size())
+    throw ArgumentError("ParameterShards: " + std::to_string(shards_.size()) + " parts for " +
+                        std::to_string(world_.size()) + " ranks");
+  const auto [b, e] = store_.parameter_part();
+  const FlatRange& mine = shards_[static_cast<size_t>(world_.rank())];
+  if (b != mine.begin || e != mine.end)
+    throw ArgumentError("ParameterShards: the store holds [" + std::to_string(b) + ", " + std::to_string(e) +
+                        "), this rank's part is [" + std::to_string(mine.begin) + ", " +
+                        std::to_string(mine.end) + ")");
+}
+
+std::vector<ParameterShards::Arena> ParameterShards::arenas() const {
+  std::vector<Arena> a{{store_.flat_params(), 0}};
+  // The *-mixed modes' 16-bit working copy (from the first step on): the GEMMs read it.
+  if (const Tensor& w = mp_.working_copy(); w.defined()) a.push_back({w, store_.flat_numel() - w.numel()});
+  return a;
+}
+
+bool ParameterShards::is_gathered(const FlatRanges& unit) const {
+  return std::any_of(held_.begin(), held_.end(), [&](const Held& h) { return h.unit == unit; });
+}
+
+void ParameterShards::gather(const FlatRanges& unit) {
+  if (ended_)
+    throw Error({"zero"},
+                "zero 3: the run has ended and its parameters stay sharded over the ranks; nothing may "
+                "read them now");
+  if (is_gathered(unit)) return;
+  Held h{unit, {}};
+  const auto [pb, pe] = store_.parameter_part();
+  const size_t rank = static_cast<size_t>(world_.rank());
+  for (const Arena& a : arenas()) {
+    const int64_t elem = static_cast<int64_t>(dtype_size(a.t.dtype()));
+    Storage* st = a.t.storage().get();
+    for (auto [b, e] : unit) {
+      b = std::max(b, a.first);
+      if (b >= e) continue;
+      // Memory for what lies outside this rank's part, charged while held.
+      const auto commit = [&](int64_t x, int64_t y) {
+        if (x >= y) return;
+        const auto off = static_cast<size_t>((a.t.offset() + x - a.first) * elem);
+        const auto bytes = static_cast<size_t>((y - x) * elem);
+        st->commit(off, bytes);
+        h.committed.push_back({st, {off, bytes}});
+      };
+      commit(b, std::min(e, pb));
+      commit(std::max(b, pe), e);
+      // Rank r's piece of [b, e) is [b, e) within its part: the parts are in rank order.
+      std::vector<int64_t> bytes;
+      for (const FlatRange& s : shards_)
+        bytes.push_back(std::max<int64_t>(0, std::min(e, s.end) - std::max(b, s.begin)) * elem);
+      bytes_ += static_cast<double>((e - b) * elem - bytes[rank]);
+      if (!a.t.is_meta()) world_.all_gather(static_cast<char*>(a.t.raw_data()) + (b - a.first) * elem, bytes);
+    }
+  }
+  held_.push_back(std::move(h));
+}
+
+void ParameterShards::release(const FlatRanges& unit) {
+  const auto it = std::find_if(held_.begin(), held_.end(), [&](const Held& h) { return h.unit == unit; });
+  if (it == held_.end()) return;
+  for (const auto& [st, range] : it->committed) st->decommit(range.first, range.second);
+  held_.erase(it);
+}
+
+void ParameterShards::gather_all() { gather({{0, store_.flat_numel()}}); }
+
+void ParameterShards::release_all() {
+  while (!held_.empty()) release(FlatRanges(held_.back().unit));
+}
+
+void ParameterShards::discard_outside_part() {
+  const auto [pb, pe] = store_.parameter_part();
+  for (const Arena& a : arenas()) {
+    const int64_t elem = static_cast<int64_t>(dtype_size(a.t.dtype()));
+    const int64_t n = a.t.numel();
+    const auto drop = [&](int64_t x, int64_t y) {  // arena elements [x, y)
+      x = std::clamp<int64_t>(x - a.first, 0, n), y = std::clamp<int64_t>(y - a.first, 0, n);
+      if (x < y)
+        a.t.storage()->discard(static_cast<size_t>((a.t.offset() + x) * elem),
+                               static_cast<size_t>((y - x) * elem));
+    };
+    drop(0, pb);
+    drop(pe, store_.flat_numel());
+  }
+}
+
+ParameterShardsHook::ParameterShardsHook(Communicator& world, CheckpointOptions rank0_checkpoint)
+    : world_(world), checkpoint_(std::move(rank0_checkpoint)) {}
+
+ParameterShardsHook::~ParameterShardsHook() {
+  if (store_ != nullptr && store_->gather() == shards_.get()) store_->set_gather(nullptr);
+}
+
+void ParameterShardsHook::on_run_start(TrainingRun& run) {
+  if (!run.model().gathers_sharded_parameters())
+    throw ArgumentError({"zero"},
+                        "zero 3: the " + std::string(run.model().family()) +
+                            " model does not gather its parameters block by block yet (use zero 2)");
+  store_ = &run.model().params();
+  if (!store_->parameters_sharded() && world_.size() > 1)
+    throw ArgumentError({"zero"},
+                        "zero 3 needs the model's parameters to hold this rank's part only (built inside a "
+                        "GradientPartScope with parameters_too, nn/parameters.h)");
+  const auto* zero = dynamic_cast<const ZeroOptimizer*>(&run.optimizer());
+  if (zero == nullptr || zero->partition().ranks() != world_.size())
+    throw ArgumentError({"zero"}, "zero 3 needs the run's optimizer to be a ZeroOptimizer over this world");
+  shards_ = std::make_unique<ParameterShards>(world_, *store_, run.mp(), zero->partition().shards);
+  shards_->discard_outside_part();
+  store_->set_gather(shards_.get());
+}
+
+void ParameterShardsHook::micro_batch_done(TrainingRun&, int64_t) { shards_->release_all(); }
+void ParameterShardsHook::reduce_gradients(TrainingRun&, int64_t) {
+  shards_->release_all();
+  ++steps_;
+}
+
+void ParameterShardsHook::on_step_end(TrainingRun& run, const StepRecord& r) {
+  // Rank 0's checkpoint (its CheckpointHook::should_stop, next) reads the whole weights.
+  if (!checkpoint_due(checkpoint_, r.step, run.config().steps, run.summary().interrupted)) return;
+  shards_->release_all();
+  shards_->gather_all();
+}
+
+bool ParameterShardsHook::should_stop(TrainingRun&, const StepRecord&) {
+  shards_->release_all();
+  return false;
+}
+
+void ParameterShardsHook::on_run_end(TrainingRun&, TrainSummary& s) {
+  shards_->release_all();
+  shards_->end();
+  s.gather_bytes_per_step = steps_ > 0 ? shards_->bytes_gathered() / static_cast<double>(steps_) : 0;
+}
+
+}  // namespace mixtrain

@@ -1,0 +1,89 @@
+// ZeRO stage 3 (Rajbhandari et al. 2020, the P_os+g+p stage; DeepSpeed's `stage: 3`, PyTorch
+// FSDP's FULL_SHARD): the parameters are split over the ranks too. The store's parameter buffer
+// (and, in the *-mixed modes, the 16-bit working copy of it) holds this rank's ZeRO part only
+// (nn/parameters.h GradientPartScope with parameters_too; reserved address space elsewhere, no
+// memory). The model's forward gathers a unit's parameters (a transformer block's, or the
+// embeddings and the rest) before it reads them and releases them after (nn/gather.h); backward
+// gathers a block again before going back through it. A gather is an all-gather in place, in the
+// buffer's own dtype (the working copy's 16 bits where the forward reads it), each rank sending
+// its part of the unit: the same bits every rank's optimizer wrote, so a run is ZeRO-1's and
+// ZeRO-2's bit for bit. Gradients are ZeRO-2's (train/data_parallel.h); the optimizer updates its
+// part and gathers nothing (optim/zero.h).
+//
+// What a rank holds: its part of every buffer, plus the units gathered at the time (the rest
+// unit for a whole forward and backward, one block at a time besides), plus for checkpoints the
+// whole weights while one is written (every rank gathers them; only rank 0 writes).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "mixtrain/dist/communicator.h"
+#include "mixtrain/nn/parameters.h"
+#include "mixtrain/optim/mixed_precision.h"
+#include "mixtrain/optim/optimizer.h"
+#include "mixtrain/train/train_options.h"
+#include "mixtrain/train/training_run.h"
+
+namespace mixtrain {
+
+class ParameterShards final : public ParameterGather {
+ public:
+  // shards: every rank's part of the arena (the ZeRO partition's), in rank order.
+  ParameterShards(Communicator& world, ParameterStore& store, const MixedPrecision& mp,
+                  std::vector<FlatRange> shards);
+  bool is_gathered(const FlatRanges& unit) const override;
+  void gather(const FlatRanges& unit) override;
+  void release(const FlatRanges& unit) override;
+  void gather_all();
+  void release_all();
+  // Gives back the pages outside this rank's part that were written before sharding began (the
+  // initial weights, a restored checkpoint, rank 0's broadcast).
+  void discard_outside_part();
+  // After the run: a gather is refused (Error) instead of reading parameters no rank gathered.
+  void end() { ended_ = true; }
+  double bytes_gathered() const { return bytes_; }  // this rank's received bytes so far
+
+ private:
+  struct Arena {
+    Tensor t;           // the flat buffer
+    int64_t first = 0;  // the arena element its element 0 holds
+  };
+  struct Held {
+    FlatRanges unit;
+    std::vector<std::pair<Storage*, std::pair<size_t, size_t>>> committed;  // (storage, (offset, bytes))
+  };
+  std::vector<Arena> arenas() const;
+  Communicator& world_;
+  ParameterStore& store_;
+  const MixedPrecision& mp_;
+  std::vector<FlatRange> shards_;
+  std::vector<Held> held_;
+  bool ended_ = false;
+  double bytes_ = 0;
+};
+
+// The run's side of ZeRO-3: installs the shards on the model's store at the start (after the
+// checkpoint's restore and data parallelism's broadcast of rank 0's weights), releases every unit
+// once a micro-batch's backward is done, gathers the whole weights for a checkpoint (at the steps
+// rank 0 saves, by rank0_checkpoint) and releases them after it.
+class ParameterShardsHook final : public TrainingHook {
+ public:
+  ParameterShardsHook(Communicator& world, CheckpointOptions rank0_checkpoint);
+  ~ParameterShardsHook() override;
+  void on_run_start(TrainingRun& run) override;
+  void micro_batch_done(TrainingRun& run, int64_t step) override;
+  void reduce_gradients(TrainingRun& run, int64_t step) override;
+  void on_step_end(TrainingRun& run, const StepRecord& r) override;
+  bool should_stop(TrainingRun& run, const StepRecord& r) override;
+  void on_run_end(TrainingRun& run, TrainSummary& summary) override;
+
+ private:
+  Communicator& world_;
+  CheckpointOptions checkpoint_;
+  ParameterStore* store_ = nullptr;
+  std::unique_ptr<ParameterShards> shards_;
+  int64_t steps_ = 0;  // steps run (reduce_gradients calls)
+};
+
+}  // namespace mixtrain
