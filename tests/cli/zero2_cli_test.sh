@@ -16,7 +16,7 @@
 # - --grad-reduce-dtype int8 (compressed reduce-scatter, error feedback): the same run under
 #   --zero 1 and 2, a quarter of the bytes, the loss within 1% of fp32 sums after 30 steps, its
 #   memory predicted to the byte; refused without ZeRO or with 16-bit gradients
-# - --zero 2 in one process is one part: the plain run bit for bit; --zero 3: a one-line error
+# - --zero 2 in one process is one part: the plain run bit for bit; --zero 4: a one-line error
 MIXTRAIN="$1"
 . "$(dirname "$0")/cli_common.sh"
 use_mpirun
@@ -233,6 +233,6 @@ if "$MIXTRAIN" train "${COMMON[@]}" --steps 4 --zero 2 --log-jsonl "$d/zero.json
 else
   fail "--zero 2 in one process failed: $(tail -c 400 "$d/err")"
 fi
-expect_exit 2 "--zero 3" -- "$MIXTRAIN" train "${COMMON[@]}" --steps 1 --zero 3
-expect_stderr_has "--zero must be 0, 1" "--zero 3"
+expect_exit 2 "--zero 4" -- "$MIXTRAIN" train "${COMMON[@]}" --steps 1 --zero 4
+expect_stderr_has "--zero must be 0, 1" "--zero 4"
 finish

@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# ZeRO stage 3 (--zero 3: parameters sharded, each block gathered around its forward and again in
+# backward) under mpirun, 2 ranks x 1 thread (OpenMPI, set up as mpi_cli_test.sh):
+# - in all five precision modes (ALL_MODES, cli_common.sh) and with activation checkpointing, the
+#   fused LM head, fp8-mixed, bf16-true --update-rounding master, --optim-state int8, int8
+#   gradient sums and an evaluation whose batches do not split evenly over the ranks (rank 1 runs
+#   one more pass, dropped): the step log of --zero 1 bit for bit, the same final weights and the
+#   same optimizer state in the checkpoint, byte for byte
+# - with --grad-accum 2: --zero 2's step log bit for bit (the same per-micro-batch sums)
+# - a non-finite gradient in rank 1's part: both ranks skip the step, the scale halves
+# - each rank's parameter bytes (the 16-bit working copy and the fp32 masters of bf16-mixed): its
+#   part plus the units gathered at a time, well below the whole; `mixtrain memory --ranks 2
+#   --zero 3` predicts rank 0's peak and every category to the byte (measured under mpirun),
+#   without mpirun the same
+# - a checkpoint saved with --zero 3 resumes with --zero 3, --zero 1 and in one process on the
+#   uninterrupted trajectory, bit for bit
+# - the encoder family (no block-wise gathers yet): a one-line error; --zero 3 in one process is
+#   the plain run
+MIXTRAIN="$1"
+. "$(dirname "$0")/cli_common.sh"
+use_mpirun
+write_text "$TMP/text.txt"
+write_tiny_model "$TMP/tiny.json" 4 32 32
+# Small buckets (10 KiB): several per step, some across the boundary of the two ranks' parts.
+COMMON=(--data "$TMP/text.txt" --model "$TMP/tiny.json" --batch-size 2 --threads 1 --bucket-mb 0.01)
+
+# 1. --zero 3 against --zero 1 (REF) on 2 ranks: step log, final weights, optimizer state.
+check_mode() {  # REF MODE [EXTRA FLAGS...]
+  local ref="$1" mode="$2" d="$TMP/$(echo "${*:2}" | tr -c 'a-z0-9-' _)"
+  shift 2
+  local extra=("$@") z
+  mkdir -p "$d"
+  for z in "$ref" 3; do
+    if ! timeout 60 "${MPIRUN[@]}" "$MIXTRAIN" train "${COMMON[@]}" "${extra[@]}" --steps 6 --precision "$mode" \
+        --zero "$z" --verify-replicas --log-jsonl "$d/zero$z.jsonl" --checkpoint-dir "$d/zero$z" >"$d/out" 2>"$d/err"; then
+      fail "$mode ${extra[*]}: 2-rank --zero $z run failed: $(tail -c 400 "$d/err")"
+      return
+    fi
+  done
+  [ "$(wc -l <"$d/zero3.jsonl")" = 6 ] && pass || fail "$mode: the --zero 3 step log has $(wc -l <"$d/zero3.jsonl") lines"
+  local msg
+  if msg=$(same_log "$d/zero3.jsonl" "$d/zero$ref.jsonl"); then pass; else fail "$mode ${extra[*]}: --zero 3 differs from --zero $ref: $msg"; fi
+  same_checkpoint "$d/zero3/step-000006" "$d/zero$ref/step-000006" "$mode ${extra[*]}: after 6 steps, --zero 3 against --zero $ref"
+}
+for mode in $ALL_MODES; do check_mode 1 "$mode"; done
+check_mode 1 bf16-mixed --checkpoint-activations
+check_mode 1 bf16-mixed --fused-lm-head
+check_mode 1 fp8-mixed
+check_mode 1 bf16-true --update-rounding master
+check_mode 1 bf16-mixed --optim-state int8 --eval-every 2 --eval-batches 3
+check_mode 1 32-true --grad-reduce-dtype int8
+# 2. Gradient accumulation: every micro-batch reduced, then added, as --zero 2 does.
+check_mode 2 16-mixed --grad-accum 2
+
+# 3. A non-finite gradient in rank 1's part at step 3 (16-mixed, initial scale 1024).
+d="$TMP/inject"
+mkdir -p "$d"
+if timeout 60 "${MPIRUN[@]}" "$MIXTRAIN" train "${COMMON[@]}" --steps 5 --precision 16-mixed --init-scale 1024 \
+    --zero 3 --inject-nonfinite 3 --inject-nonfinite-rank 1 --verify-replicas --log-jsonl "$d/log.jsonl" \
+    >/dev/null 2>"$d/err"; then
+  got=$(python3 -c "
+import json
+for l in open('$d/log.jsonl'):
+    j = json.loads(l)
+    print(j['step'], j['skipped'], j['loss_scale'])" | tr '\n' ';')
+  want="1 False 1024.0;2 False 1024.0;3 True 1024.0;4 False 512.0;5 False 512.0;"
+  [ "$got" = "$want" ] && pass || fail "--zero 3 injection: (step skipped scale) $got, expected $want"
+else
+  fail "--zero 3 injection run failed: $(tail -c 400 "$d/err")"
+fi
+
+# 4. Parameter memory per rank, and the memory command's prediction against rank 0's measurement.
+# (8 layers of 64: the blocks are most of the model, as in a real one.)
+d="$TMP/mem"
+mkdir -p "$d"
+write_tiny_model "$TMP/mem.json" 8 64 32
+MEM=(memory --model "$TMP/mem.json" --precision bf16-mixed --batch-size 2 --seq-len 32 --steps 2 --threads 1
+     --ranks 2 --bucket-mb 0.05)
+if timeout 60 "${MPIRUN[@]}" "$MIXTRAIN" "${MEM[@]}" --zero 3 --json "$d/m3.json" >"$d/out" 2>"$d/err" &&
+   "$MIXTRAIN" "${MEM[@]}" --zero 3 --predict-only --json "$d/p3.json" >"$d/out1" 2>"$d/err1" &&
+   "$MIXTRAIN" "${MEM[@]}" --zero 2 --predict-only --json "$d/p2.json" >"$d/out2" 2>"$d/err2"; then
+  grep -q "ZeRO stage 3" "$d/out" && pass || fail "memory --zero 3 does not say so: $(head -c 300 "$d/out")"
+  python3 - "$d/m3.json" "$d/p3.json" "$d/p2.json" <<'PY' && pass || fail "memory --ranks 2 --zero 3: prediction, measurement or sharding off"
+import json, sys
+m, p, p2 = (json.load(open(f)) for f in sys.argv[1:])
+assert m["config"]["zero"] == 3, m["config"]
+pred, meas = m["predicted"]["by_category"], m["measured"]["by_category"]
+assert pred == meas, (pred, meas)
+assert m["predicted"]["peak_bytes"] == m["measured"]["peak_bytes"], m["relative_error"]
+assert p["predicted"]["by_category"] == pred, "the prediction without mpirun differs"
+# ZeRO-2 holds the whole weights; ZeRO-3 its half plus the units gathered at a time (the rest unit,
+# 4% of this model, and one block of eight), both in the 16-bit copy and in the fp32 masters.
+for c in ("parameters", "master_weights"):
+    whole, got = p2["predicted"]["by_category"][c], pred[c]
+    print(f"{c}: --zero 2 {whole} B, --zero 3 {got} B ({got / whole:.3f}x)")
+    assert 0.5 * whole < got < 0.68 * whole, (c, got, whole)
+PY
+else
+  fail "memory --ranks 2 --zero 3 failed: $(tail -c 400 "$d/err" "$d/err1" "$d/err2")"
+fi
+
+# 5. A --zero 3 checkpoint (16-mixed) resumed three ways on the uninterrupted trajectory.
+d="$TMP/resume"
+mkdir -p "$d"
+if timeout 60 "${MPIRUN[@]}" "$MIXTRAIN" train "${COMMON[@]}" --steps 6 --precision 16-mixed --zero 3 --stop-after 3 \
+    --checkpoint-dir "$d/ck" --log-jsonl "$d/first.jsonl" >/dev/null 2>"$d/err"; then
+  R=(timeout 60 "${MPIRUN[@]}" "$MIXTRAIN" train "${COMMON[@]}")
+  resume_on_trajectory "$d" "$TMP/16-mixed_/zero3.jsonl" "--zero 3" zero3 -- "${R[@]}" --zero 3 --verify-replicas
+  resume_on_trajectory "$d" "$TMP/16-mixed_/zero3.jsonl" "--zero 3" zero1 -- "${R[@]}" --zero 1
+  resume_on_trajectory "$d" "$TMP/16-mixed_/zero3.jsonl" "--zero 3" one -- \
+    "$MIXTRAIN" train "${COMMON[@]}" --grad-accum 2 --exact-grad-accum
+else
+  fail "--zero 3 run to the checkpoint failed: $(tail -c 400 "$d/err")"
+fi
+
+# 6. The encoder family: not yet, said in one line. One process: one part, the plain run.
+SRC="$(cd "$(dirname "$0")/../.." && pwd)"
+write_tiny_encoder_task "$SRC" "$TMP/ft"
+timeout 60 "${MPIRUN[@]}" "$MIXTRAIN" --threads 1 finetune --model "$TMP/ft/model" --train "$TMP/ft/train.tsv" \
+  --test "$TMP/ft/test.tsv" --max-len 16 --batch-size 4 --epochs 1 --zero 3 >/dev/null 2>"$TMP/err"
+code=$?
+[ "$code" != 0 ] && [ "$code" != 124 ] && pass || fail "finetune --zero 3: exit $code"
+grep -q '^mixtrain: error: .*zero 3: the bert model does not gather its parameters' "$TMP/err" && pass ||
+  fail "finetune --zero 3: no one-line error: $(head -c 300 "$TMP/err")"
+d="$TMP/single"
+mkdir -p "$d"
+if "$MIXTRAIN" train "${COMMON[@]}" --steps 4 --zero 3 --log-jsonl "$d/zero.jsonl" >/dev/null 2>"$d/err" &&
+   "$MIXTRAIN" train "${COMMON[@]}" --steps 4 --log-jsonl "$d/plain.jsonl" >/dev/null 2>"$d/err"; then
+  if msg=$(same_log "$d/zero.jsonl" "$d/plain.jsonl"); then pass; else fail "--zero 3 in one process differs: $msg"; fi
+else
+  fail "--zero 3 in one process failed: $(tail -c 400 "$d/err")"
+fi
+expect_exit 2 "--zero 4" -- "$MIXTRAIN" train "${COMMON[@]}" --steps 1 --zero 4
+expect_stderr_has "--zero must be 0, 1" "--zero 4"
+finish
