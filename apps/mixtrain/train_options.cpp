@@ -271,7 +271,7 @@ void add_checkpoint_flags(CLI::App* sub, TrainFlags& f, bool with_init_from) {
 void add_data_parallel_flags(CLI::App* sub, TrainFlags& f) {
   sub->add_option("--grad-reduce-dtype", f.grad_reduce_dtype,
                   "Under mpirun: sum gradients over ranks in fp32, bf16 (half the bytes) or int8 (a quarter: "
-                  "blockwise with error feedback; --zero 1 or 2, fp32 gradients)")
+                  "blockwise with error feedback; --zero 1, 2 or 3, fp32 gradients)")
       ->capture_default_str();
   sub->add_option("--bucket-mb", f.bucket_mb, "Under mpirun: MiB of gradients per all-reduce bucket")
       ->capture_default_str();

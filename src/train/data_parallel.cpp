@@ -26,7 +26,7 @@ void DataParallelConfig::validate(DType grad_dtype) const {
                                                    std::string(dtype_name(reduce_dtype)));
   if (reduce_dtype == DType::i8 && zero_stage == 0)
     throw ArgumentError({"grad_reduce_dtype", "zero"},
-                        "grad_reduce_dtype int8 compresses ZeRO's reduce-scatter: it needs zero 1 or 2");
+                        "grad_reduce_dtype int8 compresses ZeRO's reduce-scatter: it needs zero 1, 2 or 3");
   if (reduce_dtype == DType::i8 && grad_dtype != DType::f32)
     throw ArgumentError({"grad_reduce_dtype"},
                         "grad_reduce_dtype int8 needs fp32 gradients (32-true or a *-mixed precision); this "

@@ -34,7 +34,7 @@ RankSetup setup_ranks(RunOptions& opt);
 // ZeRO partition's, nn/parameters.h GradientPartScope), under ZeRO-3 of their parameters too; null
 // otherwise. Around make_model.
 std::unique_ptr<GradientPartScope> gradient_part_scope(const RankSetup& ranks);
-// ZeRO's part of the optimizer on this rank (zero 1 or 2 over several ranks), else the whole one.
+// ZeRO's part of the optimizer on this rank (zero 1, 2 or 3 over several ranks), else the whole one.
 // ArgumentError for numerics probes under ZeRO (a rank holds its part's summed gradients only).
 std::unique_ptr<Optimizer> make_run_optimizer(const RankSetup& ranks, const ParameterStore& store,
                                               const RunOptions& opt);

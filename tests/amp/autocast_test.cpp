@@ -103,6 +103,9 @@ std::vector<OpCase> op_cases() {
        [](const std::vector<Var>& v) {
          return lm_head_loss(v[0], v[1], Tensor::from_ints({0, 4, 2, -1, 1, 3}, {2, 3}), 2);
        }},
+      {OpKind::backward_hook,
+       {{2, 3, 4}},
+       [](const std::vector<Var>& v) { return backward_hook(v[0], [] {}); }},
   };
 }
 
@@ -170,9 +173,9 @@ TEST(Autocast, PolicyTableCoversEveryOpAndFollowsTorchLists) {
             CastPolicy::lower_precision);  // as matmul + the loss in fp32
   EXPECT_EQ(autocast_policy(OpKind::add), CastPolicy::promote);
   EXPECT_EQ(autocast_policy(OpKind::mul), CastPolicy::promote);
-  for (OpKind k :
-       {OpKind::scale, OpKind::gelu, OpKind::embedding, OpKind::reshape, OpKind::split_heads,
-        OpKind::merge_heads, OpKind::dropout, OpKind::cast, OpKind::gelu_erf, OpKind::tanh, OpKind::relu})
+  for (OpKind k : {OpKind::scale, OpKind::gelu, OpKind::embedding, OpKind::reshape, OpKind::split_heads,
+                   OpKind::merge_heads, OpKind::dropout, OpKind::cast, OpKind::gelu_erf, OpKind::tanh,
+                   OpKind::relu, OpKind::backward_hook})
     EXPECT_EQ(autocast_policy(k), CastPolicy::keep) << op_kind_name(k);
   // The harness has one case per op.
   const auto cases = op_cases();

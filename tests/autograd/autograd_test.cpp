@@ -4,6 +4,8 @@
 
 #include <cmath>
 #include <functional>
+#include <string>
+#include <vector>
 
 #include "mixtrain/amp/autocast.h"
 #include "mixtrain/autograd/functions.h"
@@ -505,4 +507,32 @@ TEST(Autograd, DropoutIsSeededScaledAndDifferentiable) {
     return cross_entropy(dropout(y, 0.3f, 5, 100), Tensor::from_ints({0, 1, 2, 3, 4, 5}, {6}));
   };
   check_gradient(f, y, "dropout");
+}
+
+// backward_hook (ZeRO-3's gather points): y = x, the same tensor; backward calls the hook on y
+// before the ops that made x go back, and passes the gradient on unchanged; without gradients
+// nothing is recorded and the hook never runs.
+TEST(Autograd, BackwardHookRunsBeforeTheOpsBelowItAndPassesTheGradientOn) {
+  std::vector<std::string> order;
+  Var x(Tensor::from_vector({1, 2, 3, 4}, {2, 2}, DType::f32, MemCategory::workspace), true);
+  Var w(Tensor::from_vector({0.5, -1, 2, 0.25}, {2, 2}, DType::f32, MemCategory::workspace), true);
+  const Var in = backward_hook(x, [&] { order.push_back("below"); });
+  const Var h = mul(in, w);
+  const Var y = backward_hook(h, [&] {
+    order.push_back("above");
+    EXPECT_FALSE(w.grad().defined()) << "mul went back before the hook above it";
+  });
+  EXPECT_EQ(y.value().raw_data(), h.value().raw_data());  // the same tensor, not a copy
+  Var loss = cross_entropy(y, Tensor::from_ints({1, 0}, {2}));
+  loss.backward();
+  EXPECT_EQ(order, (std::vector<std::string>{"above", "below"}));
+  // The gradients are those of the graph without the hooks.
+  Var x2(x.value(), true), w2(w.value(), true);
+  Var loss2 = cross_entropy(mul(x2, w2), Tensor::from_ints({1, 0}, {2}));
+  loss2.backward();
+  EXPECT_EQ(x.grad().to_doubles(), x2.grad().to_doubles());
+  EXPECT_EQ(w.grad().to_doubles(), w2.grad().to_doubles());
+  NoGradGuard no_grad;
+  const Var z = backward_hook(x, [&] { order.push_back("never"); });
+  EXPECT_EQ(z.impl().get(), x.impl().get());  // x itself: nothing recorded
 }

@@ -67,6 +67,56 @@ TEST(Memory, ReservedTensorChargesAndHoldsOnlyItsUsedPart) {
   EXPECT_THROW(Tensor::reserved({10}, DType::f32, 6, 5, MemCategory::gradients), ShapeError);
 }
 
+// ZeRO-3's gathered ranges (train/param_shards.h): commit charges a range of a reserved block while
+// it is held, decommit uncharges it and gives back the pages wholly inside it (they read as zeros
+// again; a page shared with a neighbour keeps its bytes), discard gives pages back without a charge.
+TEST(Memory, ReservedRangesCommitAndDecommit) {
+  const int64_t p0 = live(MemCategory::parameters);
+  const int64_t n = int64_t{1} << 20, page = 4096 / 4;  // f32 elements, 1024 a page
+  Tensor t = Tensor::reserved({n}, DType::f32, 0, page, MemCategory::parameters);
+  Storage& st = *t.storage();
+  EXPECT_EQ(live(MemCategory::parameters) - p0, page * 4);
+  float* d = t.data<float>();
+  // A range from mid-page 4 to mid-page 8: committed, written, decommitted.
+  const int64_t b = 4 * page + 100, e = 8 * page + 100;
+  st.commit(static_cast<size_t>(b * 4), static_cast<size_t>((e - b) * 4));
+  EXPECT_EQ(live(MemCategory::parameters) - p0, (page + e - b) * 4);
+  for (int64_t i = 0; i < 10 * page; ++i) d[i] = 1.f;
+  st.decommit(static_cast<size_t>(b * 4), static_cast<size_t>((e - b) * 4));
+  EXPECT_EQ(live(MemCategory::parameters) - p0, page * 4);
+  EXPECT_EQ(d[b - 1], 1.f);     // page 4 is shared with what lies before the range: kept
+  EXPECT_EQ(d[b], 1.f);         //   (its part inside the range too)
+  EXPECT_EQ(d[5 * page], 0.f);  // pages 5, 6, 7: given back
+  EXPECT_EQ(d[8 * page - 1], 0.f);
+  EXPECT_EQ(d[8 * page + 100], 1.f);  // page 8 is shared with what follows: kept
+  EXPECT_EQ(d[page - 1], 1.f);        // the used part: untouched
+  // discard: the pages given back, no charge moved.
+  st.discard(static_cast<size_t>(page * 4), static_cast<size_t>(3 * page * 4));
+  EXPECT_EQ(d[page], 0.f);
+  EXPECT_EQ(d[3 * page + 5], 0.f);
+  EXPECT_EQ(d[4 * page], 1.f);
+  EXPECT_EQ(live(MemCategory::parameters) - p0, page * 4);
+  EXPECT_THROW(st.commit(static_cast<size_t>(n * 4), 4), ArgumentError);  // past the block
+  Tensor plain = Tensor::zeros({16}, DType::f32, MemCategory::parameters);
+  EXPECT_THROW(plain.storage()->commit(0, 4), ArgumentError);  // not a reserved block
+  {
+    const DeviceScope meta(Device::meta());
+    const auto mlive = [] {
+      return MemoryTracker::meta().snapshot().live[static_cast<size_t>(MemCategory::parameters)];
+    };
+    const int64_t m0 = mlive();
+    Tensor m = Tensor::reserved({n}, DType::bf16, 0, 100, MemCategory::parameters);
+    m.storage()->commit(1000, 600);
+    m.storage()->commit(4000, 50);
+    EXPECT_EQ(mlive() - m0, 200 + 600 + 50);
+    m.storage()->decommit(1000, 600);
+    EXPECT_EQ(mlive() - m0, 250);
+    EXPECT_THROW(m.storage()->decommit(1000, 600), ArgumentError);  // not committed (any more)
+    m = Tensor();  // what is still committed goes with the block
+    EXPECT_EQ(mlive(), m0);
+  }
+}
+
 TEST(Memory, RechargeMovesBytesBetweenCategories) {
   const int64_t a0 = live(MemCategory::activations), w0 = live(MemCategory::workspace);
   Tensor t = Tensor::empty({256}, DType::f32, MemCategory::workspace);

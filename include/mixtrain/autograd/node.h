@@ -39,7 +39,7 @@ enum class OpKind : uint8_t {
   masked_attention,  // dropout(masked_softmax(scale * q k^T)) v, nothing T x T kept (recomputed in backward)
   fp8_linear,        // out = x @ w^T (+ b), the GEMMs on fp8-quantized operands (autograd/fp8_linear.h)
   lm_head_loss,      // mean cross-entropy of x @ w^T, a chunk of rows at a time: the logits never whole
-  backward_hook,     // out = x; backward calls a function first, then passes the gradient on (ZeRO-3's gathers)
+  backward_hook,  // out = x; backward calls a function first, then passes the gradient on (ZeRO-3's gathers)
   count_,
 };
 constexpr size_t kNumOpKinds = static_cast<size_t>(OpKind::count_);
