@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "mixtrain/core/error.h"
+#include "mixtrain/nn/gather.h"
 #include "tensor/alloc_site.h"
 
 namespace mixtrain {
@@ -117,6 +118,10 @@ EncoderClassifier::EncoderClassifier(const EncoderConfig& cfg, const ClassifierO
   if (has_pooler_) pooler_.bind(store_);
   if (!bert) pre_classifier_.bind(store_);
   classifier_.bind(store_);
+  if (layout.empty()) {
+    for (const EncoderLayer& l : layers_) layer_units_.push_back(nn::unit_of(store_, {l.prefix + "."}));
+    rest_unit_ = nn::rest_of(store_, layer_units_);
+  }
   init_weights(opt_.seed);
 }
 
@@ -217,6 +222,8 @@ ModelOutput EncoderClassifier::forward_batch(const Batch& batch, bool training, 
 
   std::vector<int32_t> pos(static_cast<size_t>(B * T));
   for (int64_t i = 0; i < B * T; ++i) pos[static_cast<size_t>(i)] = static_cast<int32_t>(i % T);
+  // ZeRO-3 (nn/gather.h): the embeddings and the head gathered for the pass, each layer around its own.
+  const nn::GatherScope rest(store_, rest_unit_);
   Var x = add(word_(ids), pos_(Tensor::from_ints(pos, {B, T})));  // (B, T, C)
   if (cfg_.family == EncoderFamily::bert) {
     Tensor types = batch.token_types.defined()
@@ -235,20 +242,28 @@ ModelOutput EncoderClassifier::forward_batch(const Batch& batch, bool training, 
     x = add(x, type_(types));
   }
   x = drop(emb_ln_(x));
-  for (const EncoderLayer& l : layers_) {
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const EncoderLayer& l = layers_[i];
+    const FlatRanges& unit = i < layer_units_.size() ? layer_units_[i] : rest_unit_;
     if (!checkpoint_layers_ || !grad_enabled()) {
-      x = layer_forward(l, x, key_mask, drop);
+      x = nn::gathered(
+          store_, unit, [&](const Var& in) { return layer_forward(l, in, key_mask, drop); }, x);
       continue;
     }
     // As Gpt: the recomputation draws the same dropout masks from this layer's offset.
     const nn::DropoutState at_layer = drop;
     auto offset_after = std::make_shared<uint64_t>(drop.offset);
-    x = checkpoint(
-        [this, &l, key_mask, at_layer, offset_after](const Var& in) {
-          nn::DropoutState d = at_layer;
-          Var y = layer_forward(l, in, key_mask, d);
-          *offset_after = d.offset;
-          return y;
+    x = nn::gathered(
+        store_, unit,
+        [&](const Var& x_in) {
+          return checkpoint(
+              [this, &l, key_mask, at_layer, offset_after](const Var& in) {
+                nn::DropoutState d = at_layer;
+                Var y = layer_forward(l, in, key_mask, d);
+                *offset_after = d.offset;
+                return y;
+              },
+              x_in);
         },
         x);
     drop.offset = *offset_after;

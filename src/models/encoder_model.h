@@ -73,6 +73,7 @@ class EncoderClassifier final : public Model {
   // The encoder layers' linear weights and the learned embedding tables (not the head, the
   // layer norms, the biases, nor DistilBERT's fixed sinusoidal positions).
   std::vector<std::string> quantizable_parameters() const override;
+  bool gathers_sharded_parameters() const override { return true; }
   std::vector<std::vector<std::string>> fp8_linears() const override;
   std::vector<NamedWeight> named_grads() const;  // the same names, gradient views
   const std::vector<EncoderSlot>& slots() const { return slots_; }
@@ -104,6 +105,9 @@ class EncoderClassifier final : public Model {
   bool checkpoint_layers_ = false;
   std::vector<EncoderSlot> slots_;
   std::string head_site_;  // module name of the pooling (alloc sites)
+  // ZeRO-3's gather units (nn/gather.h): each layer's parameters, and the rest (embeddings, head).
+  std::vector<FlatRanges> layer_units_;
+  FlatRanges rest_unit_;
 };
 
 }  // namespace mixtrain

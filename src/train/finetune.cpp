@@ -274,6 +274,7 @@ class ClassificationRecipe final : public Recipe {
         std::string(precision_spec(t.precision).name).c_str());
     std::fflush(stdout);
   }
+  bool finish_reads_weights(const RunOptions&) const override { return !o_.save_dir.empty(); }
   void finish(Model& model, const TrainSummary&, const RunOptions& t) override {
     if (o_.save_dir.empty()) return;
     save_encoder_classifier(model, o_.save_dir, dir_);

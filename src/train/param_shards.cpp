@@ -100,8 +100,9 @@ void ParameterShards::discard_outside_part() {
   }
 }
 
-ParameterShardsHook::ParameterShardsHook(Communicator& world, CheckpointOptions rank0_checkpoint)
-    : world_(world), checkpoint_(std::move(rank0_checkpoint)) {}
+ParameterShardsHook::ParameterShardsHook(Communicator& world, CheckpointOptions rank0_checkpoint,
+                                         bool whole_at_end)
+    : world_(world), checkpoint_(std::move(rank0_checkpoint)), whole_at_end_(whole_at_end) {}
 
 ParameterShardsHook::~ParameterShardsHook() {
   if (store_ != nullptr && store_->gather() == shards_.get()) store_->set_gather(nullptr);
@@ -145,8 +146,13 @@ bool ParameterShardsHook::should_stop(TrainingRun&, const StepRecord&) {
 
 void ParameterShardsHook::on_run_end(TrainingRun&, TrainSummary& s) {
   shards_->release_all();
-  shards_->end();
   s.gather_bytes_per_step = steps_ > 0 ? shards_->bytes_gathered() / static_cast<double>(steps_) : 0;
+  if (whole_at_end_) {  // kept whole (the storage holds the charge): nothing gathers any more
+    shards_->gather_all();
+    store_->set_gather(nullptr);
+    return;
+  }
+  shards_->end();
 }
 
 }  // namespace mixtrain

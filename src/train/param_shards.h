@@ -69,7 +69,9 @@ class ParameterShards final : public ParameterGather {
 // rank 0 saves, by rank0_checkpoint) and releases them after it.
 class ParameterShardsHook final : public TrainingHook {
  public:
-  ParameterShardsHook(Communicator& world, CheckpointOptions rank0_checkpoint);
+  // whole_at_end: gathers the whole weights when the run ends and keeps them (for what reads them
+  // after the run, Recipe::finish); otherwise they stay sharded and a gather after the run fails.
+  ParameterShardsHook(Communicator& world, CheckpointOptions rank0_checkpoint, bool whole_at_end);
   ~ParameterShardsHook() override;
   void on_run_start(TrainingRun& run) override;
   void micro_batch_done(TrainingRun& run, int64_t step) override;
@@ -81,6 +83,7 @@ class ParameterShardsHook final : public TrainingHook {
  private:
   Communicator& world_;
   CheckpointOptions checkpoint_;
+  bool whole_at_end_ = false;
   ParameterStore* store_ = nullptr;
   std::unique_ptr<ParameterShards> shards_;
   int64_t steps_ = 0;  // steps run (reduce_gradients calls)

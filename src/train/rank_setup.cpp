@@ -53,14 +53,15 @@ RunOptions as_one_process(const RunOptions& opt, const RankSetup& ranks) {
   return o;
 }
 
-void add_data_parallel_hooks(TrainingRun& run, const RankSetup& ranks, const RunOptions& opt) {
+void add_data_parallel_hooks(TrainingRun& run, const RankSetup& ranks, const RunOptions& opt,
+                             bool whole_at_end) {
   if (ranks.world == nullptr) return;
   if (ranks.zero && ranks.world->rank() != 0)
     run.add_hook(std::make_unique<ZeroCheckpointGatherHook>(ranks.rank0_checkpoint));
   run.add_hook(std::make_unique<DataParallelHook>(*ranks.world, opt.data_parallel));
   // After the broadcast of rank 0's weights: ZeRO-3 then gives back what lies outside the part.
   if (ranks.zero_stage == 3)
-    run.add_hook(std::make_unique<ParameterShardsHook>(*ranks.world, ranks.rank0_checkpoint));
+    run.add_hook(std::make_unique<ParameterShardsHook>(*ranks.world, ranks.rank0_checkpoint, whole_at_end));
 }
 
 }  // namespace mixtrain

@@ -45,6 +45,9 @@ RunOptions as_one_process(const RunOptions& opt, const RankSetup& ranks);
 // optimizer-state gathers (at the same steps), then data parallelism, which sends rank 0's weights
 // and sums gradients before any other hook sees them (a fault injected after the sum on one rank
 // tests the ranks' agreement). Nothing for one process.
-void add_data_parallel_hooks(TrainingRun& run, const RankSetup& ranks, const RunOptions& opt);
+// whole_at_end: under ZeRO-3 every rank gathers the whole weights when the run ends (rank 0 reads
+// them after it, Recipe::finish_reads_weights).
+void add_data_parallel_hooks(TrainingRun& run, const RankSetup& ranks, const RunOptions& opt,
+                             bool whole_at_end = false);
 
 }  // namespace mixtrain

@@ -155,7 +155,7 @@ TrainSummary run_prepared(Recipe& recipe, const RunOptions& opt, const RankSetup
   else if (!opt.checkpoint.dir.empty() || !opt.checkpoint.resume.empty() || !opt.checkpoint.init_from.empty())
     throw ArgumentError({"checkpoint.dir"},
                         "this task keeps no checkpoints: checkpoint.dir, resume and init_from do not apply");
-  add_data_parallel_hooks(run, ranks, opt);
+  add_data_parallel_hooks(run, ranks, opt, recipe.finish_reads_weights(opt));
   add_observer_hooks(run, opt);
   recipe.add_hooks(run, opt);
   if (opt.add_hooks) opt.add_hooks(run);

@@ -66,6 +66,9 @@ class Recipe {
   // After the run returned (not interrupted, not diverged, not on the meta device), on the rank
   // that writes (rank 0): e.g. saving the trained model.
   virtual void finish(Model&, const TrainSummary&, const RunOptions&) {}
+  // Whether finish reads the model's weights (with ZeRO-3 every rank then gathers them whole at
+  // the end of the run, for rank 0's finish).
+  virtual bool finish_reads_weights(const RunOptions&) const { return false; }
 };
 
 // Runs `recipe` with the options every task shares (opt: validated by the caller, e.g.
