@@ -16,6 +16,8 @@
 #   uninterrupted trajectory, bit for bit
 # - a BERT fine-tune (mean and [CLS] pooling, activation checkpointing): --zero 1's step log, test
 #   results and saved model (every rank gathers the whole weights at the end for rank 0's save)
+# - a model over --memory-limit in one process and under --zero 1 or 2 trains on 4 ranks with
+#   --zero 3, every rank's peak within the limit, --zero 1's losses within rounding
 # - --zero 3 in one process is the plain run; --zero 4: a one-line error
 MIXTRAIN="$1"
 . "$(dirname "$0")/cli_common.sh"
@@ -143,6 +145,42 @@ PY
     fail "finetune ($how) with --zero 3: $(tail -c 400 "$d/err")"
   fi
 done
+# 7. A model too big for --memory-limit in one process, and under --zero 1 or 2 on 4 ranks, trains
+# on 4 ranks with --zero 3 (12 MB: one process needs 26.8 MB, --zero 2 at 4 ranks 13.1 MB, --zero 3
+# 9.0 MB: 8 layers of 128, 32-true, a batch of 1 x 16, so that the weights and their state are
+# most of the peak); every rank's measured peak within the limit, and the 4-rank step log that of
+# --zero 1 (4 ranks, no limit) within the rounding of OpenMPI's sums.
+d="$TMP/limit"
+mkdir -p "$d"
+write_tiny_model "$TMP/big.json" 8 128 16
+BIG=(train --data "$TMP/text.txt" --model "$TMP/big.json" --precision 32-true --batch-size 1 --seq-len 16 --steps 3
+     --threads 1 --bucket-mb 0.1)
+MPI4=(mpirun -np 4 --oversubscribe --bind-to none)
+expect_exit 2 "one process over --memory-limit" -- "$MIXTRAIN" "${BIG[@]}" --memory-limit 12000000
+expect_stderr_has "but --memory-limit allows" "one process over --memory-limit"
+timeout 120 "${MPI4[@]}" "$MIXTRAIN" "${BIG[@]}" --zero 2 --memory-limit 12000000 >/dev/null 2>"$d/err2"
+code=$?
+[ "$code" != 0 ] && [ "$code" != 124 ] && grep -q '^mixtrain: error: .*but --memory-limit allows' "$d/err2" && pass ||
+  fail "--zero 2 on 4 ranks over --memory-limit: exit $code, $(head -c 300 "$d/err2")"
+if timeout 180 "${MPI4[@]}" "$MIXTRAIN" "${BIG[@]}" --zero 3 --memory-limit 12000000 --log-jsonl "$d/zero3.jsonl" \
+    --json >"$d/zero3.json" 2>"$d/err" &&
+   timeout 180 "${MPI4[@]}" "$MIXTRAIN" "${BIG[@]}" --zero 1 --log-jsonl "$d/zero1.jsonl" >/dev/null 2>"$d/err"; then
+  python3 - "$d/zero3.json" "$d/zero3.jsonl" "$d/zero1.jsonl" <<'PY' && pass || fail "--zero 3 on 4 ranks under --memory-limit: peaks or losses off"
+import json, sys
+s = json.load(open(sys.argv[1]))
+peaks = [sum(r.values()) for r in s["rank_peak_bytes_by_category"]]
+print(f"4 ranks, --zero 3: peaks {peaks} B (limit 12,000,000; one process 26.8 MB)")
+assert s["ranks"] == 4 and s["zero"] == 3 and s["steps"] == 3, s
+assert s["peak_bytes"] <= 12_000_000, s["peak_bytes"]
+a, b = ([json.loads(l) for l in open(p)] for p in sys.argv[2:])
+assert len(a) == len(b) == 3
+for x, y in zip(a, b):
+    assert abs(x["loss"] - y["loss"]) <= 1e-6 * abs(y["loss"]), (x["loss"], y["loss"])
+PY
+else
+  fail "--zero 3 on 4 ranks under --memory-limit: $(tail -c 400 "$d/err")"
+fi
+
 # One process: one part, the plain run. Bad input: one line naming the flag, exit 2.
 d="$TMP/single"
 mkdir -p "$d"
