@@ -123,6 +123,7 @@ void ParameterShardsHook::on_run_start(TrainingRun& run) {
     throw ArgumentError({"zero"}, "zero 3 needs the run's optimizer to be a ZeroOptimizer over this world");
   shards_ = std::make_unique<ParameterShards>(world_, *store_, run.mp(), zero->partition().shards);
   shards_->discard_outside_part();
+  run.mp().prepare_working_copy(*store_);  // *-mixed: its part, gathered with the masters from step 1 on
   store_->set_gather(shards_.get());
 }
 

@@ -99,6 +99,13 @@ class MixedPrecision {
     if (working) working_version_ = store.flat_params().storage()->version();
   }
 
+  // ZeRO-3 (train/param_shards.h): the working copy made before the first forward pass, of the
+  // whole arena (this rank's part written from the masters), so that step 1's forward reads it too
+  // instead of caching a cast of every weight for the step. Nothing outside the *-mixed modes.
+  void prepare_working_copy(ParameterStore& store) {
+    if (working_copy_for(store) != nullptr) working_version_ = store.flat_params().storage()->version();
+  }
+
   // The 16-bit working copy of the masters from the first parameter autocast cast to the arena's
   // end (undefined before the first step and outside the *-mixed modes), charged to
   // MemCategory::parameters.
