@@ -270,8 +270,8 @@ void add_checkpoint_flags(CLI::App* sub, TrainFlags& f, bool with_init_from) {
 
 void add_data_parallel_flags(CLI::App* sub, TrainFlags& f) {
   sub->add_option("--grad-reduce-dtype", f.grad_reduce_dtype,
-                  "Under mpirun: sum gradients over ranks in fp32, bf16 (half the bytes) or int8 (a quarter: "
-                  "blockwise with error feedback; --zero 1, 2 or 3, fp32 gradients)")
+                  "Under mpirun: sum gradients over ranks in fp32, bf16 (half the bytes), int8 or fp8 (E4M3; "
+                  "a quarter: blockwise with error feedback; --zero 1, 2 or 3, fp32 gradients)")
       ->capture_default_str();
   sub->add_option("--bucket-mb", f.bucket_mb, "Under mpirun: MiB of gradients per all-reduce bucket")
       ->capture_default_str();
@@ -353,8 +353,11 @@ void TrainFlags::finish(const std::vector<PrecisionMode>& precisions) {
     opt.data_parallel.reduce_dtype = DType::bf16;
   } else if (grad_reduce_dtype == "int8") {
     opt.data_parallel.reduce_dtype = DType::i8;
+  } else if (grad_reduce_dtype == "fp8") {
+    opt.data_parallel.reduce_dtype = DType::f8_e4m3;
   } else {
-    throw ArgumentError("--grad-reduce-dtype must be fp32, bf16 or int8, got '" + grad_reduce_dtype + "'");
+    throw ArgumentError("--grad-reduce-dtype must be fp32, bf16, int8 or fp8, got '" + grad_reduce_dtype +
+                        "'");
   }
   if (!(bucket_mb > 0) || !(bucket_mb <= 1 << 20))
     throw ArgumentError("--bucket-mb must be in (0, 1048576], got " + std::to_string(bucket_mb));

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "core/crc.h"
-#include "dist/int8_pieces.h"
+#include "dist/compressed_pieces.h"
 #include "kernels/ops_backward.h"  // add_inplace
 #include "mixtrain/numeric/convert.h"
 #include "mixtrain/optim/zero.h"
@@ -15,22 +15,31 @@
 
 namespace mixtrain {
 namespace {
+// The code of the compressed sums' pieces (dist/compressed_pieces.h).
+dist::PieceCode piece_code(DType reduce_dtype) {
+  return reduce_dtype == DType::i8 ? dist::PieceCode::int8 : dist::PieceCode::fp8_e4m3;
+}
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 }  // namespace
 
 void DataParallelConfig::validate(DType grad_dtype) const {
-  if (reduce_dtype != DType::f32 && reduce_dtype != DType::bf16 && reduce_dtype != DType::i8)
-    throw ArgumentError({"grad_reduce_dtype"}, "grad_reduce_dtype must be fp32, bf16 or int8, got " +
+  if (reduce_dtype != DType::f32 && reduce_dtype != DType::bf16 && reduce_dtype != DType::i8 &&
+      reduce_dtype != DType::f8_e4m3)
+    throw ArgumentError({"grad_reduce_dtype"}, "grad_reduce_dtype must be fp32, bf16, int8 or fp8, got " +
                                                    std::string(dtype_name(reduce_dtype)));
-  if (reduce_dtype == DType::i8 && zero_stage == 0)
-    throw ArgumentError({"grad_reduce_dtype", "zero"},
-                        "grad_reduce_dtype int8 compresses ZeRO's reduce-scatter: it needs zero 1, 2 or 3");
-  if (reduce_dtype == DType::i8 && grad_dtype != DType::f32)
+  const bool compressed = reduce_dtype == DType::i8 || reduce_dtype == DType::f8_e4m3;
+  const std::string name = reduce_dtype == DType::i8 ? "int8" : "fp8";
+  if (compressed && zero_stage == 0)
+    throw ArgumentError(
+        {"grad_reduce_dtype", "zero"},
+        "grad_reduce_dtype " + name + " compresses ZeRO's reduce-scatter: it needs zero 1, 2 or 3");
+  if (compressed && grad_dtype != DType::f32)
     throw ArgumentError({"grad_reduce_dtype"},
-                        "grad_reduce_dtype int8 needs fp32 gradients (32-true or a *-mixed precision); this "
-                        "precision keeps " +
+                        "grad_reduce_dtype " + name +
+                            " needs fp32 gradients (32-true or a *-mixed precision); this "
+                            "precision keeps " +
                             std::string(dtype_name(grad_dtype)) + " (use fp32 or bf16)");
   if (reduce_dtype == DType::bf16 && grad_dtype != DType::f32 && grad_dtype != DType::bf16)
     throw ArgumentError({"grad_reduce_dtype"},
@@ -75,8 +84,8 @@ void DataParallelHook::build_buckets(const ParameterStore& store) {
   for (size_t k = 0; k < infos.size(); ++k) param_at_[infos[k].offset] = k;
   if (staged && config_.zero_stage < 2) staging_.assign(static_cast<size_t>(store.flat_numel()), 0);
   bucket_grads_.assign(buckets_.size(), Tensor());
-  int8_send_.assign(buckets_.size(), Tensor());
-  int8_recv_.assign(buckets_.size(), Tensor());
+  pieces_send_.assign(buckets_.size(), Tensor());
+  pieces_recv_.assign(buckets_.size(), Tensor());
   in_flight_.clear();
 }
 
@@ -100,8 +109,8 @@ void DataParallelHook::on_run_start(TrainingRun& run) {
                               " needs the model's gradient buffer to hold this rank's part only (built "
                               "inside a GradientPartScope, nn/parameters.h)");
   }
-  if (config_.reduce_dtype == DType::i8) {
-    const ScopedOp site("int8 error feedback");  // names it in memory reports
+  if (config_.compressed()) {
+    const ScopedOp site("compressed sums' error feedback");  // names it in memory reports
     residual_ = Tensor::zeros({store.flat_numel()}, DType::f32, MemCategory::gradients);
   }
   stats_ = DataParallelStats();
@@ -172,7 +181,7 @@ void DataParallelHook::mark_ready(size_t param) {
 
 void DataParallelHook::on_grad_ready(const Tensor& grad) {
   // Only the last micro-batch's backward makes a gradient final.
-  // (On the meta device only int8's buffers need following: a prediction of their memory.)
+  // (On the meta device only the compressed sums' buffers need following: a prediction of their memory.)
   if (!run_ || run_->replaying() || run_->micro_batch() != run_->config().grad_accum - 1 || idle_on_meta())
     return;
   if (const std::optional<size_t> k = param_of(grad)) mark_ready(*k);
@@ -256,13 +265,12 @@ void DataParallelHook::start(size_t b) {
     stats_.bytes_sent += static_cast<double>(n) / world_.size() * (world_.size() - 1) * elem;
   for (size_t r = 0; r < counts.size(); ++r)
     if (static_cast<int>(r) != world_.rank())
-      stats_.bytes_sent += config_.reduce_dtype == DType::i8
-                               ? static_cast<double>(dist::int8_piece_bytes(counts[r]))
-                               : static_cast<double>(counts[r]) * elem;
+      stats_.bytes_sent += config_.compressed() ? static_cast<double>(dist::piece_bytes(counts[r]))
+                                                : static_cast<double>(counts[r]) * elem;
   if (config_.zero_stage >= 2) {
     const Tensor& g = bucket_grads(b);  // zeros if no parameter of it had a gradient
-    if (config_.reduce_dtype == DType::i8)
-      start_int8(b, counts, g.is_meta() ? nullptr : g.data<float>());
+    if (config_.compressed())
+      start_compressed(b, counts, g.is_meta() ? nullptr : g.data<float>());
     else if (!g.is_meta())
       world_.start_reduce_scatter(g.raw_data(), counts, g.dtype());
     in_flight_.push_back({b, micro_});
@@ -280,44 +288,44 @@ void DataParallelHook::start(size_t b) {
   }
   if (shards_.empty())
     world_.start_sum(data, n, dtype);
-  else if (config_.reduce_dtype == DType::i8)
-    start_int8(b, counts, grads_.is_meta() ? nullptr : grads_.data<float>() + k.begin);
+  else if (config_.compressed())
+    start_compressed(b, counts, grads_.is_meta() ? nullptr : grads_.data<float>() + k.begin);
   else  // ZeRO: each rank's part of the bucket, summed, lands on that rank only
     world_.start_reduce_scatter(data, counts, dtype);
 }
 
-void DataParallelHook::start_int8(size_t b, std::span<const int64_t> counts, float* data) {
+void DataParallelHook::start_compressed(size_t b, std::span<const int64_t> counts, float* data) {
   const Bucket& k = buckets_[b];
   const size_t self = static_cast<size_t>(world_.rank());
   std::vector<int64_t> send(counts.size(), 0), recv(counts.size(), 0);
   int64_t send_total = 0, recv_total = 0;
   for (size_t r = 0; r < counts.size(); ++r) {
     if (r == self) continue;  // its own piece stays in fp32
-    send[r] = dist::int8_piece_bytes(counts[r]);
-    recv[r] = dist::int8_piece_bytes(counts[self]);
+    send[r] = dist::piece_bytes(counts[r]);
+    recv[r] = dist::piece_bytes(counts[self]);
     send_total += send[r];
     recv_total += recv[r];
   }
-  const ScopedOp site("int8 gradient pieces");  // names them in memory reports
-  int8_send_[b] = Tensor::empty({send_total}, DType::i8, MemCategory::workspace);
-  int8_recv_[b] = Tensor::empty({recv_total}, DType::i8, MemCategory::workspace);
+  const ScopedOp site("compressed gradient pieces");  // names them in memory reports
+  pieces_send_[b] = Tensor::empty({send_total}, DType::i8, MemCategory::workspace);
+  pieces_recv_[b] = Tensor::empty({recv_total}, DType::i8, MemCategory::workspace);
   if (data == nullptr) return;  // the meta device: the buffers are the prediction's, nothing moves
   const float loss_scale =
       run_->mp().scaler().enabled() ? static_cast<float>(run_->mp().scaler().scale()) : 1.f;
-  char* out = static_cast<char*>(int8_send_[b].raw_data());
+  char* out = static_cast<char*>(pieces_send_[b].raw_data());
   int64_t at = k.begin;  // the piece's first element in the arena
   for (size_t r = 0; r < counts.size(); ++r) {
     if (r != self)
-      dist::quantize_piece_int8(data + (at - k.begin), residual_.data<float>() + at, counts[r], loss_scale,
-                                out);
+      dist::quantize_piece(piece_code(config_.reduce_dtype), data + (at - k.begin),
+                           residual_.data<float>() + at, counts[r], loss_scale, out);
     out += send[r];
     at += counts[r];
   }
-  world_.start_all_to_all(int8_send_[b].raw_data(), send, int8_recv_[b].raw_data(), recv);
+  world_.start_all_to_all(pieces_send_[b].raw_data(), send, pieces_recv_[b].raw_data(), recv);
 }
 
-void DataParallelHook::finish_int8(size_t b, float* data) {
-  Tensor sent = std::move(int8_send_[b]), got = std::move(int8_recv_[b]);
+void DataParallelHook::finish_compressed(size_t b, float* data) {
+  Tensor sent = std::move(pieces_send_[b]), got = std::move(pieces_recv_[b]);
   const Bucket& k = buckets_[b];
   const auto [begin, end] = my_piece(b);
   if (data == nullptr || begin >= end) return;
@@ -330,8 +338,8 @@ void DataParallelHook::finish_int8(size_t b, float* data) {
       const float* own = data + (begin - k.begin);
       for (int64_t i = 0; i < n; ++i) sum[static_cast<size_t>(i)] += own[i];
     } else {
-      dist::add_dequantized_piece_int8(in, n, sum.data());
-      in += dist::int8_piece_bytes(n);
+      dist::add_dequantized_piece(piece_code(config_.reduce_dtype), in, n, sum.data());
+      in += dist::piece_bytes(n);
     }
   }
   std::copy(sum.begin(), sum.end(), data + (begin - k.begin));
@@ -346,7 +354,7 @@ void DataParallelHook::finish_oldest() {
   const auto [b, micro] = in_flight_.front();
   in_flight_.erase(in_flight_.begin());
   if (!bucket_grads_[b].is_meta()) world_.wait_oldest(1);
-  if (config_.reduce_dtype == DType::i8) finish_int8(b, bucket_data(b));
+  if (config_.compressed()) finish_compressed(b, bucket_data(b));
   Tensor g = std::move(bucket_grads_[b]);
   const Bucket& k = buckets_[b];
   const auto [begin, end] = my_piece(b);
@@ -363,7 +371,7 @@ void DataParallelHook::finish_oldest() {
 
 void DataParallelHook::finish(size_t b) {
   if (config_.zero_stage >= 2) return;  // finish_oldest did it
-  if (config_.reduce_dtype == DType::i8) return finish_int8(b, bucket_data(b));
+  if (config_.compressed()) return finish_compressed(b, bucket_data(b));
   if (staging_.empty()) return;
   FlatRange r{buckets_[b].begin, buckets_[b].end};
   if (!shards_.empty()) {  // only this rank's part holds a sum

@@ -44,9 +44,11 @@ struct DataParallelConfig {
   // in their own dtype, summed in fp32) or bf16 (half the bytes of fp32 gradients: each rank's
   // gradient is rounded to bf16 and the sums are rounded to bf16 after each fp32 add), or i8
   // (ZeRO 1 or 2 with fp32 gradients: a quarter of the bytes; each rank's pieces for the other
-  // ranks quantized in blocks with error feedback, dist/int8_pieces.h, sent by an all-to-all, and
+  // ranks quantized in blocks with error feedback, dist/compressed_pieces.h, sent by an all-to-all, and
   // summed in fp32 in rank order by their receiver, its own piece unquantized).
+  // f8_e4m3 (fp8): as i8 with fp8 E4M3 codes, a scale per block mapping its absmax to 448.
   DType reduce_dtype = DType::f32;
+  bool compressed() const { return reduce_dtype == DType::i8 || reduce_dtype == DType::f8_e4m3; }
   int64_t bucket_bytes = int64_t{25} << 20;  // per bucket, in reduce_dtype (PyTorch DDP's 25 MiB)
   // After every step, check that every rank holds rank 0's weights and loss scale (a CRC-32 of
   // them compared over ranks; an Error naming the step and the rank otherwise): a test and
@@ -103,10 +105,8 @@ class DataParallelHook final : public TrainingHook {
   DType bucket_dtype(DType grad_dtype) const {
     return config_.reduce_dtype == DType::bf16 ? DType::bf16 : grad_dtype;
   }
-  // On the meta device (a prediction) only ZeRO-2's and int8's buffers need following.
-  bool idle_on_meta() const {
-    return grads_.is_meta() && config_.zero_stage < 2 && config_.reduce_dtype != DType::i8;
-  }
+  // On the meta device (a prediction) only ZeRO-2's and the compressed sums' buffers need following.
+  bool idle_on_meta() const { return grads_.is_meta() && config_.zero_stage < 2 && !config_.compressed(); }
   Tensor bucket_slot(size_t param, int64_t numel);          // ZeRO-2: its place in its bucket's buffer
   Tensor grad_place(const Tensor& buffer);                  // ZeRO-2: a view of the bucket's buffer
   void on_grad_handoff(const Tensor& buffer, Tensor grad);  // ZeRO-2
@@ -115,10 +115,10 @@ class DataParallelHook final : public TrainingHook {
   void new_micro_batch();
   void start_all_remaining();
   void finish_oldest();  // ZeRO-2: completes the oldest bucket in flight, its piece into the part
-  // int8: quantizes bucket b's pieces for the other ranks (data: its element 0) and starts the
+  // int8 / fp8: quantizes bucket b's pieces for the other ranks (data: its element 0) and starts the
   // all-to-all; once done, sums this rank's piece in rank order in place.
-  void start_int8(size_t b, std::span<const int64_t> counts, float* data);
-  void finish_int8(size_t b, float* data);
+  void start_compressed(size_t b, std::span<const int64_t> counts, float* data);
+  void finish_compressed(size_t b, float* data);
   float* bucket_data(size_t b);  // element 0 of bucket b's gradients (ZeRO-2: its own buffer)
   void start_ready_buckets();    // the next buckets in order whose parameters are all ready
   void start(size_t b);
@@ -142,10 +142,10 @@ class DataParallelHook final : public TrainingHook {
   // ZeRO-2: each bucket's buffer while it fills or is reduced (undefined otherwise; bf16 when
   // reduce_dtype is), and the buckets in flight, oldest first, with their micro-batch.
   std::vector<Tensor> bucket_grads_;
-  // int8: the error feedback (flat_numel, fp32, unscaled; dist/int8_pieces.h) and each bucket's
+  // int8 / fp8: the error feedback (flat_numel, fp32, unscaled; dist/compressed_pieces.h) and each bucket's
   // quantized pieces in flight, sent and received.
   Tensor residual_;
-  std::vector<Tensor> int8_send_, int8_recv_;
+  std::vector<Tensor> pieces_send_, pieces_recv_;
   std::vector<std::pair<size_t, int64_t>> in_flight_;
   int64_t micro_ = 0;  // ZeRO-2: the micro-batch being reduced (micro_batch_done counts them)
   std::unique_ptr<autograd::GradReadyScope> scope_;
