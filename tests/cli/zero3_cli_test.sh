@@ -47,11 +47,14 @@ check_mode() {  # REF MODE [EXTRA FLAGS...]
 }
 for mode in $ALL_MODES; do check_mode 1 "$mode"; done
 check_mode 1 bf16-mixed --checkpoint-activations
-check_mode 1 bf16-mixed --fused-lm-head
-check_mode 1 fp8-mixed
-check_mode 1 bf16-true --update-rounding master
+# (The sanitizer build leaves out those whose code ZeRO-3 does not touch: the Release run has them.)
+if [ "${MIXTRAIN_SANITIZED:-0}" != "1" ]; then
+  check_mode 1 bf16-mixed --fused-lm-head
+  check_mode 1 fp8-mixed
+  check_mode 1 bf16-true --update-rounding master
+  check_mode 1 32-true --grad-reduce-dtype int8
+fi
 check_mode 1 bf16-mixed --optim-state int8 --eval-every 2 --eval-batches 3
-check_mode 1 32-true --grad-reduce-dtype int8
 # 2. Gradient accumulation: every micro-batch reduced, then added, as --zero 2 does.
 check_mode 2 16-mixed --grad-accum 2
 
