@@ -69,22 +69,8 @@ else
   fail "--grad-accum 2 with --zero 2: $(tail -c 400 "$d/err")"
 fi
 
-# 3. A non-finite gradient in rank 1's part at step 3 (16-mixed, initial scale 1024).
-d="$TMP/inject"
-mkdir -p "$d"
-if timeout 60 "${MPIRUN[@]}" "$MIXTRAIN" train "${COMMON[@]}" --steps 5 --precision 16-mixed --init-scale 1024 \
-    --zero 2 --inject-nonfinite 3 --inject-nonfinite-rank 1 --verify-replicas --log-jsonl "$d/log.jsonl" \
-    >/dev/null 2>"$d/err"; then
-  got=$(python3 -c "
-import json
-for l in open('$d/log.jsonl'):
-    j = json.loads(l)
-    print(j['step'], j['skipped'], j['loss_scale'])" | tr '\n' ';')
-  want="1 False 1024.0;2 False 1024.0;3 True 1024.0;4 False 512.0;5 False 512.0;"
-  [ "$got" = "$want" ] && pass || fail "--zero 2 injection: (step skipped scale) $got, expected $want"
-else
-  fail "--zero 2 injection run failed: $(tail -c 400 "$d/err")"
-fi
+# 3. A non-finite gradient in rank 1's part at step 3: both ranks skip it (cli_common.sh).
+rank1_injection_skips "--zero 2 injection" --zero 2
 
 # 4. Gradient memory per rank: its part (fp32, 4 bytes an element) and the buckets in flight,
 # below the whole buffer; the memory command's prediction against rank 0's measurement.
@@ -176,16 +162,22 @@ fi
 # memory command predicts the int8 buffers and the error feedback to the byte.
 d="$TMP/int8"
 mkdir -p "$d"
-Q=(--data "$TMP/text.txt" --model "$TMP/mem.json" --batch-size 2 --threads 1 --bucket-mb 0.05 --steps 30
+# (The sanitizer build runs the compressed paths for 6 steps: the losses' closeness is the Release
+# run's.)
+QSTEPS=30 RUNS=("1 fp32" "1 int8" "2 int8" "2 fp8")
+[ "${MIXTRAIN_SANITIZED:-0}" = "1" ] && QSTEPS=6 RUNS=("1 int8" "2 int8" "2 fp8")
+Q=(--data "$TMP/text.txt" --model "$TMP/mem.json" --batch-size 2 --threads 1 --bucket-mb 0.05 --steps "$QSTEPS"
    --precision bf16-mixed --verify-replicas)
 ok=1
-for v in "1 fp32" "1 int8" "2 int8" "2 fp8"; do
+for v in "${RUNS[@]}"; do
   set -- $v
   timeout 120 "${MPIRUN[@]}" "$MIXTRAIN" train "${Q[@]}" --zero "$1" --grad-reduce-dtype "$2" --log-jsonl "$d/z$1$2.jsonl" \
     --json >"$d/z$1$2.json" 2>"$d/err" || { fail "--zero $1 --grad-reduce-dtype $2: $(tail -c 400 "$d/err")"; ok=0; }
 done
 if [ "$ok" = 1 ]; then
   if msg=$(same_log "$d/z2int8.jsonl" "$d/z1int8.jsonl"); then pass; else fail "int8 sums: --zero 2 differs from --zero 1: $msg"; fi
+fi
+if [ "$ok" = 1 ] && [ "$QSTEPS" = 30 ]; then
   python3 - "$d/z1int8.json" "$d/z1fp32.json" "$d/z1int8.jsonl" "$d/z1fp32.jsonl" <<'PY' && pass || fail "int8 sums: bytes or loss off"
 import json, sys
 q, f = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
