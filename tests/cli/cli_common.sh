@@ -81,14 +81,14 @@ PY
 }
 # ALL_MODES: the five precision modes, for the loops that check every one (the MPI tests: 2 ranks
 # against ZeRO, one process, another stage). In the sanitizer build (MIXTRAIN_SANITIZED=1, set by
-# tests/CMakeLists.txt) a cover of their code paths instead: fp16 autocast with the loss scaler,
-# fp32 masters and fp32 gradients (the buckets of 32-true and the *-mixed modes), and bf16
-# parameters with bf16 gradients and no masters (the 16-bit buckets). The other three run the same
-# data-parallel code with another dtype; the Release run checks all five, bit for bit. Under ASan
-# each 2-rank run costs ~5x (the MPI tests were 11 of the sanitizer run's 12 minutes on 2 cores).
+# tests/CMakeLists.txt) a cover of their code paths instead: fp32 throughout (whose runs the mpi
+# and finetune_mpi tests compare others with), fp16 autocast with the loss scaler and fp32 masters,
+# bf16 parameters with bf16 gradients and no masters. bf16-mixed and 16-true run the same code with
+# another 16-bit type; the Release run checks all five, bit for bit. Under ASan each 2-rank run
+# costs ~5x (the MPI tests were 11 of the sanitizer run's 12 minutes on 2 cores).
 ALL_MODES="32-true 16-mixed bf16-mixed 16-true bf16-true"
 if [ "${MIXTRAIN_SANITIZED:-0}" = "1" ]; then
-  ALL_MODES="16-mixed bf16-true"
+  ALL_MODES="32-true 16-mixed bf16-true"
   echo "sanitizer build: precision-mode loops over $ALL_MODES (the Release run: all five)"
 fi
 # use_mpirun: the set-up of the tests that run ranks under OpenMPI's mpirun (scripts/setup.sh
