@@ -93,11 +93,16 @@ if [ "${MIXTRAIN_SANITIZED:-0}" = "1" ]; then
 fi
 # use_mpirun: the set-up of the tests that run ranks under OpenMPI's mpirun (scripts/setup.sh
 # installs it; without mpirun the test fails, it does not skip). Root: OpenMPI refuses to run as
-# root without OMPI_ALLOW_RUN_AS_ROOT(_CONFIRM), set here; one thread per rank. The sanitizer build
-# (scripts/test.sh sets ASAN_OPTIONS with detect_leaks=1): OpenMPI keeps some of its own
-# allocations past MPI_Finalize. Its components stay loaded (no dlclose) so their frames can be
-# named, the slow unwinder walks through its frame-pointer-less code, and only leaks inside
-# OpenMPI's libraries are suppressed (lsan_openmpi.supp). Sets MPIRUN: 2 ranks on this machine.
+# root without OMPI_ALLOW_RUN_AS_ROOT(_CONFIRM), set here; one thread per rank. Sets MPIRUN: 2 ranks
+# on this machine. The sanitizer build (scripts/test.sh sets ASAN_OPTIONS with detect_leaks=1):
+# OpenMPI keeps some of its own allocations past MPI_Finalize. Its components stay loaded (no
+# dlclose) so their frames can be named, the slow unwinder walks through its frame-pointer-less
+# code, and only leaks inside OpenMPI's libraries are suppressed (lsan_openmpi.supp). That costs
+# ~2 s a 2-rank run (measured under ASan: 3.5 s against 1.4 s; the slow unwinder on every malloc
+# and the exit scan of OpenMPI's ~3300 blocks), most of the MPI tests' time: so the ranks look for
+# leaks in the runs of the feature a test is about (MPIRUN_LEAKS: each mode's 2-rank run, ZeRO
+# stage N's run), not in the runs they are compared with (MPIRUN) or in other launches prefixed
+# with "${MPI_NO_LEAKS[@]}". Outside the sanitizer build all three are plain mpirun.
 use_mpirun() {
   if ! command -v mpirun >/dev/null; then
     echo "FAIL: mpirun not found: install openmpi-bin and libopenmpi-dev (scripts/setup.sh)"
@@ -106,8 +111,14 @@ use_mpirun() {
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
   export OMPI_MCA_mca_base_component_disable_dlclose=1 PMIX_MCA_mca_base_component_disable_dlclose=1
   export LSAN_OPTIONS="suppressions=$CLI_TESTS/lsan_openmpi.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
-  [ -n "${ASAN_OPTIONS:-}" ] && export ASAN_OPTIONS="$ASAN_OPTIONS:fast_unwind_on_malloc=0"
   MPIRUN=(mpirun -np 2 --oversubscribe --bind-to none)
+  MPIRUN_LEAKS=("${MPIRUN[@]}")
+  MPI_NO_LEAKS=()
+  if [ -n "${ASAN_OPTIONS:-}" ]; then
+    MPI_NO_LEAKS=(env "ASAN_OPTIONS=$ASAN_OPTIONS:detect_leaks=0")
+    MPIRUN_LEAKS=(env "ASAN_OPTIONS=$ASAN_OPTIONS:fast_unwind_on_malloc=0" "${MPIRUN[@]}")
+    MPIRUN=("${MPI_NO_LEAKS[@]}" "${MPIRUN[@]}")
+  fi
 }
 # compare_under_mpirun DIR FIELDS N -- ARGS...: `mixtrain ARGS` (a compare) on 2 ranks prints one
 # table, and its JSON rows hold, mode for mode, the FIELDS (comma-separated) of one process's run

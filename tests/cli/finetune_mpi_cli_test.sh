@@ -41,7 +41,7 @@ check_mode() {  # MODE
   for how in two zero one; do
     case $how in
       two) run=(timeout 120 "${MPIRUN[@]}" "$MIXTRAIN" "${FT[@]}" --verify-replicas) ;;
-      zero) run=(timeout 120 "${MPIRUN[@]}" "$MIXTRAIN" "${FT[@]}" --verify-replicas --zero 1) ;;
+      zero) run=(timeout 120 "${MPIRUN_LEAKS[@]}" "$MIXTRAIN" "${FT[@]}" --verify-replicas --zero 1) ;;
       one) run=("$MIXTRAIN" "${FT[@]}" --grad-accum 2 --exact-grad-accum) ;;
     esac
     "${run[@]}" --precision "$mode" --log-jsonl "$d/$how.jsonl" --json "$d/$how.json" >"$d/$how.out" 2>"$d/$how.err"

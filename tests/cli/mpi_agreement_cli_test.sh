@@ -11,7 +11,7 @@ write_text "$TMP/text.txt"
 sed 's/fox/cat/' "$TMP/text.txt" >"$TMP/other.txt"
 write_tiny_model "$TMP/tiny.json" 1 16 16
 COMMON=(--threads 1 train --model "$TMP/tiny.json" --batch-size 2 --seq-len 16 --steps 3)
-MPMD=(mpirun --oversubscribe --bind-to none)
+MPMD=("${MPI_NO_LEAKS[@]}" mpirun --oversubscribe --bind-to none)
 
 # mismatch NAME EXPECTED -- RANK0_ARGS... :: RANK1_ARGS...: exit 2, EXPECTED on both ranks' stderr.
 mismatch() {

@@ -35,7 +35,7 @@ check_mode() {  # MODE [FLAGS...]
   local mode="$1" d="$TMP/$1"
   shift
   mkdir -p "$d"
-  if ! timeout 60 "${MPIRUN[@]}" "$MIXTRAIN" train "${COMMON[@]}" --steps 6 --precision "$mode" "$@" --verify-replicas \
+  if ! timeout 60 "${MPIRUN_LEAKS[@]}" "$MIXTRAIN" train "${COMMON[@]}" --steps 6 --precision "$mode" "$@" --verify-replicas \
       --bucket-mb 0.01 --log-jsonl "$d/two.jsonl" --checkpoint-dir "$d/two" >"$d/out" 2>"$d/err"; then
     fail "$mode: 2-rank run failed: $(tail -c 400 "$d/err")"
     return
@@ -102,9 +102,9 @@ fi
 for n in 3 4; do
   d="$TMP/ranks$n"
   mkdir -p "$d"
-  if timeout 60 mpirun -np "$n" --oversubscribe --bind-to none "$MIXTRAIN" train "${COMMON[@]}" --steps 6 --verify-replicas \
+  if timeout 60 "${MPI_NO_LEAKS[@]}" mpirun -np "$n" --oversubscribe --bind-to none "$MIXTRAIN" train "${COMMON[@]}" --steps 6 --verify-replicas \
       --bucket-mb 0.01 --log-jsonl "$d/dp.jsonl" >/dev/null 2>"$d/err" &&
-     timeout 60 mpirun -np "$n" --oversubscribe --bind-to none "$MIXTRAIN" train "${COMMON[@]}" --steps 6 --zero 1 \
+     timeout 60 "${MPI_NO_LEAKS[@]}" mpirun -np "$n" --oversubscribe --bind-to none "$MIXTRAIN" train "${COMMON[@]}" --steps 6 --zero 1 \
       --verify-replicas --bucket-mb 0.01 --log-jsonl "$d/zero.jsonl" >/dev/null 2>>"$d/err" &&
      "$MIXTRAIN" train "${COMMON[@]}" --steps 6 --grad-accum "$n" --exact-grad-accum --log-jsonl "$d/one.jsonl" \
       >/dev/null 2>>"$d/err"; then

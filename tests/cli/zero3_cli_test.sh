@@ -34,7 +34,9 @@ check_mode() {  # REF MODE [EXTRA FLAGS...]
   local extra=("$@") z
   mkdir -p "$d"
   for z in "$ref" 3; do
-    if ! timeout 60 "${MPIRUN[@]}" "$MIXTRAIN" train "${COMMON[@]}" "${extra[@]}" --steps 6 --precision "$mode" \
+    local run=("${MPIRUN[@]}")
+    [ "$z" = 3 ] && run=("${MPIRUN_LEAKS[@]}")  # the stage under test looks for leaks (use_mpirun)
+    if ! timeout 60 "${run[@]}" "$MIXTRAIN" train "${COMMON[@]}" "${extra[@]}" --steps 6 --precision "$mode" \
         --zero "$z" --verify-replicas --log-jsonl "$d/zero$z.jsonl" --checkpoint-dir "$d/zero$z" >"$d/out" 2>"$d/err"; then
       fail "$mode ${extra[*]}: 2-rank --zero $z run failed: $(tail -c 400 "$d/err")"
       return
@@ -144,7 +146,7 @@ mkdir -p "$d"
 write_tiny_model "$TMP/big.json" 8 128 16
 BIG=(train --data "$TMP/text.txt" --model "$TMP/big.json" --precision 32-true --batch-size 1 --seq-len 16 --steps 3
      --threads 1 --bucket-mb 0.1)
-MPI4=(mpirun -np 4 --oversubscribe --bind-to none)
+MPI4=("${MPI_NO_LEAKS[@]}" mpirun -np 4 --oversubscribe --bind-to none)
 expect_exit 2 "one process over --memory-limit" -- "$MIXTRAIN" "${BIG[@]}" --memory-limit 12000000
 expect_stderr_has "but --memory-limit allows" "one process over --memory-limit"
 timeout 120 "${MPI4[@]}" "$MIXTRAIN" "${BIG[@]}" --zero 2 --memory-limit 12000000 >/dev/null 2>"$d/err2"

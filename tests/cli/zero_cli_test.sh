@@ -37,7 +37,7 @@ check_mode() {  # MODE [EXTRA FLAGS...]
   shift
   local extra=("$@")
   mkdir -p "$d"
-  if ! timeout 60 "${MPIRUN[@]}" "$MIXTRAIN" train "${COMMON[@]}" "${extra[@]}" --steps 6 --precision "$mode" --zero 1 \
+  if ! timeout 60 "${MPIRUN_LEAKS[@]}" "$MIXTRAIN" train "${COMMON[@]}" "${extra[@]}" --steps 6 --precision "$mode" --zero 1 \
       --verify-replicas --log-jsonl "$d/zero.jsonl" --checkpoint-dir "$d/zero" >"$d/out" 2>"$d/err"; then
     fail "$mode: 2-rank --zero 1 run failed: $(tail -c 400 "$d/err")"
     return
