@@ -18,9 +18,9 @@
 namespace mixtrain::cli {
 namespace {
 
-std::string mib(int64_t bytes) {
+std::string mib_cell(int64_t bytes) {
   char b[32];
-  std::snprintf(b, sizeof b, "%.1f", static_cast<double>(bytes) / (1 << 20));
+  std::snprintf(b, sizeof b, "%.1f", mib(bytes));
   return b;
 }
 
@@ -29,7 +29,7 @@ std::string mib(int64_t bytes) {
 std::string rss_mib(const CompareRun& run) {
   const ProcessMemory& pm = run.summary.process;
   if (pm.peak_rss_bytes < 0) return "-";
-  return mib(pm.peak_rss_bytes) + (pm.peak_from_start ? "" : "*");
+  return mib_cell(pm.peak_rss_bytes) + (pm.peak_from_start ? "" : "*");
 }
 
 void print_header(const std::string& baseline) {
@@ -43,9 +43,10 @@ void print_row(const CompareRun& run) {
   char speedup[32] = "-";  // none for a diverged run
   if (std::isfinite(run.speedup)) std::snprintf(speedup, sizeof speedup, "%.2fx", run.speedup);
   std::printf("%-18s %10.0f %8s %10s %10s %12s %10.4f %10.4f %8lld %9s\n", run.entry.label.c_str(),
-              s.tokens_per_s, speedup, mib(run.memory.peak_total).c_str(), rss_mib(run).c_str(),
-              mib(run.memory.peak[static_cast<size_t>(MemCategory::activations)]).c_str(), s.final_train_loss,
-              s.val_loss, static_cast<long long>(s.skipped_steps), s.diverged ? "yes" : "no");
+              s.tokens_per_s, speedup, mib_cell(run.memory.peak_total).c_str(), rss_mib(run).c_str(),
+              mib_cell(run.memory.peak[static_cast<size_t>(MemCategory::activations)]).c_str(),
+              s.final_train_loss, s.val_loss, static_cast<long long>(s.skipped_steps),
+              s.diverged ? "yes" : "no");
   std::fflush(stdout);
 }
 
@@ -172,7 +173,7 @@ void print_classify_row(const CompareRun& run) {
   else
     std::snprintf(acc, sizeof acc, "NaN");
   std::printf("%-18s %10.1f %10s %10s %10s %9.4f %10.0f %9s\n", run.entry.label.c_str(), s.elapsed_s,
-              mib(run.memory.peak_total).c_str(), rss_mib(run).c_str(), acc, s.val_loss, s.tokens_per_s,
+              mib_cell(run.memory.peak_total).c_str(), rss_mib(run).c_str(), acc, s.val_loss, s.tokens_per_s,
               s.diverged ? "yes" : "no");
   std::fflush(stdout);
 }

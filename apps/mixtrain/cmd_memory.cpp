@@ -26,8 +26,6 @@ struct MemoryFlags {
   int ranks = 1;
 };
 
-double mib(int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
-
 nlohmann::ordered_json by_category(const std::array<int64_t, kNumMemCategories>& bytes) {
   nlohmann::ordered_json j;
   for (size_t c = 0; c < kNumMemCategories; ++c)

@@ -43,8 +43,6 @@ nlohmann::ordered_json row_json(const InferenceCompareRow& r) {
   return j;
 }
 
-double mib(int64_t b) { return double(b) / (1024.0 * 1024.0); }
-
 }  // namespace
 
 void register_quantize(CLI::App& app, GlobalOptions& g, std::vector<Command>& commands) {

@@ -97,4 +97,7 @@ void register_finetune(CLI::App& app, GlobalOptions& g, std::vector<Command>& co
 void register_quantize(CLI::App& app, GlobalOptions& g, std::vector<Command>& commands);  // and evaluate
 void register_tokenizer(CLI::App& app, GlobalOptions& g, std::vector<Command>& commands);
 
+// Bytes in MiB (2^20), for the commands' tables.
+inline double mib(int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
+
 }  // namespace mixtrain::cli
