@@ -18,8 +18,8 @@ namespace fs = std::filesystem;
 namespace mixtrain {
 namespace {
 
-constexpr const char* kFormat = "mixtrain-checkpoint";
-constexpr int64_t kVersion = 1;
+constexpr const char* kManifestFormat = "mixtrain-checkpoint";
+constexpr int64_t kManifestVersion = 1;
 constexpr uint64_t kMaxManifest = 1 << 20;
 constexpr uint64_t kMaxFile = uint64_t{1} << 36;
 
@@ -89,8 +89,8 @@ std::string write_checkpoint(const std::string& dir, int64_t step, const std::ve
   if (ec) throw IoError("cannot create " + tmp.string() + ": " + ec.message());
 
   nlohmann::ordered_json manifest;
-  manifest["format"] = kFormat;
-  manifest["version"] = kVersion;
+  manifest["format"] = kManifestFormat;
+  manifest["version"] = kManifestVersion;
   manifest["step"] = step;
   manifest["info"] = info;
   nlohmann::ordered_json listed = nlohmann::ordered_json::object();
@@ -135,9 +135,10 @@ LoadedCheckpoint read_checkpoint(const std::string& path) {
   const std::string stored = cs->get<std::string>();
   m.erase("checksum");
   if (manifest_checksum(m) != stored) fail("manifest.json checksum mismatch (corrupt)");
-  if (!m.contains("format") || m["format"] != kFormat)
+  if (!m.contains("format") || m["format"] != kManifestFormat)
     fail("manifest.json is not a mixtrain checkpoint manifest");
-  if (!m.contains("version") || !m["version"].is_number_integer() || m["version"].get<int64_t>() != kVersion)
+  if (!m.contains("version") || !m["version"].is_number_integer() ||
+      m["version"].get<int64_t>() != kManifestVersion)
     fail("unsupported manifest version");
   if (!m.contains("step") || !m["step"].is_number_integer() || m["step"].get<int64_t>() < 0)
     fail("manifest 'step' must be a non-negative integer");

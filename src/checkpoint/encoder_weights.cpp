@@ -20,23 +20,11 @@ namespace fs = std::filesystem;
 
 namespace {
 
-bool starts_with(const std::string& s, const std::string& head) { return s.rfind(head, 0) == 0; }
-bool ends_with(const std::string& s, const std::string& tail) {
-  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-}
-
-std::string shape_text(const std::vector<int64_t>& s) {
-  std::string t = "(";
-  for (size_t i = 0; i < s.size(); ++i) t += (i ? ", " : "") + std::to_string(s[i]);
-  return t + ")";
-}
-
 // Tensors a checkpoint may carry that are not parameters of the classifier: buffers
 // (position_ids), pre-training heads (BERT's cls.*, DistilBERT's vocab_*).
 bool ignorable(const std::string& name) {
-  return ends_with(name, "position_ids") || starts_with(name, "cls.") ||
-         starts_with(name, "vocab_transform.") || starts_with(name, "vocab_layer_norm.") ||
-         starts_with(name, "vocab_projector.");
+  return name.ends_with("position_ids") || name.starts_with("cls.") || name.starts_with("vocab_transform.") ||
+         name.starts_with("vocab_layer_norm.") || name.starts_with("vocab_projector.");
 }
 
 void load_weights(const SafetensorsFile& file, EncoderClassifier& model, const std::string& prefix) {
@@ -45,10 +33,10 @@ void load_weights(const SafetensorsFile& file, EncoderClassifier& model, const s
   std::map<std::string, const SafetensorsEntry*> by_name;
   bool has_pooler = false;  // mean pooling declares none: then a file's pooler is left unread
   for (const NamedWeight& w : model.named_weights())
-    has_pooler = has_pooler || starts_with(w.name, "bert.pooler.");
+    has_pooler = has_pooler || w.name.starts_with("bert.pooler.");
   for (const auto& e : file.entries()) {
-    const std::string n = starts_with(e.name, prefix + ".") ? e.name.substr(prefix.size() + 1) : e.name;
-    if (ignorable(n) || (!has_pooler && starts_with(n, "pooler."))) continue;
+    const std::string n = e.name.starts_with(prefix + ".") ? e.name.substr(prefix.size() + 1) : e.name;
+    if (ignorable(n) || (!has_pooler && n.starts_with("pooler."))) continue;
     if (!by_name.emplace(n, &e).second)
       throw IoError(where + ": tensor '" + printable(n) + "' appears both with and without the '" + prefix +
                     ".' prefix");
@@ -57,7 +45,7 @@ void load_weights(const SafetensorsFile& file, EncoderClassifier& model, const s
   // Convert everything first, then copy: the model stays as it was if any tensor is bad.
   std::vector<std::pair<Tensor, Tensor>> copies;  // (destination view, source)
   for (const NamedWeight& w : model.named_weights()) {
-    const std::string n = starts_with(w.name, prefix + ".") ? w.name.substr(prefix.size() + 1) : w.name;
+    const std::string n = w.name.starts_with(prefix + ".") ? w.name.substr(prefix.size() + 1) : w.name;
     const auto it = by_name.find(n);
     if (it == by_name.end()) {
       if (EncoderClassifier::is_head(w.name)) continue;  // a bare encoder: the head stays initialised

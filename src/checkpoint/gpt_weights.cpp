@@ -15,19 +15,8 @@ namespace {
 
 constexpr const char* kPrefix = "transformer.";
 
-bool ends_with(const std::string& s, const std::string& tail) {
-  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-}
-bool starts_with(const std::string& s, const std::string& head) { return s.rfind(head, 0) == 0; }
-
 std::string strip_prefix(const std::string& name) {
-  return starts_with(name, kPrefix) ? name.substr(std::strlen(kPrefix)) : name;
-}
-
-std::string shape_text(const std::vector<int64_t>& s) {
-  std::string t = "(";
-  for (size_t i = 0; i < s.size(); ++i) t += (i ? ", " : "") + std::to_string(s[i]);
-  return t + ")";
+  return name.starts_with(kPrefix) ? name.substr(std::strlen(kPrefix)) : name;
 }
 
 }  // namespace
@@ -59,7 +48,7 @@ void load_gpt_safetensors(const SafetensorsFile& file, Gpt& model) {
       lm_head = &e;
       continue;
     }
-    if (ends_with(n, ".attn.bias") || ends_with(n, ".attn.masked_bias")) continue;  // causal-mask buffers
+    if (n.ends_with(".attn.bias") || n.ends_with(".attn.masked_bias")) continue;  // causal-mask buffers
     if (!by_name.emplace(n, &e).second)
       throw IoError(where + ": tensor '" + printable(n) +
                     "' appears both with and without the 'transformer.' prefix");

@@ -23,11 +23,6 @@ void add_named_weights(SafetensorsWriter& w, const std::vector<NamedWeight>& wei
 }
 
 namespace {
-std::string shape_text(const std::vector<int64_t>& s) {
-  std::string t = "(";
-  for (size_t i = 0; i < s.size(); ++i) t += (i ? ", " : "") + std::to_string(s[i]);
-  return t + ")";
-}
 std::vector<int64_t> dims(const Tensor& t) { return {t.shape().begin(), t.shape().end()}; }
 }  // namespace
 

@@ -40,12 +40,6 @@ size_t st_dtype_size(const std::string& name) {
 std::string quote(const nlohmann::json& v) { return json_excerpt(v); }
 
 // "(2, 3)": a shape already validated as at most kMaxDims integers.
-std::string shape_text(const std::vector<int64_t>& shape) {
-  std::string t = "(";
-  for (size_t i = 0; i < shape.size(); ++i) t += (i ? ", " : "") + std::to_string(shape[i]);
-  return t + ")";
-}
-
 // Reads a non-negative JSON integer into out; false for anything else (floats, negatives, > 2^63-1).
 bool get_index(const nlohmann::json& v, uint64_t& out) {
   if (v.is_number_unsigned()) {
@@ -302,6 +296,12 @@ std::vector<uint8_t> SafetensorsWriter::serialize() const {
 void SafetensorsWriter::write(const std::string& path) const {
   const std::vector<uint8_t> bytes = serialize();
   write_file_durable(path, bytes.data(), bytes.size());
+}
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string t = "(";
+  for (size_t i = 0; i < shape.size(); ++i) t += (i ? ", " : "") + std::to_string(shape[i]);
+  return t + ")";
 }
 
 }  // namespace mixtrain

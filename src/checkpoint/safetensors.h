@@ -80,5 +80,7 @@ std::string safetensors_dtype_name(DType t);
 bool dtype_from_safetensors(const std::string& name, DType& out);
 // Whether s is well-formed UTF-8 (no overlong forms, surrogates or code points past U+10FFFF).
 bool is_valid_utf8(const std::string& s);
+// A shape as the error messages print it: "(2, 3)", "()" for a scalar.
+std::string shape_text(const std::vector<int64_t>& shape);
 
 }  // namespace mixtrain

@@ -15,8 +15,8 @@
 namespace mixtrain {
 namespace {
 
-constexpr const char* kFormat = "mixtrain-train-state";
-constexpr const char* kVersion = "1";
+constexpr const char* kStateFormat = "mixtrain-train-state";
+constexpr const char* kStateVersion = "1";
 
 // Field access that names the file and the field in every failure.
 class Fields {
@@ -125,8 +125,8 @@ std::vector<uint8_t> encode_training_state(const TrainingState& s) {
     w.add("fp8.amax_history", s.fp8.history);
     w.add("fp8.scale", s.fp8.scale);
   }
-  w.set_metadata("format", kFormat);
-  w.set_metadata("version", kVersion);
+  w.set_metadata("format", kStateFormat);
+  w.set_metadata("version", kStateVersion);
   w.set_metadata("mixtrain", j.dump());
   return w.serialize();
 }
@@ -138,11 +138,12 @@ TrainingState decode_training_state(std::vector<uint8_t> bytes, const std::strin
   };
   const auto& meta = f.metadata();
   const auto fmt = meta.find("format");
-  if (fmt == meta.end() || fmt->second != kFormat) fail("not a mixtrain training state (metadata 'format')");
+  if (fmt == meta.end() || fmt->second != kStateFormat)
+    fail("not a mixtrain training state (metadata 'format')");
   const auto ver = meta.find("version");
-  if (ver == meta.end() || ver->second != kVersion)
+  if (ver == meta.end() || ver->second != kStateVersion)
     fail("unsupported version '" + printable(ver == meta.end() ? "" : ver->second) + "' (this build reads " +
-         kVersion + ")");
+         kStateVersion + ")");
   const auto body = meta.find("mixtrain");
   if (body == meta.end()) fail("the 'mixtrain' metadata entry is missing");
   const nlohmann::json j =

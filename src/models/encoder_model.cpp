@@ -14,10 +14,6 @@ namespace mixtrain {
 using autograd::Var;
 
 namespace {
-bool ends_with(const std::string& s, const std::string& tail) {
-  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-}
-bool starts_with(const std::string& s, const std::string& head) { return s.rfind(head, 0) == 0; }
 
 void check_i32(const Tensor& t, const Shape& want, const char* what) {
   if (!(t.shape() == want) || t.dtype() != DType::i32)
@@ -130,8 +126,8 @@ void EncoderClassifier::add_slot(const std::string& name, const std::string& par
 }
 
 bool EncoderClassifier::is_head(const std::string& name) {
-  return starts_with(name, "classifier.") || starts_with(name, "pre_classifier.") ||
-         starts_with(name, "bert.pooler.");
+  return name.starts_with("classifier.") || name.starts_with("pre_classifier.") ||
+         name.starts_with("bert.pooler.");
 }
 
 void EncoderClassifier::init_weights(uint64_t seed) {
@@ -141,11 +137,11 @@ void EncoderClassifier::init_weights(uint64_t seed) {
     if (store_.is_quantized(i)) continue;  // codes come from the quantized file
     Tensor p = store_.param(i);
     if (n.find("LayerNorm") != std::string::npos || n.find("layer_norm") != std::string::npos) {
-      if (ends_with(n, ".bias"))
+      if (n.ends_with(".bias"))
         p.zero();
       else
         p.fill(1.0);
-    } else if (ends_with(n, ".bias")) {
+    } else if (n.ends_with(".bias")) {
       p.zero();
     } else {
       p.copy_from(Tensor::randn(p.shape(), DType::f32, seed * 1000003ULL + i, 0.f, cfg_.initializer_range,

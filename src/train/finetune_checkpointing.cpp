@@ -9,8 +9,6 @@
 namespace mixtrain {
 namespace {
 
-nlohmann::json num(double v) { return json_number(v); }
-
 // The shared options that shape the trajectory (steps do not: a resumed run may extend it).
 nlohmann::json shared_run_options(const RunOptions& o) {
   nlohmann::json j;
@@ -24,18 +22,25 @@ nlohmann::json shared_run_options(const RunOptions& o) {
   // Recorded where it is not the default, so checkpoints from before the option resume as they did.
   if (o.optim_state != StatePrecision::fp32)
     j["optim_state"] = std::string(state_precision_name(o.optim_state));
-  j["lr"] = num(o.lr);
+  j["lr"] = json_number(o.lr);
   j["warmup"] = o.warmup;
-  j["weight_decay"] = num(o.weight_decay);
-  j["betas_eps_momentum"] = {num(o.beta1), num(o.beta2), num(o.eps), num(o.momentum)};
-  j["grad_clip"] = num(o.grad_clip);
+  j["weight_decay"] = json_number(o.weight_decay);
+  j["betas_eps_momentum"] = {json_number(o.beta1), json_number(o.beta2), json_number(o.eps),
+                             json_number(o.momentum)};
+  j["grad_clip"] = json_number(o.grad_clip);
   j["seed"] = o.seed;
   j["batch_size"] = o.batch_size;
   j["grad_accum"] = o.grad_accum;
   j["force_loss_scaling"] = o.force_loss_scaling;
   const GradScalerConfig& s = o.scaler;
-  j["scaler"] = {num(s.init_scale), num(s.growth_factor), num(s.backoff_factor), s.growth_interval,
-                 s.hysteresis,      num(s.min_scale),     num(s.max_scale),      s.dynamic};
+  j["scaler"] = {json_number(s.init_scale),
+                 json_number(s.growth_factor),
+                 json_number(s.backoff_factor),
+                 s.growth_interval,
+                 s.hysteresis,
+                 json_number(s.min_scale),
+                 json_number(s.max_scale),
+                 s.dynamic};
   return j;
 }
 
