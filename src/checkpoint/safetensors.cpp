@@ -39,7 +39,6 @@ size_t st_dtype_size(const std::string& name) {
 
 std::string quote(const nlohmann::json& v) { return json_excerpt(v); }
 
-// "(2, 3)": a shape already validated as at most kMaxDims integers.
 // Reads a non-negative JSON integer into out; false for anything else (floats, negatives, > 2^63-1).
 bool get_index(const nlohmann::json& v, uint64_t& out) {
   if (v.is_number_unsigned()) {
