@@ -199,6 +199,9 @@ void register_memory(CLI::App& app, GlobalOptions& g, std::vector<Command>& comm
   sub->add_option("--grad-reduce-dtype", f->grad_reduce_dtype,
                   "With --ranks: sum gradients in fp32, bf16, int8 or fp8")
       ->capture_default_str();
+  sub->add_option("--allgather-dtype", f->allgather_dtype,
+                  "With --ranks and --zero 3: gather parameters in fp32, bf16, int8 or fp8")
+      ->capture_default_str();
   add_json_option(sub, m->json, "Also the predicted and measured bytes");
   sub->add_option("--terms", m->terms, "Tensors listed from the predicted peak (largest first)")
       ->capture_default_str()

@@ -273,6 +273,11 @@ void add_data_parallel_flags(CLI::App* sub, TrainFlags& f) {
                   "Under mpirun: sum gradients over ranks in fp32, bf16 (half the bytes), int8 or fp8 (E4M3; "
                   "a quarter: blockwise with error feedback; --zero 1, 2 or 3, fp32 gradients)")
       ->capture_default_str();
+  sub->add_option("--allgather-dtype", f.allgather_dtype,
+                  "Under mpirun with --zero 3: gather each block's parameters in fp32 (each buffer as it is, "
+                  "exact), bf16 (fp32 buffers rounded), int8 or fp8 (E4M3; blockwise, a scale per 2048); a "
+                  "rank's own part stays exact, checkpoints are gathered exactly")
+      ->capture_default_str();
   sub->add_option("--bucket-mb", f.bucket_mb, "Under mpirun: MiB of gradients per all-reduce bucket")
       ->capture_default_str();
   sub->add_flag(
@@ -347,18 +352,16 @@ void TrainFlags::finish(const std::vector<PrecisionMode>& precisions) {
       opt.scaler.init_scale = v;
     }
   }
-  if (grad_reduce_dtype == "fp32") {
-    opt.data_parallel.reduce_dtype = DType::f32;
-  } else if (grad_reduce_dtype == "bf16") {
-    opt.data_parallel.reduce_dtype = DType::bf16;
-  } else if (grad_reduce_dtype == "int8") {
-    opt.data_parallel.reduce_dtype = DType::i8;
-  } else if (grad_reduce_dtype == "fp8") {
-    opt.data_parallel.reduce_dtype = DType::f8_e4m3;
-  } else {
-    throw ArgumentError("--grad-reduce-dtype must be fp32, bf16, int8 or fp8, got '" + grad_reduce_dtype +
-                        "'");
-  }
+  // The dtypes data travels in between ranks, as the flags spell them.
+  const auto wire_dtype = [](const std::string& flag, const std::string& v) {
+    if (v == "fp32") return DType::f32;
+    if (v == "bf16") return DType::bf16;
+    if (v == "int8") return DType::i8;
+    if (v == "fp8") return DType::f8_e4m3;
+    throw ArgumentError(flag + " must be fp32, bf16, int8 or fp8, got '" + v + "'");
+  };
+  opt.data_parallel.reduce_dtype = wire_dtype("--grad-reduce-dtype", grad_reduce_dtype);
+  opt.data_parallel.allgather_dtype = wire_dtype("--allgather-dtype", allgather_dtype);
   if (!(bucket_mb > 0) || !(bucket_mb <= 1 << 20))
     throw ArgumentError("--bucket-mb must be in (0, 1048576], got " + std::to_string(bucket_mb));
   opt.data_parallel.bucket_bytes = std::max<int64_t>(1, static_cast<int64_t>(bucket_mb * (1 << 20)));

@@ -25,6 +25,7 @@ struct TrainFlags {
   std::string loss_scale;        // "dynamic" or a number (static scale); empty: the mode's default
   std::string inject_nonfinite;  // "3,7"
   std::string grad_reduce_dtype = "fp32";
+  std::string allgather_dtype = "fp32";
   double bucket_mb = 25;
   const CLI::App* app = nullptr;  // the command the flags belong to (which flags were given)
   // Converts the string flags into opt (throws ArgumentError with the flag's name); refuses an

@@ -19,6 +19,10 @@ namespace {
 dist::PieceCode piece_code(DType reduce_dtype) {
   return reduce_dtype == DType::i8 ? dist::PieceCode::int8 : dist::PieceCode::fp8_e4m3;
 }
+// A travelling dtype as the flags spell it.
+std::string wire_name(DType t) {
+  return t == DType::i8 ? "int8" : t == DType::f8_e4m3 ? "fp8" : t == DType::bf16 ? "bf16" : "fp32";
+}
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
@@ -45,6 +49,14 @@ void DataParallelConfig::validate(DType grad_dtype) const {
     throw ArgumentError({"grad_reduce_dtype"},
                         "grad_reduce_dtype bf16 needs fp32 or bf16 gradients; this precision keeps " +
                             std::string(dtype_name(grad_dtype)) + " (use fp32)");
+  if (allgather_dtype != DType::f32 && allgather_dtype != DType::bf16 && allgather_dtype != DType::i8 &&
+      allgather_dtype != DType::f8_e4m3)
+    throw ArgumentError({"allgather_dtype"}, "allgather_dtype must be fp32, bf16, int8 or fp8, got " +
+                                                 std::string(dtype_name(allgather_dtype)));
+  if (gathers_compressed() && zero_stage != 3)
+    throw ArgumentError({"allgather_dtype", "zero"},
+                        "allgather_dtype " + wire_name(allgather_dtype) +
+                            " compresses ZeRO-3's parameter gathers: it needs zero 3");
   if (bucket_bytes <= 0)
     throw ArgumentError({"bucket_bytes"},
                         "bucket_bytes must be positive, got " + std::to_string(bucket_bytes));

@@ -4,15 +4,24 @@
 #include <algorithm>
 #include <string>
 
+#include "dist/compressed_pieces.h"
+#include "mixtrain/numeric/convert.h"
 #include "mixtrain/optim/zero.h"
 #include "mixtrain/tensor/storage.h"
+#include "tensor/alloc_site.h"
 #include "train/checkpointing.h"
 
 namespace mixtrain {
 
+// Element x of the flat arena in a buffer whose element 0 is the arena's element `first`, as a T*.
+template <class T>
+T* arena_at(const Tensor& buffer, int64_t first, int64_t x) {
+  return buffer.data<T>() + (x - first);
+}
+
 ParameterShards::ParameterShards(Communicator& world, ParameterStore& store, const MixedPrecision& mp,
-                                 std::vector<FlatRange> shards)
-    : world_(world), store_(store), mp_(mp), shards_(std::move(shards)) {
+                                 std::vector<FlatRange> shards, DType wire)
+    : world_(world), store_(store), mp_(mp), shards_(std::move(shards)), wire_(wire) {
   if (static_cast<int>(shards_.size()) != world_.size())
     throw ArgumentError("ParameterShards: " + std::to_string(shards_.size()) + " parts for " +
                         std::to_string(world_.size()) + " ranks");
@@ -35,7 +44,7 @@ bool ParameterShards::is_gathered(const FlatRanges& unit) const {
   return std::any_of(held_.begin(), held_.end(), [&](const Held& h) { return h.unit == unit; });
 }
 
-void ParameterShards::gather(const FlatRanges& unit) {
+void ParameterShards::gather(const FlatRanges& unit, DType wire) {
   if (ended_)
     throw Error({"zero"},
                 "zero 3: the run has ended and its parameters stay sharded over the ranks; nothing may "
@@ -64,11 +73,75 @@ void ParameterShards::gather(const FlatRanges& unit) {
       std::vector<int64_t> bytes;
       for (const FlatRange& s : shards_)
         bytes.push_back(std::max<int64_t>(0, std::min(e, s.end) - std::max(b, s.begin)) * elem);
+      // Compressed: int8 and fp8 every buffer, bf16 the fp32 ones (16-bit ones travel as they are).
+      if (wire == DType::i8 || wire == DType::f8_e4m3 || (wire == DType::bf16 && a.t.dtype() == DType::f32)) {
+        gather_compressed(a, b, e, wire);
+        continue;
+      }
       bytes_ += static_cast<double>((e - b) * elem - bytes[rank]);
       if (!a.t.is_meta()) world_.all_gather(static_cast<char*>(a.t.raw_data()) + (b - a.first) * elem, bytes);
     }
   }
   held_.push_back(std::move(h));
+}
+
+void ParameterShards::gather_compressed(const Arena& a, int64_t b, int64_t e, DType wire) {
+  // Every rank's piece of [b, e) (in rank order, as the parts are) and its bytes on the wire.
+  std::vector<FlatRange> pieces;
+  std::vector<int64_t> bytes, at;
+  int64_t total = 0;
+  for (const FlatRange& s : shards_) {
+    const FlatRange p{std::max(b, s.begin), std::max(std::max(b, s.begin), std::min(e, s.end))};
+    pieces.push_back(p);
+    bytes.push_back(wire == DType::bf16 ? 2 * p.size() : dist::piece_bytes(p.size()));
+    at.push_back(total);
+    total += bytes.back();
+  }
+  const size_t self = static_cast<size_t>(world_.rank());
+  bytes_ += static_cast<double>(total - bytes[self]);
+  if (total == 0) return;
+  const ScopedOp site("ZeRO-3 compressed parameter pieces");  // names them in memory reports
+  Tensor buffer = Tensor::empty({total}, DType::i8, MemCategory::workspace);
+  if (a.t.is_meta()) return;  // the meta device: the buffer is the prediction's, nothing moves
+  char* base = static_cast<char*>(buffer.raw_data());
+  const DType dt = a.t.dtype();
+  const dist::PieceCode code = wire == DType::i8 ? dist::PieceCode::int8 : dist::PieceCode::fp8_e4m3;
+  const FlatRange& mine = pieces[self];
+  char* out = base + at[self];
+  if (mine.size() > 0) {
+    if (wire == DType::bf16)
+      convert_f32_to_bf16(arena_at<float>(a.t, a.first, mine.begin), reinterpret_cast<bf16*>(out),
+                          static_cast<size_t>(mine.size()));
+    else if (dt == DType::f32)
+      dist::quantize_piece(code, arena_at<float>(a.t, a.first, mine.begin), nullptr, mine.size(), 1.f, out);
+    else if (dt == DType::bf16)
+      dist::quantize_piece(code, arena_at<bf16>(a.t, a.first, mine.begin), mine.size(), out);
+    else
+      dist::quantize_piece(code, arena_at<fp16>(a.t, a.first, mine.begin), mine.size(), out);
+  }
+  world_.all_gather(base, bytes);
+  for (size_t r = 0; r < pieces.size(); ++r) {
+    const FlatRange& p = pieces[r];
+    const int64_t n = p.size();
+    if (r == self || n == 0) continue;
+    const char* in = base + at[r];
+    if (wire == DType::bf16) {
+      convert_bf16_to_f32(reinterpret_cast<const bf16*>(in), arena_at<float>(a.t, a.first, p.begin),
+                          static_cast<size_t>(n));
+    } else if (dt == DType::f32) {
+      dist::dequantize_piece(code, in, n, 0, n, arena_at<float>(a.t, a.first, p.begin));
+    } else {  // into the 16-bit buffer, rounded to nearest even, a block at a time
+      float values[dist::kPieceBlock];
+      for (int64_t c = 0; c < n; c += dist::kPieceBlock) {
+        const int64_t m = std::min(dist::kPieceBlock, n - c);
+        dist::dequantize_piece(code, in, n, c, c + m, values);
+        if (dt == DType::bf16)
+          convert_f32_to_bf16(values, arena_at<bf16>(a.t, a.first, p.begin + c), static_cast<size_t>(m));
+        else
+          convert_f32_to_fp16(values, arena_at<fp16>(a.t, a.first, p.begin + c), static_cast<size_t>(m));
+      }
+    }
+  }
 }
 
 void ParameterShards::release(const FlatRanges& unit) {
@@ -78,7 +151,7 @@ void ParameterShards::release(const FlatRanges& unit) {
   held_.erase(it);
 }
 
-void ParameterShards::gather_all() { gather({{0, store_.flat_numel()}}); }
+void ParameterShards::gather_all() { gather({{0, store_.flat_numel()}}, DType::f32); }
 
 void ParameterShards::release_all() {
   while (!held_.empty()) release(FlatRanges(held_.back().unit));
@@ -101,8 +174,8 @@ void ParameterShards::discard_outside_part() {
 }
 
 ParameterShardsHook::ParameterShardsHook(Communicator& world, CheckpointOptions rank0_checkpoint,
-                                         bool whole_at_end)
-    : world_(world), checkpoint_(std::move(rank0_checkpoint)), whole_at_end_(whole_at_end) {}
+                                         bool whole_at_end, DType wire)
+    : world_(world), checkpoint_(std::move(rank0_checkpoint)), whole_at_end_(whole_at_end), wire_(wire) {}
 
 ParameterShardsHook::~ParameterShardsHook() {
   if (store_ != nullptr && store_->gather() == shards_.get()) store_->set_gather(nullptr);
@@ -121,7 +194,7 @@ void ParameterShardsHook::on_run_start(TrainingRun& run) {
   const auto* zero = dynamic_cast<const ZeroOptimizer*>(&run.optimizer());
   if (zero == nullptr || zero->partition().ranks() != world_.size())
     throw ArgumentError({"zero"}, "zero 3 needs the run's optimizer to be a ZeroOptimizer over this world");
-  shards_ = std::make_unique<ParameterShards>(world_, *store_, run.mp(), zero->partition().shards);
+  shards_ = std::make_unique<ParameterShards>(world_, *store_, run.mp(), zero->partition().shards, wire_);
   shards_->discard_outside_part();
   run.mp().prepare_working_copy(*store_);  // *-mixed: its part, gathered with the masters from step 1 on
   store_->set_gather(shards_.get());

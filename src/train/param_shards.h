@@ -10,6 +10,15 @@
 // ZeRO-2's bit for bit. Gradients are ZeRO-2's (train/data_parallel.h); the optimizer updates its
 // part and gathers nothing (optim/zero.h).
 //
+// Compressed gathers (--allgather-dtype, ZeRO++'s quantized weights, Wang et al. 2023): each rank
+// sends its part of the unit rounded to bf16 (fp32 buffers) or quantized blockwise to int8 / fp8
+// (dist/compressed_pieces.h) and writes the others' parts dequantized into its buffer. A rank's own
+// part stays exact: the gather is in place and the part is the parameters themselves (ZeRO++
+// dequantizes every part into a separate full buffer; here every rank sees the other ranks'
+// parts rounded, its own as it is). Forward and backward gather the same codes (the parts do not
+// change within a step), so backward goes through the weights forward used. The checkpoint's
+// gathers and the final one are exact.
+//
 // What a rank holds: its part of every buffer, plus the units gathered at the time (the rest
 // unit for a whole forward and backward, one block at a time besides), plus for checkpoints the
 // whole weights while one is written (every rank gathers them; only rank 0 writes).
@@ -29,13 +38,14 @@ namespace mixtrain {
 
 class ParameterShards final : public ParameterGather {
  public:
-  // shards: every rank's part of the arena (the ZeRO partition's), in rank order.
+  // shards: every rank's part of the arena (the ZeRO partition's), in rank order. wire: how the
+  // model's gathers travel (DataParallelConfig::allgather_dtype; f32: each buffer as it is).
   ParameterShards(Communicator& world, ParameterStore& store, const MixedPrecision& mp,
-                  std::vector<FlatRange> shards);
+                  std::vector<FlatRange> shards, DType wire = DType::f32);
   bool is_gathered(const FlatRanges& unit) const override;
-  void gather(const FlatRanges& unit) override;
+  void gather(const FlatRanges& unit) override { gather(unit, wire_); }
   void release(const FlatRanges& unit) override;
-  void gather_all();
+  void gather_all();  // exact, whatever the wire (a checkpoint's, the run's end)
   void release_all();
   // Gives back the pages outside this rank's part that were written before sharding began (the
   // initial weights, a restored checkpoint, rank 0's broadcast).
@@ -54,10 +64,14 @@ class ParameterShards final : public ParameterGather {
     std::vector<std::pair<Storage*, std::pair<size_t, size_t>>> committed;  // (storage, (offset, bytes))
   };
   std::vector<Arena> arenas() const;
+  void gather(const FlatRanges& unit, DType wire);
+  // Gathers the arena's elements [b, e) with every other rank's piece sent compressed.
+  void gather_compressed(const Arena& a, int64_t b, int64_t e, DType wire);
   Communicator& world_;
   ParameterStore& store_;
   const MixedPrecision& mp_;
   std::vector<FlatRange> shards_;
+  DType wire_ = DType::f32;
   std::vector<Held> held_;
   bool ended_ = false;
   double bytes_ = 0;
@@ -71,7 +85,9 @@ class ParameterShardsHook final : public TrainingHook {
  public:
   // whole_at_end: gathers the whole weights when the run ends and keeps them (for what reads them
   // after the run, Recipe::finish); otherwise they stay sharded and a gather after the run fails.
-  ParameterShardsHook(Communicator& world, CheckpointOptions rank0_checkpoint, bool whole_at_end);
+  // wire: the model's gathers' dtype (DataParallelConfig::allgather_dtype).
+  ParameterShardsHook(Communicator& world, CheckpointOptions rank0_checkpoint, bool whole_at_end,
+                      DType wire = DType::f32);
   ~ParameterShardsHook() override;
   void on_run_start(TrainingRun& run) override;
   void micro_batch_done(TrainingRun& run, int64_t step) override;
@@ -84,6 +100,7 @@ class ParameterShardsHook final : public TrainingHook {
   Communicator& world_;
   CheckpointOptions checkpoint_;
   bool whole_at_end_ = false;
+  DType wire_ = DType::f32;
   ParameterStore* store_ = nullptr;
   std::unique_ptr<ParameterShards> shards_;
   int64_t steps_ = 0;  // steps run (reduce_gradients calls)

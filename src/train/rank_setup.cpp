@@ -61,7 +61,8 @@ void add_data_parallel_hooks(TrainingRun& run, const RankSetup& ranks, const Run
   run.add_hook(std::make_unique<DataParallelHook>(*ranks.world, opt.data_parallel));
   // After the broadcast of rank 0's weights: ZeRO-3 then gives back what lies outside the part.
   if (ranks.zero_stage == 3)
-    run.add_hook(std::make_unique<ParameterShardsHook>(*ranks.world, ranks.rank0_checkpoint, whole_at_end));
+    run.add_hook(std::make_unique<ParameterShardsHook>(*ranks.world, ranks.rank0_checkpoint, whole_at_end,
+                                                       opt.data_parallel.allgather_dtype));
 }
 
 }  // namespace mixtrain

@@ -108,6 +108,7 @@ std::vector<AgreedField> trajectory_fields(const RunOptions& o) {
       {"profile", i(o.profile)},
       {"data_parallel.zero_stage", i(o.data_parallel.zero_stage)},
       {"data_parallel.reduce_dtype", std::string(dtype_name(o.data_parallel.reduce_dtype))},
+      {"data_parallel.allgather_dtype", std::string(dtype_name(o.data_parallel.allgather_dtype))},
       {"data_parallel.bucket_bytes", i(o.data_parallel.bucket_bytes)},
       {"data_parallel.verify_replicas", i(o.data_parallel.verify_replicas)},
   };

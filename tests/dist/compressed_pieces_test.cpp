@@ -1,12 +1,15 @@
-// The compressed reduce-scatter's wire format (dist/compressed_pieces.h) against its definition:
+// The compressed pieces' wire format (dist/compressed_pieces.h) against its definition:
 // blockwise symmetric int8, scale = max|v| / 127, codes rounded half to even, a non-finite block
-// poisoned with a NaN scale, and error feedback that keeps exactly what the codes miss (unscaled).
+// poisoned with a NaN scale, and error feedback that keeps exactly what the codes miss (unscaled);
+// 16-bit sources (ZeRO-3's gathers of the working copy) quantized as their fp32 values, and the
+// dequantization of any sub-range.
 #include "dist/compressed_pieces.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "mixtrain/numeric/fp8.h"
@@ -146,6 +149,45 @@ TEST(Fp8Pieces, QuantizesByTheDefinitionWithErrorFeedback) {
   x[2049] = NAN;
   quantize_piece(PieceCode::fp8_e4m3, x.data(), nullptr, n, 1.f, wire.data());
   EXPECT_TRUE(std::isnan(scales[1]));
+}
+
+// A 16-bit piece is quantized as its values widened to fp32 (exactly): the same bytes, both codes;
+// dequantize_piece writes any sub-range of what add_dequantized_piece adds.
+TEST(Pieces, SixteenBitSourcesAndSubRanges) {
+  const int64_t n = 2 * 2048 + 77;
+  std::vector<bf16> b(static_cast<size_t>(n));
+  std::vector<fp16> h(static_cast<size_t>(n));
+  std::vector<float> wb(static_cast<size_t>(n)), wh(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = std::cos(0.11f * static_cast<float>(i)) * (i < 2048 ? 0.02f : 7.f);
+    b[static_cast<size_t>(i)] = bf16_from_f32(v);
+    h[static_cast<size_t>(i)] = fp16_from_f32(v);
+    wb[static_cast<size_t>(i)] = f32_from_bf16(b[static_cast<size_t>(i)]);
+    wh[static_cast<size_t>(i)] = f32_from_fp16(h[static_cast<size_t>(i)]);
+  }
+  for (const PieceCode code : {PieceCode::int8, PieceCode::fp8_e4m3}) {
+    std::vector<char> got(static_cast<size_t>(piece_bytes(n))), want(got.size());
+    quantize_piece(code, b.data(), n, got.data());
+    quantize_piece(code, wb.data(), nullptr, n, 1.f, want.data());
+    EXPECT_EQ(got, want) << "bf16, code " << int(code);
+    quantize_piece(code, h.data(), n, got.data());
+    quantize_piece(code, wh.data(), nullptr, n, 1.f, want.data());
+    EXPECT_EQ(got, want) << "fp16, code " << int(code);
+    std::vector<float> all(static_cast<size_t>(n), 0.f);
+    add_dequantized_piece(code, got.data(), n, all.data());
+    for (const auto& [begin, end] :
+         std::vector<std::pair<int64_t, int64_t>>{{0, n}, {2000, 2100}, {4100, n}, {5, 5}}) {
+      std::vector<float> part(static_cast<size_t>(end - begin) + 1, -1.f);
+      dequantize_piece(code, got.data(), n, begin, end, part.data());
+      for (int64_t i = begin; i < end; ++i)
+        ASSERT_EQ(part[static_cast<size_t>(i - begin)], all[static_cast<size_t>(i)]) << begin << " " << i;
+      EXPECT_EQ(part.back(), -1.f) << "wrote past the range's end";
+    }
+    // The values are the blocks' codes times their scales: close to the sources at 8 bits.
+    for (int64_t i = 0; i < n; ++i)
+      ASSERT_NEAR(all[static_cast<size_t>(i)], wh[static_cast<size_t>(i)], (i < 2048 ? 0.02f : 7.f) / 14)
+          << i;
+  }
 }
 
 }  // namespace

@@ -334,5 +334,32 @@ TEST(DataParallel, RefusesBf16SumsOfFp16GradientsNamingTheFlag) {
   EXPECT_THROW(c.validate(DType::f32), ArgumentError);
 }
 
+// Compressed parameter gathers are ZeRO-3's: refused under another stage, naming both fields; a
+// dtype that is not a wire dtype is refused too.
+TEST(DataParallel, CompressedGathersNeedZero3) {
+  DataParallelConfig c;
+  for (const DType wire : {DType::bf16, DType::i8, DType::f8_e4m3}) {
+    c.allgather_dtype = wire;
+    for (const int stage : {0, 1, 2}) {
+      c.zero_stage = stage;
+      try {
+        c.validate(DType::f32);
+        FAIL() << "no error at stage " << stage;
+      } catch (const ArgumentError& e) {
+        EXPECT_NE(std::string(e.what()).find("allgather_dtype"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("zero 3"), std::string::npos) << e.what();
+      }
+    }
+    c.zero_stage = 3;
+    EXPECT_NO_THROW(c.validate(DType::f32));
+    EXPECT_NO_THROW(c.validate(DType::bf16));
+  }
+  c.allgather_dtype = DType::f16;
+  EXPECT_THROW(c.validate(DType::f32), ArgumentError);
+  c.allgather_dtype = DType::f32;
+  c.zero_stage = 1;
+  EXPECT_NO_THROW(c.validate(DType::f32));
+}
+
 }  // namespace
 }  // namespace mixtrain

@@ -58,7 +58,15 @@ struct DataParallelConfig {
   // to the ranks' parts of the arena, optim/zero.h); 2: ZeRO stage 2 (and only the part is held);
   // 3: ZeRO stage 3 (the gradients as 2; the parameters sharded, train/param_shards.h).
   int zero_stage = 0;
-  void validate(DType grad_dtype) const;  // ArgumentError naming grad_reduce_dtype / bucket_bytes / zero
+  // ZeRO-3's parameter gathers (train/param_shards.h): f32, every buffer travels in its own dtype
+  // (exact); bf16, fp32 buffers travel rounded to bf16 to nearest even (16-bit ones as they are);
+  // i8 or f8_e4m3, every buffer in blocks of 2048 with an fp32 scale each (dist/compressed_pieces.h,
+  // ZeRO++'s quantized weights; no error feedback: weights are sent afresh each time). The
+  // checkpoint's and the run's final gathers are exact whatever this says.
+  DType allgather_dtype = DType::f32;
+  bool gathers_compressed() const { return allgather_dtype != DType::f32; }
+  // ArgumentError naming grad_reduce_dtype / allgather_dtype / bucket_bytes / zero
+  void validate(DType grad_dtype) const;
 };
 
 // How the sums overlapped backward, over the steps so far.
