@@ -4,12 +4,15 @@
 # (1, 2, 3, 1, 2, 3, ...), the same batches. Prints each round's tokens/s, then per stage the
 # median and the spread (min-max) and the median of the per-round ratios to --zero 1, and the
 # parameter bytes a rank gathered per step under --zero 3.
-# Usage: bench/zero_stages.sh [MIXTRAIN] [ROUNDS] [STEPS] [BUCKET_MB]   (as root: sets OMPI_ALLOW_RUN_AS_ROOT*)
+# VARIANTS: the runs of a round, each Z (--zero Z) or Z:W (--zero Z --allgather-dtype W), the ratios
+# against the first; default "1 2 3". The compressed gathers: "3 3:bf16 3:int8 3:fp8".
+# Usage: bench/zero_stages.sh [MIXTRAIN] [ROUNDS] [STEPS] [BUCKET_MB] [VARIANTS]   (as root: sets OMPI_ALLOW_RUN_AS_ROOT*)
 set -euo pipefail
 MIXTRAIN="${1:-build/mixtrain}"
 ROUNDS="${2:-3}"
 STEPS="${3:-20}"
 BUCKET="${4:-4}"
+VARIANTS="${5:-1 2 3}"
 OUT="$(mktemp -d)"
 trap 'rm -rf "$OUT"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -18,21 +21,27 @@ RUN=(train --model gpt-mini --precision bf16-mixed --batch-size 8 --seq-len 128 
 MPI=(mpirun -np 2 --bind-to core -x OMP_NUM_THREADS=1)
 echo "CPU: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; gpt-mini bf16-mixed, batch 8 x 128 per rank, $STEPS steps, --bucket-mb $BUCKET"
 for r in $(seq 1 "$ROUNDS"); do
-  for z in 1 2 3; do
-    "${MPI[@]}" "$MIXTRAIN" "${RUN[@]}" --zero "$z" >"$OUT/r${r}z$z.json"
+  for v in $VARIANTS; do
+    z="${v%%:*}" flags=()
+    [ "$v" != "$z" ] && flags=(--allgather-dtype "${v#*:}")
+    "${MPI[@]}" "$MIXTRAIN" "${RUN[@]}" --zero "$z" "${flags[@]}" >"$OUT/r${r}_${v/:/_}.json"
   done
 done
-python3 - "$OUT" "$ROUNDS" <<'PY'
+# shellcheck disable=SC2086  # $VARIANTS: one argument each
+python3 - "$OUT" "$ROUNDS" $VARIANTS <<'PY'
 import json, statistics, sys
-out, rounds = sys.argv[1], int(sys.argv[2])
-tps = {z: [json.load(open(f"{out}/r{r}z{z}.json"))["tokens_per_s"] for r in range(1, rounds + 1)] for z in (1, 2, 3)}
+out, rounds, variants = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+name = lambda v: "--zero " + v.replace(":", " --allgather-dtype ")
+runs = {v: [json.load(open(f"{out}/r{r}_{v.replace(':', '_')}.json")) for r in range(1, rounds + 1)] for v in variants}
+tps = {v: [s["tokens_per_s"] for s in runs[v]] for v in variants}
 for r in range(rounds):
-    print(f"round {r + 1}: " + "  ".join(f"zero {z} {tps[z][r]:8.0f} tok/s" for z in (1, 2, 3)))
-for z in (1, 2, 3):
-    ratios = [tps[z][r] / tps[1][r] for r in range(rounds)]
-    print(f"--zero {z}: median {statistics.median(tps[z]):8.0f} tok/s (spread {min(tps[z]):.0f}-{max(tps[z]):.0f}); "
-          f"vs --zero 1 per round: median {statistics.median(ratios):.3f} ({min(ratios):.3f}-{max(ratios):.3f})")
-s = json.load(open(f"{out}/r1z3.json"))
-print(f"--zero 3: {s.get('param_gather_bytes_per_step', float('nan')):.0f} parameter bytes gathered per step by rank 0; "
-      f"{s['grad_reduce_bytes_per_step']:.0f} gradient bytes sent")
+    print(f"round {r + 1}: " + "  ".join(f"{name(v)} {tps[v][r]:8.0f} tok/s" for v in variants))
+first = variants[0]
+for v in variants:
+    ratios = [tps[v][r] / tps[first][r] for r in range(rounds)]
+    s = runs[v][0]
+    gathered = f"; {s['param_gather_bytes_per_step']:.0f} parameter bytes gathered per step" if "param_gather_bytes_per_step" in s else ""
+    print(f"{name(v)}: median {statistics.median(tps[v]):8.0f} tok/s (spread {min(tps[v]):.0f}-{max(tps[v]):.0f}); "
+          f"vs {name(first)} per round: median {statistics.median(ratios):.3f} ({min(ratios):.3f}-{max(ratios):.3f}); "
+          f"{s['grad_reduce_bytes_per_step']:.0f} gradient bytes sent{gathered}")
 PY

@@ -125,6 +125,7 @@ std::vector<uint8_t> encode_training_state(const TrainingState& s) {
     w.add("fp8.amax_history", s.fp8.history);
     w.add("fp8.scale", s.fp8.scale);
   }
+  if (s.error_feedback.defined()) w.add("dist.error_feedback", s.error_feedback);
   w.set_metadata("format", kStateFormat);
   w.set_metadata("version", kStateVersion);
   w.set_metadata("mixtrain", j.dump());
@@ -310,11 +311,27 @@ TrainingState decode_training_state(std::vector<uint8_t> bytes, const std::strin
   expected += s.optimizer.compensation.defined();
   s.optimizer.master = take("optim.master", false, DType::f32);
   expected += s.optimizer.master.defined();
+  // Compressed sums' error feedback: f32, the parameters' length, finite (a non-finite block keeps
+  // its residual, so a finite one stays finite).
+  if (const SafetensorsEntry* e = f.find("dist.error_feedback")) {
+    DType dt{};
+    if (!dtype_from_safetensors(e->dtype, dt) || dt != DType::f32 || e->shape.size() != 1 ||
+        e->shape[0] != s.params.numel())
+      fail("tensor 'dist.error_feedback' must be 1-D f32 of 'params' length " +
+           std::to_string(s.params.numel()));
+    s.error_feedback = f.tensor(*e, MemCategory::gradients);
+    const float* r = s.error_feedback.data<float>();
+    for (int64_t i = 0; i < s.error_feedback.numel(); ++i)
+      if (!std::isfinite(r[i]))
+        fail("tensor 'dist.error_feedback' holds " + std::to_string(r[i]) + " at " + std::to_string(i) +
+             " (finite values only)");
+    ++expected;
+  }
   if (f.entries().size() != expected) {
     for (const auto& e : f.entries())
       if (e.name != "params" && e.name != "optim.exp_avg" && e.name != "optim.exp_avg_sq" &&
           e.name != "optim.momentum_buffer" && e.name != "optim.compensation" && e.name != "optim.master" &&
-          std::find(parts.begin(), parts.end(), e.name) == parts.end() &&
+          std::find(parts.begin(), parts.end(), e.name) == parts.end() && e.name != "dist.error_feedback" &&
           (fp8_tensors == 0 || (e.name != "fp8.amax_history" && e.name != "fp8.scale")))
         fail("unexpected tensor '" + printable(e.name) + "'");
     fail("tensors do not match optimizer '" + std::string(optimizer_kind_name(s.optimizer.kind)) + "'");

@@ -12,6 +12,9 @@
 //            fp8.amax_history      (sites * 3 * amax_history) f32, fp8-mixed only (amp/fp8.h:
 //                                  the histories as a ring, site by site, role by role)
 //            fp8.scale             (sites * 3) f32, fp8-mixed only: each site's scales
+//            dist.error_feedback   (flat_numel) f32, compressed gradient sums only (--grad-reduce-
+//                                  dtype int8 / fp8, train/data_parallel.h): the rounding errors not
+//                                  yet sent, summed over the ranks (unscaled)
 //   metadata format "mixtrain-train-state", version "1", mixtrain: {step, precision, model (the
 //            model's configuration, Model::config_json(): a GptConfig, an encoder's config.json;
 //            any JSON object), run (the options that shape the trajectory, compared on resume),
@@ -64,6 +67,7 @@ struct TrainingState {
   TrainCounters counters;
   nlohmann::json rng = nlohmann::json::object();  // {seed, data_position, stochastic_rounding_counter}
   Fp8TrainingState fp8;
+  Tensor error_feedback;  // (flat_numel) f32, or undefined: compressed sums' residual over ranks
 };
 
 std::vector<uint8_t> encode_training_state(const TrainingState& s);

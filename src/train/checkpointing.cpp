@@ -177,6 +177,7 @@ TrainingState CheckpointHook::capture(int64_t step, TrainingRun& r) const {
     s.fp8.history = tensor(snap.history);
     s.fp8.scale = tensor(snap.scale);
   }
+  s.error_feedback = r.carried_error_feedback();  // compressed sums' (train/data_parallel.h), or none
   s.rng = {{"seed", opt_.seed},
            {"data_position", step * opt_.grad_accum},
            {"stochastic_rounding_counter", s.optimizer.steps * store.flat_numel()}};
@@ -340,6 +341,14 @@ int64_t CheckpointHook::restore(TrainingRun& r) {
     }
   }
   restore_task_state(found->info.contains("task_state") ? found->info["task_state"] : nlohmann::json());
+  // Compressed sums' error feedback: the data-parallel hook hands it out to the ranks; one process
+  // sends nothing, so there is no rounding left to carry.
+  if (r.world_size() > 1)
+    r.carried_error_feedback() = s.error_feedback;
+  else if (s.error_feedback.defined())
+    warn(
+        "the checkpoint carries the error feedback of compressed gradient sums (rounding not yet sent "
+        "to other ranks); one process has no ranks to send it to and drops it");
   Tensor flat = store.flat_params();  // shares the storage
   flat.copy_from(s.params);
   store.flat_params().storage()->bump_version();  // cached autocast copies are stale

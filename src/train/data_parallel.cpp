@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <string>
 
 #include "core/crc.h"
@@ -67,8 +68,8 @@ void DataParallelConfig::validate(DType grad_dtype) const {
                             std::to_string(zero_stage));
 }
 
-DataParallelHook::DataParallelHook(Communicator& world, DataParallelConfig config)
-    : world_(world), config_(config) {}
+DataParallelHook::DataParallelHook(Communicator& world, DataParallelConfig config, SaveDue rank0_saves)
+    : world_(world), config_(config), rank0_saves_(std::move(rank0_saves)) {}
 
 DataParallelHook::~DataParallelHook() = default;
 
@@ -125,6 +126,7 @@ void DataParallelHook::on_run_start(TrainingRun& run) {
     const ScopedOp site("compressed sums' error feedback");  // names it in memory reports
     residual_ = Tensor::zeros({store.flat_numel()}, DType::f32, MemCategory::gradients);
   }
+  hand_out_error_feedback(run);
   stats_ = DataParallelStats();
   stats_.buckets_per_step = static_cast<int64_t>(buckets_.size());
   // Every rank starts from rank 0's weights (a restored checkpoint included: each rank read it).
@@ -139,6 +141,36 @@ void DataParallelHook::on_run_start(TrainingRun& run) {
         [this](const Tensor& buffer, Tensor g) { on_grad_handoff(buffer, std::move(g)); }});
   else
     scope_ = std::make_unique<autograd::GradReadyScope>([this](const Tensor& g) { on_grad_ready(g); });
+}
+
+void DataParallelHook::hand_out_error_feedback(TrainingRun& run) {
+  Tensor carried = std::move(run.carried_error_feedback());
+  run.carried_error_feedback() = Tensor();
+  if (!carried.defined() || carried.is_meta()) return;
+  if (!config_.compressed()) {
+    if (world_.rank() == 0)
+      std::fprintf(stderr,
+                   "mixtrain: warning: the checkpoint carries the error feedback of compressed gradient "
+                   "sums (rounding not yet sent); this run sums in %s and drops it\n",
+                   wire_name(config_.reduce_dtype).c_str());
+    return;
+  }
+  // Part q's sum to rank (q + 1) mod N: with 2 ranks each rank's own residual (a rank holds none
+  // on its own part, so the other's is the sum there).
+  const int n = world_.size();
+  const FlatRange& p = shards_[static_cast<size_t>((world_.rank() + n - 1) % n)];
+  residual_.slice(0, p.begin, p.end).copy_from(carried.slice(0, p.begin, p.end));
+}
+
+void DataParallelHook::on_step_end(TrainingRun& run, const StepRecord& r) {
+  if (!config_.compressed() || residual_.is_meta() || !rank0_saves_ || !rank0_saves_(run, r.step)) return;
+  // Every rank's residual, summed (in rank order) for rank 0's save (its CheckpointHook::
+  // should_stop, after every hook's on_step_end); freed at the next step's start.
+  const ScopedOp site("compressed sums' error feedback, summed for a checkpoint");
+  Tensor sum = residual_.clone();
+  world_.start_sum(sum.raw_data(), sum.numel(), DType::f32);
+  world_.wait_all();
+  if (world_.rank() == 0) run.carried_error_feedback() = std::move(sum);
 }
 
 void DataParallelHook::on_run_end(TrainingRun&, TrainSummary& s) {
@@ -175,7 +207,8 @@ void DataParallelHook::new_micro_batch() {
   next_ = 0;
 }
 
-void DataParallelHook::on_step_begin(TrainingRun&, int64_t) {
+void DataParallelHook::on_step_begin(TrainingRun& run, int64_t) {
+  run.carried_error_feedback() = Tensor();  // a checkpoint's copy, saved by now
   new_micro_batch();
   micro_ = 0;
   first_start_ = -1;

@@ -58,7 +58,10 @@ void add_data_parallel_hooks(TrainingRun& run, const RankSetup& ranks, const Run
   if (ranks.world == nullptr) return;
   if (ranks.zero && ranks.world->rank() != 0)
     run.add_hook(std::make_unique<ZeroCheckpointGatherHook>(ranks.rank0_checkpoint));
-  run.add_hook(std::make_unique<DataParallelHook>(*ranks.world, opt.data_parallel));
+  run.add_hook(std::make_unique<DataParallelHook>(
+      *ranks.world, opt.data_parallel, [c = ranks.rank0_checkpoint](TrainingRun& r, int64_t step) {
+        return checkpoint_due(c, step, r.config().steps, r.summary().interrupted);
+      }));
   // After the broadcast of rank 0's weights: ZeRO-3 then gives back what lies outside the part.
   if (ranks.zero_stage == 3)
     run.add_hook(std::make_unique<ParameterShardsHook>(*ranks.world, ranks.rank0_checkpoint, whole_at_end,

@@ -88,6 +88,25 @@ TEST(TrainingState, RoundTrip) {
   EXPECT_TRUE(same(r.optimizer.momentum_buffer, sgd.optimizer.momentum_buffer));
 }
 
+// Compressed gradient sums' error feedback: kept bit for bit; the wrong length or dtype, or a
+// non-finite value, refused naming the tensor.
+TEST(TrainingState, ErrorFeedbackRoundTripAndChecks) {
+  TrainingState s = sample_state();
+  EXPECT_FALSE(decode_training_state(encode_training_state(s), "ts").error_feedback.defined());
+  s.error_feedback = Tensor::randn({100}, DType::f32, 11);
+  EXPECT_TRUE(same(decode_training_state(encode_training_state(s), "ts").error_feedback, s.error_feedback));
+  s.error_feedback = Tensor::randn({99}, DType::f32, 11);
+  expect_error<IoError>([&] { decode_training_state(encode_training_state(s), "ts"); },
+                        {"'dist.error_feedback' must be 1-D f32 of 'params' length 100"});
+  s.error_feedback = Tensor::randn({100}, DType::bf16, 11);
+  expect_error<IoError>([&] { decode_training_state(encode_training_state(s), "ts"); },
+                        {"'dist.error_feedback' must be 1-D f32"});
+  s.error_feedback = Tensor::zeros({100}, DType::f32);
+  s.error_feedback.data<float>()[42] = INFINITY;
+  expect_error<IoError>([&] { decode_training_state(encode_training_state(s), "ts"); },
+                        {"'dist.error_feedback' holds inf at 42"});
+}
+
 // Re-writes an encoded state with its JSON edited and its tensors filtered / replaced.
 std::vector<uint8_t> rewrite(
     const std::vector<uint8_t>& bytes, const std::function<void(nlohmann::json&)>& edit_json,

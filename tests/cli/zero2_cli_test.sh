@@ -16,7 +16,9 @@
 # - --grad-reduce-dtype int8 (compressed reduce-scatter, error feedback): the same run under
 #   --zero 1 and 2, a quarter of the bytes, the loss within 1% of fp32 sums after 30 steps, its
 #   memory predicted to the byte; refused without ZeRO or with 16-bit gradients; fp8 (E4M3 codes)
-#   under --zero 2: a quarter of the bytes, within 1% of fp32 sums
+#   under --zero 2: a quarter of the bytes, within 1% of fp32 sums; a checkpoint of int8 sums
+#   resumes on the uninterrupted trajectory (its error feedback saved), with a warning where the
+#   resumed run cannot use it
 # - --zero 2 in one process is one part: the plain run bit for bit; --zero 4: a one-line error
 MIXTRAIN="$1"
 . "$(dirname "$0")/cli_common.sh"
@@ -230,6 +232,28 @@ code=$?
 [ "$code" != 0 ] && [ "$code" != 124 ] && pass || fail "int8 sums of bf16 gradients: exit $code"
 grep -q '^mixtrain: error: .*int8 needs fp32 gradients' "$TMP/err" && pass ||
   fail "int8 sums of bf16 gradients: no one-line error: $(head -c 300 "$TMP/err")"
+
+# Error feedback in checkpoints: a 16-mixed run with int8 sums stopped after step 3 resumes on its
+# uninterrupted trajectory bit for bit, with --zero 2 and with --zero 1 (the rounding not yet sent
+# is saved summed over the ranks and handed back, each part's to the rank that held it); a resume
+# with fp32 sums, or in one process, warns that it drops it.
+d="$TMP/int8_resume"
+mkdir -p "$d"
+QR=(timeout 60 "${MPIRUN[@]}" "$MIXTRAIN" train "${COMMON[@]}" --grad-reduce-dtype int8)
+if "${QR[@]}" --zero 2 --steps 6 --precision 16-mixed --log-jsonl "$d/whole.jsonl" >/dev/null 2>"$d/err" &&
+   "${QR[@]}" --zero 2 --steps 6 --precision 16-mixed --stop-after 3 --checkpoint-dir "$d/ck" \
+     --log-jsonl "$d/first.jsonl" >/dev/null 2>"$d/err"; then
+  resume_on_trajectory "$d" "$d/whole.jsonl" "--grad-reduce-dtype int8" zero2 -- "${QR[@]}" --zero 2
+  resume_on_trajectory "$d" "$d/whole.jsonl" "--grad-reduce-dtype int8" zero1 -- "${QR[@]}" --zero 1
+  RESUMED=(train "${COMMON[@]}" --steps 4 --precision 16-mixed --resume "$d/ck/step-000003")
+  WARNED="^mixtrain: warning: the checkpoint carries the error feedback of compressed gradient sums"
+  timeout 60 "${MPIRUN[@]}" "$MIXTRAIN" "${RESUMED[@]}" --zero 2 >/dev/null 2>"$d/err_fp32" &&
+    grep -q "$WARNED" "$d/err_fp32" && pass || fail "int8 sums' checkpoint resumed with fp32 sums: no warning: $(head -c 300 "$d/err_fp32")"
+  "$MIXTRAIN" "${RESUMED[@]}" --grad-accum 2 --exact-grad-accum >/dev/null 2>"$d/err_one" &&
+    grep -q "$WARNED" "$d/err_one" && pass || fail "int8 sums' checkpoint resumed in one process: no warning: $(head -c 300 "$d/err_one")"
+else
+  fail "int8 sums' runs to the checkpoint failed: $(tail -c 400 "$d/err")"
+fi
 
 # 8. One process: one part, the plain run. Bad input: one line naming the flag, exit 2.
 d="$TMP/single"

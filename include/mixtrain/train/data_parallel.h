@@ -26,6 +26,7 @@
 //   // TrainingRun's RunConfig::world must be the same communicator (data split, loss sums).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -85,11 +86,19 @@ inline constexpr size_t kZero2InFlight = 2;
 
 class DataParallelHook final : public TrainingHook {
  public:
-  DataParallelHook(Communicator& world, DataParallelConfig config);
+  // Whether rank 0 saves a checkpoint after this step (every rank asks): the compressed sums'
+  // error feedback is summed over the ranks at those steps, for the save
+  // (TrainingRun::carried_error_feedback). Null: no checkpoints.
+  using SaveDue = std::function<bool(TrainingRun& run, int64_t step)>;
+  DataParallelHook(Communicator& world, DataParallelConfig config, SaveDue rank0_saves = nullptr);
   ~DataParallelHook() override;
 
-  void on_run_start(TrainingRun& run) override;  // buckets; rank 0's weights to every rank
+  // Buckets; rank 0's weights to every rank; a restored error feedback handed out to the ranks
+  // (each part's sum to the next rank: exactly what each rank held when saved by 2 ranks; with
+  // more, or another count, the same total not yet sent, spread differently).
+  void on_run_start(TrainingRun& run) override;
   void on_step_begin(TrainingRun& run, int64_t step) override;
+  void on_step_end(TrainingRun& run, const StepRecord& record) override;  // error feedback for a save
   void reduce_gradients(TrainingRun& run, int64_t step) override;
   void micro_batch_done(TrainingRun& run, int64_t step) override;  // ZeRO-2: this micro-batch's sums
   void after_update(TrainingRun& run, const StepRecord& record) override;
@@ -104,6 +113,7 @@ class DataParallelHook final : public TrainingHook {
 
  private:
   void build_buckets(const ParameterStore& store);
+  void hand_out_error_feedback(TrainingRun& run);  // a restored checkpoint's, into residual_
   void on_grad_ready(const Tensor& grad);
   // The parameter whose gradient-buffer view this is (none: another store's, or not a parameter).
   std::optional<size_t> param_of(const Tensor& buffer) const;
@@ -136,6 +146,7 @@ class DataParallelHook final : public TrainingHook {
 
   Communicator& world_;
   DataParallelConfig config_;
+  SaveDue rank0_saves_;
   TrainingRun* run_ = nullptr;
   Tensor grads_;  // (flat_numel) the store's gradient buffer
   std::vector<Bucket> buckets_;

@@ -271,6 +271,10 @@ class TrainingRun {
   // fp8-mixed's layers and histories (amp/fp8.h), or null: checkpoints save and restore them.
   Fp8State* fp8() { return fp8_; }
   void set_fp8(Fp8State* s) { fp8_ = s; }
+  // Compressed gradient sums' error feedback (train/data_parallel.h), summed over the ranks, while
+  // a checkpoint carries it: set by the data-parallel hook at a step rank 0 saves (for the save)
+  // and by a checkpoint's restore (for the hook to hand out at the start); undefined otherwise.
+  Tensor& carried_error_feedback() { return carried_error_feedback_; }
   const DataSource& data() const { return data_; }
   const RunConfig& config() const { return config_; }
   TrainSummary& summary() { return summary_; }  // counters live here while running
@@ -302,6 +306,7 @@ class TrainingRun {
   const ZeroOptimizer* zero_ = nullptr;  // the optimizer, when it is ZeRO's (optim/zero.h)
   MixedPrecision& mp_;
   Fp8State* fp8_ = nullptr;
+  Tensor carried_error_feedback_;
   const DataSource& data_;
   RunConfig config_;
   std::vector<std::unique_ptr<TrainingHook>> hooks_;
