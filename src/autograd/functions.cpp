@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "autograd/cast_hook.h"
+#include "autograd/leaf_reads.h"
 #include "autograd/probe_hook.h"
 #include "internal.h"
 #include "kernels/op_checks.h"
@@ -61,8 +62,11 @@ const CastHook* active_hook() {
 // Autocast: inside an active region, replaces the op's inputs by their casts under the op's
 // policy, recorded as cast ops, so the node below sees the cast values and backward runs the op
 // in the dtype forward chose. Outside any region nothing changes.
+// Then tells the leaf-read observer (autograd/leaf_reads.h) about the parameters the op reads as
+// they are.
 void autocast(OpKind op, std::initializer_list<Var*> inputs) {
   if (const CastHook* h = active_hook()) h->cast_inputs(op, inputs);
+  for (const Var* v : inputs) note_leaf_read(*v);
 }
 DType autocast_output_dtype(OpKind op, DType input) {
   const CastHook* h = active_hook();
@@ -577,6 +581,7 @@ Var cast(const Var& x, DType dtype) {
   ScopedOp site_op("cast");  // names what this op allocates (tensor/alloc_site.h)
   require(x, "cast", "x");
   if (x.dtype() == dtype) return x;
+  note_leaf_read(x);  // a parameter converted here (not served by a working copy) is read
   Tensor out = x.value().to(dtype, MemCategory::activations);
   std::shared_ptr<Node> n;
   if (needs_grad({&x})) n = make_node(OpKind::cast, {&x});

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <string>
 
+#include "autograd/leaf_reads.h"
 #include "dist/compressed_pieces.h"
 #include "mixtrain/numeric/convert.h"
 #include "mixtrain/optim/zero.h"
@@ -44,45 +45,94 @@ bool ParameterShards::is_gathered(const FlatRanges& unit) const {
   return std::any_of(held_.begin(), held_.end(), [&](const Held& h) { return h.unit == unit; });
 }
 
-void ParameterShards::gather(const FlatRanges& unit, DType wire) {
+void ParameterShards::gather(const FlatRanges& unit, DType wire, bool masters_too) {
   if (ended_)
     throw Error({"zero"},
                 "zero 3: the run has ended and its parameters stay sharded over the ranks; nothing may "
                 "read them now");
   if (is_gathered(unit)) return;
-  Held h{unit, {}};
-  const auto [pb, pe] = store_.parameter_part();
-  const size_t rank = static_cast<size_t>(world_.rank());
-  for (const Arena& a : arenas()) {
-    const int64_t elem = static_cast<int64_t>(dtype_size(a.t.dtype()));
-    Storage* st = a.t.storage().get();
+  Held h{unit, {}, {}, wire};
+  const std::vector<Arena> all = arenas();
+  for (size_t i = 0; i < all.size(); ++i) {
+    const Arena& a = all[i];
+    // Beside a working copy, the masters of the elements ops read (read_) only.
+    const bool read_only = i == 0 && all.size() == 2 && !masters_too;
     for (auto [b, e] : unit) {
       b = std::max(b, a.first);
       if (b >= e) continue;
-      // Memory for what lies outside this rank's part, charged while held.
-      const auto commit = [&](int64_t x, int64_t y) {
-        if (x >= y) return;
-        const auto off = static_cast<size_t>((a.t.offset() + x - a.first) * elem);
-        const auto bytes = static_cast<size_t>((y - x) * elem);
-        st->commit(off, bytes);
-        h.committed.push_back({st, {off, bytes}});
-      };
-      commit(b, std::min(e, pb));
-      commit(std::max(b, pe), e);
-      // Rank r's piece of [b, e) is [b, e) within its part: the parts are in rank order.
-      std::vector<int64_t> bytes;
-      for (const FlatRange& s : shards_)
-        bytes.push_back(std::max<int64_t>(0, std::min(e, s.end) - std::max(b, s.begin)) * elem);
-      // Compressed: int8 and fp8 every buffer, bf16 the fp32 ones (16-bit ones travel as they are).
-      if (wire == DType::i8 || wire == DType::f8_e4m3 || (wire == DType::bf16 && a.t.dtype() == DType::f32)) {
-        gather_compressed(a, b, e, wire);
+      if (!read_only) {
+        gather_range(a, b, e, wire, h);
         continue;
       }
-      bytes_ += static_cast<double>((e - b) * elem - bytes[rank]);
-      if (!a.t.is_meta()) world_.all_gather(static_cast<char*>(a.t.raw_data()) + (b - a.first) * elem, bytes);
+      for (const auto& [x, y] : read_)
+        if (std::max(x, b) < std::min(y, e)) gather_range(a, std::max(x, b), std::min(y, e), wire, h);
     }
   }
   held_.push_back(std::move(h));
+}
+
+void ParameterShards::gather_range(const Arena& a, int64_t b, int64_t e, DType wire, Held& h) {
+  const int64_t elem = static_cast<int64_t>(dtype_size(a.t.dtype()));
+  Storage* st = a.t.storage().get();
+  const auto [pb, pe] = store_.parameter_part();
+  // Memory for what lies outside this rank's part, charged while held.
+  const auto commit = [&](int64_t x, int64_t y) {
+    if (x >= y) return;
+    const auto off = static_cast<size_t>((a.t.offset() + x - a.first) * elem);
+    const auto bytes = static_cast<size_t>((y - x) * elem);
+    st->commit(off, bytes);
+    h.committed.push_back({st, {off, bytes}});
+  };
+  commit(b, std::min(e, pb));
+  commit(std::max(b, pe), e);
+  if (a.first == 0 && st == store_.flat_params().storage().get()) h.masters.push_back({b, e});
+  // Compressed: int8 and fp8 every buffer, bf16 the fp32 ones (16-bit ones travel as they are).
+  if (wire == DType::i8 || wire == DType::f8_e4m3 || (wire == DType::bf16 && a.t.dtype() == DType::f32))
+    return gather_compressed(a, b, e, wire);
+  // Rank r's piece of [b, e) is [b, e) within its part: the parts are in rank order.
+  std::vector<int64_t> bytes;
+  for (const FlatRange& s : shards_)
+    bytes.push_back(std::max<int64_t>(0, std::min(e, s.end) - std::max(b, s.begin)) * elem);
+  bytes_ += static_cast<double>((e - b) * elem - bytes[static_cast<size_t>(world_.rank())]);
+  if (!a.t.is_meta()) world_.all_gather(static_cast<char*>(a.t.raw_data()) + (b - a.first) * elem, bytes);
+}
+
+void ParameterShards::on_leaf_read(const Tensor& value) {
+  const std::vector<Arena> all = arenas();
+  if (all.size() != 2 || ended_) return;  // no working copy: the unit gathers hold every master
+  const Tensor& m = all[0].t;
+  if (value.storage() != m.storage()) return;  // not a parameter of this store
+  const int64_t x = value.offset() - m.offset(), y = x + value.numel();
+  if (x < 0 || y > m.numel() || x >= y) return;
+  // What of [x, y) no held unit has gathered (the same on every rank: the units and read_ are).
+  std::vector<std::pair<int64_t, int64_t>> covered;
+  for (const Held& h : held_) covered.insert(covered.end(), h.masters.begin(), h.masters.end());
+  std::sort(covered.begin(), covered.end());
+  std::vector<std::pair<int64_t, int64_t>> missing;
+  int64_t at = x;
+  for (const auto& [b, e] : covered) {
+    if (e <= at || b >= y) continue;
+    if (b > at) missing.push_back({at, b});
+    at = std::max(at, e);
+  }
+  if (at < y) missing.push_back({at, y});
+  if (missing.empty()) return;
+  // Learned for the next gathers of its unit, and gathered now, held with the unit holding it.
+  // One entry per parameter read, not merged: a compressed gather's blocks start at each range's
+  // start, so the learned gathers send the same pieces as this first one (a resumed run, which
+  // learns afresh, gathers the same values).
+  read_.insert(std::upper_bound(read_.begin(), read_.end(), std::pair{x, y}), {x, y});
+  const auto holds = [&](const Held& h) {
+    return std::any_of(h.unit.begin(), h.unit.end(),
+                       [&](const auto& r) { return r.first <= x && y <= r.second; });
+  };
+  const auto it = std::find_if(held_.rbegin(), held_.rend(), holds);
+  if (it == held_.rend())
+    throw Error({"zero"}, "zero 3: an op reads parameter elements [" + std::to_string(x) + ", " +
+                              std::to_string(y) +
+                              ") in fp32 outside every gathered unit (a model reading a parameter it did "
+                              "not gather, nn/gather.h)");
+  for (const auto& [b, e] : missing) gather_range(all[0], b, e, it->wire, *it);
 }
 
 void ParameterShards::gather_compressed(const Arena& a, int64_t b, int64_t e, DType wire) {
@@ -151,7 +201,7 @@ void ParameterShards::release(const FlatRanges& unit) {
   held_.erase(it);
 }
 
-void ParameterShards::gather_all() { gather({{0, store_.flat_numel()}}, DType::f32); }
+void ParameterShards::gather_all() { gather({{0, store_.flat_numel()}}, DType::f32, true); }
 
 void ParameterShards::release_all() {
   while (!held_.empty()) release(FlatRanges(held_.back().unit));
@@ -198,6 +248,8 @@ void ParameterShardsHook::on_run_start(TrainingRun& run) {
   shards_->discard_outside_part();
   run.mp().prepare_working_copy(*store_);  // *-mixed: its part, gathered with the masters from step 1 on
   store_->set_gather(shards_.get());
+  reads_ = std::make_unique<autograd::LeafReadScope>(
+      [s = shards_.get()](const Tensor& value) { s->on_leaf_read(value); });
 }
 
 void ParameterShardsHook::micro_batch_done(TrainingRun&, int64_t) { shards_->release_all(); }
@@ -219,6 +271,7 @@ bool ParameterShardsHook::should_stop(TrainingRun&, const StepRecord&) {
 }
 
 void ParameterShardsHook::on_run_end(TrainingRun&, TrainSummary& s) {
+  reads_.reset();
   shards_->release_all();
   s.gather_bytes_per_step = steps_ > 0 ? shards_->bytes_gathered() / static_cast<double>(steps_) : 0;
   if (whole_at_end_) {  // kept whole (the storage holds the charge): nothing gathers any more

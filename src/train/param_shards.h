@@ -5,10 +5,13 @@
 // memory). The model's forward gathers a unit's parameters (a transformer block's, or the
 // embeddings and the rest) before it reads them and releases them after (nn/gather.h); backward
 // gathers a block again before going back through it. A gather is an all-gather in place, in the
-// buffer's own dtype (the working copy's 16 bits where the forward reads it), each rank sending
-// its part of the unit: the same bits every rank's optimizer wrote, so a run is ZeRO-1's and
-// ZeRO-2's bit for bit. Gradients are ZeRO-2's (train/data_parallel.h); the optimizer updates its
-// part and gathers nothing (optim/zero.h).
+// buffer's own dtype, each rank sending its part of the unit: the same bits every rank's optimizer
+// wrote, so a run is ZeRO-1's and ZeRO-2's bit for bit. In the *-mixed modes the GEMMs read the
+// 16-bit working copy, so a unit's fp32 masters are gathered only where an op reads them as they
+// are (layer norms, embeddings, what --keep-fp32 keeps): the ops tell (autograd/leaf_reads.h),
+// a master read for the first time is gathered then (every rank reaches the same op), and from
+// then on with its unit. 2 bytes an element for a block's matrices instead of 6. Gradients are ZeRO-2's
+// (train/data_parallel.h); the optimizer updates its part and gathers nothing (optim/zero.h).
 //
 // Compressed gathers (--allgather-dtype, ZeRO++'s quantized weights, Wang et al. 2023): each rank
 // sends its part of the unit rounded to bf16 (fp32 buffers) or quantized blockwise to int8 / fp8
@@ -27,6 +30,7 @@
 #include <memory>
 #include <vector>
 
+#include "autograd/leaf_reads.h"
 #include "mixtrain/dist/communicator.h"
 #include "mixtrain/nn/parameters.h"
 #include "mixtrain/optim/mixed_precision.h"
@@ -43,7 +47,7 @@ class ParameterShards final : public ParameterGather {
   ParameterShards(Communicator& world, ParameterStore& store, const MixedPrecision& mp,
                   std::vector<FlatRange> shards, DType wire = DType::f32);
   bool is_gathered(const FlatRanges& unit) const override;
-  void gather(const FlatRanges& unit) override { gather(unit, wire_); }
+  void gather(const FlatRanges& unit) override { gather(unit, wire_, false); }
   void release(const FlatRanges& unit) override;
   void gather_all();  // exact, whatever the wire (a checkpoint's, the run's end)
   void release_all();
@@ -53,6 +57,10 @@ class ParameterShards final : public ParameterGather {
   // After the run: a gather is refused (Error) instead of reading parameters no rank gathered.
   void end() { ended_ = true; }
   double bytes_gathered() const { return bytes_; }  // this rank's received bytes so far
+  // An op is about to read `value` as it is (autograd/leaf_reads.h): beside a working copy, a
+  // master not gathered yet is gathered now, held with its unit, and gathered with the unit from
+  // then on. An Error when no gathered unit holds it.
+  void on_leaf_read(const Tensor& value);
 
  private:
   struct Arena {
@@ -62,9 +70,14 @@ class ParameterShards final : public ParameterGather {
   struct Held {
     FlatRanges unit;
     std::vector<std::pair<Storage*, std::pair<size_t, size_t>>> committed;  // (storage, (offset, bytes))
+    std::vector<std::pair<int64_t, int64_t>> masters;  // the fp32 masters' ranges gathered with it
+    DType wire = DType::f32;
   };
   std::vector<Arena> arenas() const;
-  void gather(const FlatRanges& unit, DType wire);
+  // masters_too: every fp32 master of the unit, not only those ops read (a checkpoint's gathers).
+  void gather(const FlatRanges& unit, DType wire, bool masters_too);
+  // The arena's elements [b, e), held with h: their pages committed, every rank's piece gathered.
+  void gather_range(const Arena& a, int64_t b, int64_t e, DType wire, Held& h);
   // Gathers the arena's elements [b, e) with every other rank's piece sent compressed.
   void gather_compressed(const Arena& a, int64_t b, int64_t e, DType wire);
   Communicator& world_;
@@ -72,6 +85,9 @@ class ParameterShards final : public ParameterGather {
   const MixedPrecision& mp_;
   std::vector<FlatRange> shards_;
   DType wire_ = DType::f32;
+  // Beside a working copy: the arena elements whose fp32 masters some op reads, one range per
+  // parameter (sorted).
+  std::vector<std::pair<int64_t, int64_t>> read_;
   std::vector<Held> held_;
   bool ended_ = false;
   double bytes_ = 0;
@@ -103,7 +119,8 @@ class ParameterShardsHook final : public TrainingHook {
   DType wire_ = DType::f32;
   ParameterStore* store_ = nullptr;
   std::unique_ptr<ParameterShards> shards_;
-  int64_t steps_ = 0;  // steps run (reduce_gradients calls)
+  std::unique_ptr<autograd::LeafReadScope> reads_;  // the ops' reads of masters, to shards_
+  int64_t steps_ = 0;                               // steps run (reduce_gradients calls)
 };
 
 }  // namespace mixtrain
