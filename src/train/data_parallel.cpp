@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <string>
+#include <utility>
 
 #include "core/crc.h"
 #include "dist/compressed_pieces.h"
@@ -20,6 +21,10 @@ namespace {
 dist::PieceCode piece_code(DType reduce_dtype) {
   return reduce_dtype == DType::i8 ? dist::PieceCode::int8 : dist::PieceCode::fp8_e4m3;
 }
+// The dtypes data travels in between ranks (reduce_dtype, allgather_dtype).
+bool is_wire_dtype(DType t) {
+  return t == DType::f32 || t == DType::bf16 || t == DType::i8 || t == DType::f8_e4m3;
+}
 // A travelling dtype as the flags spell it.
 std::string wire_name(DType t) {
   return t == DType::i8 ? "int8" : t == DType::f8_e4m3 ? "fp8" : t == DType::bf16 ? "bf16" : "fp32";
@@ -30,12 +35,11 @@ double now_s() {
 }  // namespace
 
 void DataParallelConfig::validate(DType grad_dtype) const {
-  if (reduce_dtype != DType::f32 && reduce_dtype != DType::bf16 && reduce_dtype != DType::i8 &&
-      reduce_dtype != DType::f8_e4m3)
+  if (!is_wire_dtype(reduce_dtype))
     throw ArgumentError({"grad_reduce_dtype"}, "grad_reduce_dtype must be fp32, bf16, int8 or fp8, got " +
                                                    std::string(dtype_name(reduce_dtype)));
-  const bool compressed = reduce_dtype == DType::i8 || reduce_dtype == DType::f8_e4m3;
-  const std::string name = reduce_dtype == DType::i8 ? "int8" : "fp8";
+  const bool compressed = this->compressed();
+  const std::string name = wire_name(reduce_dtype);
   if (compressed && zero_stage == 0)
     throw ArgumentError(
         {"grad_reduce_dtype", "zero"},
@@ -50,8 +54,7 @@ void DataParallelConfig::validate(DType grad_dtype) const {
     throw ArgumentError({"grad_reduce_dtype"},
                         "grad_reduce_dtype bf16 needs fp32 or bf16 gradients; this precision keeps " +
                             std::string(dtype_name(grad_dtype)) + " (use fp32)");
-  if (allgather_dtype != DType::f32 && allgather_dtype != DType::bf16 && allgather_dtype != DType::i8 &&
-      allgather_dtype != DType::f8_e4m3)
+  if (!is_wire_dtype(allgather_dtype))
     throw ArgumentError({"allgather_dtype"}, "allgather_dtype must be fp32, bf16, int8 or fp8, got " +
                                                  std::string(dtype_name(allgather_dtype)));
   if (gathers_compressed() && zero_stage != 3)
@@ -144,8 +147,7 @@ void DataParallelHook::on_run_start(TrainingRun& run) {
 }
 
 void DataParallelHook::hand_out_error_feedback(TrainingRun& run) {
-  Tensor carried = std::move(run.carried_error_feedback());
-  run.carried_error_feedback() = Tensor();
+  Tensor carried = std::exchange(run.carried_error_feedback(), Tensor());
   if (!carried.defined() || carried.is_meta()) return;
   if (!config_.compressed()) {
     if (world_.rank() == 0)

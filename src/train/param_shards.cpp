@@ -71,6 +71,15 @@ void ParameterShards::gather(const FlatRanges& unit, DType wire, bool masters_to
   held_.push_back(std::move(h));
 }
 
+std::vector<FlatRange> ParameterShards::pieces_of(int64_t b, int64_t e) const {
+  std::vector<FlatRange> pieces;
+  for (const FlatRange& s : shards_) {
+    const int64_t begin = std::max(b, s.begin);
+    pieces.push_back({begin, std::max(begin, std::min(e, s.end))});
+  }
+  return pieces;
+}
+
 void ParameterShards::gather_range(const Arena& a, int64_t b, int64_t e, DType wire, Held& h) {
   const int64_t elem = static_cast<int64_t>(dtype_size(a.t.dtype()));
   Storage* st = a.t.storage().get();
@@ -89,19 +98,17 @@ void ParameterShards::gather_range(const Arena& a, int64_t b, int64_t e, DType w
   // Compressed: int8 and fp8 every buffer, bf16 the fp32 ones (16-bit ones travel as they are).
   if (wire == DType::i8 || wire == DType::f8_e4m3 || (wire == DType::bf16 && a.t.dtype() == DType::f32))
     return gather_compressed(a, b, e, wire);
-  // Rank r's piece of [b, e) is [b, e) within its part: the parts are in rank order.
   std::vector<int64_t> bytes;
-  for (const FlatRange& s : shards_)
-    bytes.push_back(std::max<int64_t>(0, std::min(e, s.end) - std::max(b, s.begin)) * elem);
+  for (const FlatRange& p : pieces_of(b, e)) bytes.push_back(p.size() * elem);
   bytes_ += static_cast<double>((e - b) * elem - bytes[static_cast<size_t>(world_.rank())]);
   if (!a.t.is_meta()) world_.all_gather(static_cast<char*>(a.t.raw_data()) + (b - a.first) * elem, bytes);
 }
 
 void ParameterShards::on_leaf_read(const Tensor& value) {
-  const std::vector<Arena> all = arenas();
-  if (all.size() != 2 || ended_) return;  // no working copy: the unit gathers hold every master
-  const Tensor& m = all[0].t;
-  if (value.storage() != m.storage()) return;  // not a parameter of this store
+  // Asked for every op's leaf inputs: the cheap checks first. No working copy: the unit gathers
+  // hold every master.
+  const Tensor& m = store_.flat_params();
+  if (ended_ || !mp_.working_copy().defined() || value.storage() != m.storage()) return;
   const int64_t x = value.offset() - m.offset(), y = x + value.numel();
   if (x < 0 || y > m.numel() || x >= y) return;
   // What of [x, y) no held unit has gathered (the same on every rank: the units and read_ are).
@@ -132,17 +139,15 @@ void ParameterShards::on_leaf_read(const Tensor& value) {
                               std::to_string(y) +
                               ") in fp32 outside every gathered unit (a model reading a parameter it did "
                               "not gather, nn/gather.h)");
-  for (const auto& [b, e] : missing) gather_range(all[0], b, e, it->wire, *it);
+  for (const auto& [b, e] : missing) gather_range({m, 0}, b, e, it->wire, *it);
 }
 
 void ParameterShards::gather_compressed(const Arena& a, int64_t b, int64_t e, DType wire) {
-  // Every rank's piece of [b, e) (in rank order, as the parts are) and its bytes on the wire.
-  std::vector<FlatRange> pieces;
+  // Every rank's piece of [b, e) and its bytes on the wire.
+  const std::vector<FlatRange> pieces = pieces_of(b, e);
   std::vector<int64_t> bytes, at;
   int64_t total = 0;
-  for (const FlatRange& s : shards_) {
-    const FlatRange p{std::max(b, s.begin), std::max(std::max(b, s.begin), std::min(e, s.end))};
-    pieces.push_back(p);
+  for (const FlatRange& p : pieces) {
     bytes.push_back(wire == DType::bf16 ? 2 * p.size() : dist::piece_bytes(p.size()));
     at.push_back(total);
     total += bytes.back();

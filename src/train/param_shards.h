@@ -76,6 +76,9 @@ class ParameterShards final : public ParameterGather {
   std::vector<Arena> arenas() const;
   // masters_too: every fp32 master of the unit, not only those ops read (a checkpoint's gathers).
   void gather(const FlatRanges& unit, DType wire, bool masters_too);
+  // Rank r's piece of the arena's elements [b, e) (empty where its part holds none): the parts
+  // are in rank order.
+  std::vector<FlatRange> pieces_of(int64_t b, int64_t e) const;
   // The arena's elements [b, e), held with h: their pages committed, every rank's piece gathered.
   void gather_range(const Arena& a, int64_t b, int64_t e, DType wire, Held& h);
   // Gathers the arena's elements [b, e) with every other rank's piece sent compressed.

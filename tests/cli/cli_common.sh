@@ -214,6 +214,18 @@ expect_exit() {
 }
 
 # expect_stderr_has TEXT DESCRIPTION: the last command's stderr mentions TEXT.
+# expect_mpi_error WHAT PATTERN -- COMMAND...: a run under mpirun (COMMAND brings its own timeout)
+# refused: a non-zero exit that is not the timeout's, and a rank's one-line error matching
+# "^mixtrain: error: PATTERN" (grep's basic regex) on stderr. Two checks.
+expect_mpi_error() {
+  local what="$1" pattern="$2"
+  shift 3
+  "$@" >/dev/null 2>"$TMP/err"
+  local code=$?
+  [ "$code" != 0 ] && [ "$code" != 124 ] && pass || fail "$what: exit $code"
+  grep -q "^mixtrain: error: $pattern" "$TMP/err" && pass || fail "$what: no one-line error: $(head -c 300 "$TMP/err")"
+}
+
 expect_stderr_has() {
   if grep -qF -- "$1" "$TMP/err"; then pass; else fail "$2: stderr lacks '$1': $(head -c 300 "$TMP/err")"; fi
 }
