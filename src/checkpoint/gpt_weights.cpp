@@ -108,7 +108,15 @@ void load_gpt_safetensors(const SafetensorsFile& file, Gpt& model) {
   store.flat_params().storage()->bump_version();
 }
 
-std::string gpt2_hf_config_json(const GptConfig& c) {
+std::string gpt2_hf_config_json(const GptConfig& c, std::string_view vocab_json) {
+  nlohmann::json end_of_text = nullptr;
+  if (!vocab_json.empty()) {
+    const nlohmann::json vocab = nlohmann::json::parse(vocab_json, nullptr, /*allow_exceptions=*/false);
+    const auto it = vocab.is_object() ? vocab.find("<|endoftext|>") : vocab.end();
+    if (it != vocab.end() && it->is_number_integer() && it->get<int64_t>() >= 0 &&
+        it->get<int64_t>() < c.vocab_size)
+      end_of_text = it->get<int64_t>();
+  }
   const nlohmann::json j = {{"architectures", {"GPT2LMHeadModel"}},
                             {"model_type", "gpt2"},
                             {"vocab_size", c.vocab_size},
@@ -125,6 +133,8 @@ std::string gpt2_hf_config_json(const GptConfig& c) {
                             {"attn_pdrop", c.dropout},
                             {"initializer_range", 0.02},
                             {"tie_word_embeddings", true},
+                            {"bos_token_id", end_of_text},
+                            {"eos_token_id", end_of_text},
                             {"mixtrain_name", c.name}};
   return j.dump(2) + "\n";
 }

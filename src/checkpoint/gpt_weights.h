@@ -10,6 +10,7 @@
 // the model's dtype, rounding to nearest).
 #pragma once
 #include <string>
+#include <string_view>
 
 #include "checkpoint/safetensors.h"
 #include "mixtrain/models/gpt.h"
@@ -34,7 +35,10 @@ void load_gpt_safetensors(const SafetensorsFile& file, Gpt& model);
 // Hugging Face's GPT2Config for `c` as config.json text (model_type gpt2, architectures
 // GPT2LMHeadModel, n_positions = block_size, the tanh GELU "gelu_new", dropouts, tied
 // embeddings), so transformers' from_pretrained reads a checkpoint directory as it is.
-std::string gpt2_hf_config_json(const GptConfig& c);
+// bos_token_id and eos_token_id: the id of "<|endoftext|>" in `vocab_json` (a tokenizer's
+// vocab.json text, GPT-2's end-of-text token) when it has one, else null (GPT2Config's default,
+// 50256, would name a token that a byte-level or smaller vocabulary does not have).
+std::string gpt2_hf_config_json(const GptConfig& c, std::string_view vocab_json = {});
 
 // A GptConfig read from the shapes in the file (vocab_size, block_size, n_embd, n_layer) and
 // n_head / ln_eps given by the caller. IoError when the shapes are missing or inconsistent.

@@ -382,7 +382,10 @@ std::vector<uint8_t> TrainCheckpointing::weights_file(TrainingRun& r) const {
 std::vector<CheckpointFile> TrainCheckpointing::extra_files() const {
   // Hugging Face's config.json, so transformers' from_pretrained(step-NNNNNN) works as it is.
   // With a tokenizer, its files too (transformers' AutoTokenizer.from_pretrained(step-NNNNNN)).
-  const std::string hf_config = gpt2_hf_config_json(cfg_);
+  std::string_view vocab;
+  for (const CheckpointFile& f : tokenizer_files_)
+    if (f.name == "vocab.json") vocab = {reinterpret_cast<const char*>(f.bytes.data()), f.bytes.size()};
+  const std::string hf_config = gpt2_hf_config_json(cfg_, vocab);
   std::vector<CheckpointFile> files = {
       {"config.json", std::vector<uint8_t>(hf_config.begin(), hf_config.end())}};
   files.insert(files.end(), tokenizer_files_.begin(), tokenizer_files_.end());

@@ -70,7 +70,13 @@ void save_quantized_gpt(const Gpt& q, const std::string& dir, const std::string&
   w.set_metadata("mixtrain_config", q.config().to_json_text());
   w.set_metadata("mixtrain_quant_scheme", std::string(quant_scheme_name(q.params().quant_scheme())));
   w.write((fs::path(dir) / "model.safetensors").string());
-  nlohmann::ordered_json config = nlohmann::ordered_json::parse(gpt2_hf_config_json(q.config()));
+  // The end-of-text id (config.json's bos/eos) from the tokenizer that comes along, if any.
+  std::vector<uint8_t> vocab;
+  if (!tokenizer_dir.empty() && fs::is_regular_file(fs::path(tokenizer_dir) / "vocab.json"))
+    vocab = read_file_bounded((fs::path(tokenizer_dir) / "vocab.json").string(), uint64_t{1} << 30,
+                              "tokenizer file");
+  nlohmann::ordered_json config = nlohmann::ordered_json::parse(
+      gpt2_hf_config_json(q.config(), {reinterpret_cast<const char*>(vocab.data()), vocab.size()}));
   config["quantization_config"] = quantization_config_json(q.params().quant_scheme(), {});
   write_file_durable((fs::path(dir) / "config.json").string(), config.dump(2) + "\n");
   copy_present_files(tokenizer_dir, dir, {"vocab.json", "merges.txt", "tokenizer.json"}, uint64_t{1} << 30,

@@ -91,6 +91,26 @@ expect_exit 0 "train --tokenizer with checkpoints" -- train --checkpoint-dir "$T
 ck=$(ls -d "$TMP"/ck/step-* | tail -1)
 cmp -s "$ck/vocab.json" "$TMP/tok/vocab.json" && cmp -s "$ck/merges.txt" "$TMP/tok/merges.txt" && pass ||
   fail "the checkpoint's tokenizer files: $(ls "$ck")"
+# config.json names no end-of-text token for a vocabulary without one (GPT2Config's default 50256
+# would be out of range), and "<|endoftext|>"'s id for one that has it (appended here).
+python3 -c 'import json, sys; c = json.load(open(sys.argv[1])); assert c["bos_token_id"] is None and c["eos_token_id"] is None, c' \
+  "$ck/config.json" && pass || fail "config.json's end-of-text ids: $(cat "$ck/config.json")"
+mkdir -p "$TMP/tok-eot"
+cp "$TMP/tok/merges.txt" "$TMP/tok-eot/"
+python3 - "$TMP/tok/vocab.json" "$TMP/tok-eot/vocab.json" <<'PY' || fail "could not write the end-of-text vocabulary"
+import json, sys
+v = json.load(open(sys.argv[1]))
+v["<|endoftext|>"] = len(v)
+json.dump(v, open(sys.argv[2], "w"))
+PY
+expect_exit 0 "train with an end-of-text token" -- "$MIXTRAIN" --threads 1 train --data "$TMP/text.txt" \
+  --tokenizer "$TMP/tok-eot" --batch-size 2 --seq-len 16 --steps 1 --checkpoint-dir "$TMP/ck-eot"
+python3 - "$(ls -d "$TMP"/ck-eot/step-* | tail -1)/config.json" "$TMP/tok-eot/vocab.json" <<'PY' && pass ||
+import json, sys
+c, v = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+assert c["vocab_size"] == len(v) and c["bos_token_id"] == c["eos_token_id"] == v["<|endoftext|>"], c
+PY
+  fail "config.json's end-of-text ids with <|endoftext|>: $(cat "$TMP"/ck-eot/step-*/config.json)"
 prompt=$'caf\xc3\xa9 na'
 expect_exit 0 "sample with the checkpoint's tokenizer" -- "$MIXTRAIN" --threads 1 sample --checkpoint "$TMP/ck" \
   --prompt "$prompt" --tokens 12 --seed 3
@@ -165,6 +185,10 @@ expect_exit 0 "quantize a tokenizer run's checkpoint" -- "$MIXTRAIN" --threads 1
   --scheme int8-weight --output "$TMP/q8"
 cmp -s "$TMP/q8/vocab.json" "$TMP/tok/vocab.json" && cmp -s "$TMP/q8/merges.txt" "$TMP/tok/merges.txt" && pass ||
   fail "the quantized model's tokenizer files: $(ls "$TMP/q8")"
+expect_exit 0 "quantize a checkpoint with an end-of-text token" -- "$MIXTRAIN" --threads 1 quantize \
+  --checkpoint "$TMP/ck-eot" --scheme int8-weight --output "$TMP/q8-eot"
+python3 -c 'import json, sys; c = json.load(open(sys.argv[1])); assert c["eos_token_id"] == c["vocab_size"] - 1, c' \
+  "$TMP/q8-eot/config.json" && pass || fail "the quantized config.json's end-of-text id: $(cat "$TMP/q8-eot/config.json")"
 expect_exit 0 "sample the quantized model" -- "$MIXTRAIN" --threads 1 sample --checkpoint "$TMP/q8" \
   --prompt "$prompt" --tokens 4 --seed 3
 python3 -c 'import sys; o = open(sys.argv[1], "rb").read(); assert o.startswith("café na".encode()) and b"<|" not in o' \
