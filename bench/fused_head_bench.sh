@@ -3,8 +3,9 @@
 # cross_entropy, side by side: `bench train` on gpt-mini's shape with a V-token vocabulary (the
 # built-in byte corpus; only the head's size matters here), batch 16, seq 256, 2 threads, each mode
 # alternating unfused and fused ROUNDS times; medians, the ratio and its spread over the rounds, and
-# each side's tracked peak (`mixtrain memory --fused-lm-head` breaks it down). Run it on an idle machine:
-#   bench/fused_head_bench.sh [ROUNDS] [V]
+# each side's tracked peak (`mixtrain memory --fused-lm-head` breaks it down). MODES (default
+# "bf16-mixed 32-true") picks the precision modes. Run it on an idle machine:
+#   [MODES="32-true 16-mixed bf16-mixed 16-true bf16-true"] bench/fused_head_bench.sh [ROUNDS] [V]
 set -euo pipefail
 rounds="${1:-5}"
 vocab="${2:-16384}"
@@ -14,7 +15,8 @@ tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 echo "{\"n_layer\": 6, \"n_head\": 6, \"n_embd\": 384, \"block_size\": 256, \"vocab_size\": $vocab}" >"$tmp/model.json"
 lscpu | sed -n 's/^Model name: *//p;s/^Model: *//p' | paste -sd' '
-for p in bf16-mixed 32-true; do
+modes="${MODES:-bf16-mixed 32-true}"
+for p in $modes; do
   for r in $(seq 1 "$rounds"); do
     for side in unfused fused; do
       flag=()
@@ -24,15 +26,15 @@ for p in bf16-mixed 32-true; do
     done
   done
 done
-python3 - "$tmp" "$rounds" "$vocab" <<'PY'
+python3 - "$tmp" "$rounds" "$vocab" $modes <<'PY'
 import json, statistics, sys
-tmp, rounds, vocab = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+tmp, rounds, vocab, modes = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4:]
 def run(path):
     j = json.load(open(path))
     return j["runs"][0] if isinstance(j, dict) and "runs" in j else j
 print(f"gpt-mini shape, V = {vocab}, batch 16, seq 256, 2 threads, {rounds} alternating rounds")
 print(f"{'mode':<12}{'unfused tok/s':>14}{'fused tok/s':>13}{'ratio':>7}{'round ratios':>16}{'peak MiB u/f':>16}")
-for p in ("bf16-mixed", "32-true"):
+for p in modes:
     U = [run(f"{tmp}/{p}.unfused.{r}.json") for r in range(1, rounds + 1)]
     F = [run(f"{tmp}/{p}.fused.{r}.json") for r in range(1, rounds + 1)]
     tu, tf = [u["tokens_per_s"] for u in U], [f["tokens_per_s"] for f in F]
