@@ -65,6 +65,7 @@ nlohmann::ordered_json to_json(const MemoryReport& r, const Subject& subject, co
   c[subject.length_key] = subject.length;
   c["checkpoint_activations"] = o.checkpoint_activations;
   c["fused_lm_head"] = o.fused_lm_head;
+  c["recompute_attention"] = o.recompute_attention;
   c["optimizer"] = std::string(optimizer_kind_name(o.optimizer));
   c["update_rounding"] = update_rounding_name(o.update_rounding);
   c["optim_state"] = std::string(state_precision_name(o.optim_state));
@@ -116,11 +117,12 @@ void print_table(const MemoryReport& r, const Subject& subject, const RunOptions
                  int ranks) {
   const MemoryPrediction& p = r.predicted;
   const MeasuredMemory* m = r.measured ? &*r.measured : nullptr;
-  std::printf("%s: %lld parameters, %s, batch %lld, %s %lld, %s%s%s\n", subject.title.c_str(),
+  std::printf("%s: %lld parameters, %s, batch %lld, %s %lld, %s%s%s%s%s\n", subject.title.c_str(),
               static_cast<long long>(p.parameters), std::string(precision_spec(o.precision).name).c_str(),
               static_cast<long long>(o.batch_size), subject.length_key[0] == 's' ? "seq" : "max_len",
               static_cast<long long>(subject.length), std::string(optimizer_kind_name(o.optimizer)).c_str(),
               o.checkpoint_activations ? ", activation checkpointing" : "",
+              o.fused_lm_head ? ", fused LM head" : "", o.recompute_attention ? ", attention recomputed" : "",
               precision_spec(o.precision).param_dtype != DType::f32
                   ? (", " + std::string(update_rounding_name(o.update_rounding)) + " rounding").c_str()
                   : "");

@@ -131,6 +131,10 @@ void add_run_length_flags(CLI::App* sub, TrainFlags& f, const RunLengthHelp& hel
   sub->add_flag("--fused-lm-head", o.fused_lm_head,
                 "Training steps compute the LM head and its loss a chunk of rows at a time (the logits, "
                 "B x T x V, never whole; made again in backward); a language model only");
+  sub->add_flag("--recompute-attention", o.recompute_attention,
+                "Attention keeps no probabilities (B*H x T x T) for backward and computes them again there "
+                "from q and k, as FlashAttention (the same gradients bit for bit; one more q k^T and softmax "
+                "per block); the encoders' attention always does");
   sub->add_option("--seed", o.seed, "Seed for weights, batches and dropout")
       ->capture_default_str()
       ->check(CLI::Validator(

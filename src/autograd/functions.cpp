@@ -589,8 +589,9 @@ Var cast(const Var& x, DType dtype) {
 }
 
 // Blocked causal attention (attention_blocks.cpp), a chunk of heads at a time. Saved for backward:
-// q, k, v and the probability blocks (the lower triangle only) in the compute dtype.
-Var attention(const Var& q_in, const Var& k_in, const Var& v_in, float scale_) {
+// q, k, v and the probability blocks (the lower triangle only) in the compute dtype; under
+// recompute q, k, v only.
+Var attention(const Var& q_in, const Var& k_in, const Var& v_in, float scale_, AttentionProbs keep) {
   ScopedOp site_op("attention");  // names what this op allocates (tensor/alloc_site.h)
   ProfileScope prof(WorkKind::attention);
   Var q = q_in, k = k_in, v = v_in;
@@ -604,7 +605,8 @@ Var attention(const Var& q_in, const Var& k_in, const Var& v_in, float scale_) {
                      " must be equal (B*H, T, D)");
   if (kv.dtype() != qv.dtype() || vv.dtype() != qv.dtype())
     throw DTypeError("attention: q, k and v must share one dtype");
-  std::vector<Tensor> probs = attention_prob_blocks(qv.size(0), qv.size(1), qv.dtype());
+  std::vector<Tensor> probs;  // none kept under recompute
+  if (keep == AttentionProbs::keep) probs = attention_prob_blocks(qv.size(0), qv.size(1), qv.dtype());
   Tensor out = Tensor::empty(qv.shape(), qv.dtype(), MemCategory::activations);  // (BH, T, D)
   attention_heads_forward(qv, kv, vv, scale_, probs, out);
   prof.moves(mixtrain::detail::bytes_of({&qv, &kv, &vv, &out}) +
@@ -619,8 +621,9 @@ Var attention(const Var& q_in, const Var& k_in, const Var& v_in, float scale_) {
 }
 
 // q, k, v copied out of qkv in one pass (the GEMMs want each head contiguous), the output
-// copied into (B, T, C) in one pass. Saved: q, k, v (B*H, T, D) and the probability blocks.
-Var attention_qkv(const Var& qkv_in, int64_t n_head, float scale_) {
+// copied into (B, T, C) in one pass. Saved: q, k, v (B*H, T, D) and the probability blocks (none
+// under recompute: backward makes them again).
+Var attention_qkv(const Var& qkv_in, int64_t n_head, float scale_, AttentionProbs keep) {
   ScopedOp site_op("attention_qkv");  // names what this op allocates (tensor/alloc_site.h)
   ProfileScope prof(WorkKind::attention);
   Var qkv = qkv_in;
@@ -629,28 +632,31 @@ Var attention_qkv(const Var& qkv_in, int64_t n_head, float scale_) {
   const int64_t B = x.size(0), T = x.size(1), C = x.size(2) / 3, H = n_head, D = C / H;
   // The fused kernel (kernels/attention_ops.h) reads q, k and v in place out of x and writes y in
   // place into the output rows: no head copies either way; backward then keeps x itself (i1 = 1).
-  if (std::vector<Tensor> probs = attention_prob_blocks(B * H, T, x.dtype());
-      attention_fused_applies(heads_view(x, 0, H), probs)) {
-    Tensor out = Tensor::empty({B, T, C}, x.dtype(), MemCategory::activations);
-    Tensor y = out.reshape({B, T, H, D}).transpose(1, 2);  // (B, H, T, D) view of the rows
-    attention_fused_forward(heads_view(x, 0, H), heads_view(x, 1, H), heads_view(x, 2, H), scale_, probs[0],
-                            y);
-    prof.moves(mixtrain::detail::bytes_of({&x, &out}) + mixtrain::detail::bytes_of(probs));
-    std::shared_ptr<Node> n;
-    if (needs_grad({&qkv})) {
-      n = make_node(OpKind::attention_qkv, {&qkv});
-      n->saved = {x, std::move(probs[0])};
-      n->f = scale_;
-      n->i0 = H;
-      n->i1 = 1;
+  if (keep == AttentionProbs::keep) {  // the fused kernel keeps its probabilities
+    if (std::vector<Tensor> probs = attention_prob_blocks(B * H, T, x.dtype());
+        attention_fused_applies(heads_view(x, 0, H), probs)) {
+      Tensor out = Tensor::empty({B, T, C}, x.dtype(), MemCategory::activations);
+      Tensor y = out.reshape({B, T, H, D}).transpose(1, 2);  // (B, H, T, D) view of the rows
+      attention_fused_forward(heads_view(x, 0, H), heads_view(x, 1, H), heads_view(x, 2, H), scale_, probs[0],
+                              y);
+      prof.moves(mixtrain::detail::bytes_of({&x, &out}) + mixtrain::detail::bytes_of(probs));
+      std::shared_ptr<Node> n;
+      if (needs_grad({&qkv})) {
+        n = make_node(OpKind::attention_qkv, {&qkv});
+        n->saved = {x, std::move(probs[0])};
+        n->f = scale_;
+        n->i0 = H;
+        n->i1 = 1;
+      }
+      return make_output(out, n);
     }
-    return make_output(out, n);
   }
   std::vector<Tensor> qkv_heads;  // q, k, v: (B*H, T, D)
   for (int i = 0; i < 3; ++i)
     qkv_heads.push_back(Tensor::empty({B * H, T, D}, x.dtype(), MemCategory::activations));
   heads_copy(x, qkv_heads, H, true);
-  std::vector<Tensor> probs = attention_prob_blocks(B * H, T, x.dtype());
+  std::vector<Tensor> probs;  // none kept under recompute, nor without a graph
+  if (keep == AttentionProbs::keep && needs_grad({&qkv})) probs = attention_prob_blocks(B * H, T, x.dtype());
   Tensor y = Tensor::empty({B * H, T, D}, x.dtype(), MemCategory::workspace);
   attention_heads_forward(qkv_heads[0], qkv_heads[1], qkv_heads[2], scale_, probs, y);
   Tensor out = Tensor::empty({B, T, C}, x.dtype(), MemCategory::activations);

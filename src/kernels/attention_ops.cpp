@@ -101,21 +101,32 @@ std::vector<Tensor> attention_prob_slices(const std::vector<Tensor>& probs, int6
   return s;
 }
 
+// Block b's probabilities: P = causal_softmax(scale * q[r0:r1] k[0:r1]^T) into p (h, r1 - r0, r1),
+// row j of the block seeing keys [0, r0 + j]. Forward and the recomputing backward both call it:
+// the same GEMM on the same operands and the same softmax, so the same bits.
+void block_probabilities(const Tensor& q, const Tensor& k, const Block& b, float scale, Tensor& p) {
+  const Tensor s = matmul(q.slice(1, b.r0, b.r1), k.slice(1, 0, b.r1), false, true,
+                          accumulation_dtype(q.dtype()), MemCategory::workspace);
+  causal_softmax(s, scale, p);
+}
+
+// A block's probability tensor: the saved one, or (probs empty: nothing kept) a workspace.
+Tensor block_probs_or_workspace(const std::vector<Tensor>& probs, size_t i, int64_t h, const Block& b,
+                                DType dtype) {
+  return probs.empty() ? Tensor::empty({h, b.r1 - b.r0, b.r1}, dtype, MemCategory::workspace) : probs[i];
+}
+
 // One chunk of h heads: q, k, v, y (h, T, D) views (rows contiguous, any row and batch strides),
-// probs the chunk's blocks. Forward writes probs and y; backward, given g = dL/dy, writes dq, dk,
-// dv ((h, T, D) views; an undefined one is not computed, dq and dk come together).
+// probs the chunk's blocks (empty: none kept). Forward writes probs and y; backward, given g =
+// dL/dy, writes dq, dk, dv ((h, T, D) views; an undefined one is not computed, dq and dk come
+// together), computing each block's probabilities again when probs is empty.
 void attention_chunk_forward(const Tensor& q, const Tensor& k, const Tensor& v, float scale,
                              const std::vector<Tensor>& probs, Tensor& y) {
-  const DType acc = accumulation_dtype(q.dtype());
   const std::vector<Block> blocks = blocks_of(q.size(1), q.dtype());
   for (size_t i = 0; i < blocks.size(); ++i) {
     const auto [r0, r1] = blocks[i];
-    Tensor p = probs[i];  // (h, r1 - r0, r1)
-    {
-      const Tensor s =
-          matmul(q.slice(1, r0, r1), k.slice(1, 0, r1), false, true, acc, MemCategory::workspace);
-      causal_softmax(s, scale, p);  // row j of the block sees keys [0, r0 + j]
-    }
+    Tensor p = block_probs_or_workspace(probs, i, q.size(0), blocks[i], q.dtype());  // (h, r1 - r0, r1)
+    block_probabilities(q, k, blocks[i], scale, p);
     Tensor y_rows = y.slice(1, r0, r1);
     gemm(p, v.slice(1, 0, r1), y_rows);
   }
@@ -134,7 +145,8 @@ void attention_chunk_backward(const Tensor& q, const Tensor& k, const Tensor& v,
   Tensor dk_acc = accumulator(dk), dv_acc = accumulator(dv);
   for (size_t n = blocks.size(); n-- > 0;) {
     const auto [r0, r1] = blocks[n];
-    const Tensor& p = probs[n];
+    Tensor p = block_probs_or_workspace(probs, n, h, blocks[n], q.dtype());
+    if (probs.empty()) block_probabilities(q, k, blocks[n], scale, p);  // as forward made them
     const Tensor gi = g.slice(1, r0, r1);
     GemmOptions ta;
     ta.trans_a = true;

@@ -24,7 +24,10 @@ int64_t attention_heads_per_chunk(int64_t T, int64_t Tb);
 std::vector<Tensor> attention_prob_blocks(int64_t n, int64_t T, DType dtype);
 // Every head of q, k, v (BH, T, D), a chunk of heads at a time. Forward writes the probability
 // blocks and y; backward, given g = dL/dy, writes dq, dk, dv (an undefined one is not computed;
-// dq and dk come together).
+// dq and dk come together). With probs empty nothing of size T x T is kept (FlashAttention's
+// trade): forward makes each block's probabilities in a workspace, backward makes them again from
+// q and k (the same GEMM and softmax: the same bits, so the same gradients as with kept blocks) at
+// the cost of one more q k^T product and softmax per block.
 void attention_heads_forward(const Tensor& q, const Tensor& k, const Tensor& v, float scale,
                              const std::vector<Tensor>& probs, Tensor& y);
 void attention_heads_backward(const Tensor& q, const Tensor& k, const Tensor& v,

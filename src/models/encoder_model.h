@@ -66,6 +66,8 @@ class EncoderClassifier final : public Model {
   // embeddings are lookups and not counted (PaLM appendix B's formula, as Gpt).
   double flops_per_token(int64_t T) const override;
   void set_activation_checkpointing(bool on) override { checkpoint_layers_ = on; }
+  // Its attention (autograd::masked_attention) keeps nothing of size T x T either way.
+  void set_attention_recompute(bool) override {}
   // config.json for the saved model: every field read, plus architectures, id2label, label2id,
   // num_labels and "mixtrain_pooling".
   std::string config_json() const override;

@@ -163,6 +163,14 @@ Gpt::Gpt(const GptConfig& cfg, uint64_t seed, DType dtype, DType grad_dtype, Mem
   init_weights(seed);
 }
 
+void Gpt::set_attention_recompute(bool on) {
+  if (on && cfg_.dropout > 0.f)
+    throw ArgumentError({"recompute_attention"}, "recompute_attention: attention dropout (dropout " +
+                                                     std::to_string(cfg_.dropout) +
+                                                     ") keeps the probabilities; use dropout 0");
+  for (nn::Block& b : blocks_) b.attn.probs = on ? autograd::AttentionProbs::recompute : autograd::AttentionProbs::keep;
+}
+
 void Gpt::init_weights(uint64_t seed) {
   const float std_resid = 0.02f / std::sqrt(2.0f * static_cast<float>(cfg_.n_layer));
   const auto& infos = store_.infos();

@@ -126,7 +126,7 @@ Var CausalSelfAttention::operator()(const Var& x, DropoutState& drop) const {
     att = drop(causal_softmax(att, scale));
     y = merge_heads(matmul(att, v), B);  // (B*H, T, D) -> (B, T, C)
   } else {
-    y = attention_qkv(qkv, n_head, scale);  // (B, T, C)
+    y = attention_qkv(qkv, n_head, scale, probs);  // (B, T, C)
   }
   return drop(c_proj(y));
 }

@@ -99,6 +99,7 @@ std::vector<AgreedField> trajectory_fields(const RunOptions& o) {
       {"fp8", o.precision == PrecisionMode::mixed_fp8 ? fp8_run_options(o.fp8).dump() : "off"},
       {"checkpoint_activations", i(o.checkpoint_activations)},
       {"fused_lm_head", i(o.fused_lm_head)},
+      {"recompute_attention", i(o.recompute_attention)},
       {"checkpoint.save_every", i(c.dir.empty() ? -1 : c.save_every)},
       {"checkpoint.stop_after", i(c.stop_after)},
       {"checkpoint.resume", c.resume.empty() ? "no" : "yes"},
@@ -133,6 +134,7 @@ TrainSummary run_prepared(Recipe& recipe, const RunOptions& opt, const RankSetup
   }();
   model->set_activation_checkpointing(opt.checkpoint_activations);
   if (opt.fused_lm_head) model->set_fused_lm_head(true);
+  if (opt.recompute_attention) model->set_attention_recompute(true);
   const std::unique_ptr<Optimizer> optimizer = make_run_optimizer(ranks, model->params(), opt);
 
   RunConfig rc;

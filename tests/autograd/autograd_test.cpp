@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "mixtrain/amp/autocast.h"
+#include "kernels/attention_ops.h"
 #include "mixtrain/autograd/functions.h"
 #include "mixtrain/autograd/node.h"
 #include "mixtrain/kernels/gemm_info.h"
@@ -231,6 +232,46 @@ TEST(Autograd, AttentionQkvEqualsSplitAttendMerge) {
       ASSERT_EQ(fused[t].size(), composed[t].size());
       for (size_t i = 0; i < fused[t].size(); ++i)
         ASSERT_NEAR(fused[t][i], composed[t][i], tol) << dtype_name(dt) << (t ? " dqkv[" : " y[") << i << "]";
+    }
+  }
+}
+
+// AttentionProbs::recompute keeps no probability blocks: backward makes them again from q and k
+// with forward's GEMM and softmax, so outputs and gradients are the kept op's bit for bit, in every
+// float dtype, for attention_qkv and attention, and the graph holds the blocks' bytes less. T =
+// 150: three query blocks of 64, the last partial (one block on AMX; no multiple of 32, so the AMX
+// fused kernel, which keeps its probabilities, runs on neither side).
+TEST(Autograd, RecomputedAttentionProbabilitiesGiveTheKeptGradientsBitForBit) {
+  const auto live_act = [] {
+    return MemoryTracker::current().snapshot().live[static_cast<size_t>(MemCategory::activations)];
+  };
+  for (DType dt : {DType::f64, DType::f32, DType::bf16, DType::f16}) {
+    for (bool qkv_op : {true, false}) {
+      const int64_t B = 2, T = 150, H = 3, D = 8, C = H * D;
+      Var qkv(Tensor::randn({B, T, 3 * C}, dt, 7), true);
+      const Tensor dy = Tensor::randn({B, T, C}, dt, 8);
+      auto run = [&](AttentionProbs probs, int64_t& graph_bytes) {
+        qkv.impl()->grad = Tensor();
+        Var q, k, v;
+        if (!qkv_op) q = split_heads(qkv, 0, H), k = split_heads(qkv, 1, H), v = split_heads(qkv, 2, H);
+        const int64_t before = live_act();
+        Var y = qkv_op ? attention_qkv(qkv, H, 0.3f, probs) : merge_heads(attention(q, k, v, 0.3f, probs), B);
+        graph_bytes = live_act() - before;
+        Var loss = cross_entropy(reshape(mul(y, Var(dy)), {B * T, C}),
+                                 Tensor::from_ints(std::vector<int32_t>(B * T, 2), {B * T}));
+        loss.backward();
+        return std::vector<std::vector<double>>{y.value().to_doubles(), qkv.grad().to_doubles()};
+      };
+      int64_t kept_bytes = 0, recomputed_bytes = 0;
+      const auto kept = run(AttentionProbs::keep, kept_bytes);
+      const auto recomputed = run(AttentionProbs::recompute, recomputed_bytes);
+      const std::string what = std::string(dtype_name(dt)) + (qkv_op ? " attention_qkv" : " attention");
+      EXPECT_EQ(kept[0], recomputed[0]) << what << ": y";
+      EXPECT_EQ(kept[1], recomputed[1]) << what << ": dqkv";
+      int64_t blocks = 0;  // rows x keys of every query block: T x T's lower part, block by block
+      const int64_t Tb = attention_query_block(T, dt);
+      for (int64_t r0 = 0; r0 < T; r0 += Tb) blocks += (std::min(T, r0 + Tb) - r0) * std::min(T, r0 + Tb);
+      EXPECT_EQ(kept_bytes - recomputed_bytes, B * H * blocks * int64_t(dtype_size(dt))) << what;
     }
   }
 }

@@ -143,4 +143,27 @@ p_u, p_f = u["measured"]["peak_bytes"], f["measured"]["peak_bytes"]
 assert p_u - p_f >= 0.85 * logits16, (p_u, p_f, logits16)
 PY
 
+# --recompute-attention: no probability blocks kept (3 layers, batch 4 x 2 heads, T = 320: query
+# blocks of 64 on every CPU past T = 256, each block's rows seeing keys up to its end), predicted to
+# the byte as measured; the peak (backward's start, where every layer's saved tensors live) lower by
+# the blocks' bytes less the one block backward makes again at a time (its chunk holds all 8 heads).
+echo '{"n_layer": 3, "n_head": 2, "n_embd": 32, "block_size": 320}' >"$TMP/long.json"
+for a in kept recomputed; do
+  flag=()
+  [ "$a" = recomputed ] && flag=(--recompute-attention)
+  expect_exit 0 "memory, attention $a" -- "$MIXTRAIN" --threads 2 memory --model "$TMP/long.json" --precision bf16-mixed \
+    --batch-size 4 --seq-len 320 --steps 2 "${flag[@]}" --json "$TMP/att_$a.json"
+done
+python3 - "$TMP/att_kept.json" "$TMP/att_recomputed.json" <<'PY' && pass || fail "recomputed attention memory"
+import json, sys
+k, r = (json.load(open(p)) for p in sys.argv[1:3])
+for j in (k, r):
+    assert j["predicted"]["peak_bytes"] == j["measured"]["peak_bytes"], (j["predicted"]["peak_bytes"], j["measured"]["peak_bytes"])
+    assert j["predicted"]["by_category"] == j["measured"]["by_category"]
+assert r["config"]["recompute_attention"] is True and k["config"]["recompute_attention"] is False
+probs = 3 * 4 * 2 * sum(64 * r1 for r1 in range(64, 321, 64)) * 2  # layers x heads x lower blocks, bf16
+p_k, p_r = k["measured"]["peak_bytes"], r["measured"]["peak_bytes"]
+assert p_k - p_r >= probs - 8 * 64 * 320 * 2, (p_k, p_r, probs)
+PY
+
 finish

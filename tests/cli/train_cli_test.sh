@@ -107,4 +107,27 @@ for mode in 32-true bf16-mixed; do
     >"$TMP/cmp"; then pass; else fail "fused head $mode: $(cat "$TMP/cmp")"; fi
 done
 
+# --recompute-attention: the probabilities backward makes again are the ones forward made (the same
+# GEMM and softmax on the same operands), so training is the same bit for bit: step log, weights
+# and optimizer state. T = 136: three query blocks of 64, the last one partial (and no multiple of
+# 32, so the AMX fused kernel, which keeps its probabilities, is not what the kept side runs).
+write_tiny_model "$TMP/att.json" 2 32 136
+for mode in 32-true 16-mixed bf16-mixed; do
+  for side in kept recomputed; do
+    flag=()
+    [ "$side" = recomputed ] && flag=(--recompute-attention)
+    expect_exit 0 "attention $side $mode" -- "$MIXTRAIN" --threads 2 train --model "$TMP/att.json" --batch-size 2 \
+      --seq-len 136 --data "$TMP/text.txt" --steps 3 --precision "$mode" "${flag[@]}" \
+      --log-jsonl "$TMP/att_${side}_$mode.jsonl" --checkpoint-dir "$TMP/att_${side}_$mode"
+  done
+  if python3 "$(dirname "$0")/compare_runs.py" "$TMP/att_kept_$mode.jsonl" "$TMP/att_recomputed_$mode.jsonl" \
+    --loss-rtol 0 >"$TMP/cmp"; then pass; else fail "recomputed attention $mode: $(cat "$TMP/cmp")"; fi
+  same_checkpoint "$TMP/att_kept_$mode/step-000003" "$TMP/att_recomputed_$mode/step-000003" \
+    "recomputed attention $mode"
+done
+echo '{"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 16, "dropout": 0.1}' >"$TMP/drop.json"
+expect_exit 2 "--recompute-attention with attention dropout" -- "$MIXTRAIN" --threads 2 train --model "$TMP/drop.json" \
+  --batch-size 2 --data "$TMP/text.txt" --steps 1 --recompute-attention
+expect_stderr_has "--recompute-attention: attention dropout" "--recompute-attention with dropout names the flag"
+
 finish

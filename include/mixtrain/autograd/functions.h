@@ -77,12 +77,16 @@ Var cast(const Var& x, DType dtype);
 // matmul, so the graph keeps the probabilities once, in the compute dtype (16 bits under
 // autocast, like torch's scaled_dot_product_attention, which autocast runs in lower precision),
 // and never the fp32 scores: the softmax itself is fp32 math (f32 scores, f32 row sums).
-Var attention(const Var& q, const Var& k, const Var& v, float scale);
+// Attention probabilities: keep (kept for backward) or recompute (nothing of size T x T kept:
+// backward makes them again from q and k, bit for bit the same, as FlashAttention recomputes).
+enum class AttentionProbs : uint8_t { keep, recompute };
+Var attention(const Var& q, const Var& k, const Var& v, float scale, AttentionProbs probs = AttentionProbs::keep);
 // The same attention with q, k, v read in place from qkv (B, T, 3C) (the layout of GPT-2's c_attn
 // output: q, k, v side by side, head h at columns [h*D, (h+1)*D) of each) and the output written
 // as (B, T, C) with the heads side by side: equal to merge_heads(attention(split_heads(qkv, 0..2)))
-// without the head copies in forward or the three (B, T, 3C) gradients in backward.
-Var attention_qkv(const Var& qkv, int64_t n_head, float scale);
+// without the head copies in forward or the three (B, T, 3C) gradients in backward. recompute
+// takes the blocked path (not the AMX fused kernel, which keeps its (B*H, T, T) probabilities).
+Var attention_qkv(const Var& qkv, int64_t n_head, float scale, AttentionProbs probs = AttentionProbs::keep);
 // Activation checkpointing: y = fn(x), run without recording a graph, so only x is kept; backward
 // runs fn(x) again with gradients on, in the autocast state forward had, and backpropagates
 // through that. fn must compute the same values each time (it may read parameters, whose

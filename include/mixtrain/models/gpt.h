@@ -93,6 +93,9 @@ class Gpt final : public Model {
   // and is recomputed there. Gradients are the same bit for bit; costs one more forward per block.
   void set_activation_checkpointing(bool on) override { checkpoint_blocks_ = on; }
   void set_fused_lm_head(bool on) override { fused_head_ = on; }
+  // Each block's attention recomputes its probabilities in backward (autograd::AttentionProbs);
+  // ArgumentError with dropout > 0 (attention dropout takes the unfused ops, which keep them).
+  void set_attention_recompute(bool on) override;
   bool activation_checkpointing() const { return checkpoint_blocks_; }
 
   // GPT-2 initialisation: N(0, 0.02) for embeddings and Linear weights, N(0, 0.02/sqrt(2L)) for the

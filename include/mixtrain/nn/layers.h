@@ -82,6 +82,9 @@ struct CausalSelfAttention {
   Linear c_attn;       // C -> 3C
   Linear c_proj;       // C -> C
   int64_t n_head = 1;
+  // recompute: the probabilities are not kept for backward (autograd::attention_qkv); the
+  // dropout path (attention dropout active) keeps them either way.
+  autograd::AttentionProbs probs = autograd::AttentionProbs::keep;
   void declare(ParameterStore& s, const std::string& prefix, int64_t C, int64_t H);
   void bind(const ParameterStore& s);
   Var operator()(const Var& x, DropoutState& drop) const;  // (B, T, C) -> (B, T, C)

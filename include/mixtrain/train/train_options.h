@@ -89,6 +89,9 @@ struct RunLengthOptions {
   // The LM head and its loss as one op (autograd::lm_head_loss): the logits a chunk of rows at a
   // time, never whole, in training steps (Model::set_fused_lm_head); evaluation keeps the logits.
   bool fused_lm_head = false;
+  // Attention keeps no probabilities for backward and makes them again there (autograd::
+  // AttentionProbs::recompute, Model::set_attention_recompute): same gradients, less memory.
+  bool recompute_attention = false;
   uint64_t seed = 1337;
   int64_t eval_every = 0;    // 0: only at the end
   int64_t eval_batches = 8;  // validation batches per evaluation (a fine-tune: 0, the whole test set)
