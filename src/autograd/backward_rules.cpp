@@ -13,6 +13,7 @@
 #include "mixtrain/autograd/fp8_linear.h"
 #include "mixtrain/autograd/node.h"
 #include "mixtrain/core/profiler.h"
+#include "mixtrain/kernels/gemm_info.h"
 #include "mixtrain/kernels/ops.h"
 #include "tensor/alloc_site.h"
 
@@ -317,17 +318,17 @@ void lm_head_loss_backward_rule(Node& n, const Tensor& g) {
     n.saved.clear();
     return;
   }
-  const Tensor& x = n.in_values[0];  // (N, C)
-  const Tensor& w = n.in_values[1];  // (V, C)
+  const Tensor& x = n.in_values[0];                      // (N, C)
+  const Tensor w = lm_head_gemm_weight(n.in_values[1]);  // (V, C), f32 where the GEMMs convert
   const int64_t N = x.size(0), chunk = n.i0, count = n.i1;
   Tensor dx = X.requires_grad ? Tensor::empty({N, x.size(1)}, x.dtype()) : Tensor();  // every row written
   for (int64_t r0 = 0; r0 < N; r0 += chunk) {
     const int64_t r1 = std::min(N, r0 + chunk);
-    const Tensor xc = x.slice(0, r0, r1), tc = n.ids.slice(0, r0, r1);
-    Tensor logits = lm_head_logits(xc, w);
+    const Tensor xg = lm_head_gemm_operand(x.slice(0, r0, r1), w), tc = n.ids.slice(0, r0, r1);
+    Tensor logits = lm_head_logits(xg, w, x.dtype());
     Tensor dxc = X.requires_grad ? dx.slice(0, r0, r1) : Tensor();
     const Tensor dlogits = lm_head_dlogits(logits, tc, dloss, count, w, X.requires_grad ? &dxc : nullptr);
-    grad_gemm(W, dlogits, xc, true, false);  // dw += dlogits^T x
+    grad_gemm(W, dlogits, xg, true, false);  // dw += dlogits^T x
   }
   if (X.requires_grad) accumulate_grad(X, dx.reshape(X.shape));
 }
@@ -523,11 +524,25 @@ constexpr std::array<std::string_view, kNumOpKinds> kNames = {"matmul",
 
 }  // namespace
 
-Tensor lm_head_logits(const Tensor& xc, const Tensor& w) {
-  Tensor logits = Tensor::empty({xc.size(0), w.size(0)}, xc.dtype(), MemCategory::workspace);
+Tensor lm_head_gemm_weight(const Tensor& w) {
+  const bool converts =
+      (w.dtype() == DType::bf16 || w.dtype() == DType::f16) && gemm_converts_to_f32(w.dtype());
+  if (!converts) return w;
+  // The head's GEMMs take fp32 operands and need no converted copies: the buffers the body's
+  // GEMMs grew (up to three of their largest conversions, kept between calls) go first.
+  gemm_scratch_release();
+  return w.to(DType::f32, MemCategory::workspace);
+}
+
+Tensor lm_head_gemm_operand(const Tensor& a, const Tensor& w_gemm) {
+  return a.dtype() == w_gemm.dtype() ? a : a.to(w_gemm.dtype(), MemCategory::workspace);
+}
+
+Tensor lm_head_logits(const Tensor& xg, const Tensor& w, DType dtype) {
+  Tensor logits = Tensor::empty({xg.size(0), w.size(0)}, dtype, MemCategory::workspace);
   GemmOptions o;
   o.trans_b = true;
-  gemm(xc, w, logits, o);
+  gemm(xg, w, logits, o);
   return logits;
 }
 
@@ -544,7 +559,8 @@ Tensor lm_head_dlogits(Tensor& logits, const Tensor& targets, float dloss, int64
                          count > 0 ? dloss * static_cast<float>(valid) / static_cast<float>(count) : 0.f,
                          dlogits);
   logits = Tensor();
-  if (dxc) gemm(dlogits, w, *dxc);  // dx rows = dlogits w
+  dlogits = lm_head_gemm_operand(dlogits, w);  // the 16-bit one released when converted
+  if (dxc) gemm(dlogits, w, *dxc);             // dx rows = dlogits w
   return dlogits;
 }
 

@@ -14,13 +14,24 @@ namespace mixtrain::autograd {
 Tensor heads_view(const Tensor& qkv, int which, int64_t n_head);
 
 // lm_head_loss, one chunk of rows, as its forward (gradients made early) and its fp16 backward
-// (logits made again) both run it. The logits of rows xc (r, C) against w (V, C), in x's dtype as
-// the unfused matmul makes them (MemCategory::workspace).
-Tensor lm_head_logits(const Tensor& xc, const Tensor& w);
+// (logits made again) both run it. The GEMMs' operands: w itself, or, where the 16-bit GEMMs
+// convert their inputs to fp32 (gemm_converts_to_f32: no bf16 / fp16 units), w converted once for
+// the op (lm_head_gemm_weight, MemCategory::workspace) instead of in two GEMMs of every chunk (V x
+// C each time), and each chunk's rows and logits' gradient converted once for its three GEMMs
+// (lm_head_gemm_operand): the GEMMs run the fp32 problems they would have run on the values they
+// would have converted, so the bits are the same, and no GEMM keeps a converted copy of its own
+// (lm_head_gemm_weight releases the GEMMs' per-thread buffers, gemm_scratch_release). On Zen 3
+// (gpt-mini, V = 16384, bf16-mixed): the fused head from 0.89x to 0.98x of the unfused one's speed,
+// its peak 684.7 -> 676.7 MiB (bench/RESULTS.md).
+Tensor lm_head_gemm_weight(const Tensor& w);
+Tensor lm_head_gemm_operand(const Tensor& a, const Tensor& w_gemm);  // a in w_gemm's dtype
+// The logits (r, V) in `dtype` (x's, as the unfused matmul makes them; MemCategory::workspace) of
+// the rows xg (r, C) against w (V, C), both GEMM operands as above.
+Tensor lm_head_logits(const Tensor& xg, const Tensor& w, DType dtype);
 // Their gradient for an upstream gradient dloss of the batch's mean loss over `count` rows
 // (cross_entropy_backward divides by the chunk's own count of non-ignored targets: dloss is rescaled
-// to the batch's), in the logits' dtype; the logits are released once it is made, then dxc (when
-// given) receives the rows dlogits w.
+// to the batch's), made in the logits' dtype and returned as a GEMM operand (lm_head_gemm_operand);
+// the logits are released once it is made, then dxc (when given) receives the rows dlogits w.
 Tensor lm_head_dlogits(Tensor& logits, const Tensor& targets, float dloss, int64_t count, const Tensor& w,
                        Tensor* dxc);
 }  // namespace mixtrain::autograd

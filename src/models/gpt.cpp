@@ -168,7 +168,8 @@ void Gpt::set_attention_recompute(bool on) {
     throw ArgumentError({"recompute_attention"}, "recompute_attention: attention dropout (dropout " +
                                                      std::to_string(cfg_.dropout) +
                                                      ") keeps the probabilities; use dropout 0");
-  for (nn::Block& b : blocks_) b.attn.probs = on ? autograd::AttentionProbs::recompute : autograd::AttentionProbs::keep;
+  for (nn::Block& b : blocks_)
+    b.attn.probs = on ? autograd::AttentionProbs::recompute : autograd::AttentionProbs::keep;
 }
 
 void Gpt::init_weights(uint64_t seed) {

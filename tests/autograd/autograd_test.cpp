@@ -7,11 +7,13 @@
 #include <string>
 #include <vector>
 
-#include "mixtrain/amp/autocast.h"
+#include "autograd/internal.h"
 #include "kernels/attention_ops.h"
+#include "mixtrain/amp/autocast.h"
 #include "mixtrain/autograd/functions.h"
 #include "mixtrain/autograd/node.h"
 #include "mixtrain/kernels/gemm_info.h"
+#include "mixtrain/kernels/ops.h"
 #include "mixtrain/models/gpt.h"
 #include "mixtrain/tensor/memory.h"
 
@@ -428,6 +430,33 @@ TEST(Autograd, LmHeadLossUnderAutocastMatchesTheUnfusedHead) {
     // size of the fp32 logits; and it saves at least their 16-bit size against the unfused head.
     EXPECT_LT(peak_fused, N * V * 4) << what << " " << peak_fused;
     EXPECT_GE(peak_unfused - peak_fused, N * V * 2) << what << " " << peak_unfused << " vs " << peak_fused;
+  }
+}
+
+// Where the 16-bit GEMMs convert their inputs to fp32, the fused head converts its weight once and
+// each chunk's operands once (lm_head_gemm_weight, lm_head_gemm_operand): its three GEMMs give the
+// 16-bit GEMMs' own bits (elsewhere the operands are the 16-bit tensors themselves).
+TEST(Autograd, LmHeadGemmOperandsGiveThe16BitGemmsBits) {
+  for (DType dt : {DType::bf16, DType::f16}) {
+    const Tensor x = Tensor::randn({40, 48}, dt, 31), w = Tensor::randn({1000, 48}, dt, 32, 0.f, 0.2f);
+    const Tensor dl = Tensor::randn({40, 1000}, dt, 33, 0.f, 0.01f);
+    const Tensor wg = lm_head_gemm_weight(w), xg = lm_head_gemm_operand(x, wg),
+                 dlg = lm_head_gemm_operand(dl, wg);
+    EXPECT_EQ(wg.dtype(), gemm_converts_to_f32(dt) ? DType::f32 : dt);
+    const std::string what(dtype_name(dt));
+    EXPECT_EQ(lm_head_logits(x, w, dt).to_doubles(), lm_head_logits(xg, wg, dt).to_doubles())
+        << what << " logits";
+    Tensor dx0 = Tensor::empty({40, 48}, dt), dx1 = Tensor::empty({40, 48}, dt);
+    gemm(dl, w, dx0);
+    gemm(dlg, wg, dx1);
+    EXPECT_EQ(dx0.to_doubles(), dx1.to_doubles()) << what << " dx";
+    Tensor dw0 = Tensor::zeros({1000, 48}, DType::f32), dw1 = Tensor::zeros({1000, 48}, DType::f32);
+    GemmOptions t;
+    t.trans_a = true;
+    t.beta = 1.f;
+    gemm(dl, x, dw0, t);
+    gemm(dlg, xg, dw1, t);
+    EXPECT_EQ(dw0.to_doubles(), dw1.to_doubles()) << what << " dw";
   }
 }
 

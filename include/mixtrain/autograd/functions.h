@@ -80,7 +80,8 @@ Var cast(const Var& x, DType dtype);
 // Attention probabilities: keep (kept for backward) or recompute (nothing of size T x T kept:
 // backward makes them again from q and k, bit for bit the same, as FlashAttention recomputes).
 enum class AttentionProbs : uint8_t { keep, recompute };
-Var attention(const Var& q, const Var& k, const Var& v, float scale, AttentionProbs probs = AttentionProbs::keep);
+Var attention(const Var& q, const Var& k, const Var& v, float scale,
+              AttentionProbs probs = AttentionProbs::keep);
 // The same attention with q, k, v read in place from qkv (B, T, 3C) (the layout of GPT-2's c_attn
 // output: q, k, v side by side, head h at columns [h*D, (h+1)*D) of each) and the output written
 // as (B, T, C) with the heads side by side: equal to merge_heads(attention(split_heads(qkv, 0..2)))

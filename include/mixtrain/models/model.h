@@ -74,7 +74,8 @@ class Model {
   // (same gradients bit for bit, one more q k^T and softmax per block). A model whose attention
   // keeps them refuses (the base); the encoders' attention never keeps them and accepts.
   virtual void set_attention_recompute(bool on) {
-    if (on) throw ArgumentError({"recompute_attention"}, "recompute_attention: this model has no causal attention");
+    if (on)
+      throw ArgumentError({"recompute_attention"}, "recompute_attention: this model has no causal attention");
   }
   virtual std::string config_json() const = 0;  // the configuration as JSON text
   // Every weight by name, as checkpoints write them (model.safetensors): views, not copies.
