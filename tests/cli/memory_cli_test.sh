@@ -123,19 +123,29 @@ PY
 # peak lower by about the logits' bytes (chunks of 8 Mi logits: 256 rows of 512 here) less the
 # gradients forward makes for backward (with --grad-accum 2 backward scales them by 1/2: in place,
 # so the prediction, which has no values, still matches).
+# memory_pair FLAG OUT ARGS...: `memory --json` (bf16-mixed, 2 steps) with ARGS, without FLAG to
+# OUT.off.json and with it to OUT.on.json; each predicted to the byte as measured.
+memory_pair() {
+  local flag="$1" out="$2" side extra
+  shift 2
+  for side in off on; do
+    extra=()
+    [ "$side" = on ] && extra=("$flag")
+    expect_exit 0 "memory $* ${extra[*]}" -- "$MIXTRAIN" --threads 2 memory --precision bf16-mixed --steps 2 "$@" \
+      "${extra[@]}" --json "$out.$side.json"
+    python3 - "$out.$side.json" <<'PY' && pass || fail "memory $* ${extra[*]}: prediction != measurement"
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["predicted"]["peak_bytes"] == j["measured"]["peak_bytes"], (j["predicted"]["peak_bytes"], j["measured"]["peak_bytes"])
+assert j["predicted"]["by_category"] == j["measured"]["by_category"]
+PY
+  done
+}
 echo '{"n_layer": 1, "n_head": 2, "n_embd": 32, "block_size": 32, "vocab_size": 32768}' >"$TMP/wide.json"
-for f in unfused fused; do
-  flag=()
-  [ "$f" = fused ] && flag=(--fused-lm-head)
-  expect_exit 0 "memory, $f head" -- "$MIXTRAIN" --threads 2 memory --model "$TMP/wide.json" --precision bf16-mixed \
-    --batch-size 16 --seq-len 32 --steps 2 --grad-accum 2 "${flag[@]}" --json "$TMP/head_$f.json"
-done
-python3 - "$TMP/head_unfused.json" "$TMP/head_fused.json" <<'PY' && pass || fail "fused head memory"
+memory_pair --fused-lm-head "$TMP/head" --model "$TMP/wide.json" --batch-size 16 --seq-len 32 --grad-accum 2
+python3 - "$TMP/head.off.json" "$TMP/head.on.json" <<'PY' && pass || fail "fused head memory"
 import json, sys
 u, f = (json.load(open(p)) for p in sys.argv[1:3])
-for j in (u, f):
-    assert j["predicted"]["peak_bytes"] == j["measured"]["peak_bytes"], (j["predicted"]["peak_bytes"], j["measured"]["peak_bytes"])
-    assert j["predicted"]["by_category"] == j["measured"]["by_category"]
 assert f["config"]["fused_lm_head"] is True and u["config"]["fused_lm_head"] is False
 logits16 = 16 * 32 * 32768 * 2
 p_u, p_f = u["measured"]["peak_bytes"], f["measured"]["peak_bytes"]
@@ -148,18 +158,10 @@ PY
 # the byte as measured; the peak (backward's start, where every layer's saved tensors live) lower by
 # the blocks' bytes less the one block backward makes again at a time (its chunk holds all 8 heads).
 echo '{"n_layer": 3, "n_head": 2, "n_embd": 32, "block_size": 320}' >"$TMP/long.json"
-for a in kept recomputed; do
-  flag=()
-  [ "$a" = recomputed ] && flag=(--recompute-attention)
-  expect_exit 0 "memory, attention $a" -- "$MIXTRAIN" --threads 2 memory --model "$TMP/long.json" --precision bf16-mixed \
-    --batch-size 4 --seq-len 320 --steps 2 "${flag[@]}" --json "$TMP/att_$a.json"
-done
-python3 - "$TMP/att_kept.json" "$TMP/att_recomputed.json" <<'PY' && pass || fail "recomputed attention memory"
+memory_pair --recompute-attention "$TMP/att" --model "$TMP/long.json" --batch-size 4 --seq-len 320
+python3 - "$TMP/att.off.json" "$TMP/att.on.json" <<'PY' && pass || fail "recomputed attention memory"
 import json, sys
 k, r = (json.load(open(p)) for p in sys.argv[1:3])
-for j in (k, r):
-    assert j["predicted"]["peak_bytes"] == j["measured"]["peak_bytes"], (j["predicted"]["peak_bytes"], j["measured"]["peak_bytes"])
-    assert j["predicted"]["by_category"] == j["measured"]["by_category"]
 assert r["config"]["recompute_attention"] is True and k["config"]["recompute_attention"] is False
 probs = 3 * 4 * 2 * sum(64 * r1 for r1 in range(64, 321, 64)) * 2  # layers x heads x lower blocks, bf16
 p_k, p_r = k["measured"]["peak_bytes"], r["measured"]["peak_bytes"]
