@@ -21,7 +21,7 @@ Tensor heads_view(const Tensor& qkv, int which, int64_t n_head);
 // (lm_head_gemm_operand): the GEMMs run the fp32 problems they would have run on the values they
 // would have converted, so the bits are the same, and no GEMM keeps a converted copy of its own
 // (lm_head_gemm_weight releases the GEMMs' per-thread buffers, gemm_scratch_release). On Zen 3
-// (gpt-mini, V = 16384, bf16-mixed): the fused head from 0.89x to 0.98x of the unfused one's speed,
+// (gpt-mini, V = 16384, bf16-mixed): the fused head from 0.89x to 1.02x of the unfused one's speed,
 // its peak 684.7 -> 676.7 MiB (bench/RESULTS.md).
 Tensor lm_head_gemm_weight(const Tensor& w);
 Tensor lm_head_gemm_operand(const Tensor& a, const Tensor& w_gemm);  // a in w_gemm's dtype
