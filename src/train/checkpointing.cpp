@@ -366,12 +366,29 @@ int64_t CheckpointHook::restore(TrainingRun& r) {
   return s.step;
 }
 
+namespace {
+// What every checkpoint of the run carries beside its weights: Hugging Face's config.json, so
+// transformers' from_pretrained(step-NNNNNN) works as it is (bos/eos from the tokenizer's
+// vocab.json), and the tokenizer's files (AutoTokenizer.from_pretrained(step-NNNNNN)). Made once:
+// neither changes during the run.
+std::vector<CheckpointFile> hf_files(const GptConfig& cfg, std::vector<CheckpointFile> tokenizer_files) {
+  std::string_view vocab;
+  for (const CheckpointFile& f : tokenizer_files)
+    if (f.name == "vocab.json") vocab = {reinterpret_cast<const char*>(f.bytes.data()), f.bytes.size()};
+  const std::string hf_config = gpt2_hf_config_json(cfg, vocab);
+  std::vector<CheckpointFile> files = {
+      {"config.json", std::vector<uint8_t>(hf_config.begin(), hf_config.end())}};
+  for (CheckpointFile& f : tokenizer_files) files.push_back(std::move(f));
+  return files;
+}
+}  // namespace
+
 TrainCheckpointing::TrainCheckpointing(const TrainOptions& opt, Gpt& model, int64_t T,
                                        const TextCorpus& corpus, std::vector<CheckpointFile> tokenizer_files)
     : CheckpointHook(opt, run_options(opt, T, corpus), "steps"),
       model_(model),
       cfg_(model.config()),
-      tokenizer_files_(std::move(tokenizer_files)) {}
+      extra_files_(hf_files(cfg_, std::move(tokenizer_files))) {}
 
 std::vector<uint8_t> TrainCheckpointing::weights_file(TrainingRun& r) const {
   SafetensorsWriter w = model_safetensors_writer(r.model());
@@ -379,18 +396,7 @@ std::vector<uint8_t> TrainCheckpointing::weights_file(TrainingRun& r) const {
   return w.serialize();
 }
 
-std::vector<CheckpointFile> TrainCheckpointing::extra_files() const {
-  // Hugging Face's config.json, so transformers' from_pretrained(step-NNNNNN) works as it is.
-  // With a tokenizer, its files too (transformers' AutoTokenizer.from_pretrained(step-NNNNNN)).
-  std::string_view vocab;
-  for (const CheckpointFile& f : tokenizer_files_)
-    if (f.name == "vocab.json") vocab = {reinterpret_cast<const char*>(f.bytes.data()), f.bytes.size()};
-  const std::string hf_config = gpt2_hf_config_json(cfg_, vocab);
-  std::vector<CheckpointFile> files = {
-      {"config.json", std::vector<uint8_t>(hf_config.begin(), hf_config.end())}};
-  files.insert(files.end(), tokenizer_files_.begin(), tokenizer_files_.end());
-  return files;
-}
+std::vector<CheckpointFile> TrainCheckpointing::extra_files() const { return extra_files_; }
 
 nlohmann::json TrainCheckpointing::manifest_model(TrainingRun&) const { return gpt_config_to_json(cfg_); }
 

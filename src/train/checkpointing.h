@@ -108,7 +108,7 @@ class TrainCheckpointing final : public CheckpointHook {
   void start_fresh() override;
   Gpt& model_;
   GptConfig cfg_;
-  std::vector<CheckpointFile> tokenizer_files_;  // vocab.json, merges.txt of a run with a tokenizer
+  std::vector<CheckpointFile> extra_files_;  // config.json, and a tokenizer run's vocab.json, merges.txt
 };
 
 // JSON has no inf / NaN: those go in as strings, so two option sets still compare equal.
