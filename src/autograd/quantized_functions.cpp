@@ -33,9 +33,7 @@ Var quantized_linear(const Var& x_in, const QuantizedTensor& w, const Var& b_in)
       Tensor qx = Tensor::empty({M, in}, DType::i8, MemCategory::workspace);
       Tensor sx = Tensor::empty({M}, DType::f32, MemCategory::workspace);
       quantize_rows(x2, qx, sx);
-      Tensor acc = Tensor::empty({M, outf}, DType::i32, MemCategory::workspace);
-      gemm_s8(qx, w.codes, acc);
-      dequantize_gemm(acc, sx, w.scale, bias, out2);
+      gemm_s8_dequantized(qx, w.codes, sx, w.scale, bias, out2);
       break;
     }
     case QuantScheme::fp8: {

@@ -22,6 +22,9 @@ const Op<void(const Tensor&, const Tensor&, Tensor&)> gemm_s8{"gemm_s8", ref::ge
                                                               meta::gemm_s8};
 const Op<void(const Tensor&, const Tensor&, const Tensor&, const Tensor*, Tensor&)> dequantize_gemm{
     "dequantize_gemm", ref::dequantize_gemm, cpu::dequantize_gemm, meta::dequantize_gemm};
+const Op<void(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor*, Tensor&)>
+    gemm_s8_dequantized{"gemm_s8_dequantized", ref::gemm_s8_dequantized, cpu::gemm_s8_dequantized,
+                        meta::gemm_s8_dequantized};
 }  // namespace ops
 
 namespace {
@@ -92,21 +95,45 @@ void embedding_dequantized(const Tensor& q, const Tensor& scale, const Tensor& i
   ops::embedding_dequantized(dev, q, scale, ids, out);
 }
 
+namespace {
+// a (M, K) i8 and b (N, K) i8 with K small enough for the int32 accumulator.
+void check_s8_operands(const char* op, const Tensor& a, const Tensor& b) {
+  detail::check_dtype(op, {"a", &a}, DType::i8);
+  detail::check_dtype(op, {"b", &b}, DType::i8);
+  if (a.dim() != 2 || b.dim() != 2 || a.size(1) != b.size(1))
+    throw ShapeError(std::string(op) + ": a " + a.to_string() + " (M, K) and b " + b.to_string() +
+                     " (N, K) do not match");
+  if (a.size(1) > 131072)
+    throw ArgumentError(std::string(op) + ": K = " + std::to_string(a.size(1)) +
+                        " could overflow the int32 accumulator (at most 131072)");
+}
+
+// out (M, N) f32/bf16/f16, row_scale (M), col_scale (N), bias (N) or null.
+void check_epilogue(const char* op, int64_t M, int64_t N, const Tensor& row_scale, const Tensor& col_scale,
+                    const Tensor* bias, const Tensor& out, Device dev) {
+  if (out.dim() != 2 || out.size(0) != M || out.size(1) != N)
+    throw ShapeError(std::string(op) + ": out " + out.to_string() + " must be (" + std::to_string(M) + ", " +
+                     std::to_string(N) + ")");
+  check_out_float(op, "out", out);
+  check_vector(op, "row_scale", row_scale, M, "row");
+  check_vector(op, "col_scale", col_scale, N, "column");
+  if (bias) {
+    if (!(bias->device() == dev)) throw ArgumentError(std::string(op) + ": bias is on another device");
+    check_vector(op, "bias", *bias, N, "column");
+  }
+}
+}  // namespace
+
 void gemm_s8(const Tensor& a, const Tensor& b, Tensor& acc) {
   ProfileScope prof(WorkKind::gemm);
   prof.moves(detail::bytes_of({&a, &b, &acc}));
   const char* op = "gemm_s8";
   const Device dev = detail::check_defined_same_device(op, {{"a", &a}, {"b", &b}, {"acc", &acc}});
-  detail::check_dtype(op, {"a", &a}, DType::i8);
-  detail::check_dtype(op, {"b", &b}, DType::i8);
+  check_s8_operands(op, a, b);
   detail::check_dtype(op, {"acc", &acc}, DType::i32);
-  if (a.dim() != 2 || b.dim() != 2 || acc.dim() != 2 || a.size(1) != b.size(1) || acc.size(0) != a.size(0) ||
-      acc.size(1) != b.size(0))
-    throw ShapeError(std::string(op) + ": a " + a.to_string() + " (M, K), b " + b.to_string() +
-                     " (N, K) and acc " + acc.to_string() + " (M, N) do not match");
-  if (a.size(1) > 131072)
-    throw ArgumentError(std::string(op) + ": K = " + std::to_string(a.size(1)) +
-                        " could overflow the int32 accumulator (at most 131072)");
+  if (acc.dim() != 2 || acc.size(0) != a.size(0) || acc.size(1) != b.size(0))
+    throw ShapeError(std::string(op) + ": acc " + acc.to_string() + " must be (M, N) = (" +
+                     std::to_string(a.size(0)) + ", " + std::to_string(b.size(0)) + ")");
   ops::gemm_s8(dev, a, b, acc);
 }
 
@@ -119,17 +146,21 @@ void dequantize_gemm(const Tensor& acc, const Tensor& row_scale, const Tensor& c
       op, {{"acc", &acc}, {"row_scale", &row_scale}, {"col_scale", &col_scale}, {"out", &out}});
   if (acc.dtype() != DType::i32 && acc.dtype() != DType::f32)
     throw DTypeError(std::string(op) + ": " + describe("acc", acc) + " must be i32 or f32");
-  if (acc.dim() != 2 || !(out.shape() == acc.shape()))
-    throw ShapeError(std::string(op) + ": acc " + acc.to_string() + " and out " + out.to_string() +
-                     " must be the same (M, N)");
-  check_out_float(op, "out", out);
-  check_vector(op, "row_scale", row_scale, acc.size(0), "row");
-  check_vector(op, "col_scale", col_scale, acc.size(1), "column");
-  if (bias) {
-    if (!(bias->device() == dev)) throw ArgumentError(std::string(op) + ": bias is on another device");
-    check_vector(op, "bias", *bias, acc.size(1), "column");
-  }
+  if (acc.dim() != 2) throw ShapeError(std::string(op) + ": acc " + acc.to_string() + " must be (M, N)");
+  check_epilogue(op, acc.size(0), acc.size(1), row_scale, col_scale, bias, out, dev);
   ops::dequantize_gemm(dev, acc, row_scale, col_scale, bias, out);
+}
+
+void gemm_s8_dequantized(const Tensor& a, const Tensor& b, const Tensor& row_scale, const Tensor& col_scale,
+                         const Tensor* bias, Tensor& out) {
+  ProfileScope prof(WorkKind::gemm);
+  prof.moves(detail::bytes_of({&a, &b, &row_scale, &col_scale, bias, &out}));
+  const char* op = "gemm_s8_dequantized";
+  const Device dev = detail::check_defined_same_device(
+      op, {{"a", &a}, {"b", &b}, {"row_scale", &row_scale}, {"col_scale", &col_scale}, {"out", &out}});
+  check_s8_operands(op, a, b);
+  check_epilogue(op, a.size(0), b.size(0), row_scale, col_scale, bias, out, dev);
+  ops::gemm_s8_dequantized(dev, a, b, row_scale, col_scale, bias, out);
 }
 
 }  // namespace mixtrain

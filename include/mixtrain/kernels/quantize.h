@@ -49,6 +49,16 @@ const char* gemm_s8_route();
 void dequantize_gemm(const Tensor& acc, const Tensor& row_scale, const Tensor& col_scale, const Tensor* bias,
                      Tensor& out);
 
+// The int8 GEMM and its epilogue as one op: out = dequantize_gemm(gemm_s8(a, b)) in value, i.e.
+// row_scale[m] * col_scale[n] * (a @ b^T)[m, n] + bias[n]; a (M, K) i8, b (N, K) i8 row-major,
+// out (M, N) f32/bf16/f16. The reference is the two ops above (bit for bit their definitions).
+// Where oneDNN's s8 matmul runs, the scaling is its epilogue and the int32 accumulators never
+// reach memory: the same exact integer sums, scaled in another order, (float(acc) * col_scale)
+// * row_scale + bias, within a few fp32 ulps of the definition before out's rounding (so within
+// one ulp of out's dtype where that rounding lands elsewhere). Elsewhere it is the two ops.
+void gemm_s8_dequantized(const Tensor& a, const Tensor& b, const Tensor& row_scale, const Tensor& col_scale,
+                         const Tensor* bias, Tensor& out);
+
 namespace ref {
 void quantize_rows(const Tensor& x, Tensor& q, Tensor& scale);
 void dequantize_rows(const Tensor& q, const Tensor& scale, Tensor& out);
@@ -56,6 +66,8 @@ void embedding_dequantized(const Tensor& q, const Tensor& scale, const Tensor& i
 void gemm_s8(const Tensor& a, const Tensor& b, Tensor& acc);
 void dequantize_gemm(const Tensor& acc, const Tensor& row_scale, const Tensor& col_scale, const Tensor* bias,
                      Tensor& out);
+void gemm_s8_dequantized(const Tensor& a, const Tensor& b, const Tensor& row_scale, const Tensor& col_scale,
+                         const Tensor* bias, Tensor& out);
 }  // namespace ref
 
 }  // namespace mixtrain

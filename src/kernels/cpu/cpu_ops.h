@@ -20,6 +20,9 @@ void gemm_workspace_only(const Tensor& a, const Tensor& b, Tensor& c, const Gemm
                          const Tensor* bias);
 // The same for cpu::gemm_s8 (its fp32 route's operand copies and the fp32 GEMM's buffers).
 void gemm_s8_workspace_only(const Tensor& a, const Tensor& b, Tensor& acc);
+// ... and for cpu::gemm_s8_dequantized (oneDNN's scratchpad, or the int32 accumulators and gemm_s8's).
+void gemm_s8_dequantized_workspace_only(const Tensor& a, const Tensor& b, const Tensor& row_scale,
+                                        const Tensor& col_scale, const Tensor* bias, Tensor& out);
 
 namespace cpu {
 namespace tiles {
@@ -52,6 +55,8 @@ void embedding_dequantized(const Tensor& q, const Tensor& scale, const Tensor& i
 void gemm_s8(const Tensor& a, const Tensor& b, Tensor& acc);
 void dequantize_gemm(const Tensor& acc, const Tensor& row_scale, const Tensor& col_scale, const Tensor* bias,
                      Tensor& out);
+void gemm_s8_dequantized(const Tensor& a, const Tensor& b, const Tensor& row_scale, const Tensor& col_scale,
+                         const Tensor* bias, Tensor& out);
 void add(const Tensor& a, const Tensor& b, Tensor& out);
 void mul(const Tensor& a, const Tensor& b, Tensor& out);
 void scale(const Tensor& a, float s, Tensor& out);

@@ -330,14 +330,20 @@ struct Problem {
   // fp32 inputs under float32_matmul_precision() medium: oneDNN may use bf16 products
   // (kernels/matmul_precision.h). Set from the caller's dtypes, so never for converted 16-bit inputs.
   bool fpmath_bf16 = false;
+  // The int8 GEMM with its dequantizing epilogue (gemm_s8_dequantized): dst = (acc * col_scale[n])
+  // * row_scale[m] + bias[n], oneDNN's per-column weights scales and two binary post-ops.
+  bool dequant = false;
+  const float* row_scale = nullptr;  // (M), dequant only
+  const float* col_scale = nullptr;  // (N), dequant only
 };
 
 enum class BiasMode : int64_t { none, input, post_op };
 
 BiasMode bias_mode(const Problem& p) {
   if (!p.bias) return BiasMode::none;
-  // oneDNN computes alpha * (acc + bias) for the bias input; ours is alpha * acc + bias.
-  return p.alpha == 1.f ? BiasMode::input : BiasMode::post_op;
+  // oneDNN computes alpha * (acc + bias) for the bias input; ours is alpha * acc + bias. The
+  // dequantizing epilogue's row scale multiplies after oneDNN's bias input: its bias is a post-op.
+  return p.alpha == 1.f && !p.dequant ? BiasMode::input : BiasMode::post_op;
 }
 
 dnnl::memory::desc bias_desc(const Problem& p) {
@@ -377,6 +383,7 @@ Key make_key(const Problem& p) {
   put(DNNL_VERSION_MAJOR >= 3 ? int64_t{p.alpha != 1.f} : int64_t{std::bit_cast<int32_t>(p.alpha)});
   put(std::bit_cast<int32_t>(p.beta));
   put(p.fpmath_bf16);
+  put(p.dequant);
   put(omp_get_max_threads());  // oneDNN fixes its thread partition when the primitive is made
   return k;
 }
@@ -388,8 +395,11 @@ struct Entry {
   std::string impl;  // impl_info_str(), e.g. "brg:avx512_core_bf16"
   dnnl::matmul prim;
   dnnl::memory::desc src_md, wei_md, dst_md, bias_md, scratch_md;
-  int bias_arg = 0;   // DNNL_ARG_BIAS, the binary post-op's argument, or 0
-  float alpha = 1.f;  // oneDNN 3.x: the weights scale passed at execution (when != 1)
+  int bias_arg = 0;                 // DNNL_ARG_BIAS, the binary post-op's argument, or 0
+  bool dequant = false;             // Problem::dequant: per-column weights scales, a row-scale post-op
+  int row_scale_arg = 0;            // the row-scale binary post-op's argument (dequant)
+  dnnl::memory::desc row_scale_md;  // (M, 1) f32
+  float alpha = 1.f;                // oneDNN 3.x: the weights scale passed at execution (when != 1)
   bool runtime_alpha() const { return kOnednn3 && alpha != 1.f; }
 };
 
@@ -413,6 +423,16 @@ Entry make_entry(const Problem& p) {
     ops.append_sum(p.beta);
     ++n_ops;
   }
+#if DNNL_VERSION_MAJOR >= 3
+  if (p.dequant) {  // (acc * col_scale[n]) * row_scale[m], then the bias below
+    e.dequant = true;
+    attr.set_scales_mask(DNNL_ARG_WEIGHTS, 1 << 1);  // one scale per column of wei (K, N)
+    e.row_scale_md = dnnl::memory::desc({p.dst.r, 1}, ddt::f32, dnnl::memory::dims{1, 1});
+    ops.append_binary(dnnl::algorithm::binary_mul, e.row_scale_md);
+    e.row_scale_arg = DNNL_ARG_ATTR_MULTIPLE_POST_OP(n_ops) | DNNL_ARG_SRC_1;
+    ++n_ops;
+  }
+#endif
   const BiasMode bm = bias_mode(p);
   if (bm != BiasMode::none) e.bias_md = bias_desc(p);
   if (bm == BiasMode::post_op) {
@@ -638,6 +658,11 @@ BoundArgs& bound_args(const std::shared_ptr<const Entry>& e) {
   if (e->runtime_alpha())  // one f32, the call's alpha (execute points it at its own)
     b.args.emplace(kScaleArg, dnnl::memory(dnnl::memory::desc({1}, ddt::f32, dnnl::memory::dims{1}), eng,
                                            const_cast<float*>(&e->alpha)));
+  if (e->dequant) {  // the column scales (N) and the row scales (M, 1), pointed at by execute
+    const int64_t N = e->dst_md.get_dims().back();
+    add(kScaleArg, dnnl::memory::desc({N}, ddt::f32, dnnl::memory::dims{1}));
+    add(e->row_scale_arg, e->row_scale_md);
+  }
   return b;
 }
 
@@ -675,6 +700,10 @@ void execute(const Plan& plan, const Problem& p, ThreadScratch& tls, bool comput
   if (e.runtime_alpha()) {
     alpha = p.alpha;
     bound.set(kScaleArg, &alpha);
+  }
+  if (e.dequant) {
+    bound.set(kScaleArg, const_cast<float*>(p.col_scale));
+    bound.set(e.row_scale_arg, const_cast<float*>(p.row_scale));
   }
   if (const size_t sp = e.scratch_md.get_size(); sp > 0) bound.set(DNNL_ARG_SCRATCHPAD, tls.pad.get(sp));
   dnnl::stream& s = cpu_stream();
@@ -938,10 +967,56 @@ void gemm_s8_impl(const Tensor& a, const Tensor& b, Tensor& acc, bool compute) {
       }
   }
 }
+
+// The int8 GEMM and its epilogue (kernels/quantize.h: gemm_s8_dequantized). Where oneDNN's s8
+// matmul runs (dot-product units, oneDNN 3.x) the epilogue is its own: per-column weights scales,
+// then a per-row binary multiply and the bias as a binary add, written straight into out's dtype,
+// so the (M, N) int32 accumulators never go to memory and back (a separate pass, 11% of a MiniLM
+// int8 evaluation on a Xeon with AMX-INT8). Otherwise: gemm_s8 into an int32 workspace, then
+// dequantize_gemm.
+void gemm_s8_dequantized_impl(const Tensor& a, const Tensor& b, const Tensor& row_scale,
+                              const Tensor& col_scale, const Tensor* bias, Tensor& out, bool compute) {
+  const int64_t M = a.size(0), K = a.size(1), N = b.size(0);
+  if (force_reference() || M == 0 || N == 0 || K == 0) {
+    if (compute) ref::gemm_s8_dequantized(a, b, row_scale, col_scale, bias, out);
+    return;
+  }
+  if (kOnednn3 && !s8_via_f32() && row_scale.stride(0) == 1 && col_scale.stride(0) == 1 &&
+      (out.dtype() == DType::f32 || out.dtype() == DType::bf16)) {
+    Plan plan;
+    Problem& p = plan.run;
+    p.src = mat_of(a, false);
+    p.wei = mat_of(b, true);
+    p.dst = mat_of(out, false);
+    p.dequant = true;
+    p.row_scale = row_scale.data<float>();
+    p.col_scale = col_scale.data<float>();
+    if (bias) {
+      p.bias = bias->data<float>();
+      p.bias_stride = bias->size(0) > 1 ? bias->stride(0) : 1;
+    }
+    plan.entry = PrimitiveCache::instance().get(p);
+    if (p.dst.row_major() && plan.entry->ok && plan.entry->impl.rfind("ref", 0) != 0) {
+      execute(plan, p, thread_scratch(out.device()), compute);
+      return;
+    }
+  }
+  Tensor acc = Tensor::empty({M, N}, DType::i32, MemCategory::workspace, out.device());
+  gemm_s8_impl(a, b, acc, compute);
+  if (compute) cpu::dequantize_gemm(acc, row_scale, col_scale, bias, out);
+}
 }  // namespace
 
 void cpu::gemm_s8(const Tensor& a, const Tensor& b, Tensor& acc) { gemm_s8_impl(a, b, acc, true); }
 void gemm_s8_workspace_only(const Tensor& a, const Tensor& b, Tensor& acc) { gemm_s8_impl(a, b, acc, false); }
+void cpu::gemm_s8_dequantized(const Tensor& a, const Tensor& b, const Tensor& row_scale,
+                              const Tensor& col_scale, const Tensor* bias, Tensor& out) {
+  gemm_s8_dequantized_impl(a, b, row_scale, col_scale, bias, out, true);
+}
+void gemm_s8_dequantized_workspace_only(const Tensor& a, const Tensor& b, const Tensor& row_scale,
+                                        const Tensor& col_scale, const Tensor* bias, Tensor& out) {
+  gemm_s8_dequantized_impl(a, b, row_scale, col_scale, bias, out, false);
+}
 void cpu::set_s8_gemm_route(S8GemmRoute r) { g_s8_route.store(r, std::memory_order_relaxed); }
 
 const char* gemm_s8_route() {

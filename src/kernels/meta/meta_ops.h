@@ -40,6 +40,8 @@ void embedding_dequantized(const Tensor& q, const Tensor& scale, const Tensor& i
 void gemm_s8(const Tensor& a, const Tensor& b, Tensor& acc);
 void dequantize_gemm(const Tensor& acc, const Tensor& row_scale, const Tensor& col_scale, const Tensor* bias,
                      Tensor& out);
+void gemm_s8_dequantized(const Tensor& a, const Tensor& b, const Tensor& row_scale, const Tensor& col_scale,
+                         const Tensor* bias, Tensor& out);
 double cross_entropy(const Tensor& logits, const Tensor& targets, Tensor* losses);
 
 void gelu_backward(const Tensor& x, const Tensor& dout, Tensor& dx);

@@ -98,4 +98,12 @@ void dequantize_gemm(const Tensor& acc, const Tensor& row_scale, const Tensor& c
     }
 }
 
+// The definition: the two ops, through an int32 accumulator.
+void gemm_s8_dequantized(const Tensor& a, const Tensor& b, const Tensor& row_scale, const Tensor& col_scale,
+                         const Tensor* bias, Tensor& out) {
+  Tensor acc = Tensor::empty({a.size(0), b.size(0)}, DType::i32, MemCategory::workspace, out.device());
+  ref::gemm_s8(a, b, acc);
+  ref::dequantize_gemm(acc, row_scale, col_scale, bias, out);
+}
+
 }  // namespace mixtrain::ref

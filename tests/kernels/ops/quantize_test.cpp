@@ -246,6 +246,71 @@ struct DequantizeGemmTest : OpTest {
 bool large_epilogue(const OpConfig& cfg) { return cfg.sizes[0] * cfg.sizes[1] >= 65536; }
 MIXTRAIN_REGISTER_OP_TEST_THREADS(DequantizeGemmTest, large_epilogue);
 
+enum FusedFlags { kFusedBias = 1, kPow2Scales = 2, kFusedViaF32 = 4 };
+
+// sizes = {M, N, K}; out: the output dtype; flags: a bias, power-of-two scales, the fp32 route
+// forced (the two ops composed) instead of the automatic one (oneDNN's epilogue where its s8
+// matmul runs). With power-of-two scales every product in either order is exact, so the fused
+// epilogue must give the definition's bits; with any scales, within a few fp32 ulps of the largest
+// product before out's rounding (kernels/quantize.h).
+struct GemmS8DequantizedTest : OpTest {
+  std::string name() const override { return "gemm_s8_dequantized"; }
+  std::vector<OpConfig> configs() const override {
+    std::vector<OpConfig> c;
+    uint64_t seed = 500;
+    for (auto [M, N, K] : {std::tuple{1, 1, 1}, std::tuple{1, 384, 384}, std::tuple{7, 33, 65},
+                           std::tuple{64, 384, 512}, std::tuple{17, 40, 2500}, std::tuple{129, 96, 256}})
+      for (DType out : {DType::f32, DType::bf16, DType::f16})
+        for (int flags : {0, int(kFusedBias), int(kPow2Scales), int(kFusedBias | kPow2Scales),
+                          int(kFusedBias | kFusedViaF32)}) {
+          OpConfig k;
+          k.sizes = {M, N, K};
+          k.out = out;
+          k.flags = flags;
+          k.seed = seed++;
+          k.label = std::string("->") + std::string(dtype_name(out)) + " M=" + std::to_string(M) +
+                    " N=" + std::to_string(N) + " K=" + std::to_string(K) +
+                    (flags & kFusedBias ? " bias" : "") + (flags & kPow2Scales ? " pow2 scales" : "") +
+                    (flags & kFusedViaF32 ? " via fp32" : "");
+          c.push_back(k);
+        }
+    return c;
+  }
+  // Scales in [2^-12, 2^-6]: powers of two, or any values there.
+  static Tensor scales(int64_t n, uint64_t seed, bool pow2) {
+    const Tensor u = Tensor::rand_uniform({n}, DType::f32, seed, -12.f, -6.f);
+    std::vector<double> v = u.to_doubles();
+    for (double& x : v) x = pow2 ? std::ldexp(1.0, int(std::floor(x))) : std::exp2(x);
+    return Tensor::from_vector(v, {n}, DType::f32);
+  }
+  std::vector<Tensor> run(const OpConfig& cfg, bool reference) const override {
+    const int64_t M = cfg.sizes[0], N = cfg.sizes[1], K = cfg.sizes[2];
+    const Tensor a = make_s8(M, K, cfg.seed), b = make_s8(N, K, cfg.seed + 1);
+    const bool pow2 = cfg.flags & kPow2Scales;
+    const Tensor rs = scales(M, cfg.seed + 2, pow2), cs = scales(N, cfg.seed + 3, pow2);
+    const Tensor bias = Tensor::rand_uniform({N}, DType::f32, cfg.seed + 4, -1.f, 1.f);
+    const Tensor* bp = (cfg.flags & kFusedBias) ? &bias : nullptr;
+    Tensor out = Tensor::full({M, N}, cfg.out, 7.0);
+    if (reference) {
+      ref::gemm_s8_dequantized(a, b, rs, cs, bp, out);
+      return {out};
+    }
+    if (cfg.flags & kFusedViaF32) cpu::set_s8_gemm_route(cpu::S8GemmRoute::via_f32);
+    mixtrain::gemm_s8_dequantized(a, b, rs, cs, bp, out);
+    cpu::set_s8_gemm_route(cpu::S8GemmRoute::automatic);
+    return {out};
+  }
+  Tolerance tolerance(const OpConfig& cfg, size_t) const override {
+    if (cfg.flags & (kPow2Scales | kFusedViaF32)) return kExact;
+    // |acc| <= K * 2^14, each scale <= 2^-6: the largest product before the bias.
+    const double largest = double(cfg.sizes[2]) * 16384.0 * std::ldexp(1.0, -12);
+    const double eps32 = dtype_epsilon(DType::f32);
+    return {4 * eps32 * largest, (cfg.out == DType::f32 ? 0.0 : dtype_epsilon(cfg.out)) + 4 * eps32};
+  }
+};
+bool large_fused(const OpConfig& cfg) { return cfg.sizes[0] * cfg.sizes[1] >= 4096; }
+MIXTRAIN_REGISTER_OP_TEST_THREADS(GemmS8DequantizedTest, large_fused);
+
 // ---- the definitions on values worked out by hand ----------------------------------------------
 
 TEST(Quantize, Int8RowIsSymmetricRoundHalfEvenOverAmaxOver127) {
@@ -312,6 +377,11 @@ TEST(Quantize, BadArgumentsNameTheOpAndTheTensor) {
   EXPECT_THROW(quantize_rows(x, q8, s), ShapeError);
   Tensor acc = Tensor::empty({2, 2}, DType::i32);
   EXPECT_THROW(gemm_s8(Tensor::empty({2, 3}, DType::i8), Tensor::empty({2, 4}, DType::i8), acc), ShapeError);
+  const Tensor a8 = Tensor::zeros({2, 3}, DType::i8), rs = Tensor::full({2}, DType::f32, 1.0);
+  Tensor out2 = Tensor::empty({2, 2}, DType::f32);
+  EXPECT_THROW(gemm_s8_dequantized(a8, a8, rs, Tensor::full({3}, DType::f32, 1.0), nullptr, out2),
+               ShapeError);
+  EXPECT_THROW(gemm_s8_dequantized(a8, a8, rs, rs, nullptr, acc), DTypeError);
   const Tensor table = Tensor::zeros({4, 3}, DType::i8), ts = Tensor::full({4}, DType::f32, 1.0);
   Tensor out = Tensor::empty({1, 3}, DType::f32);
   try {
