@@ -23,6 +23,9 @@ void gemm_s8_workspace_only(const Tensor& a, const Tensor& b, Tensor& acc);
 // ... and for cpu::gemm_s8_dequantized (oneDNN's scratchpad, or the int32 accumulators and gemm_s8's).
 void gemm_s8_dequantized_workspace_only(const Tensor& a, const Tensor& b, const Tensor& row_scale,
                                         const Tensor& col_scale, const Tensor* bias, Tensor& out);
+// Whether cpu::gemm_s8_dequantized runs (m, k) x (n, k) into out_dtype as one oneDNN primitive
+// with the epilogue inside (false: gemm_s8 and dequantize_gemm composed).
+bool gemm_s8_epilogue_fused(DType out_dtype, int64_t m, int64_t n, int64_t k);
 
 namespace cpu {
 namespace tiles {

@@ -426,8 +426,12 @@ Entry make_entry(const Problem& p) {
 #if DNNL_VERSION_MAJOR >= 3
   if (p.dequant) {  // (acc * col_scale[n]) * row_scale[m], then the bias below
     e.dequant = true;
-    attr.set_scales_mask(DNNL_ARG_WEIGHTS, 1 << 1);  // one scale per column of wei (K, N)
-    e.row_scale_md = dnnl::memory::desc({p.dst.r, 1}, ddt::f32, dnnl::memory::dims{1, 1});
+    // A per-row binary operand (M, 1) of a 2-D problem gets oneDNN 3.2's reference kernel; framed
+    // as (1, M, N) with (1, M, 1) it runs on the brgemm kernels (AMX, VNNI): dequant problems are 3-D.
+    attr.set_scales_mask(DNNL_ARG_WEIGHTS, 1 << (p.nd - 1));  // one scale per column of wei (.., K, N)
+    e.row_scale_md = p.nd == 3
+                         ? dnnl::memory::desc({1, p.dst.r, 1}, ddt::f32, dnnl::memory::dims{p.dst.r, 1, 1})
+                         : dnnl::memory::desc({p.dst.r, 1}, ddt::f32, dnnl::memory::dims{1, 1});
     ops.append_binary(dnnl::algorithm::binary_mul, e.row_scale_md);
     e.row_scale_arg = DNNL_ARG_ATTR_MULTIPLE_POST_OP(n_ops) | DNNL_ARG_SRC_1;
     ++n_ops;
@@ -989,6 +993,7 @@ void gemm_s8_dequantized_impl(const Tensor& a, const Tensor& b, const Tensor& ro
     p.wei = mat_of(b, true);
     p.dst = mat_of(out, false);
     p.dequant = true;
+    p.nd = 3;  // (1, M, N): oneDNN's fast kernels take the per-row operand only so (make_entry)
     p.row_scale = row_scale.data<float>();
     p.col_scale = col_scale.data<float>();
     if (bias) {
@@ -1006,6 +1011,19 @@ void gemm_s8_dequantized_impl(const Tensor& a, const Tensor& b, const Tensor& ro
   if (compute) cpu::dequantize_gemm(acc, row_scale, col_scale, bias, out);
 }
 }  // namespace
+
+bool gemm_s8_epilogue_fused(DType out_dtype, int64_t m, int64_t n, int64_t k) {
+  if (force_reference() || !kOnednn3 || s8_via_f32() || (out_dtype != DType::f32 && out_dtype != DType::bf16))
+    return false;
+  Problem p;
+  p.nd = 3;
+  p.src = dense_mat(DType::i8, m, k);
+  p.wei = dense_mat(DType::i8, n, k).transposed();
+  p.dst = dense_mat(out_dtype, m, n);
+  p.dequant = true;
+  const std::shared_ptr<const Entry> e = PrimitiveCache::instance().get(p);
+  return e->ok && e->impl.rfind("ref", 0) != 0;
+}
 
 void cpu::gemm_s8(const Tensor& a, const Tensor& b, Tensor& acc) { gemm_s8_impl(a, b, acc, true); }
 void gemm_s8_workspace_only(const Tensor& a, const Tensor& b, Tensor& acc) { gemm_s8_impl(a, b, acc, false); }

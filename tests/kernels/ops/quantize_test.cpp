@@ -12,6 +12,7 @@
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/ops/op_harness.h"
 #include "mixtrain/core/cpu_features.h"
+#include "mixtrain/kernels/gemm_info.h"
 
 namespace mixtrain::test {
 namespace {
@@ -310,6 +311,18 @@ struct GemmS8DequantizedTest : OpTest {
 };
 bool large_fused(const OpConfig& cfg) { return cfg.sizes[0] * cfg.sizes[1] >= 4096; }
 MIXTRAIN_REGISTER_OP_TEST_THREADS(GemmS8DequantizedTest, large_fused);
+
+TEST(Quantize, TheInt8EpilogueIsInsideOnednnsMatmulWhereItsS8KernelsRun) {
+  const CpuFeatures& f = cpu_features();
+  const bool expected = (f.avx512_vnni || f.avx_vnni || f.amx_int8) && onednn_version().rfind("3.", 0) == 0;
+  // M = 1 and M > 1: a per-row operand of a 2-D problem got oneDNN 3.2's reference kernel (and the
+  // composed route silently) until the problem was framed in 3-D.
+  for (int64_t m : {int64_t{1}, int64_t{7}, int64_t{8192}})
+    for (DType out : {DType::f32, DType::bf16})
+      EXPECT_EQ(gemm_s8_epilogue_fused(out, m, 1152, 384), expected) << "M=" << m << " " << dtype_name(out);
+  EXPECT_FALSE(gemm_s8_epilogue_fused(DType::f16, 64, 384, 384));
+  if (!expected) std::printf("gemm_s8_dequantized: the fused epilogue is not used on this CPU / oneDNN\n");
+}
 
 // ---- the definitions on values worked out by hand ----------------------------------------------
 
