@@ -213,3 +213,29 @@ TEST(Memory, AllocatorReusesFreedBlocksOfTheSameSize) {
   EXPECT_EQ(cpu_allocator_stats().cached_bytes, 0);
 #endif
 }
+
+// A large request takes the smallest cached block up to twice its size (dynamic padding: the next
+// batch is shorter), and not one larger than that.
+TEST(Memory, AllocatorServesALargeRequestFromACachedBlockUpToTwiceItsSize) {
+#ifdef __SANITIZE_ADDRESS__
+  GTEST_SKIP() << "the block cache is off under AddressSanitizer (so use-after-free stays detectable)";
+#else
+  cpu_allocator_release_cached();
+  const int64_t mib = int64_t{1} << 20;
+  { Tensor big = Tensor::empty({4 * mib}, DType::i8, MemCategory::workspace); }  // 4 MiB, cached
+  const AllocatorStats s0 = cpu_allocator_stats();
+  ASSERT_GE(s0.cached_bytes, 4 * mib);
+  {  // 2.25 MiB: the 4 MiB block is within twice its size
+    Tensor t = Tensor::empty({9 * mib / 4}, DType::i8, MemCategory::workspace);
+    const AllocatorStats s1 = cpu_allocator_stats();
+    EXPECT_EQ(s1.system_allocations, s0.system_allocations);
+    EXPECT_EQ(s1.cache_hits, s0.cache_hits + 1);
+  }
+  {  // 1.5 MiB: 4 MiB is more than twice that, so the system is asked
+    const AllocatorStats s2 = cpu_allocator_stats();
+    Tensor t = Tensor::empty({3 * mib / 2}, DType::i8, MemCategory::workspace);
+    EXPECT_EQ(cpu_allocator_stats().system_allocations, s2.system_allocations + 1);
+  }
+  cpu_allocator_release_cached();
+#endif
+}

@@ -27,12 +27,12 @@ Allocator& allocator_for(Device device);
 
 struct AllocatorStats {
   int64_t system_allocations = 0;  // blocks obtained from the system (not from the cache)
-  int64_t cache_hits = 0;    // allocations served from freed blocks (of the size class, or up to two above)
+  int64_t cache_hits = 0;    // allocations served from freed blocks (of the size class, or up to 2x its size)
   int64_t cached_bytes = 0;  // freed bytes kept for reuse (not counted as live by the tracker)
   int64_t released_blocks = 0;  // cached blocks given back to keep live + cached under the peak
 };
 // The CPU allocator keeps freed blocks for reuse (src/tensor/allocator.cpp: size classes from
-// 1 MiB, best fit within two classes), bounded by the peak of its live blocks so far and by
+// 1 MiB, best fit up to 2x the request), bounded by the peak of its live blocks so far and by
 // MIXTRAIN_ALLOCATOR_CACHE_MB (default 2048; 0 disables; always off under AddressSanitizer).
 AllocatorStats cpu_allocator_stats();
 // Returns every cached block to the system, and starts the cache's bound anew from the live blocks.
