@@ -166,4 +166,50 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void convert_f32_to_bf16_st
   }
 }
 
+// fp8_e4m3_from_f32 on 16 lanes, branch-free: both of f32_magnitude_to_narrow_rne<3, 7>'s cases
+// computed and one kept per lane, each rounding done as (v + half - 1 + lsb) >> s, which is
+// shift_right_rne(v, s) (a carry out of the dropped bits exactly when they are above half, or at
+// half with an odd kept part):
+//   normal in E4M3 (f32 exponent field e >= 121): (a - (120 << 23)) rounded by 20 bits;
+//   subnormal (1 <= e <= 120): the 24-bit significand rounded by 141 - e bits (capped at 25:
+//   from 25 bits on the result is 0 either way, the significand being below 2^24 = half);
+//   e == 0: 0. Codes past 0x7e (448; inf included) overflow; NaN is 0x7f.
+template <bool kSaturate>
+MIXTRAIN_TARGET_AVX512 void f32_to_e4m3_avx512(const float* src, fp8_e4m3* dst, size_t n) {
+  const __m512i one = _mm512_set1_epi32(1);
+  for (size_t i = 0; i < n; i += 16) {
+    const __mmask16 m = n - i >= 16 ? __mmask16(0xffff) : tail_mask(n - i);
+    const __m512i x = _mm512_castps_si512(_mm512_maskz_loadu_ps(m, src + i));
+    const __m512i a = _mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff));
+    const __m512i sign = _mm512_and_si512(_mm512_srli_epi32(x, 24), _mm512_set1_epi32(0x80));
+    const __m512i e = _mm512_srli_epi32(a, 23);
+    // normal
+    const __m512i v = _mm512_sub_epi32(a, _mm512_set1_epi32(120 << 23));
+    const __m512i v_lsb = _mm512_and_si512(_mm512_srli_epi32(v, 20), one);
+    const __m512i normal =
+        _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(v, _mm512_set1_epi32(0x7ffff)), v_lsb), 20);
+    // subnormal
+    const __m512i sig =
+        _mm512_or_si512(_mm512_and_si512(a, _mm512_set1_epi32(0x007fffff)), _mm512_set1_epi32(0x00800000));
+    const __m512i sh = _mm512_min_epi32(_mm512_sub_epi32(_mm512_set1_epi32(141), e), _mm512_set1_epi32(25));
+    const __m512i half_m1 = _mm512_sub_epi32(_mm512_sllv_epi32(one, _mm512_sub_epi32(sh, one)), one);
+    const __m512i s_lsb = _mm512_and_si512(_mm512_srlv_epi32(sig, sh), one);
+    const __m512i sub = _mm512_srlv_epi32(_mm512_add_epi32(_mm512_add_epi32(sig, half_m1), s_lsb), sh);
+    __m512i code = _mm512_mask_blend_epi32(_mm512_cmpge_epu32_mask(e, _mm512_set1_epi32(121)), sub, normal);
+    code = _mm512_maskz_mov_epi32(_mm512_cmpneq_epu32_mask(e, _mm512_setzero_si512()), code);
+    const __mmask16 over = _mm512_cmpgt_epu32_mask(code, _mm512_set1_epi32(0x7e));
+    code = _mm512_mask_mov_epi32(code, over, _mm512_set1_epi32(kSaturate ? 0x7e : 0x7f));
+    const __mmask16 nan = _mm512_cmpgt_epu32_mask(a, _mm512_set1_epi32(0x7f800000));
+    code = _mm512_mask_mov_epi32(code, nan, _mm512_set1_epi32(0x7f));
+    _mm512_mask_cvtepi32_storeu_epi8(dst + i, m, _mm512_or_si512(code, sign));
+  }
+}
+
+void convert_f32_to_fp8_e4m3_avx512(const float* src, fp8_e4m3* dst, size_t n) {
+  f32_to_e4m3_avx512<false>(src, dst, n);
+}
+void convert_f32_to_fp8_e4m3_saturate_avx512(const float* src, fp8_e4m3* dst, size_t n) {
+  f32_to_e4m3_avx512<true>(src, dst, n);
+}
+
 }  // namespace mixtrain

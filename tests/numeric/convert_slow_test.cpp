@@ -1,7 +1,7 @@
 // Exhaustive check (label "slow"): every SIMD variant this CPU supports against the scalar
-// oracle over ALL 2^32 fp32 inputs (fp32 -> bf16, fp32 -> fp16) and all 65,536 patterns of the
-// widening direction, compared byte for byte. Variants the CPU lacks are named, not silently
-// passed.
+// oracle over ALL 2^32 fp32 inputs (fp32 -> bf16, fp32 -> fp16, fp32 -> E4M3 in both overflow
+// modes) and all 65,536 patterns of the widening direction, compared byte for byte. Variants the
+// CPU lacks are named, not silently passed.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -69,7 +69,7 @@ void check_all_f32_inputs(const std::vector<test::ConvertVariant<float, Dst>>& a
     scalar(&f, &want, 1);
     variants[v].fn(&f, &got, 1);
     ADD_FAILURE() << direction << " " << variants[v].name << ": first mismatch at input 0x" << std::hex << x
-                  << ": scalar 0x" << want.bits() << ", simd 0x" << got.bits();
+                  << ": scalar 0x" << unsigned(want.bits()) << ", simd 0x" << unsigned(got.bits());
   }
   std::printf("%s: %zu variant(s) x 2^32 inputs in %.1f s\n", direction, variants.size(), secs);
 }
@@ -102,6 +102,11 @@ TEST(ConvertExhaustive, F32ToBf16AllInputs) {
 }
 TEST(ConvertExhaustive, F32ToFp16AllInputs) {
   check_all_f32_inputs<fp16>(test::f32_to_fp16_variants(), convert_f32_to_fp16_scalar, "f32->fp16");
+}
+TEST(ConvertExhaustive, F32ToE4m3AllInputs) {
+  check_all_f32_inputs<fp8_e4m3>(test::f32_to_e4m3_variants(), convert_f32_to_fp8_e4m3_scalar, "f32->e4m3");
+  check_all_f32_inputs<fp8_e4m3>(test::f32_to_e4m3_saturate_variants(),
+                                 convert_f32_to_fp8_e4m3_saturate_scalar, "f32->e4m3 saturating");
 }
 TEST(ConvertExhaustive, Bf16ToF32AllPatterns) {
   check_all_16bit_inputs<bf16>(test::bf16_to_f32_variants(), convert_bf16_to_f32_scalar, "bf16->f32");

@@ -128,6 +128,18 @@ TEST(Convert, Fp8BothDirections) {
           for (size_t i = 0; i < n; ++i) d[i] = fp8_e4m3_from_f32(s[i], o);
         },
         "f32->e4m3");
+    for (const auto& v :
+         o == Fp8Overflow::nan ? test::f32_to_e4m3_variants() : test::f32_to_e4m3_saturate_variants()) {
+      if (v.supported)
+        compare<float, fp8_e4m3>(
+            src, v.fn,
+            [o](const float* s, fp8_e4m3* d, size_t n) {
+              for (size_t i = 0; i < n; ++i) d[i] = fp8_e4m3_from_f32(s[i], o);
+            },
+            v.name);
+      else
+        std::printf("f32->e4m3 %s: not tested, CPU lacks it\n", v.name);
+    }
     compare<float, fp8_e5m2>(
         src, [o](const float* s, fp8_e5m2* d, size_t n) { convert_f32_to_fp8_e5m2(s, d, n, o); },
         [o](const float* s, fp8_e5m2* d, size_t n) {

@@ -35,4 +35,11 @@ inline std::vector<ConvertVariant<fp16, float>> fp16_to_f32_variants() {
           {"avx512", convert_fp16_to_f32_avx512, c.avx512f}};
 }
 
+inline std::vector<ConvertVariant<float, fp8_e4m3>> f32_to_e4m3_variants() {
+  return {{"avx512", convert_f32_to_fp8_e4m3_avx512, cpu_features().avx512f}};
+}
+inline std::vector<ConvertVariant<float, fp8_e4m3>> f32_to_e4m3_saturate_variants() {
+  return {{"avx512", convert_f32_to_fp8_e4m3_saturate_avx512, cpu_features().avx512f}};
+}
+
 }  // namespace mixtrain::test

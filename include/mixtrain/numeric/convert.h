@@ -24,7 +24,8 @@ void convert_f32_to_fp8_e5m2(const float* src, fp8_e5m2* dst, size_t n,
 void convert_fp8_e5m2_to_f32(const fp8_e5m2* src, float* dst, size_t n);
 
 // Which variant the dispatched call would use right now: "avx512bf16", "avx512", "f16c" or
-// "scalar" (for `mixtrain info`). fp8 conversions are always "scalar".
+// "scalar" (for `mixtrain info`). fp8 decoding is a table; fp32 -> E4M3 has an avx512 variant,
+// fp32 -> E5M2 is the scalar loop.
 const char* f32_to_bf16_impl_name();
 const char* bf16_to_f32_impl_name();
 const char* f32_to_fp16_impl_name();
@@ -54,5 +55,11 @@ void convert_fp16_to_f32_f16c(const fp16* src, float* dst, size_t n);
 // needs avx512f: the same instructions on 16 lanes.
 void convert_f32_to_fp16_avx512(const float* src, fp16* dst, size_t n);
 void convert_fp16_to_f32_avx512(const fp16* src, float* dst, size_t n);
+// fp32 -> E4M3 (overflow to NaN, and _saturate: to +-448): the scalar loop, and needs avx512f:
+// the same integer rounding on 16 lanes, branch-free.
+void convert_f32_to_fp8_e4m3_scalar(const float* src, fp8_e4m3* dst, size_t n);
+void convert_f32_to_fp8_e4m3_saturate_scalar(const float* src, fp8_e4m3* dst, size_t n);
+void convert_f32_to_fp8_e4m3_avx512(const float* src, fp8_e4m3* dst, size_t n);
+void convert_f32_to_fp8_e4m3_saturate_avx512(const float* src, fp8_e4m3* dst, size_t n);
 
 }  // namespace mixtrain
