@@ -12,7 +12,7 @@
 
 namespace mixtrain::autograd {
 
-Var quantized_linear(const Var& x_in, const QuantizedTensor& w, const Var& b_in) {
+Var quantized_linear(const Var& x_in, const QuantizedTensor& w, const Var& b_in, bool gelu_erf) {
   ScopedOp site_op("quantized_linear");  // names what this op allocates (tensor/alloc_site.h)
   Var x = x_in, b = b_in;
   if (const CastHook* h = cast_hook(); h && h->active()) h->cast_inputs(OpKind::linear, {&x, &b});
@@ -33,8 +33,8 @@ Var quantized_linear(const Var& x_in, const QuantizedTensor& w, const Var& b_in)
       Tensor qx = Tensor::empty({M, in}, DType::i8, MemCategory::workspace);
       Tensor sx = Tensor::empty({M}, DType::f32, MemCategory::workspace);
       quantize_rows(x2, qx, sx);
-      gemm_s8_dequantized(qx, w.codes, sx, w.scale, bias, out2);
-      break;
+      gemm_s8_dequantized(qx, w.codes, sx, w.scale, bias, out2, gelu_erf);
+      return Var(f.out);
     }
     case QuantScheme::fp8: {
       // E4M3 codes are bf16 values: the bf16 GEMM (fp32 accumulation) of the codes is the fp8 GEMM.
@@ -63,6 +63,7 @@ Var quantized_linear(const Var& x_in, const QuantizedTensor& w, const Var& b_in)
     case QuantScheme::none:
       throw ArgumentError("quantized_linear: the weight has no quantization scheme");
   }
+  if (gelu_erf) activation(Activation::gelu_erf, f.out, f.out);  // the op gelu_erf() runs
   return Var(f.out);
 }
 

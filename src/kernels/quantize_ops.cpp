@@ -22,7 +22,7 @@ const Op<void(const Tensor&, const Tensor&, Tensor&)> gemm_s8{"gemm_s8", ref::ge
                                                               meta::gemm_s8};
 const Op<void(const Tensor&, const Tensor&, const Tensor&, const Tensor*, Tensor&)> dequantize_gemm{
     "dequantize_gemm", ref::dequantize_gemm, cpu::dequantize_gemm, meta::dequantize_gemm};
-const Op<void(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor*, Tensor&)>
+const Op<void(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor*, Tensor&, bool)>
     gemm_s8_dequantized{"gemm_s8_dequantized", ref::gemm_s8_dequantized, cpu::gemm_s8_dequantized,
                         meta::gemm_s8_dequantized};
 }  // namespace ops
@@ -152,7 +152,7 @@ void dequantize_gemm(const Tensor& acc, const Tensor& row_scale, const Tensor& c
 }
 
 void gemm_s8_dequantized(const Tensor& a, const Tensor& b, const Tensor& row_scale, const Tensor& col_scale,
-                         const Tensor* bias, Tensor& out) {
+                         const Tensor* bias, Tensor& out, bool gelu_erf) {
   ProfileScope prof(WorkKind::gemm);
   prof.moves(detail::bytes_of({&a, &b, &row_scale, &col_scale, bias, &out}));
   const char* op = "gemm_s8_dequantized";
@@ -160,7 +160,7 @@ void gemm_s8_dequantized(const Tensor& a, const Tensor& b, const Tensor& row_sca
       op, {{"a", &a}, {"b", &b}, {"row_scale", &row_scale}, {"col_scale", &col_scale}, {"out", &out}});
   check_s8_operands(op, a, b);
   check_epilogue(op, a.size(0), b.size(0), row_scale, col_scale, bias, out, dev);
-  ops::gemm_s8_dequantized(dev, a, b, row_scale, col_scale, bias, out);
+  ops::gemm_s8_dequantized(dev, a, b, row_scale, col_scale, bias, out, gelu_erf);
 }
 
 }  // namespace mixtrain

@@ -193,7 +193,7 @@ Var EncoderClassifier::layer_forward(const EncoderLayer& l, const Var& x, const 
   Var f;
   {
     const ScopedModule ffn_site(l.ffn_prefix);
-    f = gelu_erf(l.ffn_in(h));  // (B, T, I)
+    f = l.ffn_in.gelu_erf_of(h);  // (B, T, I): GELU(ffn_in(h))
   }
   f = drop(l.ffn_out(f));  // (B, T, C)
   return l.ln_out(add(f, h));

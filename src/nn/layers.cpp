@@ -42,6 +42,12 @@ Var Linear::operator()(const Var& x) const {
   return autograd::linear(x, weight, bias);
 }
 
+Var Linear::gelu_erf_of(const Var& x) const {
+  if (!quantized()) return autograd::gelu_erf((*this)(x));
+  const ScopedModule site(prefix);
+  return autograd::quantized_linear(x, qweight, bias, /*gelu_erf=*/true);
+}
+
 void LayerNorm::declare(ParameterStore& s, std::string name, int64_t channels, float eps_) {
   prefix = std::move(name);
   dim = channels;

@@ -23,7 +23,9 @@ Var linear(const Var& x, const Var& w, const Var& b);
 // and runs the GEMM on bf16 units, int8-weight dequantizes w into x's dtype and runs the float
 // GEMM). x is cast as linear's autocast policy casts it (16 bits inside a region); the output has
 // x's dtype then. No gradient: ArgumentError when gradients are enabled and x requires one.
-Var quantized_linear(const Var& x, const QuantizedTensor& w, const Var& b);
+// gelu_erf: GELU (erf form) of the result, as gelu_erf(quantized_linear(x, w, b)); int8-dynamic
+// runs it inside the int8 GEMM's epilogue (kernels/quantize.h: gemm_s8_dequantized).
+Var quantized_linear(const Var& x, const QuantizedTensor& w, const Var& b, bool gelu_erf = false);
 Var add(const Var& a, const Var& b);  // b has a's shape or is a row (C) broadcast
 Var mul(const Var& a, const Var& b);
 Var scale(const Var& a, float s);

@@ -56,8 +56,12 @@ void dequantize_gemm(const Tensor& acc, const Tensor& row_scale, const Tensor& c
 // reach memory: the same exact integer sums, scaled in another order, (float(acc) * col_scale)
 // * row_scale + bias, within a few fp32 ulps of the definition before out's rounding (so within
 // one ulp of out's dtype where that rounding lands elsewhere). Elsewhere it is the two ops.
+// gelu_erf: then GELU (erf form) on the result: the reference applies activation() to out (the
+// linear's rounded output, as an unfused model does); oneDNN's epilogue applies its gelu_erf to
+// the fp32 value before the one rounding to out (its erf within ~1e-7 of the exact one), so the
+// two differ by up to an ulp of out's dtype and that erf error.
 void gemm_s8_dequantized(const Tensor& a, const Tensor& b, const Tensor& row_scale, const Tensor& col_scale,
-                         const Tensor* bias, Tensor& out);
+                         const Tensor* bias, Tensor& out, bool gelu_erf = false);
 
 namespace ref {
 void quantize_rows(const Tensor& x, Tensor& q, Tensor& scale);
@@ -67,7 +71,7 @@ void gemm_s8(const Tensor& a, const Tensor& b, Tensor& acc);
 void dequantize_gemm(const Tensor& acc, const Tensor& row_scale, const Tensor& col_scale, const Tensor* bias,
                      Tensor& out);
 void gemm_s8_dequantized(const Tensor& a, const Tensor& b, const Tensor& row_scale, const Tensor& col_scale,
-                         const Tensor* bias, Tensor& out);
+                         const Tensor* bias, Tensor& out, bool gelu_erf = false);
 }  // namespace ref
 
 }  // namespace mixtrain

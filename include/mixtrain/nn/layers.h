@@ -28,6 +28,8 @@ struct Linear {
                bool bias_ = true);
   void bind(const ParameterStore& s);
   Var operator()(const Var& x) const;  // (..., IN) -> (..., OUT)
+  // gelu_erf(operator()(x)); a quantized layer runs the GELU inside its GEMM's epilogue.
+  Var gelu_erf_of(const Var& x) const;
   bool quantized() const { return qweight.codes.defined(); }
 };
 

@@ -22,10 +22,11 @@ void gemm_workspace_only(const Tensor& a, const Tensor& b, Tensor& c, const Gemm
 void gemm_s8_workspace_only(const Tensor& a, const Tensor& b, Tensor& acc);
 // ... and for cpu::gemm_s8_dequantized (oneDNN's scratchpad, or the int32 accumulators and gemm_s8's).
 void gemm_s8_dequantized_workspace_only(const Tensor& a, const Tensor& b, const Tensor& row_scale,
-                                        const Tensor& col_scale, const Tensor* bias, Tensor& out);
+                                        const Tensor& col_scale, const Tensor* bias, Tensor& out,
+                                        bool gelu_erf);
 // Whether cpu::gemm_s8_dequantized runs (m, k) x (n, k) into out_dtype as one oneDNN primitive
-// with the epilogue inside (false: gemm_s8 and dequantize_gemm composed).
-bool gemm_s8_epilogue_fused(DType out_dtype, int64_t m, int64_t n, int64_t k);
+// with the epilogue (and the GELU) inside (false: gemm_s8, dequantize_gemm, activation composed).
+bool gemm_s8_epilogue_fused(DType out_dtype, int64_t m, int64_t n, int64_t k, bool gelu_erf = false);
 
 namespace cpu {
 namespace tiles {
@@ -59,7 +60,7 @@ void gemm_s8(const Tensor& a, const Tensor& b, Tensor& acc);
 void dequantize_gemm(const Tensor& acc, const Tensor& row_scale, const Tensor& col_scale, const Tensor* bias,
                      Tensor& out);
 void gemm_s8_dequantized(const Tensor& a, const Tensor& b, const Tensor& row_scale, const Tensor& col_scale,
-                         const Tensor* bias, Tensor& out);
+                         const Tensor* bias, Tensor& out, bool gelu_erf);
 void add(const Tensor& a, const Tensor& b, Tensor& out);
 void mul(const Tensor& a, const Tensor& b, Tensor& out);
 void scale(const Tensor& a, float s, Tensor& out);

@@ -333,6 +333,7 @@ struct Problem {
   // The int8 GEMM with its dequantizing epilogue (gemm_s8_dequantized): dst = (acc * col_scale[n])
   // * row_scale[m] + bias[n], oneDNN's per-column weights scales and two binary post-ops.
   bool dequant = false;
+  bool gelu_erf = false;             // dequant only: then oneDNN's gelu_erf, before the rounding to dst
   const float* row_scale = nullptr;  // (M), dequant only
   const float* col_scale = nullptr;  // (N), dequant only
 };
@@ -384,6 +385,7 @@ Key make_key(const Problem& p) {
   put(std::bit_cast<int32_t>(p.beta));
   put(p.fpmath_bf16);
   put(p.dequant);
+  put(p.gelu_erf);
   put(omp_get_max_threads());  // oneDNN fixes its thread partition when the primitive is made
   return k;
 }
@@ -445,6 +447,7 @@ Entry make_entry(const Problem& p) {
   } else if (bm == BiasMode::input) {
     e.bias_arg = DNNL_ARG_BIAS;
   }
+  if (p.gelu_erf) ops.append_eltwise(dnnl::algorithm::eltwise_gelu_erf, 0.f, 0.f);
   attr.set_post_ops(ops);
   try {
     const dnnl::memory::desc no_bias;
@@ -979,10 +982,11 @@ void gemm_s8_impl(const Tensor& a, const Tensor& b, Tensor& acc, bool compute) {
 // int8 evaluation on a Xeon with AMX-INT8). Otherwise: gemm_s8 into an int32 workspace, then
 // dequantize_gemm.
 void gemm_s8_dequantized_impl(const Tensor& a, const Tensor& b, const Tensor& row_scale,
-                              const Tensor& col_scale, const Tensor* bias, Tensor& out, bool compute) {
+                              const Tensor& col_scale, const Tensor* bias, Tensor& out, bool gelu_erf,
+                              bool compute) {
   const int64_t M = a.size(0), K = a.size(1), N = b.size(0);
   if (force_reference() || M == 0 || N == 0 || K == 0) {
-    if (compute) ref::gemm_s8_dequantized(a, b, row_scale, col_scale, bias, out);
+    if (compute) ref::gemm_s8_dequantized(a, b, row_scale, col_scale, bias, out, gelu_erf);
     return;
   }
   if (kOnednn3 && !s8_via_f32() && row_scale.stride(0) == 1 && col_scale.stride(0) == 1 &&
@@ -993,6 +997,7 @@ void gemm_s8_dequantized_impl(const Tensor& a, const Tensor& b, const Tensor& ro
     p.wei = mat_of(b, true);
     p.dst = mat_of(out, false);
     p.dequant = true;
+    p.gelu_erf = gelu_erf;
     p.nd = 3;  // (1, M, N): oneDNN's fast kernels take the per-row operand only so (make_entry)
     p.row_scale = row_scale.data<float>();
     p.col_scale = col_scale.data<float>();
@@ -1008,11 +1013,13 @@ void gemm_s8_dequantized_impl(const Tensor& a, const Tensor& b, const Tensor& ro
   }
   Tensor acc = Tensor::empty({M, N}, DType::i32, MemCategory::workspace, out.device());
   gemm_s8_impl(a, b, acc, compute);
-  if (compute) cpu::dequantize_gemm(acc, row_scale, col_scale, bias, out);
+  if (!compute) return;
+  cpu::dequantize_gemm(acc, row_scale, col_scale, bias, out);
+  if (gelu_erf) cpu::activation(Activation::gelu_erf, out, out);
 }
 }  // namespace
 
-bool gemm_s8_epilogue_fused(DType out_dtype, int64_t m, int64_t n, int64_t k) {
+bool gemm_s8_epilogue_fused(DType out_dtype, int64_t m, int64_t n, int64_t k, bool gelu_erf) {
   if (force_reference() || !kOnednn3 || s8_via_f32() || (out_dtype != DType::f32 && out_dtype != DType::bf16))
     return false;
   Problem p;
@@ -1021,6 +1028,7 @@ bool gemm_s8_epilogue_fused(DType out_dtype, int64_t m, int64_t n, int64_t k) {
   p.wei = dense_mat(DType::i8, n, k).transposed();
   p.dst = dense_mat(out_dtype, m, n);
   p.dequant = true;
+  p.gelu_erf = gelu_erf;
   const std::shared_ptr<const Entry> e = PrimitiveCache::instance().get(p);
   return e->ok && e->impl.rfind("ref", 0) != 0;
 }
@@ -1028,12 +1036,13 @@ bool gemm_s8_epilogue_fused(DType out_dtype, int64_t m, int64_t n, int64_t k) {
 void cpu::gemm_s8(const Tensor& a, const Tensor& b, Tensor& acc) { gemm_s8_impl(a, b, acc, true); }
 void gemm_s8_workspace_only(const Tensor& a, const Tensor& b, Tensor& acc) { gemm_s8_impl(a, b, acc, false); }
 void cpu::gemm_s8_dequantized(const Tensor& a, const Tensor& b, const Tensor& row_scale,
-                              const Tensor& col_scale, const Tensor* bias, Tensor& out) {
-  gemm_s8_dequantized_impl(a, b, row_scale, col_scale, bias, out, true);
+                              const Tensor& col_scale, const Tensor* bias, Tensor& out, bool gelu_erf) {
+  gemm_s8_dequantized_impl(a, b, row_scale, col_scale, bias, out, gelu_erf, true);
 }
 void gemm_s8_dequantized_workspace_only(const Tensor& a, const Tensor& b, const Tensor& row_scale,
-                                        const Tensor& col_scale, const Tensor* bias, Tensor& out) {
-  gemm_s8_dequantized_impl(a, b, row_scale, col_scale, bias, out, false);
+                                        const Tensor& col_scale, const Tensor* bias, Tensor& out,
+                                        bool gelu_erf) {
+  gemm_s8_dequantized_impl(a, b, row_scale, col_scale, bias, out, gelu_erf, false);
 }
 void cpu::set_s8_gemm_route(S8GemmRoute r) { g_s8_route.store(r, std::memory_order_relaxed); }
 

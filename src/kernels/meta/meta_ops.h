@@ -41,7 +41,7 @@ void gemm_s8(const Tensor& a, const Tensor& b, Tensor& acc);
 void dequantize_gemm(const Tensor& acc, const Tensor& row_scale, const Tensor& col_scale, const Tensor* bias,
                      Tensor& out);
 void gemm_s8_dequantized(const Tensor& a, const Tensor& b, const Tensor& row_scale, const Tensor& col_scale,
-                         const Tensor* bias, Tensor& out);
+                         const Tensor* bias, Tensor& out, bool gelu_erf);
 double cross_entropy(const Tensor& logits, const Tensor& targets, Tensor* losses);
 
 void gelu_backward(const Tensor& x, const Tensor& dout, Tensor& dx);

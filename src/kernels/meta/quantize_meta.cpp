@@ -16,8 +16,8 @@ void meta::fp8_quantize(const Tensor&, const Fp8Quant&, const Tensor*, Tensor&, 
 void meta::fp8_quant_error(const Tensor&, const Fp8Quant&, const Tensor&, const Tensor&, Fp8ErrorStats&) {}
 void meta::dequantize_gemm(const Tensor&, const Tensor&, const Tensor&, const Tensor*, Tensor&) {}
 void meta::gemm_s8_dequantized(const Tensor& a, const Tensor& b, const Tensor& row_scale,
-                               const Tensor& col_scale, const Tensor* bias, Tensor& out) {
-  gemm_s8_dequantized_workspace_only(a, b, row_scale, col_scale, bias, out);
+                               const Tensor& col_scale, const Tensor* bias, Tensor& out, bool gelu_erf) {
+  gemm_s8_dequantized_workspace_only(a, b, row_scale, col_scale, bias, out, gelu_erf);
 }
 
 }  // namespace mixtrain

@@ -7,6 +7,7 @@
 #include "kernels/quant_formula.h"
 #include "kernels/ref/ref_util.h"
 #include "mixtrain/core/error.h"
+#include "mixtrain/kernels/ops.h"
 #include "mixtrain/kernels/quantize.h"
 
 namespace mixtrain::ref {
@@ -98,12 +99,13 @@ void dequantize_gemm(const Tensor& acc, const Tensor& row_scale, const Tensor& c
     }
 }
 
-// The definition: the two ops, through an int32 accumulator.
+// The definition: the two ops, through an int32 accumulator (then GELU on the rounded result).
 void gemm_s8_dequantized(const Tensor& a, const Tensor& b, const Tensor& row_scale, const Tensor& col_scale,
-                         const Tensor* bias, Tensor& out) {
+                         const Tensor* bias, Tensor& out, bool gelu_erf) {
   Tensor acc = Tensor::empty({a.size(0), b.size(0)}, DType::i32, MemCategory::workspace, out.device());
   ref::gemm_s8(a, b, acc);
   ref::dequantize_gemm(acc, row_scale, col_scale, bias, out);
+  if (gelu_erf) ref::activation(Activation::gelu_erf, out, out);
 }
 
 }  // namespace mixtrain::ref
