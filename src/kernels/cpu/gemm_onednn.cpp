@@ -400,7 +400,7 @@ struct Entry {
   int bias_arg = 0;                 // DNNL_ARG_BIAS, the binary post-op's argument, or 0
   bool dequant = false;             // Problem::dequant: per-column weights scales, a row-scale post-op
   int row_scale_arg = 0;            // the row-scale binary post-op's argument (dequant)
-  dnnl::memory::desc row_scale_md;  // (M, 1) f32
+  dnnl::memory::desc row_scale_md;  // (1, M, 1) f32
   float alpha = 1.f;                // oneDNN 3.x: the weights scale passed at execution (when != 1)
   bool runtime_alpha() const { return kOnednn3 && alpha != 1.f; }
 };
@@ -430,10 +430,8 @@ Entry make_entry(const Problem& p) {
     e.dequant = true;
     // A per-row binary operand (M, 1) of a 2-D problem gets oneDNN 3.2's reference kernel; framed
     // as (1, M, N) with (1, M, 1) it runs on the brgemm kernels (AMX, VNNI): dequant problems are 3-D.
-    attr.set_scales_mask(DNNL_ARG_WEIGHTS, 1 << (p.nd - 1));  // one scale per column of wei (.., K, N)
-    e.row_scale_md = p.nd == 3
-                         ? dnnl::memory::desc({1, p.dst.r, 1}, ddt::f32, dnnl::memory::dims{p.dst.r, 1, 1})
-                         : dnnl::memory::desc({p.dst.r, 1}, ddt::f32, dnnl::memory::dims{1, 1});
+    attr.set_scales_mask(DNNL_ARG_WEIGHTS, 1 << 2);  // one scale per column of wei (1, K, N)
+    e.row_scale_md = dnnl::memory::desc({1, p.dst.r, 1}, ddt::f32, dnnl::memory::dims{p.dst.r, 1, 1});
     ops.append_binary(dnnl::algorithm::binary_mul, e.row_scale_md);
     e.row_scale_arg = DNNL_ARG_ATTR_MULTIPLE_POST_OP(n_ops) | DNNL_ARG_SRC_1;
     ++n_ops;
@@ -975,6 +973,26 @@ void gemm_s8_impl(const Tensor& a, const Tensor& b, Tensor& acc, bool compute) {
   }
 }
 
+// Whether oneDNN may run the epilogue inside its s8 matmul here: 3.x, the s8 route, an f32 or bf16 out.
+bool epilogue_may_fuse(DType out_dtype) {
+  return !force_reference() && kOnednn3 && !s8_via_f32() &&
+         (out_dtype == DType::f32 || out_dtype == DType::bf16);
+}
+bool fast_entry(const Entry& e) { return e.ok && e.impl.rfind("ref", 0) != 0; }
+
+// dst = epilogue(src @ wei) as one oneDNN problem, framed (1, M, N): oneDNN 3.2's fast kernels take
+// the per-row operand only so (make_entry).
+Problem dequant_problem(const Mat& src, const Mat& wei, const Mat& dst, bool gelu_erf) {
+  Problem p;
+  p.nd = 3;
+  p.src = src;
+  p.wei = wei;
+  p.dst = dst;
+  p.dequant = true;
+  p.gelu_erf = gelu_erf;
+  return p;
+}
+
 // The int8 GEMM and its epilogue (kernels/quantize.h: gemm_s8_dequantized). Where oneDNN's s8
 // matmul runs (dot-product units, oneDNN 3.x) the epilogue is its own: per-column weights scales,
 // then a per-row binary multiply and the bias as a binary add, written straight into out's dtype,
@@ -989,16 +1007,10 @@ void gemm_s8_dequantized_impl(const Tensor& a, const Tensor& b, const Tensor& ro
     if (compute) ref::gemm_s8_dequantized(a, b, row_scale, col_scale, bias, out, gelu_erf);
     return;
   }
-  if (kOnednn3 && !s8_via_f32() && row_scale.stride(0) == 1 && col_scale.stride(0) == 1 &&
-      (out.dtype() == DType::f32 || out.dtype() == DType::bf16)) {
+  if (epilogue_may_fuse(out.dtype()) && row_scale.stride(0) == 1 && col_scale.stride(0) == 1) {
     Plan plan;
     Problem& p = plan.run;
-    p.src = mat_of(a, false);
-    p.wei = mat_of(b, true);
-    p.dst = mat_of(out, false);
-    p.dequant = true;
-    p.gelu_erf = gelu_erf;
-    p.nd = 3;  // (1, M, N): oneDNN's fast kernels take the per-row operand only so (make_entry)
+    p = dequant_problem(mat_of(a, false), mat_of(b, true), mat_of(out, false), gelu_erf);
     p.row_scale = row_scale.data<float>();
     p.col_scale = col_scale.data<float>();
     if (bias) {
@@ -1006,7 +1018,7 @@ void gemm_s8_dequantized_impl(const Tensor& a, const Tensor& b, const Tensor& ro
       p.bias_stride = bias->size(0) > 1 ? bias->stride(0) : 1;
     }
     plan.entry = PrimitiveCache::instance().get(p);
-    if (p.dst.row_major() && plan.entry->ok && plan.entry->impl.rfind("ref", 0) != 0) {
+    if (p.dst.row_major() && fast_entry(*plan.entry)) {
       execute(plan, p, thread_scratch(out.device()), compute);
       return;
     }
@@ -1020,17 +1032,10 @@ void gemm_s8_dequantized_impl(const Tensor& a, const Tensor& b, const Tensor& ro
 }  // namespace
 
 bool gemm_s8_epilogue_fused(DType out_dtype, int64_t m, int64_t n, int64_t k, bool gelu_erf) {
-  if (force_reference() || !kOnednn3 || s8_via_f32() || (out_dtype != DType::f32 && out_dtype != DType::bf16))
-    return false;
-  Problem p;
-  p.nd = 3;
-  p.src = dense_mat(DType::i8, m, k);
-  p.wei = dense_mat(DType::i8, n, k).transposed();
-  p.dst = dense_mat(out_dtype, m, n);
-  p.dequant = true;
-  p.gelu_erf = gelu_erf;
-  const std::shared_ptr<const Entry> e = PrimitiveCache::instance().get(p);
-  return e->ok && e->impl.rfind("ref", 0) != 0;
+  if (!epilogue_may_fuse(out_dtype)) return false;
+  const Problem p = dequant_problem(dense_mat(DType::i8, m, k), dense_mat(DType::i8, n, k).transposed(),
+                                    dense_mat(out_dtype, m, n), gelu_erf);
+  return fast_entry(*PrimitiveCache::instance().get(p));
 }
 
 void cpu::gemm_s8(const Tensor& a, const Tensor& b, Tensor& acc) { gemm_s8_impl(a, b, acc, true); }
