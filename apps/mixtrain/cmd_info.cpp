@@ -43,7 +43,9 @@ void register_info(CLI::App& app, GlobalOptions& g, std::vector<Command>& comman
          // What an fp32 GEMM runs as under each --matmul-precision (kernels/matmul_precision.h).
          for (MatmulPrecision p : {MatmulPrecision::highest, MatmulPrecision::high, MatmulPrecision::medium})
            j["matmul_precision"][std::string(matmul_precision_name(p))] = matmul_precision_route(p);
-         j["convert"] = {{"f32_to_bf16", f32_to_bf16_impl_name()}, {"f32_to_fp16", f32_to_fp16_impl_name()}};
+         j["convert"] = {{"f32_to_bf16", f32_to_bf16_impl_name()},
+                         {"f32_to_fp16", f32_to_fp16_impl_name()},
+                         {"f32_to_e4m3", f32_to_fp8_e4m3_impl_name()}};
          j["build"] = {{"compiler", MIXTRAIN_BUILD_COMPILER},
                        {"flags", MIXTRAIN_BUILD_FLAGS},
                        {"sanitizers", MIXTRAIN_BUILD_SANITIZE != 0}};

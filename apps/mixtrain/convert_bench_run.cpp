@@ -55,6 +55,9 @@ std::vector<ConvertBenchResult> run_convert_bench(int64_t n) {
   add("f32->f16", f32_to_fp16_impl_name(), b32 + b16n, [&] { convert_f32_to_fp16(s, h, un); });
   add("f32->f16", "scalar", b32 + b16n, [&] { convert_f32_to_fp16_scalar(s, h, un); });
   add("f16->f32", "dispatched", b16n + b32, [&] { convert_fp16_to_f32(h, d, un); });
+  fp8_e4m3* e = reinterpret_cast<fp8_e4m3*>(h);  // the fp16 buffer holds n one-byte codes too
+  add("f32->e4m3", f32_to_fp8_e4m3_impl_name(), b32 + b16n / 2, [&] { convert_f32_to_fp8_e4m3(s, e, un); });
+  add("f32->e4m3", "scalar", b32 + b16n / 2, [&] { convert_f32_to_fp8_e4m3_scalar(s, e, un); });
   for (auto& x : r) x.fraction_of_memcpy = x.gbytes_per_s / r[0].gbytes_per_s;
   return r;
 }

@@ -97,6 +97,9 @@ const char* f32_to_bf16_impl_name() { return pick(best().f32_to_bf16, convert_f3
 const char* bf16_to_f32_impl_name() { return pick(best().bf16_to_f32, convert_bf16_to_f32_scalar).name; }
 const char* f32_to_fp16_impl_name() { return pick(best().f32_to_fp16, convert_f32_to_fp16_scalar).name; }
 const char* fp16_to_f32_impl_name() { return pick(best().fp16_to_f32, convert_fp16_to_f32_scalar).name; }
+const char* f32_to_fp8_e4m3_impl_name() {
+  return pick(best().f32_to_e4m3, convert_f32_to_fp8_e4m3_scalar).name;
+}
 
 // No x86 instruction converts to fp8. Encoding to E4M3 runs the scalar function's integer
 // rounding on 16 lanes where the CPU has AVX-512 (convert_avx512.cpp; the scalar loop was half of

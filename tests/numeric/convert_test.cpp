@@ -216,6 +216,7 @@ TEST(Convert, ForceReferenceIsHonoured) {
   EXPECT_STREQ(bf16_to_f32_impl_name(), "scalar");
   EXPECT_STREQ(f32_to_fp16_impl_name(), "scalar");
   EXPECT_STREQ(fp16_to_f32_impl_name(), "scalar");
+  EXPECT_STREQ(f32_to_fp8_e4m3_impl_name(), "scalar");
   const auto src = pool_of<float>(kPool, 9);
   compare<float, bf16>(src, convert_f32_to_bf16, convert_f32_to_bf16_scalar, "forced");
   set_force_reference(false);
@@ -224,6 +225,7 @@ TEST(Convert, ForceReferenceIsHonoured) {
                                 : c.avx512f                                            ? "avx512"
                                                                                        : "scalar";
   EXPECT_EQ(f32_to_bf16_impl_name(), want_bf16);
+  EXPECT_STREQ(f32_to_fp8_e4m3_impl_name(), c.avx512f ? "avx512" : "scalar");
   std::printf("dispatch: f32->bf16 %s, bf16->f32 %s, f32->fp16 %s, fp16->f32 %s\n", f32_to_bf16_impl_name(),
               bf16_to_f32_impl_name(), f32_to_fp16_impl_name(), fp16_to_f32_impl_name());
   set_force_reference(saved);

@@ -30,6 +30,7 @@ const char* f32_to_bf16_impl_name();
 const char* bf16_to_f32_impl_name();
 const char* f32_to_fp16_impl_name();
 const char* fp16_to_f32_impl_name();
+const char* f32_to_fp8_e4m3_impl_name();  // "avx512" or "scalar" (both overflow modes alike)
 
 // ---- the variants, single-threaded. Calling a SIMD variant on a CPU without its feature
 // (see cpu_features()) is undefined (SIGILL); they exist for tests and benchmarks.
