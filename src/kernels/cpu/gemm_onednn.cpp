@@ -890,6 +890,9 @@ namespace {
 using cpu::S8GemmRoute;
 std::atomic<S8GemmRoute> g_s8_route{S8GemmRoute::automatic};
 
+// A oneDNN primitive that exists and is not its reference kernel (the s8 routes take only those).
+bool fast_entry(const Entry& e) { return e.ok && e.impl.rfind("ref", 0) != 0; }
+
 // Dot-product units that add four u8*s8 products straight into an int32 lane (VPDPBUSD; AMX's
 // TDPBSSD): oneDNN's int8 kernels are exact there. Without them (AVX2, AVX-512 before VNNI) they
 // add pairs of products in saturating 16-bit lanes (VPMADDUBSW): measured on AMD EPYC (Zen 3,
@@ -939,7 +942,7 @@ void gemm_s8_impl(const Tensor& a, const Tensor& b, Tensor& acc, bool compute) {
     plan.run.wei = mat_of(b, true);
     plan.run.dst = mat_of(acc, false);
     plan.entry = PrimitiveCache::instance().get(plan.run);
-    if (plan.entry->ok && plan.entry->impl.rfind("ref", 0) != 0) {
+    if (fast_entry(*plan.entry)) {
       execute(plan, plan.run, thread_scratch(acc.device()), compute);
       return;
     }
@@ -978,7 +981,6 @@ bool epilogue_may_fuse(DType out_dtype) {
   return !force_reference() && kOnednn3 && !s8_via_f32() &&
          (out_dtype == DType::f32 || out_dtype == DType::bf16);
 }
-bool fast_entry(const Entry& e) { return e.ok && e.impl.rfind("ref", 0) != 0; }
 
 // dst = epilogue(src @ wei) as one oneDNN problem, framed (1, M, N): oneDNN 3.2's fast kernels take
 // the per-row operand only so (make_entry).
