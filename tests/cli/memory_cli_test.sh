@@ -118,11 +118,6 @@ a, b = (json.load(open(p))["predicted"]["by_category"] for p in sys.argv[1:3])
 assert abs(b["activations"] / a["activations"] - 256) < 1e-6, (a["activations"], b["activations"])
 PY
 
-# --fused-lm-head: the head's logits (B, T, V) never whole, nor their gradient (the unfused head
-# holds both, in bf16: the loss reads the 16-bit logits); predicted to the byte as measured, and the
-# peak lower by about the logits' bytes (chunks of 8 Mi logits: 256 rows of 512 here) less the
-# gradients forward makes for backward (with --grad-accum 2 backward scales them by 1/2: in place,
-# so the prediction, which has no values, still matches).
 # memory_pair FLAG OUT ARGS...: `memory --json` (bf16-mixed, 2 steps) with ARGS, without FLAG to
 # OUT.off.json and with it to OUT.on.json; each predicted to the byte as measured.
 memory_pair() {
@@ -141,6 +136,12 @@ assert j["predicted"]["by_category"] == j["measured"]["by_category"]
 PY
   done
 }
+
+# --fused-lm-head: the head's logits (B, T, V) never whole, nor their gradient (the unfused head
+# holds both, in bf16: the loss reads the 16-bit logits); predicted to the byte as measured, and the
+# peak lower by about the logits' bytes (chunks of 8 Mi logits: 256 rows of 512 here) less the
+# gradients forward makes for backward (with --grad-accum 2 backward scales them by 1/2: in place,
+# so the prediction, which has no values, still matches).
 echo '{"n_layer": 1, "n_head": 2, "n_embd": 32, "block_size": 32, "vocab_size": 32768}' >"$TMP/wide.json"
 memory_pair --fused-lm-head "$TMP/head" --model "$TMP/wide.json" --batch-size 16 --seq-len 32 --grad-accum 2
 python3 - "$TMP/head.off.json" "$TMP/head.on.json" <<'PY' && pass || fail "fused head memory"
