@@ -7,14 +7,18 @@
 // nearest fp8 value found by search).
 #include "mixtrain/kernels/fp8.h"
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <iostream>
 #include <limits>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/fp8_rows.h"
 #include "kernels/fp8_formula.h"
 #include "kernels/ops/op_harness.h"
 #include "mixtrain/core/error.h"
@@ -342,6 +346,83 @@ TEST(Fp8Recipes, EveryFiniteBf16ValueQuantizesAsTheDefinitionSays) {
                           << qv[size_t(r * C + c)] << " definition " << nearest_fp8(xs, vals);
         }
       EXPECT_EQ(wrong, 0) << rc.name << " " << dtype_name(f);
+    }
+  }
+}
+
+// ---- the two forms of the fast kernel's row primitives (kernels/cpu/fp8_rows.h) ----------------
+
+// Every finite bf16 value but the largest, as (255, 256) in one of three orders: 0, bit order
+// along the rows (a row's short block lies within a binade or two: the AVX-512 form's 32-lane
+// bf16 path); 1, bit order down the columns (the same for the column blocks, the tiniest included);
+// 2, shuffled (blocks mix magnitudes, so lanes fall below fp8's normals, which that path leaves to
+// its 16-lane form). The ordered ones carry a NaN, a -NaN and an inf, each making its blocks not
+// finite. And 3: random bf16 values below 2^-115 (bits under 0x0600), so that blocks' scales
+// come near E8M0's and pow2's largest and their fp8 normals reach down among bf16's subnormals.
+Tensor all_bf16_as(DType t, int order) {
+  std::vector<double> v = all_bf16().to_doubles();
+  const int64_t R = int64_t(v.size() / 256), C = 256;
+  std::mt19937_64 rng(7);
+  if (order == 2) std::shuffle(v.begin(), v.end(), rng);
+  if (order == 3)
+    for (double& d : v) {
+      const uint32_t bits = uint32_t(rng() % 0x0600) | (rng() % 2 ? 0x8000u : 0u);
+      d = f32_from_bf16(bf16::from_bits(uint16_t(bits)));
+    }
+  if (order == 1) {
+    const std::vector<double> rowwise = v;
+    for (int64_t i = 0; i < R * C; ++i) v[size_t((i % R) * C + i / R)] = rowwise[size_t(i)];
+  }
+  if (order < 2) {
+    v[size_t(3 * C + 5)] = std::numeric_limits<double>::quiet_NaN();
+    v[size_t(70 * C + 200)] = -std::numeric_limits<double>::quiet_NaN();
+    v[size_t(140 * C + 77)] = std::numeric_limits<double>::infinity();
+  }
+  return Tensor::from_vector(v, {R, C}, t);
+}
+
+// What a test runs under: the form fp8_quantize picks on this CPU, or the portable loops.
+struct Fp8RowForm {
+  explicit Fp8RowForm(bool portable) { cpu::fp8_force_portable_rows(portable); }
+  ~Fp8RowForm() { cpu::fp8_force_portable_rows(false); }
+};
+
+TEST(Fp8Rows, BothFormsEqualTheReferenceOnEveryBf16Value) {
+  const bool avx512 = cpu::fp8_rows_avx512() != nullptr;
+  if (!avx512)
+    std::cout << "[ note ] no AVX-512 here: the portable form only (the other is tested on AVX-512 CPUs)\n";
+  for (bool portable : {true, false}) {
+    if (!portable && !avx512) continue;
+    const Fp8RowForm form(portable);
+    for (int input = 0; input < 8; ++input) {
+      const DType in = input % 2 ? DType::f32 : DType::bf16;
+      const int order = input / 2;
+      const Tensor x = all_bf16_as(in, order);
+      const int64_t R = x.size(0), C = x.size(1);
+      for (DType f : {DType::f8_e4m3, DType::f8_e5m2})
+        for (const Recipe& rc : kRecipes)
+          for (int kind = 0; kind < 4; ++kind) {  // q: codes, codes as bf16, dequantized bf16 / f32
+            Fp8Quant how;
+            how.format = f;
+            how.block_rows = rc.br;
+            how.block_cols = rc.bc;
+            how.rule = rc.rule;
+            how.dequantize = kind >= 2;
+            const DType qt = kind == 0 ? f : (kind == 3 ? DType::f32 : DType::bf16);
+            const Shape g = fp8_blocks(how, R, C).grid();
+            Tensor q = Tensor::empty({R, C}, qt), si = Tensor::empty(g, DType::f32),
+                   am = Tensor::empty(g, DType::f32);
+            Tensor rq = Tensor::empty({R, C}, qt), rsi = Tensor::empty(g, DType::f32),
+                   ram = Tensor::empty(g, DType::f32);
+            fp8_quantize(x, how, nullptr, q, si, am);
+            ref::fp8_quantize(x, how, nullptr, rq, rsi, ram);
+            const std::string what = std::string(portable ? "portable " : "avx512 ") +
+                                     std::string(dtype_name(in)) + " order " + std::to_string(order) + " " +
+                                     rc.name + " " + std::string(dtype_name(f)) + " q" + std::to_string(kind);
+            ASSERT_EQ(0, std::memcmp(q.raw_data(), rq.raw_data(), q.nbytes())) << what << ": q";
+            ASSERT_EQ(0, std::memcmp(si.raw_data(), rsi.raw_data(), si.nbytes())) << what << ": scale_inv";
+            ASSERT_EQ(0, std::memcmp(am.raw_data(), ram.raw_data(), am.nbytes())) << what << ": amax";
+          }
     }
   }
 }
