@@ -8,6 +8,7 @@
 #include "finetune_options.h"
 #include "mixtrain/train/finetune.h"
 #include "mixtrain/train/numerics_advice.h"
+#include "mixtrain/train/numerics_compare.h"
 #include "mixtrain/train/trainer.h"
 #include "train_options.h"
 
@@ -29,6 +30,49 @@ nlohmann::ordered_json sites_json(const std::vector<OverflowingSite>& v) {
   nlohmann::ordered_json a = nlohmann::ordered_json::array();
   for (const OverflowingSite& s : v) a.push_back({{"site", s.site}, {"op", s.op}, {"amax", s.amax}});
   return a;
+}
+
+void print_numerics_comparison(const NumericsComparison& c, const std::string& json_path) {
+  if (json_path.empty()) {
+    std::printf("%s", in_flags(c.text()).c_str());
+    return;
+  }
+  nlohmann::ordered_json j;
+  j["base"] = c.base_path;
+  j["run"] = c.run_path;
+  j["steps_compared"] = c.steps_compared;
+  j["loss_bound"] = c.loss_bound;
+  j["site_bound"] = c.site_bound;
+  j["loss_window"] = c.loss_window;
+  if (c.loss_step > 0)
+    j["loss_departure"] = {{"step", c.loss_step}, {"base", c.loss_base}, {"run", c.loss_run}};
+  else
+    j["loss_departure"] = nullptr;
+  j["furthest_apart"] = {{"step", c.worst_step}, {"relative", c.worst_relative}};
+  nlohmann::ordered_json sites = nlohmann::ordered_json::array();
+  for (const SiteDeparture& s : c.sites)
+    sites.push_back({{"site", s.site},
+                     {"op", s.op},
+                     {"kind", s.kind},
+                     {"step", s.step},
+                     {"amax_base", s.amax_base},
+                     {"amax_run", s.amax_run}});
+  j["sites_apart"] = sites;
+  nlohmann::ordered_json fp8 = nlohmann::ordered_json::array();
+  for (const Fp8CastTrouble& f : c.fp8)
+    fp8.push_back({{"site", f.site},
+                   {"role", f.role},
+                   {"format", f.format},
+                   {"recipe", f.recipe},
+                   {"first_step", f.first_step},
+                   {"steps_over", f.steps_over},
+                   {"rel_error", f.worst_rel_error},
+                   {"rel_error_bound", f.bound},
+                   {"underflow", f.worst_underflow},
+                   {"saturated", f.worst_saturated}});
+  j["fp8_over_bounds"] = fp8;
+  j["text"] = in_flags(c.text());
+  write_file_atomic(json_path, j.dump(2) + "\n");  // "-": stdout
 }
 
 }  // namespace
@@ -98,12 +142,43 @@ void register_numerics(CLI::App& app, GlobalOptions& g, std::vector<Command>& co
   add_task_flags(sub, *task);
   sub->add_flag("--advise", *advise,
                 "Run the steps in 32-true with probes and say which precision modes are safe");
-  add_json_option(sub, *json_arg, "The advice (with --advise)");
+  auto compare = std::make_shared<std::vector<std::string>>();
+  auto loss_bound = std::make_shared<double>(0.01), site_bound = std::make_shared<double>(0.10);
+  sub->add_option("--compare", *compare,
+                  "BASE RUN: two --numerics files of one configuration (e.g. bf16-mixed and fp8-mixed, "
+                  "same seed): the step where RUN's loss parts from BASE's, the site that parted "
+                  "first, and RUN's fp8 casts over their bounds (no training)")
+      ->expected(2);
+  sub->add_option("--loss-bound", *loss_bound,
+                  "--compare: the losses part where they differ by more than this fraction of BASE's")
+      ->check(CLI::PositiveNumber)
+      ->default_str("0.01");
+  sub->add_option("--site-bound", *site_bound,
+                  "--compare: a site parts where its amax differs by more than this fraction of the larger")
+      ->check(CLI::PositiveNumber)
+      ->default_str("0.1");
+  auto loss_window = std::make_shared<int64_t>(5);
+  sub->add_option("--loss-window", *loss_window,
+                  "--compare: the losses compared are the means over this many of the last sampled steps")
+      ->check(CLI::PositiveNumber)
+      ->default_str("5");
+  add_json_option(sub, *json_arg, "The advice (with --advise) or the comparison (with --compare)");
   commands.push_back(
       {[sub] { return sub->parsed(); },
-       [&g, f, advise, json_arg, task, sub] {
+       [&g, f, advise, json_arg, task, sub, compare, loss_bound, site_bound, loss_window] {
          apply_global_options(g);
          const std::string json = json_output(*sub, *json_arg);
+         if (!compare->empty()) {
+           if (*advise) throw ArgumentError("--compare and --advise: one at a time");
+           if (!f->opt.numerics.path.empty())
+             throw ArgumentError("--compare reads two --numerics files; it takes no --numerics of its own");
+           if (!json.empty() && json != "-") check_output_path(json, "--json");
+           print_numerics_comparison(
+               compare_numerics((*compare)[0], (*compare)[1], *loss_bound, *site_bound, *loss_window), json);
+           return 0;
+         }
+         if (sub->count("--loss-bound") || sub->count("--site-bound") || sub->count("--loss-window"))
+           throw ArgumentError("--loss-bound, --site-bound and --loss-window go with --compare");
          f->finish();
          if (!f->given("--steps")) f->opt.steps = 3;
          if (!f->given("--warmup")) f->opt.warmup = 0;

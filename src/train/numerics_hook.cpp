@@ -87,12 +87,13 @@ void NumericsHook::after_update(TrainingRun& run, const StepRecord& r) {
     }
   }
   std::string lines;
-  for (const SiteStats& s : table_->sites()) lines += site_record_json(r.step, r.loss_scale, s) + "\n";
+  for (const SiteStats& s : table_->sites())
+    lines += site_record_json(r.step, r.loss, r.loss_scale, s) + "\n";
   if (Fp8State* f = run.fp8())
     for (const auto& s : f->sites()) {
       s->collect = false;
       for (int role = 0; role < autograd::kFp8Roles; ++role)
-        lines += fp8_record_json(r.step, *s, role) + "\n";
+        lines += fp8_record_json(r.step, r.loss, *s, role) + "\n";
     }
   if (out_) out_->write(lines);  // one write per step: a killed run leaves whole steps
   if (on_sample_) on_sample_(r.step, table_->sites());

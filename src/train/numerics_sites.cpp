@@ -37,7 +37,7 @@ SiteStats& SiteTable::add(const std::string* module, std::string_view op, ProbeK
   return s;
 }
 
-std::string site_record_json(int64_t step, double loss_scale, const SiteStats& s) {
+std::string site_record_json(int64_t step, double loss, double loss_scale, const SiteStats& s) {
   const double n = s.stats.numel > 0 ? static_cast<double>(s.stats.numel) : 1.0;
   nlohmann::ordered_json j;
   j["step"] = step;
@@ -63,10 +63,11 @@ std::string site_record_json(int64_t step, double loss_scale, const SiteStats& s
     j["below_half_ulp_fp16"] = static_cast<double>(s.below_half_ulp[2]) / n;
   }
   j["loss_scale"] = loss_scale;
+  j["loss"] = loss;  // NaN: null
   return j.dump();
 }
 
-std::string fp8_record_json(int64_t step, const autograd::Fp8Site& site, int role) {
+std::string fp8_record_json(int64_t step, double loss, const autograd::Fp8Site& site, int role) {
   const Fp8ErrorStats& e = site.stats[size_t(role)];
   const double n = e.count > 0 ? static_cast<double>(e.count) : 1.0;
   const autograd::Fp8Role r = static_cast<autograd::Fp8Role>(role);
@@ -84,6 +85,7 @@ std::string fp8_record_json(int64_t step, const autograd::Fp8Site& site, int rol
   j["saturated"] = static_cast<double>(e.saturated) / n;
   j["underflow"] = static_cast<double>(e.underflow) / n;
   j["rel_error"] = e.relative_error();
+  j["loss"] = loss;
   return j.dump();
 }
 

@@ -40,12 +40,13 @@ struct SiteStats {
   void merge(const SiteStats& o);
 };
 
-// One site's JSON line (README "Numerics diagnostics").
-std::string site_record_json(int64_t step, double loss_scale, const SiteStats& s);
+// One site's JSON line (README "Numerics diagnostics"); every record of a step carries the step's
+// loss (NaN: null), which `numerics --compare` (train/numerics_compare.h) reads.
+std::string site_record_json(int64_t step, double loss, double loss_scale, const SiteStats& s);
 // One fp8 site's role in a sampled step (kind "fp8"): its recipe, format, the step's amax, the
 // delayed recipe's scale, and how well the casts kept the tensors (saturated and underflow
 // shares, relative error: kernels/fp8.h, Fp8ErrorStats).
-std::string fp8_record_json(int64_t step, const autograd::Fp8Site& site, int role);
+std::string fp8_record_json(int64_t step, double loss, const autograd::Fp8Site& site, int role);
 
 class TensorBoardHook;
 // Adds numerics_amax/<kind>/<site>:<op> (parameters: numerics_amax/<kind>/<name>) for each site.

@@ -59,6 +59,39 @@ assert len(s) == 8 and all(x["first_last"] and len(x["recipes"]) == 5 for x in s
 expect_exit 0 "numerics probe run" -- "$MIXTRAIN" --threads 2 numerics --model "$TMP/tiny.json" --data "$TMP/text.txt" --batch-size 4 --seq-len 16 --force --numerics "$TMP/p.jsonl"
 if [ "$(python3 -c 'import json,sys; print(sorted({json.loads(l)["step"] for l in open(sys.argv[1])}))' "$TMP/p.jsonl")" = "[1, 2, 3]" ]; then pass; else fail "numerics run steps"; fi
 
+# --compare: a bf16-mixed and an fp8-mixed probe run of one configuration (E4M3 gradients, every
+# block in fp8: casts over their bounds), and the comparison of their logs, as text and JSON.
+PROBE=("$MIXTRAIN" --threads 2 numerics --model "$TMP/tiny.json" --data "$TMP/text.txt" --batch-size 4 --seq-len 16 --force --steps 4)
+expect_exit 0 "bf16-mixed probe" -- "${PROBE[@]}" --precision bf16-mixed --numerics "$TMP/c_base.jsonl"
+expect_exit 0 "fp8-mixed probe" -- "${PROBE[@]}" --precision fp8-mixed --fp8-recipe current --fp8-format e4m3 \
+  --fp8-first-last --numerics "$TMP/c_run.jsonl"
+expect_exit 0 "compare" -- "$MIXTRAIN" numerics --compare "$TMP/c_base.jsonl" "$TMP/c_run.jsonl"
+if grep -q "^compared 4 sampled steps of $TMP/c_base.jsonl (base) and $TMP/c_run.jsonl (run)$" "$TMP/out" &&
+   grep -q "^loss \(departs at step\|within 1.00% of the base's\)" "$TMP/out" &&
+   grep -q "^fp8 casts of the run" "$TMP/out"; then pass; else fail "compare text: $(cat "$TMP/out")"; fi
+expect_exit 0 "compare json" -- "$MIXTRAIN" numerics --compare "$TMP/c_base.jsonl" "$TMP/c_run.jsonl" --json \
+  --loss-bound 0.5 --site-bound 0.9
+if python3 - "$TMP/out" "$TMP/c_run.jsonl" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["steps_compared"] == 4 and j["loss_bound"] == 0.5 and j["site_bound"] == 0.9, j
+assert j["loss_departure"] is None and 1 <= j["furthest_apart"]["step"] <= 4, j  # not 50% apart
+recs = [json.loads(l) for l in open(sys.argv[2])]
+assert all("loss" in r for r in recs)  # every record carries its step's loss
+# Every cast the comparison lists is over a bound in the run's log, at its first step.
+for f in j["fp8_over_bounds"]:
+    over = [r for r in recs if r["kind"] == "fp8" and r["site"] == f["site"] and r["role"] == f["role"]
+            and (r["rel_error"] > f["rel_error_bound"] or r["underflow"] > 0.05)]
+    assert over and over[0]["step"] == f["first_step"] and len(over) == f["steps_over"], (f, over)
+PY
+then pass; else fail "compare json: $(head -c 400 "$TMP/out")"; fi
+printf '%s\n' "$(head -n 1 "$TMP/c_run.jsonl")" '{"step": 2, "kind": "forward"' >"$TMP/c_bad.jsonl"
+expect_exit 2 "compare a broken log" -- "$MIXTRAIN" numerics --compare "$TMP/c_base.jsonl" "$TMP/c_bad.jsonl"
+expect_stderr_has "c_bad.jsonl:2: not valid JSON" "broken log named with its line"
+expect_exit 2 "compare one file" -- "$MIXTRAIN" numerics --compare "$TMP/c_base.jsonl"
+expect_exit 2 "bounds without compare" -- "$MIXTRAIN" numerics --model "$TMP/tiny.json" --numerics "$TMP/x.jsonl" --loss-bound 0.1
+expect_stderr_has "go with --compare" "--loss-bound without --compare"
+
 expect_exit 2 "numerics needs a file" -- "$MIXTRAIN" numerics --model "$TMP/tiny.json"
 expect_stderr_has "--numerics FILE is needed" "numerics without --numerics"
 expect_exit 2 "empty --numerics" -- "${TRAIN[@]}" --numerics ""

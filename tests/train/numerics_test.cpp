@@ -14,7 +14,9 @@
 #include <string>
 #include <vector>
 
+#include "mixtrain/core/error.h"
 #include "mixtrain/train/numerics_advice.h"
+#include "mixtrain/train/numerics_compare.h"
 #include "mixtrain/train/numerics_hook.h"
 #include "mixtrain/train/trainer.h"
 #include "train/tiny_run.h"
@@ -310,6 +312,132 @@ TEST(NumericsAdvice, Fp8NamesTheSiteAnOutlierPutsOverTheBoundsAndARecipeThatKeep
                 "fp8_recipe rowwise (within the bounds at all of them)"),
       std::string::npos)
       << text;
+}
+
+// ---- numerics --compare (train/numerics_compare.h), on logs written by hand ----------------------
+
+std::string write_log(const std::string& name, const std::vector<std::string>& lines) {
+  const std::string path = ::testing::TempDir() + name;
+  std::ofstream f(path, std::ios::trunc);
+  for (const std::string& l : lines) f << l << "\n";
+  return path;
+}
+std::string site_line(int step, const char* site, const char* kind, double amax, double loss) {
+  nlohmann::json j{{"step", step}, {"site", site}, {"op", "linear"},
+                   {"kind", kind}, {"amax", amax}, {"loss", loss}};
+  return j.dump();
+}
+std::string fp8_line(int step, const char* site, const char* role, const char* format, double rel,
+                     double under, double loss) {
+  nlohmann::json j{{"step", step},       {"site", site},      {"op", "fp8_linear"}, {"kind", "fp8"},
+                   {"role", role},       {"recipe", "block"}, {"format", format},   {"rel_error", rel},
+                   {"underflow", under}, {"saturated", 0.0},  {"loss", loss}};
+  return j.dump();
+}
+
+TEST(NumericsCompare, NamesTheLossDepartureTheFirstSiteApartAndTheCastsOverTheirBounds) {
+  // Steps 1-4. The run's loss parts at step 3 (+5%); the site "b" parts at step 2 (amax 1 -> 1.5),
+  // "a" at step 3 (it comes first in the file, but later); "c" never. The run's fp8 casts: a's
+  // output gradient in E4M3 over both bounds at steps 2 and 3, b's input fine; step 4's is after
+  // the departure and does not count.
+  const std::string base = write_log(
+      "cmp_base.jsonl", {site_line(1, "a", "forward", 2.0, 4.0), site_line(1, "b", "grad", 1.0, 4.0),
+                         site_line(1, "c", "forward", 3.0, 4.0), site_line(2, "a", "forward", 2.0, 3.5),
+                         site_line(2, "b", "grad", 1.0, 3.5), site_line(2, "c", "forward", 3.0, 3.5),
+                         site_line(3, "a", "forward", 2.0, 3.0), site_line(3, "b", "grad", 1.0, 3.0),
+                         site_line(3, "c", "forward", 3.0, 3.0), site_line(4, "a", "forward", 2.0, 2.9)});
+  const std::string run = write_log(
+      "cmp_run.jsonl",
+      {site_line(1, "a", "forward", 2.0, 4.0), site_line(1, "b", "grad", 1.0, 4.0),
+       site_line(1, "c", "forward", 3.0, 4.0), fp8_line(1, "b", "input", "f8_e4m3", 0.03, 0.0, 4.0),
+       site_line(2, "a", "forward", 2.05, 3.52), site_line(2, "b", "grad", 1.5, 3.52),
+       site_line(2, "c", "forward", 3.0, 3.52), fp8_line(2, "a", "grad_output", "f8_e4m3", 0.2, 0.4, 3.52),
+       site_line(3, "a", "forward", 3.0, 3.15), site_line(3, "b", "grad", 1.5, 3.15),
+       site_line(3, "c", "forward", 3.1, 3.15), fp8_line(3, "a", "grad_output", "f8_e4m3", 0.3, 0.2, 3.15),
+       site_line(4, "a", "forward", 3.0, 3.0), fp8_line(4, "c", "grad_output", "f8_e4m3", 0.9, 0.9, 3.0)});
+  const NumericsComparison c = compare_numerics(base, run, 0.01, 0.10, /*window=*/1);  // step by step
+  EXPECT_EQ(c.steps_compared, 4);
+  EXPECT_EQ(c.loss_step, 3);
+  EXPECT_EQ(c.loss_base, 3.0);
+  EXPECT_EQ(c.loss_run, 3.15);
+  ASSERT_EQ(c.sites.size(), 2u);
+  EXPECT_EQ(c.sites[0].site, "b");
+  EXPECT_EQ(c.sites[0].kind, "grad");
+  EXPECT_EQ(c.sites[0].step, 2);
+  EXPECT_EQ(c.sites[1].site, "a");
+  EXPECT_EQ(c.sites[1].step, 3);
+  ASSERT_EQ(c.fp8.size(), 1u);
+  EXPECT_EQ(c.fp8[0].site, "a");
+  EXPECT_EQ(c.fp8[0].role, "grad_output");
+  EXPECT_EQ(c.fp8[0].first_step, 2);
+  EXPECT_EQ(c.fp8[0].steps_over, 2);
+  EXPECT_EQ(c.fp8[0].worst_rel_error, 0.3);
+  EXPECT_EQ(c.fp8[0].worst_underflow, 0.4);
+  const std::string t = c.text();
+  EXPECT_NE(t.find("loss departs at step 3: step by step, base 3, run 3.15 (apart "
+                   "5.00%; bound 1.00%)"),
+            std::string::npos)
+      << t;  // E4M3 gradients over their bounds
+  EXPECT_NE(t.find("fp8_keep 'a'"), std::string::npos) << t;
+
+  // The default window (5): the means of steps 1-3, base 3.5 and run 3.55667, part by 1.62%.
+  const NumericsComparison w = compare_numerics(base, run);
+  EXPECT_EQ(w.loss_step, 3);
+  EXPECT_EQ(w.loss_base, 3.5);
+  EXPECT_NEAR(w.loss_run, 10.67 / 3, 1e-12);
+  // Looser bounds: no departure (the furthest apart named: steps 1-4, 3.35 against 3.4175), no
+  // site apart.
+  const NumericsComparison loose = compare_numerics(base, run, 0.1, 0.6);
+  EXPECT_EQ(loose.loss_step, -1);
+  EXPECT_EQ(loose.worst_step, 4);
+  EXPECT_TRUE(loose.sites.empty());
+  EXPECT_EQ(loose.fp8.size(), 2u);  // without a departure every step counts: c's at step 4 too
+  EXPECT_NE(loose.text().find(
+                "loss within 10.00% of the base's at every compared step (the mean loss of the last 5 "
+                "compared steps; furthest apart: 2.01% at step 4)"),
+            std::string::npos)
+      << loose.text();
+}
+
+TEST(NumericsCompare, ANonFiniteLossOnOneSideIsADeparture) {
+  nlohmann::json nan_loss{{"step", 2},         {"site", "a"}, {"op", "linear"},
+                          {"kind", "forward"}, {"amax", 1.0}, {"loss", nullptr}};
+  const std::string base = write_log(
+      "cmp_nan_base.jsonl", {site_line(1, "a", "forward", 1.0, 4.0), site_line(2, "a", "forward", 1.0, 3.9)});
+  const std::string run =
+      write_log("cmp_nan_run.jsonl", {site_line(1, "a", "forward", 1.0, 4.0), nan_loss.dump()});
+  const NumericsComparison c = compare_numerics(base, run);
+  EXPECT_EQ(c.loss_step, 2);
+  EXPECT_TRUE(std::isnan(c.loss_run));
+}
+
+TEST(NumericsCompare, BadLogsAreRefusedWithTheirPathAndLine) {
+  const std::string good = write_log("cmp_good.jsonl", {site_line(1, "a", "forward", 1.0, 4.0)});
+  const auto message = [&](const std::string& bad) {
+    try {
+      compare_numerics(good, bad);
+    } catch (const IoError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const std::string not_json = write_log("cmp_bad1.jsonl", {site_line(1, "a", "forward", 1.0, 4.0), "{oops"});
+  EXPECT_NE(message(not_json).find("cmp_bad1.jsonl:2: not valid JSON"), std::string::npos)
+      << message(not_json);
+  const std::string no_step = write_log("cmp_bad2.jsonl", {R"({"site": "a", "kind": "forward"})"});
+  EXPECT_NE(message(no_step).find("cmp_bad2.jsonl:1: no positive integer \"step\""), std::string::npos);
+  const std::string amax_text = write_log(
+      "cmp_bad3.jsonl", {R"({"step": 1, "site": "a", "op": "linear", "kind": "forward", "amax": "big"})"});
+  EXPECT_NE(message(amax_text).find("cmp_bad3.jsonl:1: \"amax\" is not a number (\"big\")"),
+            std::string::npos)
+      << message(amax_text);
+  const std::string no_loss = write_log(
+      "cmp_bad4.jsonl", {R"({"step": 1, "site": "a", "op": "linear", "kind": "forward", "amax": 1.0})"});
+  EXPECT_NE(message(no_loss).find("no step records a \"loss\""), std::string::npos) << message(no_loss);
+  const std::string other_steps = write_log("cmp_bad5.jsonl", {site_line(7, "a", "forward", 1.0, 4.0)});
+  EXPECT_NE(message(other_steps).find("no sampled step with a loss in both"), std::string::npos);
+  EXPECT_NE(message(::testing::TempDir() + "cmp_missing.jsonl").find("cannot open it"), std::string::npos);
+  EXPECT_THROW(compare_numerics(good, good, 0.0), ArgumentError);
 }
 
 }  // namespace
