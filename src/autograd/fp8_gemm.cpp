@@ -57,14 +57,9 @@ Fp8Operand fp8_operand(const Tensor& t, Fp8Site& site, Fp8Role role, bool reduce
   }
   fp8_quantize(t, how, given.defined() ? &given : nullptr, o.q, o.scale_inv, amax);
   if (site.collect && !meta) fp8_quant_error(t, how, o.q, o.scale_inv, site.stats[size_t(ri)]);
-  if (!meta) {  // the blocks' largest (an MXFP8 grid holds a value per 32 elements: vectorised)
-    float m = site.step_amax[size_t(ri)];
-    const float* a = amax.data<float>();
-    const int64_t n = amax.numel();
-#pragma omp simd reduction(max : m)
-    for (int64_t i = 0; i < n; ++i) m = a[i] > m ? a[i] : m;
-    site.step_amax[size_t(ri)] = m;
-  }
+  if (!meta)  // the blocks' largest (an MXFP8 grid holds a value per 32 elements: the reduce kernel)
+    site.step_amax[size_t(ri)] =
+        std::max(site.step_amax[size_t(ri)], static_cast<float>(reduce(amax, ReduceOp::max)));
   return o;
 }
 
