@@ -11,7 +11,6 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -19,6 +18,7 @@
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/cpu_rows.h"
 #include "kernels/cpu/fp8_rows.h"
+#include "kernels/cpu/simd_forms.h"
 #include "kernels/fp8_formula.h"
 #include "mixtrain/kernels/fp8.h"
 #include "mixtrain/numeric/convert.h"
@@ -168,16 +168,12 @@ void store_codes_row(const float* o, void* dst, DType t, int64_t n) {
     convert_f32_to_fp8_e5m2(o, static_cast<fp8_e5m2*>(dst), static_cast<size_t>(n));
 }
 
-std::atomic<bool> force_portable_rows{false};
-
 }  // namespace
-
-void fp8_force_portable_rows(bool on) { force_portable_rows = on; }
 
 // The primitives the kernel uses: AVX-512 where the CPU has it, else the loops above.
 const Fp8RowKernels& fp8_rows() {
   static const Fp8RowKernels* avx512 = fp8_rows_avx512();
-  return avx512 && !force_portable_rows ? *avx512 : fp8_rows_portable();
+  return avx512 && !portable_forms_only() ? *avx512 : fp8_rows_portable();
 }
 
 const Fp8RowKernels& fp8_rows_portable() {

@@ -29,8 +29,7 @@ struct Fp8RowKernels {
 const Fp8RowKernels& fp8_rows_portable();
 const Fp8RowKernels* fp8_rows_avx512();
 // The form cpu::fp8_quantize uses: AVX-512 where there is one, unless the tests asked for the
-// portable loops (fp8_force_portable_rows(true), so that both are tested on a CPU with AVX-512).
+// portable loops (simd_forms.h: set_portable_forms_only).
 const Fp8RowKernels& fp8_rows();
-void fp8_force_portable_rows(bool on);
 
 }  // namespace mixtrain::cpu

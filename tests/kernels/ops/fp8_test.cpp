@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "kernels/cpu/fp8_rows.h"
+#include "kernels/cpu/simd_forms.h"
 #include "kernels/fp8_formula.h"
 #include "kernels/ops/op_harness.h"
 #include "mixtrain/core/error.h"
@@ -383,8 +384,8 @@ Tensor all_bf16_as(DType t, int order) {
 
 // What a test runs under: the form fp8_quantize picks on this CPU, or the portable loops.
 struct Fp8RowForm {
-  explicit Fp8RowForm(bool portable) { cpu::fp8_force_portable_rows(portable); }
-  ~Fp8RowForm() { cpu::fp8_force_portable_rows(false); }
+  explicit Fp8RowForm(bool portable) { cpu::set_portable_forms_only(portable); }
+  ~Fp8RowForm() { cpu::set_portable_forms_only(false); }
 };
 
 TEST(Fp8Rows, BothFormsEqualTheReferenceOnEveryBf16Value) {

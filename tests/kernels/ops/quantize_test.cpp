@@ -10,6 +10,7 @@
 #include <limits>
 
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/simd_forms.h"
 #include "kernels/ops/op_harness.h"
 #include "mixtrain/core/cpu_features.h"
 #include "mixtrain/kernels/gemm_info.h"
@@ -36,7 +37,7 @@ Tensor make_rows(int64_t R, int64_t C, DType t, uint64_t seed, bool strided) {
   return x;
 }
 
-// sizes = {R, C}; in: x's dtype; out: the codes' dtype.
+// sizes = {R, C, portable}; in: x's dtype; out: the codes' dtype.
 struct QuantizeRowsTest : OpTest {
   std::string name() const override { return "quantize_rows"; }
   std::vector<OpConfig> configs() const override {
@@ -46,17 +47,19 @@ struct QuantizeRowsTest : OpTest {
                         std::pair{6, 4096}, std::pair{0, 8}, std::pair{512, 384}})
       for (DType in : {DType::f32, DType::bf16, DType::f16})
         for (DType out : {DType::i8, DType::f8_e4m3})
-          for (bool strided : {false, true}) {
-            OpConfig k;
-            k.sizes = {R, C};
-            k.in = in;
-            k.out = out;
-            k.non_contiguous = strided;
-            k.seed = seed++;
-            k.label = std::string(dtype_name(in)) + "->" + std::string(dtype_name(out)) +
-                      " R=" + std::to_string(R) + " C=" + std::to_string(C) + (strided ? " strided" : "");
-            c.push_back(k);
-          }
+          for (bool strided : {false, true})
+            for (int64_t portable : {0, 1}) {  // 1: the portable loops where the CPU has AVX-512 too
+              OpConfig k;
+              k.sizes = {R, C, portable};
+              k.in = in;
+              k.out = out;
+              k.non_contiguous = strided;
+              k.seed = seed++;
+              k.label = std::string(dtype_name(in)) + "->" + std::string(dtype_name(out)) +
+                        " R=" + std::to_string(R) + " C=" + std::to_string(C) + (strided ? " strided" : "") +
+                        (portable ? " portable" : "");
+              c.push_back(k);
+            }
     return c;
   }
   std::vector<Tensor> run(const OpConfig& cfg, bool reference) const override {
@@ -64,7 +67,9 @@ struct QuantizeRowsTest : OpTest {
     const Tensor x = make_rows(R, C, cfg.in, cfg.seed, cfg.non_contiguous);
     Tensor q = Tensor::full({R, C}, cfg.out, 3.0);
     Tensor s = Tensor::full({R}, DType::f32, -1.0);
+    cpu::set_portable_forms_only(cfg.sizes[2] != 0);
     (reference ? ref::quantize_rows : mixtrain::quantize_rows)(x, q, s);
+    cpu::set_portable_forms_only(false);
     return {q, s};
   }
   Tolerance tolerance(const OpConfig&, size_t) const override { return kExact; }

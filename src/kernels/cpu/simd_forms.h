@@ -1,0 +1,13 @@
+// Kernels written twice: as plain loops the compiler vectorises (the portable form: any x86-64, the
+// AVX-512 and AVX2 clones of cpu_rows.h's MIXTRAIN_SIMD_CLONES) and with AVX-512 intrinsics where
+// GCC does not find the fast code itself (fp8_avx512.cpp, quantize_avx512.cpp). A CPU with AVX-512
+// runs the intrinsics; the tests run both forms there, through this switch, and hold each to the
+// scalar reference.
+#pragma once
+
+namespace mixtrain::cpu {
+
+bool portable_forms_only();
+void set_portable_forms_only(bool on);  // process-wide; tests only
+
+}  // namespace mixtrain::cpu
