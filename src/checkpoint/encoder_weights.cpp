@@ -71,7 +71,7 @@ void load_weights(const SafetensorsFile& file, EncoderClassifier& model, const s
     throw IoError(where + ": unexpected tensor '" + printable(by_name.begin()->second->name) +
                   "' for this model");
   for (auto& [dst, src] : copies) dst.copy_from(src);
-  store.flat_params().storage()->bump_version();
+  store.mark_written();
 }
 
 }  // namespace

@@ -105,7 +105,7 @@ void load_gpt_safetensors(const SafetensorsFile& file, Gpt& model) {
   for (size_t i = 0; i < store.size(); ++i)
     if (!store.is_quantized(i)) store.param(i).copy_from(loaded[i]);
   for (auto& [dst, src] : quantized) dst.copy_from(src);
-  store.flat_params().storage()->bump_version();
+  store.mark_written();
 }
 
 std::string gpt2_hf_config_json(const GptConfig& c, std::string_view vocab_json) {

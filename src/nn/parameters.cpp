@@ -98,6 +98,11 @@ void ParameterStore::finalize(DType dtype, DType grad_dtype, MemCategory categor
   }
 }
 
+void ParameterStore::mark_written() const {
+  for (const Tensor* t : {&params_, &codes_, &scales_})
+    if (t->defined()) t->storage()->bump_version();
+}
+
 QuantizedTensor ParameterStore::quantized(size_t i) const {
   if (!finalized()) throw ArgumentError("ParameterStore::quantized: not finalized");
   const ParamInfo& p = infos_.at(i);

@@ -55,7 +55,7 @@ void quantize_into(const ParameterStore& src, ParameterStore& dst) {
       throw ArgumentError("quantize: parameter '" + name + "' has " + std::to_string(bad) +
                           " rows holding inf or NaN (a diverged model): nothing was quantized");
   }
-  dst.flat_params().storage()->bump_version();
+  dst.mark_written();
 }
 
 // A quantized GPT's directory: model.safetensors (codes, scales, bf16 rest; its configuration

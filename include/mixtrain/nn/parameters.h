@@ -118,6 +118,10 @@ class ParameterStore {
   // The flat buffers, shape (flat_numel()); padding elements are zero and stay zero.
   const Tensor& flat_params() const { return params_; }
   const Tensor& flat_grads() const { return grads_; }
+  // Says that the parameters (and the quantized codes and scales) were written in place (loaded,
+  // quantized): bumps their storages' versions, so that cached copies of them (autocast's casts,
+  // the GEMM's packed weights) are made again.
+  void mark_written() const;
   // The gradient elements [first, second) this store holds: the whole buffer, or under a
   // GradientPartScope at finalize its part. zero_grads() zeroes those.
   std::pair<int64_t, int64_t> gradient_part() const { return grad_part_; }

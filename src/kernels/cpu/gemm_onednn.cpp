@@ -336,6 +336,10 @@ struct Problem {
   bool gelu_erf = false;             // dequant only: then oneDNN's gelu_erf, before the rounding to dst
   const float* row_scale = nullptr;  // (M), dequant only
   const float* col_scale = nullptr;  // (N), dequant only
+  // The weights in the layout the primitive prefers (format_tag::any), reordered once per weight
+  // (PackedWeights below): only for weights that stay as they are between calls (a quantized
+  // model's), whose storage version says when they change.
+  bool packed_wei = false;
 };
 
 enum class BiasMode : int64_t { none, input, post_op };
@@ -386,6 +390,7 @@ Key make_key(const Problem& p) {
   put(p.fpmath_bf16);
   put(p.dequant);
   put(p.gelu_erf);
+  put(p.packed_wei);
   put(omp_get_max_threads());  // oneDNN fixes its thread partition when the primitive is made
   return k;
 }
@@ -402,6 +407,11 @@ struct Entry {
   int row_scale_arg = 0;            // the row-scale binary post-op's argument (dequant)
   dnnl::memory::desc row_scale_md;  // (1, M, 1) f32
   float alpha = 1.f;                // oneDNN 3.x: the weights scale passed at execution (when != 1)
+  // Problem::packed_wei: wei_md is the primitive's own layout; plain_wei_md the caller's, and
+  // `pack` the reorder from it (packed false: the primitive took the plain layout as it is).
+  bool packed = false;
+  dnnl::memory::desc plain_wei_md;
+  dnnl::reorder pack;
   bool runtime_alpha() const { return kOnednn3 && alpha != 1.f; }
 };
 
@@ -410,6 +420,11 @@ Entry make_entry(const Problem& p) {
   e.src_md = p.src.desc(p.nd);
   e.wei_md = p.wei.desc(p.nd);
   e.dst_md = p.dst.desc(p.nd);
+  if (p.packed_wei) {
+    e.plain_wei_md = e.wei_md;
+    const dnnl::memory::dims d = e.wei_md.get_dims();
+    e.wei_md = dnnl::memory::desc(d, to_dnnl(p.wei.dtype), dnnl::memory::format_tag::any);
+  }
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);  // our per-thread buffer: thread-safe
   if (p.fpmath_bf16) attr.set_fpmath_mode(dnnl::fpmath_mode::bf16);
@@ -458,6 +473,13 @@ Entry make_entry(const Problem& p) {
 #endif
     e.impl = pd.impl_info_str();
     e.scratch_md = pd.scratchpad_desc();
+    if (p.packed_wei) {
+      e.wei_md = pd.weights_desc();
+      e.packed = e.wei_md != e.plain_wei_md;
+      if (e.packed)
+        e.pack = dnnl::reorder(
+            dnnl::reorder::primitive_desc(cpu_engine(), e.plain_wei_md, cpu_engine(), e.wei_md));
+    }
     e.prim = dnnl::matmul(pd);
     e.ok = true;
   } catch (const dnnl::error&) {
@@ -509,6 +531,64 @@ class PrimitiveCache {
   std::unordered_map<Key, std::list<Item>::iterator, KeyHash> map_;
   size_t capacity_ = 1024;
   int64_t hits_ = 0, misses_ = 0;
+};
+
+// ---- weights in the primitive's own layout (Problem::packed_wei) ------------------------------------
+// oneDNN's brgemm kernels copy plain weights into their blocked layout inside every call (AMX wants
+// K in groups of 4 int8 or 2 bf16 per 32-bit word, N in 16s or 64s). A weight that stays as it is
+// from call to call (a quantized model's codes: MemCategory::quantized_weights) is reordered once
+// instead and the copy kept here, per weight and layout, while the weight's storage lives and keeps
+// its version (ParameterStore::mark_written bumps it after a load or a quantization: the copy is
+// then made again). The copies are tensors of MemCategory::cast_cache, so the memory tracker counts
+// them; on the meta device they are allocated alike and nothing is reordered.
+class PackedWeights {
+ public:
+  static PackedWeights& instance() {
+    static PackedWeights c;
+    return c;
+  }
+  // The copy of w (plain layout e.plain_wei_md at w.raw_data()) in e's layout, made on a miss.
+  Tensor get(const Tensor& w, const Entry& e, bool compute) {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::erase_if(items_, [](const Item& i) { return i.storage.expired(); });
+    const uint64_t version = w.storage()->version();
+    for (Item& i : items_)
+      if (i.data == w.raw_data() && i.md == e.wei_md && i.storage.lock() == w.storage()) {
+        if (i.version != version) {
+          if (compute) reorder(w, e, i.packed);
+          i.version = version;
+        }
+        return i.packed;
+      }
+    Tensor packed = Tensor::empty({static_cast<int64_t>(e.wei_md.get_size())}, DType::i8,
+                                  MemCategory::cast_cache, w.device());
+    if (compute) reorder(w, e, packed);
+    items_.push_back({w.storage(), w.raw_data(), version, e.wei_md, packed});
+    return packed;
+  }
+  void clear() {
+    std::lock_guard<std::mutex> lock(mu_);
+    items_.clear();
+  }
+
+ private:
+  struct Item {
+    std::weak_ptr<Storage> storage;
+    const void* data;
+    uint64_t version;
+    dnnl::memory::desc md;
+    Tensor packed;
+  };
+  static void reorder(const Tensor& w, const Entry& e, Tensor& packed) {
+    dnnl::engine& eng = cpu_engine();
+    dnnl::memory from(e.plain_wei_md, eng, const_cast<void*>(w.raw_data())),
+        to(e.wei_md, eng, packed.raw_data());
+    dnnl::stream& s = cpu_stream();
+    e.pack.execute(s, from, to);
+    s.wait();
+  }
+  std::mutex mu_;
+  std::vector<Item> items_;
 };
 
 // ---- choosing how to run a problem ------------------------------------------------------------
@@ -1010,19 +1090,30 @@ void gemm_s8_dequantized_impl(const Tensor& a, const Tensor& b, const Tensor& ro
     return;
   }
   if (epilogue_may_fuse(out.dtype()) && row_scale.stride(0) == 1 && col_scale.stride(0) == 1) {
-    Plan plan;
-    Problem& p = plan.run;
-    p = dequant_problem(mat_of(a, false), mat_of(b, true), mat_of(out, false), gelu_erf);
-    p.row_scale = row_scale.data<float>();
-    p.col_scale = col_scale.data<float>();
-    if (bias) {
-      p.bias = bias->data<float>();
-      p.bias_stride = bias->size(0) > 1 ? bias->stride(0) : 1;
-    }
-    plan.entry = PrimitiveCache::instance().get(p);
-    if (p.dst.row_major() && fast_entry(*plan.entry)) {
-      execute(plan, p, thread_scratch(out.device()), compute);
-      return;
+    // A model's quantized weights in the kernel's own layout (PackedWeights), else as they are.
+    const bool weights = b.storage()->category() == MemCategory::quantized_weights;
+    for (const bool packed : {weights, false}) {
+      Plan plan;
+      Problem& p = plan.run;
+      p = dequant_problem(mat_of(a, false), mat_of(b, true), mat_of(out, false), gelu_erf);
+      p.packed_wei = packed;
+      p.row_scale = row_scale.data<float>();
+      p.col_scale = col_scale.data<float>();
+      if (bias) {
+        p.bias = bias->data<float>();
+        p.bias_stride = bias->size(0) > 1 ? bias->stride(0) : 1;
+      }
+      plan.entry = PrimitiveCache::instance().get(p);
+      if (p.dst.row_major() && fast_entry(*plan.entry)) {
+        Tensor held;  // the packed copy, alive until the GEMM has run
+        if (plan.entry->packed) {
+          held = PackedWeights::instance().get(b, *plan.entry, compute);
+          p.wei.ptr = held.raw_data();
+        }
+        execute(plan, p, thread_scratch(out.device()), compute);
+        return;
+      }
+      if (!packed) break;
     }
   }
   Tensor acc = Tensor::empty({M, N}, DType::i32, MemCategory::workspace, out.device());
@@ -1064,6 +1155,9 @@ const char* gemm_s8_route() {
 }
 
 GemmCacheStats gemm_cache_stats() { return PrimitiveCache::instance().stats(); }
-void gemm_cache_clear() { PrimitiveCache::instance().clear(); }
+void gemm_cache_clear() {
+  PrimitiveCache::instance().clear();
+  PackedWeights::instance().clear();
+}
 
 }  // namespace mixtrain

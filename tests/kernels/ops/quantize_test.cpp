@@ -14,6 +14,7 @@
 #include "kernels/ops/op_harness.h"
 #include "mixtrain/core/cpu_features.h"
 #include "mixtrain/kernels/gemm_info.h"
+#include "mixtrain/tensor/memory.h"
 
 namespace mixtrain::test {
 namespace {
@@ -337,6 +338,54 @@ TEST(Quantize, TheInt8EpilogueIsInsideOnednnsMatmulWhereItsS8KernelsRun) {
             << "M=" << m << " " << dtype_name(out) << (gelu ? " gelu" : "");
   EXPECT_FALSE(gemm_s8_epilogue_fused(DType::f16, 64, 384, 384));
   if (!expected) std::printf("gemm_s8_dequantized: the fused epilogue is not used on this CPU / oneDNN\n");
+}
+
+// A model's quantized weights (MemCategory::quantized_weights) run from a copy in the kernel's own
+// layout, made once (kernels/cpu/gemm_onednn.cpp: PackedWeights): the same results as the plain
+// weights, the copy counted as cast_cache memory, and made again after the weights are written
+// (their storage version bumped, as ParameterStore::mark_written does).
+TEST(Quantize, QuantizedWeightsRunFromAPackedCopyThatFollowsTheirVersion) {
+  const int64_t M = 96, N = 384, K = 256;
+  const Tensor x = Tensor::rand_uniform({M, K}, DType::f32, 1, -2.f, 2.f);
+  Tensor a = Tensor::empty({M, K}, DType::i8), as = Tensor::empty({M}, DType::f32);
+  quantize_rows(x, a, as);
+  const auto weights = [&](uint64_t seed, Tensor& codes, Tensor& scales) {
+    const Tensor w = Tensor::rand_uniform({N, K}, DType::f32, seed, -1.f, 1.f);
+    Tensor c = Tensor::empty({N, K}, DType::i8), sc = Tensor::empty({N}, DType::f32);
+    quantize_rows(w, c, sc);
+    codes.copy_from(c);
+    scales.copy_from(sc);
+  };
+  Tensor model_codes = Tensor::empty({N, K}, DType::i8, MemCategory::quantized_weights);
+  Tensor plain_codes = Tensor::empty({N, K}, DType::i8);  // the same values, not a model's
+  Tensor scales = Tensor::empty({N}, DType::f32);
+  const Tensor bias = Tensor::rand_uniform({N}, DType::f32, 3, -1.f, 1.f);
+  const auto run = [&](const Tensor& codes) {
+    Tensor out = Tensor::empty({M, N}, DType::bf16);
+    gemm_s8_dequantized(a, codes, as, scales, &bias, out, /*gelu_erf=*/true);
+    return out;
+  };
+  const auto same = [](const Tensor& u, const Tensor& v) {
+    return std::memcmp(u.raw_data(), v.raw_data(), u.nbytes()) == 0;
+  };
+  gemm_cache_clear();
+  const int64_t cached_before = MemoryTracker::global().snapshot().live[size_t(MemCategory::cast_cache)];
+  for (uint64_t seed : {11, 12}) {
+    weights(seed, model_codes, scales);
+    plain_codes.copy_from(model_codes);
+    model_codes.storage()->bump_version();  // written in place: a packed copy of the old values is stale
+    for (int call = 0; call < 2; ++call)
+      EXPECT_TRUE(same(run(model_codes), run(plain_codes))) << seed << " " << call;
+  }
+  const int64_t cached =
+      MemoryTracker::global().snapshot().live[size_t(MemCategory::cast_cache)] - cached_before;
+  const CpuFeatures& f = cpu_features();
+  if ((f.avx512_vnni || f.avx_vnni || f.amx_int8) && onednn_version().rfind("3.", 0) == 0)
+    EXPECT_GE(cached, N * K);  // one packed copy (AMX and VNNI kernels block the weights)
+  else
+    std::printf("gemm_s8_dequantized: no s8 kernel here, nothing packed\n");
+  gemm_cache_clear();  // the copy goes with the cache
+  EXPECT_EQ(MemoryTracker::global().snapshot().live[size_t(MemCategory::cast_cache)], cached_before);
 }
 
 // ---- the definitions on values worked out by hand ----------------------------------------------
