@@ -4,7 +4,8 @@
 // the input-gradient GEMM's dy) and along the rows (the weight-gradient GEMM's dy and x). Beside it
 // a bf16 copy of the same rows (read once, written once: what the cast must at least move).
 // bytes_per_second counts the bf16 bytes read and written (4 per element), so a row's ratio to the
-// copy's is how far the cast is from the bandwidth it needs.
+// copy's is how far the cast is from the bandwidth it needs. portable:1 runs the portable loops
+// instead of the AVX-512 intrinsics (kernels/cpu/simd_forms.h), as a CPU without AVX-512 would.
 //   build/bench/fp8_quantize_bench --benchmark_min_time=0.2
 #include <benchmark/benchmark.h>
 #include <omp.h>
@@ -12,6 +13,7 @@
 #include <cstring>
 #include <string>
 
+#include "kernels/cpu/simd_forms.h"
 #include "mixtrain/kernels/fp8.h"
 #include "mixtrain/kernels/threads.h"
 #include "mixtrain/tensor/tensor.h"
@@ -36,12 +38,13 @@ void report(benchmark::State& state, int64_t elements) {
 }
 
 // args: columns, recipe, reduce_along_cols (1) or rows (0), weight (1: the block recipe's 128 x 128
-// tiles), threads (0: all).
+// tiles), threads (0: all), portable (1: the portable loops).
 void BM_Fp8Quantize(benchmark::State& state) {
   const int64_t C = state.range(0);
   const auto recipe = static_cast<Fp8Recipe>(state.range(1));
   const bool along_cols = state.range(2) != 0, weight = state.range(3) != 0;
   const Threads th(int(state.range(4)));
+  cpu::set_portable_forms_only(state.range(5) != 0);
   const int64_t R = weight ? C : kRows;  // a weight: square enough for its tiles
   const Fp8Quant how = fp8_operand_quant(recipe, DType::f8_e4m3, weight, along_cols);
   const Tensor x = Tensor::randn({R, C}, DType::bf16, 1);
@@ -52,9 +55,10 @@ void BM_Fp8Quantize(benchmark::State& state) {
     fp8_quantize(x, how, nullptr, q, si, am);
     benchmark::ClobberMemory();
   }
+  cpu::set_portable_forms_only(false);
   report(state, R * C);
   state.SetLabel(std::string(fp8_recipe_name(recipe)) + (weight ? " weight" : "") +
-                 (along_cols ? " along cols" : " along rows"));
+                 (along_cols ? " along cols" : " along rows") + (state.range(5) ? " portable" : ""));
 }
 
 // The ceiling: the same rows copied (read and written once, bf16).
@@ -80,13 +84,14 @@ void BM_Bf16Copy(benchmark::State& state) {
 }
 
 void recipes(benchmark::internal::Benchmark* b) {
-  b->ArgNames({"C", "recipe", "cols", "weight", "threads"});
-  for (int threads : {1, 0})
-    for (int64_t C : {384, 1536}) {
-      for (Fp8Recipe r : {Fp8Recipe::current, Fp8Recipe::rowwise, Fp8Recipe::mxfp8, Fp8Recipe::block})
-        for (int cols : {1, 0}) b->Args({C, int64_t(r), cols, 0, threads});
-      b->Args({C, int64_t(Fp8Recipe::block), 1, 1, threads});
-    }
+  b->ArgNames({"C", "recipe", "cols", "weight", "threads", "portable"});
+  for (int portable : {0, 1})
+    for (int threads : {1, 0})
+      for (int64_t C : {384, 1536}) {
+        for (Fp8Recipe r : {Fp8Recipe::current, Fp8Recipe::rowwise, Fp8Recipe::mxfp8, Fp8Recipe::block})
+          for (int cols : {1, 0}) b->Args({C, int64_t(r), cols, 0, threads, portable});
+        b->Args({C, int64_t(Fp8Recipe::block), 1, 1, threads, portable});
+      }
 }
 BENCHMARK(BM_Fp8Quantize)->Apply(recipes)->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_Bf16Copy)

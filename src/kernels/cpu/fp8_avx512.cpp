@@ -314,7 +314,8 @@ MIXTRAIN_FP8_AVX512 void fp8_cast_blocks_avx512(const void* x, DType xt, const f
 }  // namespace
 
 const Fp8RowKernels* fp8_rows_avx512() {
-  static const Fp8RowKernels k{fp8_block_maxes_avx512, fp8_cast_blocks_avx512};
+  static const Fp8RowKernels k{fp8_block_maxes_avx512, fp8_cast_blocks_avx512,
+                               /*block_scales_preferred=*/true};
   const CpuFeatures& cpu = cpu_features();
   return cpu.avx512f && cpu.avx512bw && cpu.avx512vl ? &k : nullptr;
 }

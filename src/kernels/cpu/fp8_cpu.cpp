@@ -75,11 +75,21 @@ __attribute__((always_inline)) inline void block_maxes_of(const In* x, int64_t C
   else
     row_block_maxes_loop(x, C, bc, g);
 }
-MIXTRAIN_SIMD_CLONES void block_maxes_portable(const void* x, DType xt, int64_t C, int64_t bc, float* g) {
+MIXTRAIN_SIMD_CLONES void block_maxes_in(const void* x, DType xt, int64_t C, int64_t bc, float* g) {
   if (xt == DType::bf16)
     block_maxes_of(static_cast<const bf16*>(x), C, bc, g);
   else
     block_maxes_of(static_cast<const float*>(x), C, bc, g);
+}
+// Short blocks of a bf16 row take the row widened first: GCC's reduction of a 32-element block
+// read as bf16 took twice the time of the widening and the fp32 reduction together.
+void block_maxes_portable(const void* x, DType xt, int64_t C, int64_t bc, float* g) {
+  if (xt == DType::bf16 && bc > 1) {
+    float* w = scratch(0, C);  // slot 0: the caller stages only f16 rows there, never bf16 ones
+    widen_bf16_row(static_cast<const bf16*>(x), w, C);
+    return block_maxes_in(w, DType::f32, C, bc, g);
+  }
+  block_maxes_in(x, xt, C, bc, g);
 }
 
 // The cast of n elements, one scale for them all (S float) or one each (S const float*): load,
@@ -177,7 +187,7 @@ const Fp8RowKernels& fp8_rows() {
 }
 
 const Fp8RowKernels& fp8_rows_portable() {
-  static const Fp8RowKernels k{block_maxes_portable, cast_blocks_portable};
+  static const Fp8RowKernels k{block_maxes_portable, cast_blocks_portable, /*block_scales_preferred=*/false};
   return k;
 }
 
@@ -262,14 +272,39 @@ void cpu::fp8_quantize(const Tensor& x, const Fp8Quant& how, const Tensor* scale
     si[b] = s.scale_inv;
   }
 
-  // Pass 2: the cast, rows split over threads. Single columns (bc == 1: the transposed rowwise,
-  // MXFP8 and 1 x 128 uses) take their scales as given; the block row's are the grid's row.
-#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
-  for (int64_t r = 0; r < R; ++r) {
-    const int64_t gi = (r / br) * nbc;
-    void* o = q_row(r);
-    k.cast_blocks(x_row(r), xt, sc + gi, si + gi, bc, how.dequantize, pow2, o, ot, how.format, C);
-    finish_q_row(o, r);
+  // Pass 2: the cast, rows split over threads; each row's scales are its block row's of the grid.
+  // For the portable loops, short blocks spanning several rows (the block recipe's 128 x 128 weight
+  // tiles) have their scales spread over the columns once per block row, and the rows cast with a
+  // scale per column (bc 1): spreading them again for every row cost more than the cast.
+  const bool spread = bc > 1 && bc <= 128 && !k.block_scales_preferred;
+#pragma omp parallel num_threads(nt) if (nt > 1)
+  {
+    int64_t spread_gi = -1;  // the block row whose scales s_col / si_col hold
+    thread_local std::vector<float> s_col, si_col;
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < R; ++r) {
+      const int64_t gi = (r / br) * nbc;
+      const float *s = sc + gi, *sinv = si + gi;
+      int64_t cols = bc;
+      if (spread) {
+        if (spread_gi != gi) {
+          s_col.resize(size_t(C));
+          si_col.resize(size_t(C));
+          for (int64_t j = 0, c0 = 0; c0 < C; ++j, c0 += bc) {
+            const int64_t n = std::min(bc, C - c0);
+            std::fill(s_col.begin() + c0, s_col.begin() + c0 + n, s[j]);
+            std::fill(si_col.begin() + c0, si_col.begin() + c0 + n, sinv[j]);
+          }
+          spread_gi = gi;
+        }
+        s = s_col.data();
+        sinv = si_col.data();
+        cols = 1;
+      }
+      void* o = q_row(r);
+      k.cast_blocks(x_row(r), xt, s, sinv, cols, how.dequantize, pow2, o, ot, how.format, C);
+      finish_q_row(o, r);
+    }
   }
 }
 

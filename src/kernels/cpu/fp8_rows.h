@@ -22,6 +22,10 @@ struct Fp8RowKernels {
   // and pow2 rules), which the AVX-512 form's bf16 path relies on.
   void (*cast_blocks)(const void* x, DType xt, const float* s, const float* sinv, int64_t bc, bool dequantize,
                       bool pow2_scales, void* o, DType ot, DType format, int64_t C);
+  // Whether cast_blocks is fastest given a scale per block (the AVX-512 form broadcasts it; the
+  // portable loops spread it over the columns first, which a caller with rows sharing their blocks'
+  // scales does once for them all instead).
+  bool block_scales_preferred;
 };
 
 // The vectorised loops (every CPU), and the AVX-512 form (null where the CPU lacks AVX-512 F, BW
