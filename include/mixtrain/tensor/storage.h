@@ -47,6 +47,10 @@ class Storage {
   // low-precision copy can never be stale.
   uint64_t version() const { return version_; }
   void bump_version() { ++version_; }
+  // What a backend derives from this storage's bytes and keeps while the storage lives (the CPU
+  // GEMM's weights in its blocked layout, kernels/cpu/gemm_onednn.cpp), released with it; the
+  // backend compares version() to know when to derive it again.
+  std::shared_ptr<void>& derived() { return derived_; }
 
  private:
   Storage(void* mapped, size_t bytes, size_t charged, MemCategory category, Allocator& allocator);
@@ -62,6 +66,7 @@ class Storage {
   MemCategory category_;
   Allocator* allocator_;
   uint64_t version_ = 0;
+  std::shared_ptr<void> derived_;  // released with the storage
 };
 
 }  // namespace mixtrain

@@ -337,7 +337,7 @@ struct Problem {
   const float* row_scale = nullptr;  // (M), dequant only
   const float* col_scale = nullptr;  // (N), dequant only
   // The weights in the layout the primitive prefers (format_tag::any), reordered once per weight
-  // (PackedWeights below): only for weights that stay as they are between calls (a quantized
+  // (packed_weight below): only for weights that stay as they are between calls (a quantized
   // model's), whose storage version says when they change.
   bool packed_wei = false;
 };
@@ -537,59 +537,49 @@ class PrimitiveCache {
 // oneDNN's brgemm kernels copy plain weights into their blocked layout inside every call (AMX wants
 // K in groups of 4 int8 or 2 bf16 per 32-bit word, N in 16s or 64s). A weight that stays as it is
 // from call to call (a quantized model's codes: MemCategory::quantized_weights) is reordered once
-// instead and the copy kept here, per weight and layout, while the weight's storage lives and keeps
-// its version (ParameterStore::mark_written bumps it after a load or a quantization: the copy is
-// then made again). The copies are tensors of MemCategory::cast_cache, so the memory tracker counts
-// them; on the meta device they are allocated alike and nothing is reordered.
-class PackedWeights {
- public:
-  static PackedWeights& instance() {
-    static PackedWeights c;
-    return c;
-  }
-  // The copy of w (plain layout e.plain_wei_md at w.raw_data()) in e's layout, made on a miss.
-  Tensor get(const Tensor& w, const Entry& e, bool compute) {
-    std::lock_guard<std::mutex> lock(mu_);
-    std::erase_if(items_, [](const Item& i) { return i.storage.expired(); });
-    const uint64_t version = w.storage()->version();
-    for (Item& i : items_)
-      if (i.data == w.raw_data() && i.md == e.wei_md && i.storage.lock() == w.storage()) {
-        if (i.version != version) {
-          if (compute) reorder(w, e, i.packed);
-          i.version = version;
-        }
-        return i.packed;
-      }
-    Tensor packed = Tensor::empty({static_cast<int64_t>(e.wei_md.get_size())}, DType::i8,
-                                  MemCategory::cast_cache, w.device());
-    if (compute) reorder(w, e, packed);
-    items_.push_back({w.storage(), w.raw_data(), version, e.wei_md, packed});
-    return packed;
-  }
-  void clear() {
-    std::lock_guard<std::mutex> lock(mu_);
-    items_.clear();
-  }
-
- private:
-  struct Item {
-    std::weak_ptr<Storage> storage;
-    const void* data;
-    uint64_t version;
-    dnnl::memory::desc md;
-    Tensor packed;
-  };
-  static void reorder(const Tensor& w, const Entry& e, Tensor& packed) {
-    dnnl::engine& eng = cpu_engine();
-    dnnl::memory from(e.plain_wei_md, eng, const_cast<void*>(w.raw_data())),
-        to(e.wei_md, eng, packed.raw_data());
-    dnnl::stream& s = cpu_stream();
-    e.pack.execute(s, from, to);
-    s.wait();
-  }
-  std::mutex mu_;
-  std::vector<Item> items_;
+// instead, and the copy kept with the weight's storage (Storage::derived: released with it), per
+// weight and layout, while the storage keeps its version (ParameterStore::mark_written bumps it
+// after a load or a quantization: the copy is then made again). The copies are tensors of
+// MemCategory::cast_cache, so the memory tracker counts them; on the meta device they are
+// allocated alike and nothing is reordered.
+struct PackedWeight {
+  const void* data;  // the weight's first element within the storage
+  dnnl::memory::desc md;
+  uint64_t version;
+  Tensor packed;
 };
+using PackedWeights = std::vector<PackedWeight>;  // what a storage's derived() holds
+std::mutex g_packed_mutex;
+
+void reorder_weight(const Tensor& w, const Entry& e, Tensor& packed) {
+  dnnl::engine& eng = cpu_engine();
+  dnnl::memory from(e.plain_wei_md, eng, const_cast<void*>(w.raw_data())),
+      to(e.wei_md, eng, packed.raw_data());
+  dnnl::stream& s = cpu_stream();
+  e.pack.execute(s, from, to);
+  s.wait();
+}
+
+// The copy of w (plain layout e.plain_wei_md at w.raw_data()) in e's layout, made on a miss.
+Tensor packed_weight(const Tensor& w, const Entry& e, bool compute) {
+  std::lock_guard<std::mutex> lock(g_packed_mutex);
+  Storage& st = *w.storage();
+  if (!st.derived()) st.derived() = std::make_shared<PackedWeights>();
+  PackedWeights& set = *static_cast<PackedWeights*>(st.derived().get());
+  for (PackedWeight& p : set)
+    if (p.data == w.raw_data() && p.md == e.wei_md) {
+      if (p.version != st.version()) {
+        if (compute) reorder_weight(w, e, p.packed);
+        p.version = st.version();
+      }
+      return p.packed;
+    }
+  Tensor packed = Tensor::empty({static_cast<int64_t>(e.wei_md.get_size())}, DType::i8,
+                                MemCategory::cast_cache, w.device());
+  if (compute) reorder_weight(w, e, packed);
+  set.push_back({w.raw_data(), e.wei_md, st.version(), packed});
+  return packed;
+}
 
 // ---- choosing how to run a problem ------------------------------------------------------------
 // Tried in order; the first oneDNN accepts with a non-reference implementation wins (the last one
@@ -1090,7 +1080,7 @@ void gemm_s8_dequantized_impl(const Tensor& a, const Tensor& b, const Tensor& ro
     return;
   }
   if (epilogue_may_fuse(out.dtype()) && row_scale.stride(0) == 1 && col_scale.stride(0) == 1) {
-    // A model's quantized weights in the kernel's own layout (PackedWeights), else as they are.
+    // A model's quantized weights in the kernel's own layout (packed_weight), else as they are.
     const bool weights = b.storage()->category() == MemCategory::quantized_weights;
     for (const bool packed : {weights, false}) {
       Plan plan;
@@ -1107,7 +1097,7 @@ void gemm_s8_dequantized_impl(const Tensor& a, const Tensor& b, const Tensor& ro
       if (p.dst.row_major() && fast_entry(*plan.entry)) {
         Tensor held;  // the packed copy, alive until the GEMM has run
         if (plan.entry->packed) {
-          held = PackedWeights::instance().get(b, *plan.entry, compute);
+          held = packed_weight(b, *plan.entry, compute);
           p.wei.ptr = held.raw_data();
         }
         execute(plan, p, thread_scratch(out.device()), compute);
@@ -1155,9 +1145,6 @@ const char* gemm_s8_route() {
 }
 
 GemmCacheStats gemm_cache_stats() { return PrimitiveCache::instance().stats(); }
-void gemm_cache_clear() {
-  PrimitiveCache::instance().clear();
-  PackedWeights::instance().clear();
-}
+void gemm_cache_clear() { PrimitiveCache::instance().clear(); }
 
 }  // namespace mixtrain

@@ -341,9 +341,9 @@ TEST(Quantize, TheInt8EpilogueIsInsideOnednnsMatmulWhereItsS8KernelsRun) {
 }
 
 // A model's quantized weights (MemCategory::quantized_weights) run from a copy in the kernel's own
-// layout, made once (kernels/cpu/gemm_onednn.cpp: PackedWeights): the same results as the plain
-// weights, the copy counted as cast_cache memory, and made again after the weights are written
-// (their storage version bumped, as ParameterStore::mark_written does).
+// layout, made once (kernels/cpu/gemm_onednn.cpp: packed_weight): the same results as the plain
+// weights, the copy counted as cast_cache memory, made again after the weights are written (their
+// storage version bumped, as ParameterStore::mark_written does), and released with them.
 TEST(Quantize, QuantizedWeightsRunFromAPackedCopyThatFollowsTheirVersion) {
   const int64_t M = 96, N = 384, K = 256;
   const Tensor x = Tensor::rand_uniform({M, K}, DType::f32, 1, -2.f, 2.f);
@@ -368,7 +368,6 @@ TEST(Quantize, QuantizedWeightsRunFromAPackedCopyThatFollowsTheirVersion) {
   const auto same = [](const Tensor& u, const Tensor& v) {
     return std::memcmp(u.raw_data(), v.raw_data(), u.nbytes()) == 0;
   };
-  gemm_cache_clear();
   const int64_t cached_before = MemoryTracker::global().snapshot().live[size_t(MemCategory::cast_cache)];
   for (uint64_t seed : {11, 12}) {
     weights(seed, model_codes, scales);
@@ -384,7 +383,7 @@ TEST(Quantize, QuantizedWeightsRunFromAPackedCopyThatFollowsTheirVersion) {
     EXPECT_GE(cached, N * K);  // one packed copy (AMX and VNNI kernels block the weights)
   else
     std::printf("gemm_s8_dequantized: no s8 kernel here, nothing packed\n");
-  gemm_cache_clear();  // the copy goes with the cache
+  model_codes = Tensor();  // the copy goes with the weights
   EXPECT_EQ(MemoryTracker::global().snapshot().live[size_t(MemCategory::cast_cache)], cached_before);
 }
 
