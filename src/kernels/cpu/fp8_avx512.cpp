@@ -29,28 +29,15 @@
 // false -Wmaybe-uninitialized once inlined (GCC PR 105593, fixed in GCC 13).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
+#include "kernels/cpu/avx512_lanes.h"
 #include "kernels/cpu/fp8_rows.h"
 #include "mixtrain/core/cpu_features.h"
 #include "mixtrain/numeric/bf16.h"
 
-#define MIXTRAIN_FP8_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
+#define MIXTRAIN_FP8_AVX512 MIXTRAIN_AVX512_BW
 
 namespace mixtrain::cpu {
 namespace {
-
-// Lanes [0, n) of 16 (n may exceed 16).
-MIXTRAIN_FP8_AVX512 inline __mmask16 fp8_lanes(int64_t n) {
-  return n >= 16 ? __mmask16(0xffff) : __mmask16((1u << n) - 1u);
-}
-
-// 16 elements (the masked-off lanes 0) as fp32.
-MIXTRAIN_FP8_AVX512 inline __m512 fp8_load(const bf16* p, __mmask16 m) {
-  const __m256i h = _mm256_maskz_loadu_epi16(m, p);
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-}
-MIXTRAIN_FP8_AVX512 inline __m512 fp8_load(const float* p, __mmask16 m) {
-  return _mm512_maskz_loadu_ps(m, p);
-}
 
 // 16 values stored (bf16: rounded to nearest even, as bf16_from_f32 rounds a number; the only NaN
 // stored is the canonical quiet one, 0x7fc00000, whose top half is bf16_from_f32's NaN).
@@ -73,18 +60,6 @@ MIXTRAIN_FP8_AVX512 inline __m512i fp8_abs_bits(__m512 v) {
 MIXTRAIN_FP8_AVX512 inline __m512i fp8_abs_bits16(__m512i h) {
   return _mm512_min_epu16(_mm512_and_si512(h, _mm512_set1_epi16(0x7fff)), _mm512_set1_epi16(0x7f80));
 }
-// Lanes [0, n) of 32.
-MIXTRAIN_FP8_AVX512 inline __mmask32 fp8_lanes32(int64_t n) {
-  return n >= 32 ? __mmask32(0xffffffffu) : __mmask32((1u << n) - 1u);
-}
-// The largest of 32 unsigned 16-bit lanes: halved twice to 8 lanes, then PHMINPOSUW (the smallest
-// of 8 in one instruction) on their complements.
-MIXTRAIN_FP8_AVX512 inline uint16_t fp8_reduce_max_epu16(__m512i v) {
-  const __m256i a = _mm256_max_epu16(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
-  const __m128i b = _mm_max_epu16(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
-  return uint16_t(~_mm_cvtsi128_si32(_mm_minpos_epu16(_mm_xor_si128(b, _mm_set1_epi16(-1)))));
-}
-
 // The format's constants for the rounding (see the top of the file).
 struct Fp8Lanes {
   __m512 emin, emax, fmax, neg_fmax;
@@ -106,8 +81,8 @@ template <typename In>
 MIXTRAIN_FP8_AVX512 void fp8_block_maxes(const In* x, int64_t C, int64_t bc, float* g) {
   if (bc == 1) {  // a block per column: g[c] = max(g[c], |x[c]|), lane by lane
     for (int64_t c = 0; c < C; c += 16) {
-      const __mmask16 m = fp8_lanes(C - c);
-      const __m512i a = fp8_abs_bits(fp8_load(x + c, m));
+      const __mmask16 m = avx512::lanes16(C - c);
+      const __m512i a = fp8_abs_bits(avx512::load16(x + c, m));
       const __m512i old = _mm512_maskz_loadu_epi32(m, g + c);
       _mm512_mask_storeu_epi32(g + c, m, _mm512_max_epu32(a, old));
     }
@@ -119,12 +94,13 @@ MIXTRAIN_FP8_AVX512 void fp8_block_maxes(const In* x, int64_t C, int64_t bc, flo
     if constexpr (std::is_same_v<In, bf16>) {  // 32 lanes of bf16 bits
       __m512i acc = _mm512_setzero_si512();
       for (int64_t i = 0; i < n; i += 32)
-        acc = _mm512_max_epu16(acc, fp8_abs_bits16(_mm512_maskz_loadu_epi16(fp8_lanes32(n - i), x + c0 + i)));
-      m = std::bit_cast<float>(uint32_t(fp8_reduce_max_epu16(acc)) << 16);
+        acc = _mm512_max_epu16(acc,
+                               fp8_abs_bits16(_mm512_maskz_loadu_epi16(avx512::lanes32(n - i), x + c0 + i)));
+      m = std::bit_cast<float>(uint32_t(avx512::reduce_max_epu16(acc)) << 16);
     } else {
       __m512i acc = _mm512_setzero_si512();
       for (int64_t i = 0; i < n; i += 16)
-        acc = _mm512_max_epu32(acc, fp8_abs_bits(fp8_load(x + c0 + i, fp8_lanes(n - i))));
+        acc = _mm512_max_epu32(acc, fp8_abs_bits(avx512::load16(x + c0 + i, avx512::lanes16(n - i))));
       m = std::bit_cast<float>(_mm512_reduce_max_epu32(acc));
     }
     g[j] = m > g[j] ? m : g[j];
@@ -141,7 +117,7 @@ MIXTRAIN_FP8_AVX512 void fp8_block_maxes_avx512(const void* x, DType xt, int64_t
 template <int M, typename In, typename Out>
 MIXTRAIN_FP8_AVX512 inline void fp8_cast16(const In* x, __m512 s, __m512 sinv, bool dequantize, Out* o,
                                            __mmask16 m, const Fp8Lanes& f) {
-  __m512 y = fp8_round<M>(_mm512_mul_ps(fp8_load(x, m), s), f);
+  __m512 y = fp8_round<M>(_mm512_mul_ps(avx512::load16(x, m), s), f);
   if (dequantize) y = _mm512_mul_ps(y, sinv);
   fp8_store(o, y, m);
 }
@@ -149,7 +125,7 @@ MIXTRAIN_FP8_AVX512 inline void fp8_cast16(const In* x, __m512 s, __m512 sinv, b
 template <int M, typename In, typename Out>
 MIXTRAIN_FP8_AVX512 inline void fp8_cast16_nan(const In* x, __m512 s, __m512 sinv, bool dequantize, Out* o,
                                                __mmask16 m, const Fp8Lanes& f) {
-  __m512 y = fp8_round<M>(_mm512_mul_ps(fp8_load(x, m), s), f);
+  __m512 y = fp8_round<M>(_mm512_mul_ps(avx512::load16(x, m), s), f);
   if (dequantize) y = _mm512_mul_ps(y, sinv);
   y = _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(s, s, _CMP_UNORD_Q), _mm512_set1_ps(NAN));
   fp8_store(o, y, m);
@@ -189,7 +165,7 @@ MIXTRAIN_FP8_AVX512 void fp8_cast_pow2_bf16(const bf16* x, float s, float sinv, 
                 keep = _mm512_set1_epi16(short(~((1 << drop) - 1)));
   const __m512i one = _mm512_set1_epi16(1), magnitude = _mm512_set1_epi16(0x7fff);
   for (int64_t i = 0; i < n; i += 32) {
-    const __mmask32 m = fp8_lanes32(n - i);
+    const __mmask32 m = avx512::lanes32(n - i);
     const __m512i h = _mm512_maskz_loadu_epi16(m, x + i);
     const __m512i ab = _mm512_and_si512(h, magnitude);
     const __m512i lsb = _mm512_and_si512(_mm512_srli_epi16(ab, drop), one);
@@ -199,7 +175,7 @@ MIXTRAIN_FP8_AVX512 void fp8_cast_pow2_bf16(const bf16* x, float s, float sinv, 
     if (_mm512_mask_cmplt_epu16_mask(_mm512_test_epi16_mask(ab, ab), ab, b.thr) & m) {
       const __m512 sv = _mm512_set1_ps(s), siv = _mm512_set1_ps(sinv);
       for (int64_t k = i; k < std::min(n, i + 32); k += 16)
-        fp8_cast16<M>(x + k, sv, siv, true, o + k, fp8_lanes(n - k), f);
+        fp8_cast16<M>(x + k, sv, siv, true, o + k, avx512::lanes16(n - k), f);
     }
   }
 }
@@ -224,8 +200,8 @@ MIXTRAIN_FP8_AVX512 void fp8_cast_pow2_bf16_cols(const bf16* x, const float* s, 
     return _mm512_permutex2var_epi16(_mm512_castps_si512(lo), high, _mm512_castps_si512(hi));
   };
   for (int64_t i = 0; i < n; i += 32) {
-    const __mmask32 m = fp8_lanes32(n - i);
-    const __mmask16 m_lo = fp8_lanes(n - i), m_hi = n - i > 16 ? fp8_lanes(n - i - 16) : 0;
+    const __mmask32 m = avx512::lanes32(n - i);
+    const __mmask16 m_lo = avx512::lanes16(n - i), m_hi = n - i > 16 ? avx512::lanes16(n - i - 16) : 0;
     const __m512 si_lo = _mm512_maskz_loadu_ps(m_lo, sinv + i),
                  si_hi = _mm512_maskz_loadu_ps(m_hi, sinv + i + 16);
     const __m512i lim = pack_high(_mm512_mul_ps(si_lo, fmax), _mm512_mul_ps(si_hi, fmax));
@@ -241,7 +217,7 @@ MIXTRAIN_FP8_AVX512 void fp8_cast_pow2_bf16_cols(const bf16* x, const float* s, 
     _mm512_mask_storeu_epi16(o + i, m, _mm512_mask_mov_epi16(r, nan, qnan));
     if (_mm512_mask_cmplt_epu16_mask(_mm512_test_epi16_mask(ab, ab), ab, thr) & m & ~nan) {
       for (int64_t k = i; k < std::min(n, i + 32); k += 16) {
-        const __mmask16 mk = fp8_lanes(n - k);
+        const __mmask16 mk = avx512::lanes16(n - k);
         fp8_cast16_nan<M>(x + k, _mm512_maskz_loadu_ps(mk, s + k), _mm512_maskz_loadu_ps(mk, sinv + k), true,
                           o + k, mk, f);
       }
@@ -259,7 +235,7 @@ MIXTRAIN_FP8_AVX512 void fp8_cast_blocks(const In* x, const float* s, const floa
   }
   if (bc == 1) {
     for (int64_t c = 0; c < C; c += 16) {
-      const __mmask16 m = fp8_lanes(C - c);
+      const __mmask16 m = avx512::lanes16(C - c);
       fp8_cast16_nan<M>(x + c, _mm512_maskz_loadu_ps(m, s + c), _mm512_maskz_loadu_ps(m, sinv + c),
                         dequantize, o + c, m, f);
     }
@@ -268,7 +244,7 @@ MIXTRAIN_FP8_AVX512 void fp8_cast_blocks(const In* x, const float* s, const floa
   for (int64_t j = 0, c0 = 0; c0 < C; ++j, c0 += bc) {
     const int64_t n = std::min(bc, C - c0);
     if (std::isnan(s[j])) {  // a block that is not finite
-      for (int64_t i = 0; i < n; i += 16) fp8_store(o + c0 + i, _mm512_set1_ps(NAN), fp8_lanes(n - i));
+      for (int64_t i = 0; i < n; i += 16) fp8_store(o + c0 + i, _mm512_set1_ps(NAN), avx512::lanes16(n - i));
       continue;
     }
     if constexpr (bf16_io) {
@@ -280,7 +256,7 @@ MIXTRAIN_FP8_AVX512 void fp8_cast_blocks(const In* x, const float* s, const floa
     }
     const __m512 sj = _mm512_set1_ps(s[j]), sij = _mm512_set1_ps(sinv[j]);
     for (int64_t i = 0; i < n; i += 16)
-      fp8_cast16<M>(x + c0 + i, sj, sij, dequantize, o + c0 + i, fp8_lanes(n - i), f);
+      fp8_cast16<M>(x + c0 + i, sj, sij, dequantize, o + c0 + i, avx512::lanes16(n - i), f);
   }
 }
 template <int M, typename In>

@@ -18,49 +18,32 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 
+#include "kernels/cpu/avx512_lanes.h"
 #include "kernels/cpu/quantize_avx512.h"
 #include "kernels/quant_formula.h"
 #include "mixtrain/core/cpu_features.h"
 #include "mixtrain/numeric/bf16.h"
 
-#define MIXTRAIN_QUANT_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
+#define MIXTRAIN_QUANT_AVX512 MIXTRAIN_AVX512_BW
 
 namespace mixtrain::cpu {
 namespace {
-
-MIXTRAIN_QUANT_AVX512 inline __mmask16 q_lanes16(int64_t n) {
-  return n >= 16 ? __mmask16(0xffff) : __mmask16((1u << n) - 1u);
-}
-MIXTRAIN_QUANT_AVX512 inline __mmask32 q_lanes32(int64_t n) {
-  return n >= 32 ? __mmask32(0xffffffffu) : __mmask32((1u << n) - 1u);
-}
 
 // The largest |x| of the row as fp32 bits (at or above 0x7f800000: inf or NaN somewhere).
 MIXTRAIN_QUANT_AVX512 uint32_t q_amax_bits(const bf16* x, int64_t C) {
   __m512i m = _mm512_setzero_si512();
   for (int64_t c = 0; c < C; c += 32)
-    m = _mm512_max_epu16(
-        m, _mm512_and_si512(_mm512_maskz_loadu_epi16(q_lanes32(C - c), x + c), _mm512_set1_epi16(0x7fff)));
-  const __m256i a = _mm256_max_epu16(_mm512_castsi512_si256(m), _mm512_extracti64x4_epi64(m, 1));
-  const __m128i b = _mm_max_epu16(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
-  // PHMINPOSUW: the smallest of 8 unsigned 16-bit lanes in one instruction, on the complements.
-  const uint32_t top = uint16_t(~_mm_cvtsi128_si32(_mm_minpos_epu16(_mm_xor_si128(b, _mm_set1_epi16(-1)))));
-  return top << 16;
+    m = _mm512_max_epu16(m, _mm512_and_si512(_mm512_maskz_loadu_epi16(avx512::lanes32(C - c), x + c),
+                                             _mm512_set1_epi16(0x7fff)));
+  return uint32_t(avx512::reduce_max_epu16(m)) << 16;
 }
 MIXTRAIN_QUANT_AVX512 uint32_t q_amax_bits(const float* x, int64_t C) {
   __m512i m = _mm512_setzero_si512();
   for (int64_t c = 0; c < C; c += 16)
-    m = _mm512_max_epu32(m,
-                         _mm512_and_si512(_mm512_castps_si512(_mm512_maskz_loadu_ps(q_lanes16(C - c), x + c)),
-                                          _mm512_set1_epi32(0x7fffffff)));
+    m = _mm512_max_epu32(
+        m, _mm512_and_si512(_mm512_castps_si512(_mm512_maskz_loadu_ps(avx512::lanes16(C - c), x + c)),
+                            _mm512_set1_epi32(0x7fffffff)));
   return _mm512_reduce_max_epu32(m);
-}
-
-MIXTRAIN_QUANT_AVX512 inline __m512 q_load16(const bf16* x, __mmask16 m) {
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, x)), 16));
-}
-MIXTRAIN_QUANT_AVX512 inline __m512 q_load16(const float* x, __mmask16 m) {
-  return _mm512_maskz_loadu_ps(m, x);
 }
 
 template <typename In>
@@ -74,9 +57,9 @@ MIXTRAIN_QUANT_AVX512 float q_row_i8(const In* x, int64_t C, int8_t* q) {
   }
   const __m512 mul = _mm512_set1_ps(s.mul);
   for (int64_t c = 0; c < C; c += 16) {
-    const __mmask16 m = q_lanes16(C - c);
+    const __mmask16 m = avx512::lanes16(C - c);
     // x * mul rounded to fp32 first (as the reference), then to the nearest integer, ties to even.
-    const __m512i r = _mm512_cvt_roundps_epi32(_mm512_mul_ps(q_load16(x + c, m), mul),
+    const __m512i r = _mm512_cvt_roundps_epi32(_mm512_mul_ps(avx512::load16(x + c, m), mul),
                                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     _mm_mask_storeu_epi8(q + c, m, _mm512_cvtsepi32_epi8(r));
   }
