@@ -13,6 +13,7 @@
 
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/cpu_rows.h"
+#include "kernels/cpu/gelu_avx512.h"
 #include "kernels/ops_backward.h"
 #include "mixtrain/core/cpu_features.h"
 
@@ -20,6 +21,7 @@ namespace mixtrain {
 namespace cpu {
 namespace {
 constexpr int64_t kLnGroupRows = 32;  // rows per layer-norm parameter-gradient partial sum
+constexpr int64_t kLnColChunk = 256;  // columns per work item of the partials' pairwise sums
 
 // Per-thread fp32 rows for these kernels (more slots than cpu::scratch offers).
 float* bscratch(int slot, int64_t n) {
@@ -50,7 +52,9 @@ void accumulate_vec(Tensor& out, const float* add, int64_t C) {
 
 // ---- vectorised row loops -------------------------------------------------------------------------
 // gelu'(x) = s + 2 x s (1 - s) k (1 + 3 a x^2), s = 1 / (1 + e), 1 - s = e s, e = exp(-2u) (see the
-// reference). -2u is capped at 80 so e s stays finite (the derivative there is below 1e-30 anyway).
+// reference). -2u is capped at 80 so e s stays finite, and past it s is taken as its limit 0 (the
+// derivative there is below 1e-30 anyway): so x = -inf and x below -5e19 give NaN, as the
+// reference's 2 x s (1 - s) (1 + 3 a x^2) = 0 * inf does.
 MIXTRAIN_SIMD_CLONES void gelu_backward_f32(const float* x, const float* g, float* o, int64_t n) {
   constexpr float k = 0.7978845608028654f, a = 0.044715f;
   for (int64_t i = 0; i < n; ++i) {
@@ -58,7 +62,7 @@ MIXTRAIN_SIMD_CLONES void gelu_backward_f32(const float* x, const float* g, floa
     const float u = k * (v + a * v * v * v);
     const float t = -2.f * u;
     const float e = exp_f32(t < 80.f ? t : 80.f);
-    const float s = 1.f / (1.f + e);
+    const float s = t > 80.f ? 0.f : 1.f / (1.f + e);
     o[i] = g[i] * (s + 2.f * v * s * (e * s) * k * (1.f + 3.f * a * v * v));
   }
 }
@@ -66,7 +70,19 @@ MIXTRAIN_SIMD_CLONES void scale_inplace(float* o, float s, int64_t n) {
   for (int64_t i = 0; i < n; ++i) o[i] *= s;
 }
 MIXTRAIN_SIMD_CLONES void add_rows(float* acc, const float* a, int64_t n) {
+#pragma omp simd
   for (int64_t i = 0; i < n; ++i) acc[i] += a[i];
+}
+
+// rows (n rows of stride `stride`, w columns used) summed down each column into row 0, in
+// pairwise_sum's tree (left half + right half, left = n / 2): each column's sum is pairwise_sum of
+// that column bit for bit. The rows are overwritten.
+void pairwise_rows(float* rows, int64_t n, int64_t stride, int64_t w) {
+  if (n <= 1) return;
+  const int64_t left = n / 2;
+  pairwise_rows(rows, left, stride, w);
+  pairwise_rows(rows + left * stride, n - left, stride, w);
+  add_rows(rows, rows + left * stride, w);
 }
 }  // namespace
 
@@ -105,6 +121,7 @@ namespace {
 // parameter gradients (pw += dout * xhat, pb += dout).
 MIXTRAIN_SIMD_CLONES void ln_prep(const float* x, const float* d, const float* w, float mu, float rs,
                                   float* xh, float* g, float* gx, float* pw, float* pb, int64_t n) {
+#pragma omp simd
   for (int64_t i = 0; i < n; ++i) {
     const float h = (x[i] - mu) * rs;
     xh[i] = h;
@@ -116,6 +133,7 @@ MIXTRAIN_SIMD_CLONES void ln_prep(const float* x, const float* d, const float* w
 }
 MIXTRAIN_SIMD_CLONES void ln_dx(const float* g, const float* xh, float mean_g, float mean_gx, float rs,
                                 float* o, int64_t n) {
+#pragma omp simd
   for (int64_t i = 0; i < n; ++i) o[i] = rs * (g[i] - mean_g - xh[i] * mean_gx);
 }
 
@@ -154,9 +172,17 @@ void cpu::gelu_backward(const Tensor& x, const Tensor& dout, Tensor& dx) {
   cpu::RowView in[2], ov;
   const Tensor xk = cpu::rows_or_copy(x, in[0]), gk = cpu::rows_or_copy(dout, in[1]);
   Tensor o = cpu::rows_for_output(dx, ov);
-  cpu::elementwise<2>(in, ov, [](const float* const* p, float* dst, int64_t n) {
-    cpu::gelu_backward_f32(p[0], p[1], dst, n);
-  });
+  if (cpu::gelu_avx512_usable() && cpu::gelu_avx512_dtype(in[0].dtype) &&
+      cpu::gelu_avx512_dtype(in[1].dtype) && cpu::gelu_avx512_dtype(ov.dtype)) {
+    const DType xt = in[0].dtype, gt = in[1].dtype, ot = ov.dtype;
+    cpu::elementwise_unstaged<2>(in, ov, [=](const void* const* p, void* dst, int64_t n) {
+      cpu::gelu_backward_row_avx512(p[0], xt, p[1], gt, dst, ot, n);
+    });
+  } else {
+    cpu::elementwise<2>(in, ov, [](const float* const* p, float* dst, int64_t n) {
+      cpu::gelu_backward_f32(p[0], p[1], dst, n);
+    });
+  }
   cpu::finish_output(o, dx);
 }
 
@@ -237,18 +263,21 @@ void cpu::layer_norm_backward(const Tensor& x, const Tensor& weight, const Tenso
     }
   }
   cpu::finish_output(o, dx);
-  std::vector<float> tw(static_cast<size_t>(C)), tb(static_cast<size_t>(C));
+  if (groups == 0) return;  // no rows: nothing to add to the parameter gradients
+  // Each column's group partials added in pairwise_sum's tree, a chunk of columns at a time (the
+  // same sums, bit for bit, as pairwise_sum over each column; vectorised along the row).
+  const int64_t col_chunks = (C + cpu::kLnColChunk - 1) / cpu::kLnColChunk;
   const int ntc = cpu::threads_for(groups * C);
 #pragma omp parallel for num_threads(ntc) schedule(static) if (ntc > 1)
-  for (int64_t c = 0; c < C; ++c) {
-    float* col = cpu::bscratch(0, groups);
-    for (int64_t grp = 0; grp < groups; ++grp) col[grp] = part_w[static_cast<size_t>(grp * C + c)];
-    tw[static_cast<size_t>(c)] = cpu::pairwise_sum(col, groups);
-    for (int64_t grp = 0; grp < groups; ++grp) col[grp] = part_b[static_cast<size_t>(grp * C + c)];
-    tb[static_cast<size_t>(c)] = cpu::pairwise_sum(col, groups);
+  for (int64_t item = 0; item < 2 * col_chunks; ++item) {
+    float* part = (item < col_chunks ? part_w : part_b).data();
+    const int64_t c0 = (item % col_chunks) * cpu::kLnColChunk;
+    cpu::pairwise_rows(part + c0, groups, C, std::min(cpu::kLnColChunk, C - c0));
   }
-  cpu::accumulate_vec(dweight, tw.data(), C);
-  cpu::accumulate_vec(dbias, tb.data(), C);
+  const float* tw = part_w.data();  // row 0: the sums
+  const float* tb = part_b.data();
+  cpu::accumulate_vec(dweight, tw, C);
+  cpu::accumulate_vec(dbias, tb, C);
 }
 
 void cpu::embedding_backward(const Tensor& ids, const Tensor& dout, Tensor& dweight) {

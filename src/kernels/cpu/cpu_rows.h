@@ -155,12 +155,9 @@ constexpr int64_t kChunk = 2048;  // elements per elementwise work item
 
 inline bool flat(const RowView& v) { return v.rows == 1 || v.row_stride == v.cols; }
 
-// out = f(in[0], ..., in[N-1]) elementwise over (R, C) views, in (row, column chunk) work items of
-// kChunk elements staged in fp32 on the stack; an input with row_stride 0 is a row broadcast over R.
-// Contiguous operands are treated as one long row so that work items are full chunks. The split
-// does not depend on the thread count, so results do not either.
-template <int N, typename F>
-void elementwise(RowView (&in)[N], RowView out, F f) {
+// The work items of elementwise (below): g(r, c0, w) for row r's columns [c0, c0 + w), in parallel.
+template <int N, typename G>
+void for_each_chunk(RowView (&in)[N], RowView& out, G g) {
   bool all_flat = flat(out);
   for (const RowView& v : in) all_flat = all_flat && flat(v) && v.row_stride != 0;
   if (all_flat && out.rows > 1) {
@@ -173,7 +170,18 @@ void elementwise(RowView (&in)[N], RowView out, F f) {
   const int nt = threads_for(R * C);
 #pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
   for (int64_t item = 0; item < R * chunks; ++item) {
-    const int64_t r = item / chunks, c0 = (item % chunks) * kChunk, w = std::min(kChunk, C - c0);
+    const int64_t r = item / chunks, c0 = (item % chunks) * kChunk;
+    g(r, c0, std::min(kChunk, C - c0));
+  }
+}
+
+// out = f(in[0], ..., in[N-1]) elementwise over (R, C) views, in (row, column chunk) work items of
+// kChunk elements staged in fp32 on the stack; an input with row_stride 0 is a row broadcast over R.
+// Contiguous operands are treated as one long row so that work items are full chunks. The split
+// does not depend on the thread count, so results do not either.
+template <int N, typename F>
+void elementwise(RowView (&in)[N], RowView out, F f) {
+  for_each_chunk<N>(in, out, [&](int64_t r, int64_t c0, int64_t w) {
     float bufs[N][kChunk];
     float obuf[kChunk];
     const float* p[N];
@@ -181,7 +189,18 @@ void elementwise(RowView (&in)[N], RowView out, F f) {
     float* o = out_row(out.at(r, c0), out.dtype, obuf);
     f(p, o, w);
     store_row(o, out.at(r, c0), out.dtype, w);
-  }
+  });
+}
+
+// The same walk with no staging: f(p, o, w) gets the operands' own elements (p[k] at in[k]'s
+// dtype, o at out's), for kernels that read and write 16-bit rows themselves.
+template <int N, typename F>
+void elementwise_unstaged(RowView (&in)[N], RowView out, F f) {
+  for_each_chunk<N>(in, out, [&](int64_t r, int64_t c0, int64_t w) {
+    const void* p[N];
+    for (int k = 0; k < N; ++k) p[k] = in[k].at(r, c0);
+    f(p, out.at(r, c0), w);
+  });
 }
 
 // exp(x) in fp32, branch-free so loops that call it vectorise (Cephes expf: x = n ln2 + r with

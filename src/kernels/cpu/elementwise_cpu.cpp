@@ -4,6 +4,7 @@
 // only on its inputs, so results are identical for any thread count.
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/cpu_rows.h"
+#include "kernels/cpu/gelu_avx512.h"
 #include "mixtrain/core/cpu_features.h"
 
 namespace mixtrain {
@@ -96,8 +97,15 @@ void cpu::gelu(const Tensor& x, Tensor& out) {
   cpu::RowView in[1], ov;
   const Tensor xk = cpu::rows_or_copy(x, in[0]);
   Tensor o = cpu::rows_for_output(out, ov);
-  cpu::elementwise<1>(in, ov,
-                      [](const float* const* p, float* dst, int64_t n) { cpu::gelu_f32(p[0], dst, n); });
+  if (cpu::gelu_avx512_usable() && cpu::gelu_avx512_dtype(in[0].dtype) && cpu::gelu_avx512_dtype(ov.dtype)) {
+    const DType xt = in[0].dtype, ot = ov.dtype;
+    cpu::elementwise_unstaged<1>(in, ov, [=](const void* const* p, void* dst, int64_t n) {
+      cpu::gelu_row_avx512(p[0], xt, dst, ot, n);
+    });
+  } else {
+    cpu::elementwise<1>(in, ov,
+                        [](const float* const* p, float* dst, int64_t n) { cpu::gelu_f32(p[0], dst, n); });
+  }
   cpu::finish_output(o, out);
 }
 

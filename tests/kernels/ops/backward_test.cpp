@@ -19,7 +19,8 @@ enum Flags {
   kIdsShaped = 4,
   kNegScale = 8,
   kAllIgnored = 16,
-  kBf16Grads = 32
+  kBf16Grads = 32,
+  kPortable = 1 << 9  // the fast op's portable loops (simd_forms.h)
 };
 
 Shape shape_of(const OpConfig& cfg) { return Shape(cfg.sizes.begin(), cfg.sizes.end()); }
@@ -113,8 +114,17 @@ std::vector<OpConfig> make_configs(const char* dims, const std::vector<std::vect
 struct GeluBackwardTest : OpTest {
   std::string name() const override { return "gelu_backward"; }
   std::vector<OpConfig> configs() const override {
-    return make_configs("shape", {{1}, {3}, {17, 33}, {33, 130}, {2, 3, 17}, {0, 5}},
-                        {{17, 33}, {3, 33, 130}}, {300, 257}, kTransposed | kStridedOut);
+    std::vector<OpConfig> c = make_configs("shape", {{1}, {3}, {17, 33}, {33, 130}, {2, 3, 17}, {0, 5}},
+                                           {{17, 33}, {3, 33, 130}}, {300, 257}, kTransposed | kStridedOut);
+    // Each again through the portable loops (simd_forms.h), which a CPU without AVX-512 runs.
+    const size_t n = c.size();
+    for (size_t i = 0; i < n; ++i) {
+      OpConfig p = c[i];
+      p.flags |= kPortable;
+      p.label += " portable";
+      c.push_back(p);
+    }
+    return c;
   }
   std::vector<Tensor> run(const OpConfig& cfg, bool reference) const override {
     const Shape s = shape_of(cfg);
@@ -122,6 +132,7 @@ struct GeluBackwardTest : OpTest {
     const Tensor x = input(cfg, s, cfg.in, cfg.seed, -6.f, 6.f);
     const Tensor dout = input(cfg, s, cfg.in, cfg.seed + 1);
     Tensor dx = make_output(s, cfg.out, cfg.flags & kStridedOut);
+    const PortableForms form(!reference && (cfg.flags & kPortable));
     reference ? ref::gelu_backward(x, dout, dx) : gelu_backward(x, dout, dx);
     return {dx};
   }

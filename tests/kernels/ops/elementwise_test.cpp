@@ -18,7 +18,7 @@ const std::vector<std::pair<DType, DType>> kDtypePairs = {
 
 std::string dims_label(const Shape& s) { return s.to_string(); }
 
-enum Flags { kBroadcast = 1, kInPlace = 2, kStridedOut = 4 };
+enum Flags { kBroadcast = 1, kInPlace = 2, kStridedOut = 4, kPortable = 1 << 9 };
 
 // Shapes x dtype pairs x layouts; the large shape (threaded) only with a few dtype pairs.
 std::vector<OpConfig> elementwise_configs(bool binary) {
@@ -126,11 +126,20 @@ struct GeluTest : OpTest {
       w.seed = 99;
       c.push_back(w);
     }
+    // Each again through the portable loops (simd_forms.h), which a CPU without AVX-512 runs.
+    const size_t n = c.size();
+    for (size_t i = 0; i < n; ++i) {
+      OpConfig p = c[i];
+      p.flags |= kPortable;
+      p.label += " portable";
+      c.push_back(p);
+    }
     return c;
   }
   std::vector<Tensor> run(const OpConfig& cfg, bool reference) const override {
     ElementwiseInputs in = make_inputs(cfg, false);
     if (cfg.flags & (1 << 8)) in.a = Tensor::rand_uniform({cfg.sizes[0]}, cfg.in, cfg.seed, -60.f, 60.f);
+    const PortableForms form(!reference && (cfg.flags & kPortable));
     (reference ? ref::gelu : mixtrain::gelu)(in.a, in.out);
     return {in.out};
   }
@@ -169,6 +178,36 @@ TEST(ElementwiseRef, KnownValuesF64) {
   EXPECT_EQ(s.to_doubles(), (std::vector<double>{15.0, -40.0, -0.125, 40.0, 0.02, -3.5}));
   scale(a, 0.5f, s);
   EXPECT_EQ(s.to_doubles(), (std::vector<double>{0.75, -1.0, 0.125, 2.0, 5e-4, 3.5}));
+}
+
+// GELU and its gradient on every bf16 value (NaNs, infinities, subnormals, the far tails), in
+// both forms (portable loops and AVX-512 rows), bf16 -> bf16 and bf16 -> f32, against the scalar
+// reference: NaN exactly where it is, infinities equal, the rest within the output's budget.
+TEST(GeluForms, EveryBf16ValueInBothForms) {
+  std::vector<uint16_t> bits(65536);
+  for (size_t i = 0; i < bits.size(); ++i) bits[i] = static_cast<uint16_t>(i);
+  Tensor x = Tensor::empty({65536}, DType::bf16);
+  std::memcpy(x.raw_data(), bits.data(), bits.size() * 2);
+  const Tensor g = Tensor::rand_uniform({65536}, DType::bf16, 5, -2.f, 2.f);
+  for (const bool portable : {false, true})
+    for (const DType out : {DType::bf16, DType::f32}) {
+      const std::string what =
+          std::string(portable ? "portable" : "fast") + " bf16->" + std::string(dtype_name(out));
+      Tensor r = Tensor::empty({65536}, out), f = Tensor::empty({65536}, out);
+      ref::gelu(x, r);
+      {
+        const PortableForms form(portable);
+        gelu(x, f);
+      }
+      EXPECT_TRUE(all_close(r, f, default_tolerance(out), "gelu " + what));
+      ref::gelu_backward(x, g, r);
+      {
+        const PortableForms form(portable);
+        gelu_backward(x, g, f);
+      }
+      // gelu' crosses 0 near x = -0.75 (see backward_test): atol scaled by the terms' size.
+      EXPECT_TRUE(all_close(r, f, default_tolerance(out, 1, 2.0), "gelu_backward " + what));
+    }
 }
 
 // Non-finite inputs pass through the fast path as IEEE arithmetic says.

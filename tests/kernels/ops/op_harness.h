@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/simd_forms.h"
 #include "mixtrain/kernels/ops.h"
 #include "mixtrain/kernels/threads.h"
 #include "mixtrain/tensor/tensor.h"
@@ -46,6 +47,15 @@ inline Tolerance default_tolerance(DType out, int64_t reduction_len = 1, double 
   t.atol = t.rtol * scale;
   return t;
 }
+
+// The fast ops run their portable loops (kernels/cpu/simd_forms.h) while one of these lives with
+// on = true: the form a CPU without AVX-512 runs, tested on CPUs that have it.
+struct PortableForms {
+  explicit PortableForms(bool on) { cpu::set_portable_forms_only(on); }
+  ~PortableForms() { cpu::set_portable_forms_only(false); }
+  PortableForms(const PortableForms&) = delete;
+  PortableForms& operator=(const PortableForms&) = delete;
+};
 
 // Compares two tensors element by element (any dtypes, any strides; shapes must match).
 inline ::testing::AssertionResult all_close(const Tensor& ref, const Tensor& fast, Tolerance tol,

@@ -1,0 +1,22 @@
+// GELU (tanh form) forward and backward rows in AVX-512 (gelu_avx512.cpp), reading and writing
+// bf16 or f32 elements in place: the portable form (elementwise_cpu.cpp, backward_cpu.cpp) stages
+// 16-bit rows through fp32 buffers and divides; kernels/cpu/simd_forms.h says which form runs.
+#pragma once
+#include <cstdint>
+
+#include "mixtrain/tensor/dtype.h"
+
+namespace mixtrain::cpu {
+
+// Whether the AVX-512 rows may run: the CPU has AVX-512 F, BW and VL, and the portable forms are
+// not forced (simd_forms.h).
+bool gelu_avx512_usable();
+// Whether the rows take these dtypes (bf16 or f32 each).
+inline bool gelu_avx512_dtype(DType t) { return t == DType::bf16 || t == DType::f32; }
+
+// o[i] = gelu(x[i]) = x / (1 + exp(-2u)), u = sqrt(2/pi) (x + 0.044715 x^3), for n elements.
+void gelu_row_avx512(const void* x, DType xt, void* o, DType ot, int64_t n);
+// o[i] = g[i] * gelu'(x[i]) (backward_cpu.cpp's formula), for n elements. o may be x or g.
+void gelu_backward_row_avx512(const void* x, DType xt, const void* g, DType gt, void* o, DType ot, int64_t n);
+
+}  // namespace mixtrain::cpu
