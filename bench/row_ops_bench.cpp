@@ -65,6 +65,31 @@ void BM_GeluBackward(benchmark::State& state) {
   report(state, kRows * C * 6);
 }
 
+// The encoders' GELU (erf form), forward and backward, on the same bf16 rows.
+void BM_GeluErfForward(benchmark::State& state) {
+  const int64_t C = state.range(0);
+  const Form form(state.range(1));
+  const Tensor x = Tensor::randn({kRows, C}, DType::bf16, 1);
+  Tensor y = Tensor::empty({kRows, C}, DType::bf16);
+  for (auto _ : state) {
+    activation(Activation::gelu_erf, x, y);
+    benchmark::ClobberMemory();
+  }
+  report(state, kRows * C * 4);
+}
+
+void BM_GeluErfBackward(benchmark::State& state) {
+  const int64_t C = state.range(0);
+  const Form form(state.range(1));
+  const Tensor x = Tensor::randn({kRows, C}, DType::bf16, 1), g = Tensor::randn({kRows, C}, DType::bf16, 2);
+  Tensor dx = Tensor::empty({kRows, C}, DType::bf16);
+  for (auto _ : state) {
+    activation_backward(Activation::gelu_erf, x, g, dx);
+    benchmark::ClobberMemory();
+  }
+  report(state, kRows * C * 6);
+}
+
 void BM_LayerNormForward(benchmark::State& state) {
   const int64_t C = state.range(0);
   const Form form(state.range(1));
@@ -115,6 +140,8 @@ void forms(benchmark::internal::Benchmark* b, int64_t C) {
 BENCHMARK(BM_Bf16Copy)->Args({1536, 0})->Args({384, 0})->UseRealTime();
 BENCHMARK(BM_GeluForward)->Apply([](auto* b) { forms(b, 1536); }) -> UseRealTime();
 BENCHMARK(BM_GeluBackward)->Apply([](auto* b) { forms(b, 1536); }) -> UseRealTime();
+BENCHMARK(BM_GeluErfForward)->Apply([](auto* b) { forms(b, 1536); }) -> UseRealTime();
+BENCHMARK(BM_GeluErfBackward)->Apply([](auto* b) { forms(b, 1536); }) -> UseRealTime();
 BENCHMARK(BM_LayerNormForward)->Apply([](auto* b) { forms(b, 384); }) -> UseRealTime();
 BENCHMARK(BM_LayerNormBackward)->Apply([](auto* b) { forms(b, 384); }) -> UseRealTime();
 BENCHMARK(BM_ResidualAdd)->Apply([](auto* b) { forms(b, 384); }) -> UseRealTime();

@@ -234,12 +234,13 @@ void elementwise_unstaged(RowView (&in)[N], RowView out, F f) {
 //   a >= 1: erf(a) = 1 - exp(-a^2) * G(1/a)    (G fits erfc(a) exp(a^2), slowly varying)
 // both computed, one kept, the sign put back. Coefficients and their error from tools/fit_erf.py;
 // measured against double erf within 1.5 ulp (tests/kernels/encoder_ops_test.cpp). NaN stays NaN.
+// (gelu_avx512.cpp evaluates the same two polynomials.)
+inline constexpr float kErfP[7] = {1.283791661e-01f, -3.761262894e-01f, 1.128362566e-01f, -2.685539983e-02f,
+                                   5.191218574e-03f, -8.034846396e-04f, 7.933493907e-05f};
+inline constexpr float kErfcG[10] = {
+    1.335118286e-04f, 5.615409613e-01f,  2.232113481e-02f, -3.838005066e-01f, 2.523991168e-01f,
+    1.988486648e-01f, -4.910222888e-01f, 4.048019946e-01f, -1.658622175e-01f, 2.822321840e-02f};
 [[gnu::always_inline]] inline float erf_f32(float x) {
-  constexpr float kErfP[7] = {1.283791661e-01f, -3.761262894e-01f, 1.128362566e-01f, -2.685539983e-02f,
-                              5.191218574e-03f, -8.034846396e-04f, 7.933493907e-05f};
-  constexpr float kErfcG[10] = {1.335118286e-04f,  5.615409613e-01f, 2.232113481e-02f,  -3.838005066e-01f,
-                                2.523991168e-01f,  1.988486648e-01f, -4.910222888e-01f, 4.048019946e-01f,
-                                -1.658622175e-01f, 2.822321840e-02f};
   const float ax = x < 0.f ? -x : x;
   const float a = ax > 4.f ? 4.f : ax;
   const float s = a * a;

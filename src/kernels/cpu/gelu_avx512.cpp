@@ -26,6 +26,7 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 
 #include "kernels/cpu/avx512_lanes.h"
+#include "kernels/cpu/cpu_rows.h"
 #include "kernels/cpu/simd_forms.h"
 #include "mixtrain/core/cpu_features.h"
 #include "mixtrain/numeric/bf16.h"
@@ -112,6 +113,82 @@ MIXTRAIN_AVX512_BW void gelu_backward_row(const In* x, const G* g, Out* o, int64
   }
 }
 
+// ---- GELU, erf form (BERT's "gelu"): 0.5 x (1 + erf(x / sqrt(2))) ----------------------------------
+// erf as cpu_rows.h erf_f32 (the same two fitted polynomials, kErfP and kErfcG), with a = |z|:
+//   a < 1:  erf = a + a P(a^2);   a >= 1: erf = 1 - exp(-a^2) G(1 / min(a, 4))
+// both evaluated in Estrin's scheme, 1 / a as VRCP14PS and a Newton step, and exp(-a^2) shared with
+// the backward's density term exp(-x^2 / 2) (the same value: a^2 = x^2 / 2). Past a^2 = 87.3 that
+// exponential is taken as 0 (it underflows), so +-inf gives NaN backward as the reference's
+// x * 0 does; erf is 1 there either way (exp(-16) G(1/4) is below half an fp32 ulp of 1).
+struct ErfTerms {
+  __m512 erf, e;  // erf(z) and exp(-z^2)
+};
+MIXTRAIN_AVX512_BW inline ErfTerms erf_terms(__m512 z) {
+  const __m512 one = _mm512_set1_ps(1.f);
+  const __m512 a = _mm512_abs_ps(z);
+  const __m512 s = _mm512_mul_ps(a, a);
+  // small: a + a P(s), P of degree 6
+  const __m512 s2 = _mm512_mul_ps(s, s), s4 = _mm512_mul_ps(s2, s2);
+  const __m512 p01 = _mm512_fmadd_ps(_mm512_set1_ps(kErfP[1]), s, _mm512_set1_ps(kErfP[0]));
+  const __m512 p23 = _mm512_fmadd_ps(_mm512_set1_ps(kErfP[3]), s, _mm512_set1_ps(kErfP[2]));
+  const __m512 p45 = _mm512_fmadd_ps(_mm512_set1_ps(kErfP[5]), s, _mm512_set1_ps(kErfP[4]));
+  const __m512 p03 = _mm512_fmadd_ps(p23, s2, p01);
+  const __m512 p46 = _mm512_fmadd_ps(_mm512_set1_ps(kErfP[6]), s2, p45);
+  const __m512 small = _mm512_fmadd_ps(a, _mm512_fmadd_ps(p46, s4, p03), a);
+  // large: 1 - exp(-s) G(u), u = 1 / clamp(a, 1, 4), G of degree 9
+  const __m512 u = reciprocal(_mm512_min_ps(_mm512_max_ps(a, one), _mm512_set1_ps(4.f)));
+  const __m512 u2 = _mm512_mul_ps(u, u), u4 = _mm512_mul_ps(u2, u2), u8 = _mm512_mul_ps(u4, u4);
+  const __m512 g01 = _mm512_fmadd_ps(_mm512_set1_ps(kErfcG[1]), u, _mm512_set1_ps(kErfcG[0]));
+  const __m512 g23 = _mm512_fmadd_ps(_mm512_set1_ps(kErfcG[3]), u, _mm512_set1_ps(kErfcG[2]));
+  const __m512 g45 = _mm512_fmadd_ps(_mm512_set1_ps(kErfcG[5]), u, _mm512_set1_ps(kErfcG[4]));
+  const __m512 g67 = _mm512_fmadd_ps(_mm512_set1_ps(kErfcG[7]), u, _mm512_set1_ps(kErfcG[6]));
+  const __m512 g89 = _mm512_fmadd_ps(_mm512_set1_ps(kErfcG[9]), u, _mm512_set1_ps(kErfcG[8]));
+  const __m512 g07 = _mm512_fmadd_ps(_mm512_fmadd_ps(g67, u2, g45), u4, _mm512_fmadd_ps(g23, u2, g01));
+  const __m512 g = _mm512_fmadd_ps(g89, u8, g07);
+  const __m512 lo = _mm512_set1_ps(87.3365478515625f);
+  const __mmask16 under = _mm512_cmp_ps_mask(s, lo, _CMP_GT_OQ);
+  const __m512 e = _mm512_maskz_mov_ps(__mmask16(~under),
+                                       exp_clamped(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_min_ps(s, lo))));
+  const __m512 large = _mm512_fnmadd_ps(e, g, one);
+  const __m512 r = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, one, _CMP_LT_OQ), large, small);
+  // the sign of z put back (a NaN z gives a NaN r: its sign does not matter)
+  const __m512 signed_r = _mm512_castsi512_ps(
+      _mm512_or_si512(_mm512_castps_si512(r),
+                      _mm512_and_si512(_mm512_castps_si512(z), _mm512_set1_epi32(int32_t(0x80000000u)))));
+  return {signed_r, e};
+}
+
+constexpr float kSqrtHalf = 0.70710678118654752f;    // 1 / sqrt(2)
+constexpr float kInvSqrt2Pi = 0.39894228040143268f;  // 1 / sqrt(2 pi)
+
+template <typename In, typename Out>
+MIXTRAIN_AVX512_BW inline void gelu_erf16(const In* x, Out* o, __mmask16 m) {
+  const __m512 v = avx512::load16(x, m);
+  const ErfTerms t = erf_terms(_mm512_mul_ps(v, _mm512_set1_ps(kSqrtHalf)));
+  // 0.5 x (1 + erf), left to right as the portable form
+  avx512::store16(
+      o, m, _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(0.5f), v), _mm512_add_ps(_mm512_set1_ps(1.f), t.erf)));
+}
+
+template <typename In, typename Out>
+MIXTRAIN_AVX512_BW void gelu_erf_row(const In* x, Out* o, int64_t n) {
+  for (int64_t i = 0; i < n; i += 16) gelu_erf16(x + i, o + i, avx512::lanes16(n - i));
+}
+
+template <typename In, typename G, typename Out>
+MIXTRAIN_AVX512_BW void gelu_erf_backward_row(const In* x, const G* g, Out* o, int64_t n) {
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = avx512::lanes16(n - i);
+    const __m512 v = avx512::load16(x + i, m);
+    const __m512 d = avx512::load16(g + i, m);
+    const ErfTerms t = erf_terms(_mm512_mul_ps(v, _mm512_set1_ps(kSqrtHalf)));
+    // g (cdf + x / sqrt(2 pi) exp(-x^2 / 2)), cdf = 0.5 (1 + erf)
+    const __m512 cdf = _mm512_mul_ps(_mm512_set1_ps(0.5f), _mm512_add_ps(_mm512_set1_ps(1.f), t.erf));
+    const __m512 pdf = _mm512_mul_ps(_mm512_mul_ps(v, _mm512_set1_ps(kInvSqrt2Pi)), t.e);
+    avx512::store16(o + i, m, _mm512_mul_ps(d, _mm512_add_ps(cdf, pdf)));
+  }
+}
+
 // Calls f with x (and the other pointers) at their element types (bf16 or f32).
 template <typename F>
 void with_type(const void* p, DType t, F f) {
@@ -147,6 +224,19 @@ void gelu_backward_row_avx512(const void* x, DType xt, const void* g, DType gt, 
   with_type(x, xt, [&](auto* xp) {
     with_type(g, gt,
               [&](auto* gp) { with_out_type(o, ot, [&](auto* op) { gelu_backward_row(xp, gp, op, n); }); });
+  });
+}
+
+void gelu_erf_row_avx512(const void* x, DType xt, void* o, DType ot, int64_t n) {
+  with_type(x, xt, [&](auto* xp) { with_out_type(o, ot, [&](auto* op) { gelu_erf_row(xp, op, n); }); });
+}
+
+void gelu_erf_backward_row_avx512(const void* x, DType xt, const void* g, DType gt, void* o, DType ot,
+                                  int64_t n) {
+  with_type(x, xt, [&](auto* xp) {
+    with_type(g, gt, [&](auto* gp) {
+      with_out_type(o, ot, [&](auto* op) { gelu_erf_backward_row(xp, gp, op, n); });
+    });
   });
 }
 

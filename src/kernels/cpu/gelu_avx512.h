@@ -1,4 +1,4 @@
-// GELU (tanh form) forward and backward rows in AVX-512 (gelu_avx512.cpp), reading and writing
+// GELU (tanh and erf forms) forward and backward rows in AVX-512 (gelu_avx512.cpp), reading and writing
 // bf16 or f32 elements in place: the portable form (elementwise_cpu.cpp, backward_cpu.cpp) stages
 // 16-bit rows through fp32 buffers and divides; kernels/cpu/simd_forms.h says which form runs.
 #pragma once
@@ -18,5 +18,10 @@ inline bool gelu_avx512_dtype(DType t) { return t == DType::bf16 || t == DType::
 void gelu_row_avx512(const void* x, DType xt, void* o, DType ot, int64_t n);
 // o[i] = g[i] * gelu'(x[i]) (backward_cpu.cpp's formula), for n elements. o may be x or g.
 void gelu_backward_row_avx512(const void* x, DType xt, const void* g, DType gt, void* o, DType ot, int64_t n);
+// The erf form (ops.h Activation::gelu_erf): o[i] = 0.5 x (1 + erf(x / sqrt(2))), and its backward
+// o[i] = g[i] (cdf(x) + x pdf(x)) (encoder_cpu.cpp's formulas).
+void gelu_erf_row_avx512(const void* x, DType xt, void* o, DType ot, int64_t n);
+void gelu_erf_backward_row_avx512(const void* x, DType xt, const void* g, DType gt, void* o, DType ot,
+                                  int64_t n);
 
 }  // namespace mixtrain::cpu

@@ -180,8 +180,8 @@ TEST(ElementwiseRef, KnownValuesF64) {
   EXPECT_EQ(s.to_doubles(), (std::vector<double>{0.75, -1.0, 0.125, 2.0, 5e-4, 3.5}));
 }
 
-// GELU and its gradient on every bf16 value (NaNs, infinities, subnormals, the far tails), in
-// both forms (portable loops and AVX-512 rows), bf16 -> bf16 and bf16 -> f32, against the scalar
+// GELU (tanh and erf forms) and its gradient on every bf16 value (NaNs, infinities, subnormals, the far
+// tails), in both forms (portable loops and AVX-512 rows), bf16 -> bf16 and bf16 -> f32, against the scalar
 // reference: NaN exactly where it is, infinities equal, the rest within the output's budget.
 TEST(GeluForms, EveryBf16ValueInBothForms) {
   std::vector<uint16_t> bits(65536);
@@ -207,6 +207,19 @@ TEST(GeluForms, EveryBf16ValueInBothForms) {
       }
       // gelu' crosses 0 near x = -0.75 (see backward_test): atol scaled by the terms' size.
       EXPECT_TRUE(all_close(r, f, default_tolerance(out, 1, 2.0), "gelu_backward " + what));
+      // The erf form (the encoders' activation).
+      ref::activation(Activation::gelu_erf, x, r);
+      {
+        const PortableForms form(portable);
+        activation(Activation::gelu_erf, x, f);
+      }
+      EXPECT_TRUE(all_close(r, f, default_tolerance(out), "gelu_erf " + what));
+      ref::activation_backward(Activation::gelu_erf, x, g, r);
+      {
+        const PortableForms form(portable);
+        activation_backward(Activation::gelu_erf, x, g, f);
+      }
+      EXPECT_TRUE(all_close(r, f, default_tolerance(out, 1, 2.0), "gelu_erf backward " + what));
     }
 }
 

@@ -36,6 +36,7 @@ struct ActivationTest : OpTest {
   std::vector<OpConfig> configs() const override {
     std::vector<OpConfig> out;
     uint64_t seed = 1;
+    const Activation k = kind;
     for (const Shape& s : {Shape{7}, Shape{5, 33}, Shape{2, 3, 2100}, Shape{64, 2048}})
       for (DType t : {DType::f32, DType::bf16, DType::f16})
         for (bool nc : {false, true}) {
@@ -46,6 +47,11 @@ struct ActivationTest : OpTest {
           c.seed = seed++;
           c.label = std::string(dtype_name(t)) + " " + s.to_string() + (nc ? " strided" : "");
           out.push_back(c);
+          if (k == Activation::gelu_erf) {  // again through the portable loops (simd_forms.h)
+            c.flags = 1;
+            c.label += " portable";
+            out.push_back(c);
+          }
         }
     return out;
   }
@@ -54,6 +60,7 @@ struct ActivationTest : OpTest {
     const Tensor x = test::make_input(s, cfg.in, cfg.seed, cfg.non_contiguous, -4.f, 4.f);
     const Tensor g = test::make_input(s, cfg.in, cfg.seed + 1000, cfg.non_contiguous);
     Tensor y = Tensor::empty(s, cfg.out), dx = Tensor::empty(s, cfg.out);
+    const test::PortableForms form(!reference && cfg.flags == 1);
     if (reference) {
       ref::activation(kind, x, y);
       ref::activation_backward(kind, x, g, dx);
