@@ -8,6 +8,7 @@
 
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/cpu_rows.h"
+#include "kernels/cpu/softmax_avx512.h"
 #include "kernels/ref/ref_util.h"
 #include "mixtrain/core/cpu_features.h"
 
@@ -138,8 +139,10 @@ MIXTRAIN_SIMD_CLONES float exp_sub_block_sum(const float* x, float m, float* out
 }  // namespace
 
 float exp_sub_sum_f32(const float* x, float m, float* out, int64_t n) {
-  if (n <= kSumBlock) return exp_sub_block_sum(x, m, out, n);
-  exp_sub(x, m, out, n);
+  const bool avx512 = softmax_avx512_usable();  // the same values and sums, fewer instructions
+  if (n <= kSumBlock)
+    return avx512 ? exp_sub_block_sum_avx512(x, m, out, n) : exp_sub_block_sum(x, m, out, n);
+  avx512 ? exp_sub_avx512(x, m, out, n) : exp_sub(x, m, out, n);
   return sum_f32(out, n);
 }
 
