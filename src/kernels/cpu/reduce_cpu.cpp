@@ -104,7 +104,8 @@ float pairwise_sum(const float* partials, int64_t n) {
 float max_f32(const float* p, int64_t n) {
   float best = -std::numeric_limits<float>::infinity();
   for (int64_t i = 0; i < n; i += kSumBlock) {
-    const float m = block_max(p + i, std::min(kSumBlock, n - i));
+    const int64_t len = std::min(kSumBlock, n - i);
+    const float m = softmax_avx512_usable() ? block_max_avx512(p + i, len) : block_max(p + i, len);
     if (m != m) return m;
     best = m > best ? m : best;
   }

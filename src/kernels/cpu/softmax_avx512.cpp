@@ -128,4 +128,21 @@ MIXTRAIN_AVX512_BW float masked_scale_max_avx512(const float* p, const int32_t* 
   return _mm512_reduce_max_ps(mx);
 }
 
+MIXTRAIN_AVX512_BW float block_max_avx512(const float* p, int64_t n) {
+  __m512 mx = _mm512_set1_ps(-INFINITY);
+  for (int64_t i = 0; i < n; i += kLanes) {
+    const __mmask16 t = avx512::lanes16(n - i);
+    const __m512 v = _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), t, p + i);
+    mx = _mm512_mask_mov_ps(
+        mx, _mm512_cmp_ps_mask(v, mx, _CMP_GT_OQ) | _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), v);
+  }
+  if (const __mmask16 nan =
+          _mm512_cmp_ps_mask(mx, mx, _CMP_UNORD_Q)) {  // the first NaN lane's, as the loop's
+    alignas(64) float lanes[kLanes];
+    _mm512_store_ps(lanes, mx);
+    return lanes[__builtin_ctz(nan)];
+  }
+  return _mm512_reduce_max_ps(mx);
+}
+
 }  // namespace mixtrain::cpu

@@ -1,5 +1,5 @@
 // The softmax rows' two forms (kernels/cpu/softmax_avx512.h against the portable loops of
-// reduce_cpu.cpp and encoder_cpu.cpp): the same exponentials and the same blocked sums bit for bit
+// reduce_cpu.cpp and encoder_cpu.cpp): the same maxima, exponentials and blocked sums bit for bit
 // (the AVX-512 exponential takes exp_f32's very steps), over row lengths around the 16 lanes, the
 // 256-element sub-totals and the 4096-element blocks, with NaN, infinities and values past exp's
 // overflow and underflow planted; and the masked softmax's output bit for bit in both forms. On a
@@ -39,6 +39,17 @@ TEST(SoftmaxForms, ExponentialsAndSumsEqualThePortableFormsBitForBit) {
       x[11] = -87.33655f;
       x[12] = -1e-45f;
     }
+    float max_fast, max_port;  // the rows' maximum (NaN where a NaN is planted)
+    {
+      const PortableForms form(false);
+      max_fast = cpu::max_f32(x.data(), n);
+    }
+    {
+      const PortableForms form(true);
+      max_port = cpu::max_f32(x.data(), n);
+    }
+    EXPECT_EQ(std::memcmp(&max_fast, &max_port, sizeof(float)), 0)
+        << "max n=" << n << ": " << max_fast << " vs " << max_port;
     for (const float m : {0.f, 5.f, -30.f}) {
       std::vector<float> out_fast(static_cast<size_t>(n)), out_port(static_cast<size_t>(n));
       float sum_fast, sum_port;
