@@ -172,8 +172,7 @@ void cpu::gelu_backward(const Tensor& x, const Tensor& dout, Tensor& dx) {
   cpu::RowView in[2], ov;
   const Tensor xk = cpu::rows_or_copy(x, in[0]), gk = cpu::rows_or_copy(dout, in[1]);
   Tensor o = cpu::rows_for_output(dx, ov);
-  if (cpu::gelu_avx512_usable() && cpu::gelu_avx512_dtype(in[0].dtype) &&
-      cpu::gelu_avx512_dtype(in[1].dtype) && cpu::gelu_avx512_dtype(ov.dtype)) {
+  if (cpu::gelu_avx512_takes({in[0].dtype, in[1].dtype, ov.dtype})) {
     const DType xt = in[0].dtype, gt = in[1].dtype, ot = ov.dtype;
     cpu::elementwise_unstaged<2>(in, ov, [=](const void* const* p, void* dst, int64_t n) {
       cpu::gelu_backward_row_avx512(p[0], xt, p[1], gt, dst, ot, n);

@@ -97,7 +97,7 @@ void cpu::gelu(const Tensor& x, Tensor& out) {
   cpu::RowView in[1], ov;
   const Tensor xk = cpu::rows_or_copy(x, in[0]);
   Tensor o = cpu::rows_for_output(out, ov);
-  if (cpu::gelu_avx512_usable() && cpu::gelu_avx512_dtype(in[0].dtype) && cpu::gelu_avx512_dtype(ov.dtype)) {
+  if (cpu::gelu_avx512_takes({in[0].dtype, ov.dtype})) {
     const DType xt = in[0].dtype, ot = ov.dtype;
     cpu::elementwise_unstaged<1>(in, ov, [=](const void* const* p, void* dst, int64_t n) {
       cpu::gelu_row_avx512(p[0], xt, dst, ot, n);

@@ -102,8 +102,7 @@ void cpu::activation(Activation kind, const Tensor& x, Tensor& out) {
   cpu::RowView in[1], ov;
   const Tensor xk = cpu::rows_or_copy(x, in[0]);
   Tensor o = cpu::rows_for_output(out, ov);
-  if (kind == Activation::gelu_erf && cpu::gelu_avx512_usable() && cpu::gelu_avx512_dtype(in[0].dtype) &&
-      cpu::gelu_avx512_dtype(ov.dtype)) {
+  if (kind == Activation::gelu_erf && cpu::gelu_avx512_takes({in[0].dtype, ov.dtype})) {
     const DType xt = in[0].dtype, ot = ov.dtype;
     cpu::elementwise_unstaged<1>(in, ov, [=](const void* const* p, void* dst, int64_t n) {
       cpu::gelu_erf_row_avx512(p[0], xt, dst, ot, n);
@@ -120,8 +119,7 @@ void cpu::activation_backward(Activation kind, const Tensor& x, const Tensor& do
   cpu::RowView in[2], ov;
   const Tensor xk = cpu::rows_or_copy(x, in[0]), gk = cpu::rows_or_copy(dout, in[1]);
   Tensor o = cpu::rows_for_output(dx, ov);
-  if (kind == Activation::gelu_erf && cpu::gelu_avx512_usable() && cpu::gelu_avx512_dtype(in[0].dtype) &&
-      cpu::gelu_avx512_dtype(in[1].dtype) && cpu::gelu_avx512_dtype(ov.dtype)) {
+  if (kind == Activation::gelu_erf && cpu::gelu_avx512_takes({in[0].dtype, in[1].dtype, ov.dtype})) {
     const DType xt = in[0].dtype, gt = in[1].dtype, ot = ov.dtype;
     cpu::elementwise_unstaged<2>(in, ov, [=](const void* const* p, void* dst, int64_t n) {
       cpu::gelu_erf_backward_row_avx512(p[0], xt, p[1], gt, dst, ot, n);

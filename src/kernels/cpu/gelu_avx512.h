@@ -3,6 +3,7 @@
 // 16-bit rows through fp32 buffers and divides; kernels/cpu/simd_forms.h says which form runs.
 #pragma once
 #include <cstdint>
+#include <initializer_list>
 
 #include "mixtrain/tensor/dtype.h"
 
@@ -11,8 +12,12 @@ namespace mixtrain::cpu {
 // Whether the AVX-512 rows may run: the CPU has AVX-512 F, BW and VL, and the portable forms are
 // not forced (simd_forms.h).
 bool gelu_avx512_usable();
-// Whether the rows take these dtypes (bf16 or f32 each).
-inline bool gelu_avx512_dtype(DType t) { return t == DType::bf16 || t == DType::f32; }
+// Whether the rows run for operands of these dtypes: gelu_avx512_usable() and each bf16 or f32.
+inline bool gelu_avx512_takes(std::initializer_list<DType> ts) {
+  for (DType t : ts)
+    if (t != DType::bf16 && t != DType::f32) return false;
+  return gelu_avx512_usable();
+}
 
 // o[i] = gelu(x[i]) = x / (1 + exp(-2u)), u = sqrt(2/pi) (x + 0.044715 x^3), for n elements.
 void gelu_row_avx512(const void* x, DType xt, void* o, DType ot, int64_t n);
