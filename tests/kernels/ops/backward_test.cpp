@@ -114,17 +114,10 @@ std::vector<OpConfig> make_configs(const char* dims, const std::vector<std::vect
 struct GeluBackwardTest : OpTest {
   std::string name() const override { return "gelu_backward"; }
   std::vector<OpConfig> configs() const override {
-    std::vector<OpConfig> c = make_configs("shape", {{1}, {3}, {17, 33}, {33, 130}, {2, 3, 17}, {0, 5}},
-                                           {{17, 33}, {3, 33, 130}}, {300, 257}, kTransposed | kStridedOut);
     // Each again through the portable loops (simd_forms.h), which a CPU without AVX-512 runs.
-    const size_t n = c.size();
-    for (size_t i = 0; i < n; ++i) {
-      OpConfig p = c[i];
-      p.flags |= kPortable;
-      p.label += " portable";
-      c.push_back(p);
-    }
-    return c;
+    return with_portable_twins(make_configs("shape", {{1}, {3}, {17, 33}, {33, 130}, {2, 3, 17}, {0, 5}},
+                                            {{17, 33}, {3, 33, 130}}, {300, 257}, kTransposed | kStridedOut),
+                               kPortable);
   }
   std::vector<Tensor> run(const OpConfig& cfg, bool reference) const override {
     const Shape s = shape_of(cfg);

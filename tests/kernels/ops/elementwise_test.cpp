@@ -127,14 +127,7 @@ struct GeluTest : OpTest {
       c.push_back(w);
     }
     // Each again through the portable loops (simd_forms.h), which a CPU without AVX-512 runs.
-    const size_t n = c.size();
-    for (size_t i = 0; i < n; ++i) {
-      OpConfig p = c[i];
-      p.flags |= kPortable;
-      p.label += " portable";
-      c.push_back(p);
-    }
-    return c;
+    return with_portable_twins(c, kPortable);
   }
   std::vector<Tensor> run(const OpConfig& cfg, bool reference) const override {
     ElementwiseInputs in = make_inputs(cfg, false);

@@ -57,6 +57,19 @@ struct PortableForms {
   PortableForms& operator=(const PortableForms&) = delete;
 };
 
+// cfgs followed by a copy of each with `flag` set in its flags and " portable" in its label: for
+// ops whose test runs the fast op under PortableForms when it sees the flag.
+inline std::vector<OpConfig> with_portable_twins(std::vector<OpConfig> cfgs, int flag) {
+  const size_t n = cfgs.size();
+  for (size_t i = 0; i < n; ++i) {
+    OpConfig p = cfgs[i];
+    p.flags |= flag;
+    p.label += " portable";
+    cfgs.push_back(p);
+  }
+  return cfgs;
+}
+
 // Compares two tensors element by element (any dtypes, any strides; shapes must match).
 inline ::testing::AssertionResult all_close(const Tensor& ref, const Tensor& fast, Tolerance tol,
                                             const std::string& what) {
