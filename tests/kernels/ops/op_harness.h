@@ -57,19 +57,6 @@ struct PortableForms {
   PortableForms& operator=(const PortableForms&) = delete;
 };
 
-// cfgs followed by a copy of each with `flag` set in its flags and " portable" in its label: for
-// ops whose test runs the fast op under PortableForms when it sees the flag.
-inline std::vector<OpConfig> with_portable_twins(std::vector<OpConfig> cfgs, int flag) {
-  const size_t n = cfgs.size();
-  for (size_t i = 0; i < n; ++i) {
-    OpConfig p = cfgs[i];
-    p.flags |= flag;
-    p.label += " portable";
-    cfgs.push_back(p);
-  }
-  return cfgs;
-}
-
 // Compares two tensors element by element (any dtypes, any strides; shapes must match).
 inline ::testing::AssertionResult all_close(const Tensor& ref, const Tensor& fast, Tolerance tol,
                                             const std::string& what) {
@@ -116,6 +103,19 @@ struct OpConfig {
   int flags = 0;                // op-specific
   uint64_t seed = 1;
 };
+
+// cfgs followed by a copy of each with `flag` set in its flags and " portable" in its label: for
+// ops whose test runs the fast op under PortableForms when it sees the flag.
+inline std::vector<OpConfig> with_portable_twins(std::vector<OpConfig> cfgs, int flag) {
+  const size_t n = cfgs.size();
+  for (size_t i = 0; i < n; ++i) {
+    OpConfig p = cfgs[i];
+    p.flags |= flag;
+    p.label += " portable";
+    cfgs.push_back(p);
+  }
+  return cfgs;
+}
 
 // Makes a seeded random input of `shape`; when non_contiguous, the returned tensor is a view
 // with a gap of 3 elements after every row of the last dim (a slice of a wider tensor), so
