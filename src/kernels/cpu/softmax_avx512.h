@@ -15,11 +15,12 @@ bool softmax_avx512_usable();
 float exp_sub_block_sum_avx512(const float* x, float m, float* out, int64_t n);
 // out[i] = exp(x[i] - m), any n.
 void exp_sub_avx512(const float* x, float m, float* out, int64_t n);
+// The largest of p[0, n) (n <= kSumBlock), NaN when one is NaN: reduce_cpu.cpp's block_max's value
+// (of several NaNs with different payloads it may return another one: block_max folds the tail
+// into lane 0, this into the tail's own lanes).
+float block_max_avx512(const float* p, int64_t n);
 // s[i] = scale * p[i] where key mask m[i] != 0, else -inf; returns the largest s, NaN when one is
 // NaN (encoder_cpu.cpp's masked_scale_max: the same value).
-// The largest of p[0, n) (n <= kSumBlock), NaN when one is NaN: reduce_cpu.cpp's block_max (the
-// same value; of several NaNs the first lane's, as its loop).
-float block_max_avx512(const float* p, int64_t n);
 float masked_scale_max_avx512(const float* p, const int32_t* m, float scale, float* s, int64_t n);
 
 }  // namespace mixtrain::cpu
