@@ -259,6 +259,14 @@ inline constexpr float kErfcG[10] = {
 // Sums run over fixed kSumBlock-element blocks (16 fp32 lanes inside a block), and the block sums
 // are added pairwise: error grows like log(n), and the result depends only on the data.
 constexpr int64_t kSumBlock = 4096;
+constexpr int kSumLanes = 16;                // fp32 lanes inside a block
+constexpr int64_t kSumSub = 16 * kSumLanes;  // the run a lane sums into a sub-total before its total
+// The 16 lane sums added in a fixed tree (8, 4, 2, 1): every blocked sum ends with it.
+inline float combine_lanes(float* acc) {
+  for (int w = kSumLanes / 2; w > 0; w /= 2)
+    for (int j = 0; j < w; ++j) acc[j] += acc[j + w];
+  return acc[0];
+}
 float sum_f32(const float* p, int64_t n);
 // sum of (p[i] - mu)^2: the variance pass of layer norm; mu = 0 gives the sum of squares.
 float sum_sq_dev_f32(const float* p, int64_t n, float mu);

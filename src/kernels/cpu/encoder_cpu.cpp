@@ -11,6 +11,7 @@
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/cpu_rows.h"
 #include "kernels/cpu/gelu_avx512.h"
+#include "kernels/cpu/simd_forms.h"
 #include "kernels/cpu/softmax_avx512.h"
 #include "kernels/ops_backward.h"
 
@@ -171,8 +172,8 @@ void cpu::masked_softmax(const Tensor& x, const Tensor& key_mask, float scale, T
     }
     const float* p = cpu::load_row(xv.row(r), xv.dtype, n, cpu::scratch(0, Tk));
     float* s = cpu::scratch(1, Tk);
-    const float mx = cpu::softmax_avx512_usable() ? cpu::masked_scale_max_avx512(p, m, scale, s, n)
-                                                  : cpu::masked_scale_max(p, m, scale, s, n);
+    const float mx = cpu::avx512_forms_run() ? cpu::masked_scale_max_avx512(p, m, scale, s, n)
+                                             : cpu::masked_scale_max(p, m, scale, s, n);
     const float sum = cpu::exp_sub_sum_f32(s, mx, q, n);
     const float inv = 1.f / sum;
     std::fill(q + n, q + Tk, 0.f);

@@ -27,8 +27,6 @@
 
 #include "kernels/cpu/avx512_lanes.h"
 #include "kernels/cpu/cpu_rows.h"
-#include "kernels/cpu/simd_forms.h"
-#include "mixtrain/core/cpu_features.h"
 #include "mixtrain/numeric/bf16.h"
 
 namespace mixtrain::cpu {
@@ -206,14 +204,6 @@ void with_out_type(void* p, DType t, F f) {
 }
 
 }  // namespace
-
-bool gelu_avx512_usable() {
-  static const bool cpu_ok = [] {
-    const CpuFeatures& f = cpu_features();
-    return f.avx512f && f.avx512bw && f.avx512vl;
-  }();
-  return cpu_ok && !portable_forms_only();
-}
 
 void gelu_row_avx512(const void* x, DType xt, void* o, DType ot, int64_t n) {
   with_type(x, xt, [&](auto* xp) { with_out_type(o, ot, [&](auto* op) { gelu_row(xp, op, n); }); });

@@ -5,18 +5,17 @@
 #include <cstdint>
 #include <initializer_list>
 
+#include "kernels/cpu/simd_forms.h"
 #include "mixtrain/tensor/dtype.h"
 
 namespace mixtrain::cpu {
 
-// Whether the AVX-512 rows may run: the CPU has AVX-512 F, BW and VL, and the portable forms are
-// not forced (simd_forms.h).
-bool gelu_avx512_usable();
-// Whether the rows run for operands of these dtypes: gelu_avx512_usable() and each bf16 or f32.
+// Whether the rows run for operands of these dtypes: the AVX-512 forms run (simd_forms.h) and each
+// is bf16 or f32.
 inline bool gelu_avx512_takes(std::initializer_list<DType> ts) {
   for (DType t : ts)
     if (t != DType::bf16 && t != DType::f32) return false;
-  return gelu_avx512_usable();
+  return avx512_forms_run();
 }
 
 // o[i] = gelu(x[i]) = x / (1 + exp(-2u)), u = sqrt(2/pi) (x + 0.044715 x^3), for n elements.

@@ -25,15 +25,8 @@
 namespace mixtrain {
 namespace {
 
-constexpr int64_t kBlock = 4096;  // the norm's blocks too (same sums, same bits)
-constexpr int kLanes = 16;
-
-// The fixed combining tree of the 16 lane sums.
-float combine_lanes(float* acc) {
-  for (int w = kLanes / 2; w > 0; w /= 2)
-    for (int j = 0; j < w; ++j) acc[j] += acc[j + w];
-  return acc[0];
-}
+constexpr int64_t kBlock = 4096;        // the norm's blocks too (same sums, same bits)
+constexpr int kLanes = cpu::kSumLanes;  // combined by cpu::combine_lanes (cpu_rows.h)
 
 // One block (len <= kBlock), reference: element i goes to lane i % 16.
 template <bool Write>
@@ -50,7 +43,7 @@ float block_ref(float* g, int64_t len, float inv_scale, bool& found_inf) {
     acc[i % kLanes] += y * y;
   }
   found_inf |= bad;
-  return combine_lanes(acc);
+  return cpu::combine_lanes(acc);
 }
 
 // One block, AVX-512: lane j of the accumulator is lane j of the reference; the tail is a masked
@@ -84,7 +77,7 @@ MIXTRAIN_TARGET_AVX512 float block_avx512(float* g, int64_t len, float inv_scale
   found_inf |= bad != 0;
   float lanes[kLanes];
   _mm512_storeu_ps(lanes, acc);
-  return combine_lanes(lanes);
+  return cpu::combine_lanes(lanes);
 }
 
 using BlockFn = float (*)(float*, int64_t, float, bool&);

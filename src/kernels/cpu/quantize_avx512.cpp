@@ -4,7 +4,7 @@
 // lanes at a time; a bit pattern at or above +inf's is inf or NaN: the row is not finite), the
 // codes as x * mul converted with round-to-nearest-even (VCVTPS2DQ, as nearbyint) and narrowed
 // with signed saturation to [-128, 127] (VPMOVSDB). Reached only where the CPU has AVX-512 F, BW
-// and VL (quantize_avx512_usable); the harness holds it to the reference bit for bit.
+// and VL (simd_forms.h avx512_forms_run); the harness holds it to the reference bit for bit.
 #include <immintrin.h>
 
 #include <bit>
@@ -21,7 +21,6 @@
 #include "kernels/cpu/avx512_lanes.h"
 #include "kernels/cpu/quantize_avx512.h"
 #include "kernels/quant_formula.h"
-#include "mixtrain/core/cpu_features.h"
 #include "mixtrain/numeric/bf16.h"
 
 #define MIXTRAIN_QUANT_AVX512 MIXTRAIN_AVX512_BW
@@ -67,14 +66,6 @@ MIXTRAIN_QUANT_AVX512 float q_row_i8(const In* x, int64_t C, int8_t* q) {
 }
 
 }  // namespace
-
-bool quantize_avx512_usable() {
-  static const bool ok = [] {
-    const CpuFeatures& f = cpu_features();
-    return f.avx512f && f.avx512bw && f.avx512vl;
-  }();
-  return ok;
-}
 
 float quantize_row_i8_avx512(const void* x, DType xt, int64_t C, int8_t* q) {
   return xt == DType::bf16 ? q_row_i8(static_cast<const bf16*>(x), C, q)

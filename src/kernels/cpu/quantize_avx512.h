@@ -7,8 +7,6 @@
 
 namespace mixtrain::cpu {
 
-// Whether the CPU has AVX-512 F, BW and VL (else quantize_row_i8_avx512 must not be called).
-bool quantize_avx512_usable();
 // One row of C elements of x (bf16 or f32, xt) -> C int8 codes in q; returns the row's scale
 // (kernels/quant_formula.h: amax / 127, 1 for a row below 2^-120, NaN with codes 0 for a row
 // holding inf or NaN).

@@ -83,7 +83,7 @@ void cpu::quantize_rows(const Tensor& x, Tensor& q, Tensor& scale) {
   const int nt = cpu::threads_for(R * C);
   // int8 codes of bf16 or f32 rows: the AVX-512 form where the CPU has it (quantize_avx512.h).
   if (q.dtype() == DType::i8 && (xv.dtype == DType::bf16 || xv.dtype == DType::f32) &&
-      cpu::quantize_avx512_usable() && !cpu::portable_forms_only()) {
+      cpu::avx512_forms_run()) {
 #pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
     for (int64_t r = 0; r < R; ++r)
       sc[r] = cpu::quantize_row_i8_avx512(xv.row(r), xv.dtype, C, static_cast<int8_t*>(qv.row(r)));

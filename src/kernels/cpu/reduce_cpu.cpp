@@ -8,6 +8,7 @@
 
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/cpu_rows.h"
+#include "kernels/cpu/simd_forms.h"
 #include "kernels/cpu/softmax_avx512.h"
 #include "kernels/ref/ref_util.h"
 #include "mixtrain/core/cpu_features.h"
@@ -15,19 +16,12 @@
 namespace mixtrain {
 namespace cpu {
 namespace {
-constexpr int kLanes = 16;
-
-// Adds 16 lane accumulators in a fixed tree.
-inline float combine_lanes(float* acc) {
-  for (int w = kLanes / 2; w > 0; w /= 2)
-    for (int j = 0; j < w; ++j) acc[j] += acc[j + w];
-  return acc[0];
-}
+constexpr int kLanes = kSumLanes;
 
 // One block (n <= kSumBlock): 16 independent lanes (no reassociation needed to vectorise), each
 // summing 16-element runs into a sub-total that is then added to the lane's total, so no fp32
 // accumulator takes more than ~16 additions before its value moves up a level.
-constexpr int64_t kSub = 16 * kLanes;
+constexpr int64_t kSub = kSumSub;
 MIXTRAIN_SIMD_CLONES float block_sum_sq_dev(const float* p, int64_t n, float mu, bool square) {
   float total[kLanes] = {}, sub[kLanes];
   const int64_t n16 = n - n % kLanes;
@@ -105,7 +99,7 @@ float max_f32(const float* p, int64_t n) {
   float best = -std::numeric_limits<float>::infinity();
   for (int64_t i = 0; i < n; i += kSumBlock) {
     const int64_t len = std::min(kSumBlock, n - i);
-    const float m = softmax_avx512_usable() ? block_max_avx512(p + i, len) : block_max(p + i, len);
+    const float m = avx512_forms_run() ? block_max_avx512(p + i, len) : block_max(p + i, len);
     if (m != m) return m;
     best = m > best ? m : best;
   }
@@ -140,7 +134,7 @@ MIXTRAIN_SIMD_CLONES float exp_sub_block_sum(const float* x, float m, float* out
 }  // namespace
 
 float exp_sub_sum_f32(const float* x, float m, float* out, int64_t n) {
-  const bool avx512 = softmax_avx512_usable();  // the same values and sums, fewer instructions
+  const bool avx512 = avx512_forms_run();  // the same values and sums, fewer instructions
   if (n <= kSumBlock)
     return avx512 ? exp_sub_block_sum_avx512(x, m, out, n) : exp_sub_block_sum(x, m, out, n);
   avx512 ? exp_sub_avx512(x, m, out, n) : exp_sub(x, m, out, n);

@@ -9,5 +9,8 @@ namespace mixtrain::cpu {
 
 bool portable_forms_only();
 void set_portable_forms_only(bool on);  // process-wide; tests only
+// Whether the AVX-512 intrinsics forms run: the CPU has AVX-512 F, BW and VL (what they are
+// compiled for, avx512_lanes.h) and the portable forms are not forced.
+bool avx512_forms_run();
 
 }  // namespace mixtrain::cpu

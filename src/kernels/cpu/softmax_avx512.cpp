@@ -26,14 +26,12 @@
 
 #include "kernels/cpu/avx512_lanes.h"
 #include "kernels/cpu/cpu_rows.h"
-#include "kernels/cpu/simd_forms.h"
-#include "mixtrain/core/cpu_features.h"
 
 namespace mixtrain::cpu {
 namespace {
 
-constexpr int kLanes = 16;
-constexpr int64_t kSub = 16 * kLanes;  // reduce_cpu.cpp's sub-total run
+constexpr int kLanes = kSumLanes;  // the blocked sums' lanes and sub-total run (cpu_rows.h)
+constexpr int64_t kSub = kSumSub;
 
 // exp_f32 of 16 lanes.
 MIXTRAIN_AVX512_BW inline __m512 exp16(__m512 x) {
@@ -56,22 +54,7 @@ MIXTRAIN_AVX512_BW inline __m512 exp16(__m512 x) {
   return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, lo, _CMP_NLT_UQ), y);  // below lo: 0
 }
 
-// reduce_cpu.cpp's combine_lanes: 16 lanes added in a fixed tree (8, 4, 2, 1).
-inline float combine_lanes(float* acc) {
-  for (int w = kLanes / 2; w > 0; w /= 2)
-    for (int j = 0; j < w; ++j) acc[j] += acc[j + w];
-  return acc[0];
-}
-
 }  // namespace
-
-bool softmax_avx512_usable() {
-  static const bool cpu_ok = [] {
-    const CpuFeatures& f = cpu_features();
-    return f.avx512f && f.avx512bw && f.avx512vl;
-  }();
-  return cpu_ok && !portable_forms_only();
-}
 
 MIXTRAIN_AVX512_BW float exp_sub_block_sum_avx512(const float* x, float m, float* out, int64_t n) {
   const __m512 mv = _mm512_set1_ps(m);

@@ -1,14 +1,11 @@
 // The softmax rows' exponentials and the masked scores' maximum in AVX-512 (softmax_avx512.cpp);
 // the portable loops are reduce_cpu.cpp's exp_sub_block_sum / exp_sub and encoder_cpu.cpp's
-// masked_scale_max, and kernels/cpu/simd_forms.h says which form runs.
+// masked_scale_max, and kernels/cpu/simd_forms.h says which form runs (avx512_forms_run).
 #pragma once
 #include <cstdint>
 
 namespace mixtrain::cpu {
 
-// Whether the AVX-512 rows may run: the CPU has AVX-512 F, BW and VL, and the portable forms are
-// not forced (simd_forms.h).
-bool softmax_avx512_usable();
 // out[i] = exp(x[i] - m) as cpu_rows.h exp_f32 computes it (the same steps, so the same values);
 // returns their sum in block_sum_sq_dev's lanes, sub-totals, tail and lane tree (n <= kSumBlock),
 // so that it is sum_f32(out) bit for bit.

@@ -27,6 +27,8 @@ const char* kind_name(Activation k) {
   return k == Activation::gelu_erf ? "gelu_erf" : k == Activation::tanh ? "tanh" : "relu";
 }
 
+constexpr int kPortable = 1;  // OpConfig::flags: the fast op's portable loops
+
 // activation(kind) forward and backward: outputs out and dx.
 struct ActivationTest : OpTest {
   Activation kind;
@@ -36,7 +38,6 @@ struct ActivationTest : OpTest {
   std::vector<OpConfig> configs() const override {
     std::vector<OpConfig> out;
     uint64_t seed = 1;
-    const Activation k = kind;
     for (const Shape& s : {Shape{7}, Shape{5, 33}, Shape{2, 3, 2100}, Shape{64, 2048}})
       for (DType t : {DType::f32, DType::bf16, DType::f16})
         for (bool nc : {false, true}) {
@@ -47,20 +48,16 @@ struct ActivationTest : OpTest {
           c.seed = seed++;
           c.label = std::string(dtype_name(t)) + " " + s.to_string() + (nc ? " strided" : "");
           out.push_back(c);
-          if (k == Activation::gelu_erf) {  // again through the portable loops (simd_forms.h)
-            c.flags = 1;
-            c.label += " portable";
-            out.push_back(c);
-          }
         }
-    return out;
+    // The erf GELU's again through the portable loops (simd_forms.h), which a CPU without AVX-512 runs.
+    return kind == Activation::gelu_erf ? test::with_portable_twins(out, kPortable) : out;
   }
   std::vector<Tensor> run(const OpConfig& cfg, bool reference) const override {
     const Shape s(cfg.sizes.begin(), cfg.sizes.end());
     const Tensor x = test::make_input(s, cfg.in, cfg.seed, cfg.non_contiguous, -4.f, 4.f);
     const Tensor g = test::make_input(s, cfg.in, cfg.seed + 1000, cfg.non_contiguous);
     Tensor y = Tensor::empty(s, cfg.out), dx = Tensor::empty(s, cfg.out);
-    const test::PortableForms form(!reference && cfg.flags == 1);
+    const test::PortableForms form(!reference && (cfg.flags & kPortable));
     if (reference) {
       ref::activation(kind, x, y);
       ref::activation_backward(kind, x, g, dx);
