@@ -41,6 +41,15 @@ const Op<void(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const 
               Tensor&, Tensor&)>
     attention_fused_backward{"attention_fused_backward", ref::attention_fused_backward,
                              cpu::attention_fused_backward, meta::attention_fused_backward};
+const Op<void(const Tensor&, const Tensor&, const Tensor&, const Tensor&, float, float, uint64_t, uint64_t,
+              Tensor&)>
+    masked_attention_fused_forward{"masked_attention_fused_forward", ref::masked_attention_fused_forward,
+                                   cpu::masked_attention_fused_forward, meta::masked_attention_fused_forward};
+const Op<void(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, float, float,
+              uint64_t, uint64_t, Tensor&, Tensor&, Tensor&)>
+    masked_attention_fused_backward{"masked_attention_fused_backward", ref::masked_attention_fused_backward,
+                                    cpu::masked_attention_fused_backward,
+                                    meta::masked_attention_fused_backward};
 }  // namespace ops
 
 // Blocks of query rows make every GEMM operand but the first block's a strided slice (the rows
@@ -272,11 +281,60 @@ void check_masked_attention(const Tensor& q, const Tensor& k, const Tensor& v, c
   if (!(p >= 0.f && p < 1.f))
     throw ArgumentError("masked_attention: dropout p must be in [0, 1), got " + std::to_string(p));
 }
+// The fused op's operands: masked_attention's, bf16 or f32, D a multiple of 32 up to 256, every
+// operand contiguous (the key mask too).
+void check_masked_fused(const char* op, const Tensor& q, const Tensor& k, const Tensor& v,
+                        const Tensor& key_mask, float p) {
+  check_masked_attention(q, k, v, key_mask, p);
+  if ((q.dtype() != DType::bf16 && q.dtype() != DType::f32) || q.size(2) % 32 != 0 || q.size(2) > 256 ||
+      !key_mask.is_contiguous())
+    throw ShapeError(std::string(op) + ": q " + q.to_string() +
+                     " must be bf16 or f32 with D a multiple of 32 " +
+                     "up to 256, and the key mask contiguous");
+}
+void check_masked_grads(const Tensor& q, const Tensor& g, const Tensor& dq, const Tensor& dk,
+                        const Tensor& dv) {
+  for (const Tensor* t : {&g, &dq, &dk, &dv})
+    if (!t->defined() || !(t->shape() == q.shape()) || t->dtype() != q.dtype() || !t->is_contiguous() ||
+        !(t->device() == q.device()))
+      throw ShapeError("masked_attention_fused: y (dy, dq, dk, dv) must be contiguous of q's shape " +
+                       q.to_string() + " and dtype, got " +
+                       (t->defined() ? t->to_string() : std::string("undefined")));
+}
 }  // namespace
+
+// The fused op where it applies (attention_ops.h): on AMX it replaces the composed op's oneDNN
+// calls per chunk, its S, P, Pd and dP tensors through memory and its three dropout passes.
+bool masked_attention_fused_applies(const Tensor& q) {
+  static const bool enabled = [] {
+    const char* v = std::getenv("MIXTRAIN_ATTENTION_FUSED");
+    return !(v && std::string(v) == "0") && cpu::tiles::amx_usable();
+  }();
+  const bool f32_medium = q.dtype() == DType::f32 && matmul_precision_uses_bf16(float32_matmul_precision());
+  return enabled && (q.dtype() == DType::bf16 || f32_medium) && q.dim() == 3 && q.size(1) > 0 &&
+         q.size(2) % 32 == 0 && q.size(2) <= 256 && q.is_contiguous();
+}
+
+void masked_attention_fused_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
+                                    float scale, float p, uint64_t seed, uint64_t offset, Tensor& y) {
+  check_masked_fused("masked_attention_fused_forward", q, k, v, key_mask, p);
+  check_masked_grads(q, y, y, y, y);
+  ops::masked_attention_fused_forward(q.device(), q, k, v, key_mask, scale, p, seed, offset, y);
+}
+
+void masked_attention_fused_backward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                     const Tensor& key_mask, const Tensor& g, float scale, float p,
+                                     uint64_t seed, uint64_t offset, Tensor& dq, Tensor& dk, Tensor& dv) {
+  check_masked_fused("masked_attention_fused_backward", q, k, v, key_mask, p);
+  check_masked_grads(q, g, dq, dk, dv);
+  ops::masked_attention_fused_backward(q.device(), q, k, v, key_mask, g, scale, p, seed, offset, dq, dk, dv);
+}
 
 void masked_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
                               float scale, float p, uint64_t seed, uint64_t offset, Tensor& y) {
   check_masked_attention(q, k, v, key_mask, p);
+  if (masked_attention_fused_applies(q) && key_mask.is_contiguous() && y.is_contiguous())
+    return ops::masked_attention_fused_forward(q.device(), q, k, v, key_mask, scale, p, seed, offset, y);
   const int64_t B = key_mask.size(0), H = q.size(0) / B, T = q.size(1);
   const int64_t rows = masked_attention_rows_per_chunk(H, T);
   for (int64_t b0 = 0; b0 < chunked_end(q, B, rows); b0 += rows) {
@@ -293,6 +351,12 @@ void masked_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v
                                const Tensor& g, float scale, float p, uint64_t seed, uint64_t offset,
                                Tensor& dq, Tensor& dk, Tensor& dv) {
   check_masked_attention(q, k, v, key_mask, p);
+  if (masked_attention_fused_applies(q) && key_mask.is_contiguous() && g.is_contiguous() &&
+      dq.is_contiguous() && dk.is_contiguous() && dv.is_contiguous()) {
+    check_masked_grads(q, g, dq, dk, dv);
+    return ops::masked_attention_fused_backward(q.device(), q, k, v, key_mask, g, scale, p, seed, offset, dq,
+                                                dk, dv);
+  }
   const int64_t B = key_mask.size(0), H = q.size(0) / B, T = q.size(1);
   const int64_t rows = masked_attention_rows_per_chunk(H, T);
   GemmOptions ta;

@@ -67,6 +67,24 @@ void masked_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
 void masked_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
                                const Tensor& g, float scale, float p, uint64_t seed, uint64_t offset,
                                Tensor& dq, Tensor& dk, Tensor& dv);
+// The fused encoder attention (cpu/attention_masked_cpu.cpp): the same operands, every head in one
+// op on the bf16 matrix unit, blocks of 32 query rows, the scores, probabilities and their gradients
+// in a per-thread workspace (nothing T x T in memory), the dropout mask drawn once per direction:
+//   forward   S = q k^T (f32);  P = masked_softmax(scale S) (f32);  Pd = bf16(P f);  y = Pd v
+//   backward  dP = (dy v^T) f (f32);  dS = bf16(scale P (dP - rowsum(P dP)));  dq = dS k;
+//             dk = dS^T q;  dv = Pd^T dy  (f32 sums, each output rounded once)
+// f[i] = dropout_mask's factor of element i of P (1/(1-p) or 0; 1 for p = 0). So the composed op's
+// values up to where each rounds (it stores S and P in q's dtype) and the order of fp32 sums. f32
+// operands are multiplied as matmul precision medium multiplies them (each GEMM input rounded to
+// bf16). masked_attention_fused_applies says when masked_attention_forward/backward take it: q bf16
+// (or f32 under --matmul-precision medium where that runs on the matrix unit), D a multiple of 32
+// up to 256 (T any: padded to whole blocks inside), AMX usable, MIXTRAIN_ATTENTION_FUSED not 0.
+bool masked_attention_fused_applies(const Tensor& q);
+void masked_attention_fused_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
+                                    float scale, float p, uint64_t seed, uint64_t offset, Tensor& y);
+void masked_attention_fused_backward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                     const Tensor& key_mask, const Tensor& g, float scale, float p,
+                                     uint64_t seed, uint64_t offset, Tensor& dq, Tensor& dk, Tensor& dv);
 // rows (B, T, n*C) contiguous <-> the n contiguous tensors heads (B*H, T, D) (q, k, v side by side
 // for n = 3, one tensor for n = 1), copied in the direction to_heads says.
 void heads_copy(const Tensor& rows, const std::vector<Tensor>& heads, int64_t H, bool to_heads);
@@ -85,6 +103,13 @@ void attention_fused_forward(const Tensor& q, const Tensor& k, const Tensor& v, 
                              Tensor& y);
 void attention_fused_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& probs,
                               const Tensor& g, float scale, Tensor& dq, Tensor& dk, Tensor& dv);
+// The fused encoder attention's (plain loops, sums in double; S, P, dP f32, Pd and dS bf16, each GEMM
+// input as the GEMMs take it, the outputs rounded once).
+void masked_attention_fused_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
+                                    float scale, float p, uint64_t seed, uint64_t offset, Tensor& y);
+void masked_attention_fused_backward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                     const Tensor& key_mask, const Tensor& g, float scale, float p,
+                                     uint64_t seed, uint64_t offset, Tensor& dq, Tensor& dk, Tensor& dv);
 }  // namespace ref
 
 }  // namespace mixtrain

@@ -8,6 +8,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "kernels/attention_ops.h"
+#include "kernels/cpu/amx_tiles.h"
 #include "mixtrain/optim/adamw.h"
 #include "mixtrain/optim/mixed_precision.h"
 #include "mixtrain/train/memory_prediction.h"
@@ -58,11 +60,14 @@ void two_steps(const EncoderConfig& cfg, const std::string& precision, bool ckpt
   }
 }
 
+// heads > 0 replaces the fixture's head count (one head of 32: the fused attention's head size).
 void expect_prediction_exact(const std::string& kind, const std::string& precision, bool ckpt,
-                             Pooling pooling) {
-  const EncoderConfig cfg = fixture_config(kind);
+                             Pooling pooling, int64_t heads = 0) {
+  EncoderConfig cfg = fixture_config(kind);
+  if (heads > 0) cfg.heads = heads;
   const std::string what = kind + " " + precision + (ckpt ? " checkpointing" : "") +
-                           (pooling == Pooling::mean ? " mean pooling" : "");
+                           (pooling == Pooling::mean ? " mean pooling" : "") +
+                           (heads > 0 ? " heads " + std::to_string(heads) : "");
   const MemoryPrediction p = predict_memory([&] { two_steps(cfg, precision, ckpt, pooling); });
   MemoryTracker& cpu = MemoryTracker::global();
   const MemorySnapshot before = cpu.snapshot();
@@ -94,6 +99,11 @@ TEST(EncoderMemory, PredictionEqualsTheCpuRunToTheByte) {
   // The other modes (16-bit weights, the loss scaler) run and are predicted too.
   for (const char* precision : {"16-mixed", "bf16-true", "16-true"})
     expect_prediction_exact("bert", precision, false, Pooling::cls);
+  // Head size 32: on a CPU with AMX the fused encoder attention runs (kernels/attention_ops.h), its
+  // per-thread workspace predicted too; elsewhere the composed op again.
+  EXPECT_EQ(masked_attention_fused_applies(Tensor::zeros({4, 12, 32}, DType::bf16)),
+            cpu::tiles::amx_usable());
+  for (bool ckpt : {false, true}) expect_prediction_exact("bert", "bf16-mixed", ckpt, Pooling::cls, 1);
 }
 
 TEST(EncoderMemory, TermsAreNamedByHuggingFaceModulePaths) {

@@ -13,22 +13,28 @@
 // The softmax and its backward use the row loops of causal_softmax(_backward) (backward_cpu.cpp)
 // on the same f32 scores, so P and dS are what the composed op computes from the same S and dP;
 // the GEMMs add the same exact products in another order.
-#include <omp.h>
-
 #include <algorithm>
 #include <cstring>
 #include <type_traits>
 
 #include "kernels/attention_ops.h"
-#include "kernels/cpu/amx_tiles.h"
+#include "kernels/cpu/attention_tiles.h"
 #include "kernels/cpu/cpu_ops.h"
-#include "kernels/cpu/cpu_rows.h"
-#include "mixtrain/kernels/threads.h"
 
 namespace mixtrain {
 
 namespace {
-constexpr int64_t kRows = 32;  // query rows (and keys) per block
+using cpu::attn::as_bf16;
+using cpu::attn::for_each_head;
+using cpu::attn::fused_threads;
+using cpu::attn::io_dtype;
+using cpu::attn::kernels_here;
+using cpu::attn::kRows;
+using cpu::attn::load_row;
+using cpu::attn::Rows;
+using cpu::attn::store_rows;
+using cpu::attn::store_transposed;
+using cpu::attn::tile_input;
 
 // Offsets (in floats) of one thread's buffers in the workspace; bf16 buffers take half as many.
 // f32 operands (matmul precision medium) are first rounded to bf16 in `stage` (q, k, v, and dy in
@@ -70,37 +76,6 @@ struct BackwardScratch {
   }
 };
 
-bf16* as_bf16(float* base, int64_t off) { return reinterpret_cast<bf16*>(base + off); }
-
-int fused_threads(int64_t heads) {
-  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(num_threads(), heads)));
-}
-
-// The operand types: bf16 as it is, f32 through bf16 (medium's products: each input rounded once).
-template <class IO>
-constexpr DType io_dtype() {
-  return std::is_same_v<IO, bf16> ? DType::bf16 : DType::f32;
-}
-// One head's operand (T x D, row stride ld) as the tiles take it: bf16 in place, f32 rounded into
-// `stage` (T x D); returns the rows and their stride.
-struct Rows {
-  const bf16* p;
-  int64_t ld;
-};
-Rows tile_input(const bf16* x, int64_t ld, int64_t, int64_t, bf16*) { return {x, ld}; }
-Rows tile_input(const float* x, int64_t ld, int64_t T, int64_t D, bf16* stage) {
-  for (int64_t t = 0; t < T; ++t) cpu::round_bf16_row(x + t * ld, stage + t * D, D);
-  return {stage, D};
-}
-void store_out(const float* src, bf16* dst, int64_t n) { cpu::round_bf16_row(src, dst, n); }
-void store_out(const float* src, float* dst, int64_t n) { std::memcpy(dst, src, static_cast<size_t>(n) * 4); }
-// R rows of D (contiguous in src) into rows of stride ld.
-template <class IO>
-void store_rows(const float* src, int64_t R, int64_t D, IO* dst, int64_t ld) {
-  for (int64_t r = 0; r < R; ++r) store_out(src + r * D, dst + r * ld, D);
-}
-void load_row(const bf16* src, float* dst, int64_t n) { cpu::widen_bf16_row(src, dst, n); }
-void load_row(const float* src, float* dst, int64_t n) { std::memcpy(dst, src, static_cast<size_t>(n) * 4); }
 // Rows [r0, r0 + 32) of P, columns [0, r1), as bf16 with row stride T.
 const bf16* prob_block(const bf16* P, int64_t T, int64_t r0, int64_t, bf16*) { return P + r0 * T; }
 const bf16* prob_block(const float* P, int64_t T, int64_t r0, int64_t r1, bf16* pb) {
@@ -139,13 +114,6 @@ void head_forward(const cpu::tiles::Kernels& tk, const IO* q_in, const IO* k_in,
     tk.gemm(kRows, D, r1, prob_block(P, T, r0, r1, pb), T, vp, 2 * D, yb, D, false);
     store_rows(yb, kRows, D, y + r0 * ldy, ldy);
   }
-}
-
-// dk or dv (T x D, row stride ld) from its transpose (D x T f32), each element rounded once.
-template <class IO>
-void store_transposed(const float* t, int64_t T, int64_t D, IO* out, int64_t ld, float* tmp) {
-  cpu::tiles::transpose32(reinterpret_cast<const uint32_t*>(t), T, D, T, reinterpret_cast<uint32_t*>(tmp), D);
-  store_rows(tmp, T, D, out, ld);
 }
 
 template <class IO>
@@ -195,12 +163,8 @@ void head_backward(const cpu::tiles::Kernels& tk, const IO* q_in, const IO* k_in
     if (need_qk) tk.gemm(D, kRows, T - c0, qt + c0, T, dsp + off, 2 * T, dkt + c0, T, false);
     if (need_v) tk.gemm(D, kRows, T - c0, gt + c0, T, pp + off, 2 * T, dvt + c0, T, false);
   }
-  if (need_qk) store_transposed(dkt, T, D, dk, ldd, tmp);
-  if (need_v) store_transposed(dvt, T, D, dv, ldd, tmp);
-}
-
-const cpu::tiles::Kernels& kernels_here() {
-  return cpu::tiles::amx_usable() ? cpu::tiles::amx_kernels() : cpu::tiles::reference_kernels();
+  if (need_qk) store_transposed(dkt, T, T, D, dk, ldd, tmp);
+  if (need_v) store_transposed(dvt, T, T, D, dv, ldd, tmp);
 }
 
 // The heads of a (n, T, D) contiguous tensor or a (B, H, T, D) view with unit stride in D (q, k
@@ -218,23 +182,6 @@ struct Heads {
   int64_t at(int64_t i) const { return (i / H) * sb + (i % H) * sh; }
 };
 int64_t heads_of(const Tensor& t) { return t.dim() == 4 ? t.size(0) * t.size(1) : t.size(0); }
-
-// body(h, w) for every head h, the heads shared out dynamically, w the thread's row of the workspace;
-// the tile configuration loaded once per thread.
-template <class Body>
-void for_each_head(const cpu::tiles::Kernels& tk, Tensor& ws, int64_t n, const Body& body) {
-  const int64_t per = ws.size(1);
-  float* W = ws.data<float>();
-  const int nt = static_cast<int>(ws.size(0));
-#pragma omp parallel num_threads(nt) if (nt > 1)
-  {
-    float* w = W + omp_get_thread_num() * per;
-    tk.begin();
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t h = 0; h < n; ++h) body(h, w);
-    tk.end();
-  }
-}
 
 template <class IO>
 void fused_forward(const cpu::tiles::Kernels& tk, const Tensor& q, const Tensor& k, const Tensor& v,

@@ -118,6 +118,22 @@ void attention_fused_forward_with(const tiles::Kernels& tk, const Tensor& q, con
 void attention_fused_backward_with(const tiles::Kernels& tk, const Tensor& q, const Tensor& k,
                                    const Tensor& v, const Tensor& probs, const Tensor& g, float scale,
                                    Tensor& dq, Tensor& dk, Tensor& dv);
+
+// attention_masked_cpu.cpp: the fused encoder attention, its workspace (f32, a row per thread) for
+// q (n, T, D), and the same with a given tile kernel set.
+void masked_attention_fused_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
+                                    float scale, float p, uint64_t seed, uint64_t offset, Tensor& y);
+void masked_attention_fused_backward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                     const Tensor& key_mask, const Tensor& g, float scale, float p,
+                                     uint64_t seed, uint64_t offset, Tensor& dq, Tensor& dk, Tensor& dv);
+Tensor masked_attention_fused_workspace(const Tensor& q, bool backward);
+void masked_attention_fused_forward_with(const tiles::Kernels& tk, const Tensor& q, const Tensor& k,
+                                         const Tensor& v, const Tensor& key_mask, float scale, float p,
+                                         uint64_t seed, uint64_t offset, Tensor& y);
+void masked_attention_fused_backward_with(const tiles::Kernels& tk, const Tensor& q, const Tensor& k,
+                                          const Tensor& v, const Tensor& key_mask, const Tensor& g,
+                                          float scale, float p, uint64_t seed, uint64_t offset, Tensor& dq,
+                                          Tensor& dk, Tensor& dv);
 }  // namespace cpu
 
 }  // namespace mixtrain

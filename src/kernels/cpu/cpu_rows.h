@@ -286,4 +286,12 @@ void mul_rows(const float* a, const float* b, float* o, int64_t n);  // o = a b
 // o = scale * y * (dy - dot)
 void softmax_bwd_row(const float* y, const float* dy, float dot, float scale, float* o, int64_t n);
 
+// ---- the masked softmax's and the dropout's row loops (encoder_cpu.cpp, attention_cpu.cpp) -------
+// s[j] = scale * p[j] where key mask m[j] != 0, else -inf; returns the largest s (NaN when one is
+// NaN). The portable form; softmax_avx512.h has the AVX-512 one (the same values).
+float masked_scale_max(const float* p, const int32_t* m, float scale, float* s, int64_t n);
+// f[i] = scale where element first + i is kept (counter_rng_keyed(key, first + i) >= threshold),
+// else 0: dropout_mask's factors, x * f[i] its output.
+void dropout_factors(float* f, int64_t n, uint64_t key, uint64_t first, uint64_t threshold, float scale);
+
 }  // namespace mixtrain::cpu

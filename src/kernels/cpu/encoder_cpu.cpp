@@ -64,6 +64,8 @@ void act_grad_f32(Activation k, const float* x, const float* g, float* o, int64_
   }
 }
 
+}  // namespace
+
 // s[j] = scale * p[j] where m[j] != 0, else -inf; returns the largest s (NaN when one is NaN, as
 // max_f32), in 16 lanes. Compiled for AVX-512 like the other row loops: in masked_softmax's own
 // body (built for the baseline ISA) this loop was scalar and a third of the kernel.
@@ -95,7 +97,6 @@ MIXTRAIN_SIMD_CLONES float masked_scale_max(const float* p, const int32_t* m, fl
   return best;
 }
 
-}  // namespace
 }  // namespace cpu
 
 void cpu::activation(Activation kind, const Tensor& x, Tensor& out) {

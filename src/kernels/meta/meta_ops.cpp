@@ -219,6 +219,17 @@ void meta::attention_fused_backward(const Tensor& q, const Tensor&, const Tensor
   if (!force_reference()) cpu::attention_fused_workspace(q, true);
 }
 
+// attention_masked_cpu.cpp: its workspace, unless force_reference() sends it to the reference.
+void meta::masked_attention_fused_forward(const Tensor& q, const Tensor&, const Tensor&, const Tensor&, float,
+                                          float, uint64_t, uint64_t, Tensor&) {
+  if (!force_reference()) cpu::masked_attention_fused_workspace(q, false);
+}
+void meta::masked_attention_fused_backward(const Tensor& q, const Tensor&, const Tensor&, const Tensor&,
+                                           const Tensor&, float, float, uint64_t, uint64_t, Tensor&, Tensor&,
+                                           Tensor&) {
+  if (!force_reference()) cpu::masked_attention_fused_workspace(q, true);
+}
+
 void meta::dropout_mask(const Tensor& x, float, uint64_t, uint64_t,
                         Tensor& out) {  // attention_cpu.cpp
   if (all_fast({&x, &out})) unary_rows(x, out);

@@ -68,6 +68,11 @@ double global_norm(const Tensor& g);
 
 void heads_copy(const Tensor& rows, const std::vector<Tensor>& heads, int64_t H, bool to_heads);
 void dropout_mask(const Tensor& x, float p, uint64_t seed, uint64_t offset, Tensor& out);
+void masked_attention_fused_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
+                                    float scale, float p, uint64_t seed, uint64_t offset, Tensor& y);
+void masked_attention_fused_backward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                     const Tensor& key_mask, const Tensor& g, float scale, float p,
+                                     uint64_t seed, uint64_t offset, Tensor& dq, Tensor& dk, Tensor& dv);
 void attention_fused_forward(const Tensor& q, const Tensor& k, const Tensor& v, float scale, Tensor& probs,
                              Tensor& y);
 void attention_fused_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& probs,

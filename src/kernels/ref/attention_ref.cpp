@@ -170,4 +170,108 @@ void attention_fused_backward(const Tensor& q, const Tensor& k, const Tensor& v,
   }
 }
 
+namespace {
+// One head of the fused encoder attention, row by row: P (double, rounded to f32 as the fast
+// kernel keeps it), the dropout factors f, Pd = bf16(P f). Row i of head h (batch row b = h / H).
+struct MaskedHead {
+  int64_t T;
+  std::vector<double> P, f;  // T x T
+};
+MaskedHead masked_probabilities(const Mat& Q, const Mat& K, const Tensor& key_mask, int64_t h, int64_t H,
+                                int64_t T, int64_t D, float scale, float p, uint64_t seed, uint64_t offset) {
+  MaskedHead m{T, std::vector<double>(static_cast<size_t>(T * T), 0.0),
+               std::vector<double>(size_t(T * T), 1.0)};
+  const int64_t b = h / H;
+  const auto real = [&](int64_t j) {
+    return key_mask.data<int32_t>()[b * key_mask.stride(0) + j * key_mask.stride(1)] != 0;
+  };
+  bool any = false;
+  for (int64_t j = 0; j < T; ++j) any = any || real(j);
+  const auto threshold = static_cast<uint64_t>(static_cast<double>(p) * 4294967296.0);
+  const double keep_scale = static_cast<double>(1.0f / (1.0f - p));
+  std::vector<double> srow(static_cast<size_t>(T));
+  for (int64_t i = 0; i < T; ++i) {
+    double* P = m.P.data() + i * T;
+    if (!any) {
+      for (int64_t j = 0; j < T; ++j) P[j] = static_cast<double>(1.f / static_cast<float>(T));
+    } else {
+      double mx = -INFINITY;
+      for (int64_t j = 0; j < T; ++j) {
+        if (!real(j)) continue;
+        double acc = 0;
+        for (int64_t d = 0; d < D; ++d) acc += Q[size_t(i * D + d)] * K[size_t(j * D + d)];
+        srow[size_t(j)] = static_cast<double>(scale * static_cast<float>(acc));
+        mx = std::max(mx, srow[size_t(j)]);
+      }
+      double sum = 0;
+      for (int64_t j = 0; j < T; ++j)
+        if (real(j)) sum += std::exp(srow[size_t(j)] - mx);
+      for (int64_t j = 0; j < T; ++j)
+        P[j] = real(j) ? static_cast<double>(static_cast<float>(std::exp(srow[size_t(j)] - mx) / sum)) : 0.0;
+    }
+    if (p != 0.f)
+      for (int64_t j = 0; j < T; ++j)
+        m.f[size_t(i * T + j)] =
+            counter_rng(seed, offset + static_cast<uint64_t>((h * T + i) * T + j)) >= threshold ? keep_scale
+                                                                                                : 0.0;
+  }
+  return m;
+}
+}  // namespace
+
+//   S = q k^T (f32);  P = masked_softmax(scale S) (f32);  Pd = bf16(P f);  y = Pd v
+void masked_attention_fused_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
+                                    float scale, float p, uint64_t seed, uint64_t offset, Tensor& y) {
+  const int64_t n = q.size(0), T = q.size(1), D = q.size(2), H = n / key_mask.size(0);
+  for (int64_t h = 0; h < n; ++h) {
+    const Mat Q = load_head(q, h, true), K = load_head(k, h, true), V = load_head(v, h, true);
+    const MaskedHead m = masked_probabilities(Q, K, key_mask, h, H, T, D, scale, p, seed, offset);
+    Mat Y(static_cast<size_t>(T * D), 0.0);
+    for (int64_t i = 0; i < T; ++i)
+      for (int64_t j = 0; j < T; ++j) {
+        const double pd = stored(m.P[size_t(i * T + j)] * m.f[size_t(i * T + j)], DType::bf16);
+        for (int64_t d = 0; d < D; ++d) Y[size_t(i * D + d)] += pd * V[size_t(j * D + d)];
+      }
+    store_head(y, h, Y);
+  }
+}
+
+//   dP = (dy v^T) f (f32 GEMM);  dS = bf16(scale P (dP - sum_j P dP));  dq = dS k;  dk = dS^T q;
+//   dv = Pd^T dy
+void masked_attention_fused_backward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                     const Tensor& key_mask, const Tensor& g, float scale, float p,
+                                     uint64_t seed, uint64_t offset, Tensor& dq, Tensor& dk, Tensor& dv) {
+  const int64_t n = q.size(0), T = q.size(1), D = q.size(2), H = n / key_mask.size(0);
+  for (int64_t h = 0; h < n; ++h) {
+    const Mat Q = load_head(q, h, true), K = load_head(k, h, true), V = load_head(v, h, true),
+              G = load_head(g, h, true);
+    const MaskedHead m = masked_probabilities(Q, K, key_mask, h, H, T, D, scale, p, seed, offset);
+    Mat DQ(static_cast<size_t>(T * D), 0.0), DK(DQ), DV(DQ);
+    std::vector<double> dp(static_cast<size_t>(T));
+    for (int64_t i = 0; i < T; ++i) {
+      const double* P = m.P.data() + i * T;
+      const double* f = m.f.data() + i * T;
+      double dot = 0;
+      for (int64_t j = 0; j < T; ++j) {
+        double acc = 0;
+        for (int64_t d = 0; d < D; ++d) acc += G[size_t(i * D + d)] * V[size_t(j * D + d)];
+        dp[size_t(j)] = static_cast<double>(static_cast<float>(acc)) * f[j];
+        dot += P[j] * dp[size_t(j)];
+      }
+      for (int64_t j = 0; j < T; ++j) {
+        const double ds = stored(scale * P[j] * (dp[size_t(j)] - dot), DType::bf16);
+        const double pd = stored(P[j] * f[j], DType::bf16);
+        for (int64_t d = 0; d < D; ++d) {
+          DQ[size_t(i * D + d)] += ds * K[size_t(j * D + d)];
+          DK[size_t(j * D + d)] += ds * Q[size_t(i * D + d)];
+          DV[size_t(j * D + d)] += pd * G[size_t(i * D + d)];
+        }
+      }
+    }
+    store_head(dq, h, DQ);
+    store_head(dk, h, DK);
+    store_head(dv, h, DV);
+  }
+}
+
 }  // namespace mixtrain::ref
