@@ -43,8 +43,9 @@ constexpr std::array<PolicyEntry, autograd::kNumOpKinds> kPolicy = {{
     // stored once in 16 bits, for backward and for p v alike; the softmax math is fp32 inside
     {OpKind::masked_attention, CastPolicy::lower_precision},  // the same attention fused: q, k, v
     // and every intermediate in the compute dtype, as the unfused ops store them
-    {OpKind::fp8_linear, CastPolicy::lower_precision},    // as linear: its GEMMs then quantize to fp8
-    {OpKind::lm_head_loss, CastPolicy::lower_precision},  // the head's GEMMs as matmul; the loss in
+    {OpKind::masked_attention_qkv, CastPolicy::lower_precision},  // the same on qkv
+    {OpKind::fp8_linear, CastPolicy::lower_precision},            // as linear: its GEMMs then quantize to fp8
+    {OpKind::lm_head_loss, CastPolicy::lower_precision},          // the head's GEMMs as matmul; the loss in
     // fp32 inside, as cross_entropy's fp32 policy computes it from the 16-bit logits
     {OpKind::backward_hook, CastPolicy::keep},  // an identity
 }};

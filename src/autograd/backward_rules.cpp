@@ -278,6 +278,40 @@ void masked_attention_backward_rule(Node& n, const Tensor& g) {
   accumulate_grad(V, dv);
 }
 
+// masked_attention_qkv: in place (b0: saved = qkv (B, T, 3C)) or on its heads (saved = q, k, v
+// (B*H, T, D)); ids the key mask, f the scale, i0 the seed, i1 the offset, i2 the dropout p's bits,
+// shape = {H}.
+void masked_attention_qkv_backward_rule(Node& n, const Tensor& g) {
+  ProfileScope prof(WorkKind::attention);
+  VarImpl& X = *n.inputs[0];
+  if (!X.requires_grad) return;
+  const int64_t H = n.shape[0];
+  const float p = std::bit_cast<float>(static_cast<uint32_t>(n.i2)), scale = static_cast<float>(n.f);
+  const auto seed = static_cast<uint64_t>(n.i0), offset = static_cast<uint64_t>(n.i1);
+  const DType t = n.saved[0].dtype();
+  const Tensor gc = g.dtype() == t ? g.contiguous() : g.to(t, MemCategory::workspace);  // (B, T, C)
+  const int64_t B = gc.size(0), T = gc.size(1), C = gc.size(2), D = C / H;
+  Tensor dx = Tensor::empty(X.shape, t, MemCategory::activations);  // (B, T, 3C)
+  prof.moves(mixtrain::detail::bytes_of({&gc, &dx, &n.ids}) + mixtrain::detail::bytes_of(n.saved));
+  if (n.b0) {
+    const Tensor& x = n.saved[0];
+    Tensor dq = heads_view(dx, 0, H), dk = heads_view(dx, 1, H), dv = heads_view(dx, 2, H);
+    masked_attention_fused_backward(heads_view(x, 0, H), heads_view(x, 1, H), heads_view(x, 2, H), n.ids,
+                                    gc.reshape({B, T, H, D}).transpose(1, 2), scale, p, seed, offset, dq, dk,
+                                    dv);
+  } else {
+    const Tensor &q = n.saved[0], &k = n.saved[1], &v = n.saved[2];
+    Tensor gh = Tensor::empty(q.shape(), t, MemCategory::workspace);
+    heads_copy(gc, {gh}, H, true);
+    std::vector<Tensor> d;
+    for (int i = 0; i < 3; ++i) d.push_back(Tensor::empty(q.shape(), t, MemCategory::workspace));
+    masked_attention_backward(q, k, v, n.ids, gh, scale, p, seed, offset, d[0], d[1], d[2]);
+    gh = Tensor();
+    heads_copy(dx, d, H, false);
+  }
+  accumulate_grad(X, dx);
+}
+
 void cross_entropy_backward_rule(Node& n, const Tensor& g) {
   VarImpl& L = *n.inputs[0];
   const Tensor& logits = n.in_values[0];
@@ -489,6 +523,7 @@ constexpr std::array<RuleRow, kNumOpKinds> kRules = {{
     {activation_backward_rule, 0b001},  // relu: its input
     {masked_softmax_backward_rule, 0b000},    // masked_softmax: its output (in saved)
     {masked_attention_backward_rule, 0b111},  // masked_attention: q, k, v (the mask in ids; nothing T x T)
+    {masked_attention_qkv_backward_rule, 0b000},  // masked_attention_qkv: qkv or its heads in saved
     {fp8_linear_backward, 0b011},  // fp8_linear: x and w (released where forward's quantizations serve)
     {lm_head_loss_backward_rule, 0b011},  // lm_head_loss: x and w (the logits made again, a chunk at a time)
     {backward_hook_rule, 0b000},          // backward_hook: nothing
@@ -518,6 +553,7 @@ constexpr std::array<std::string_view, kNumOpKinds> kNames = {"matmul",
                                                               "relu",
                                                               "masked_softmax",
                                                               "masked_attention",
+                                                              "masked_attention_qkv",
                                                               "fp8_linear",
                                                               "lm_head_loss",
                                                               "backward_hook"};

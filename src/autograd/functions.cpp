@@ -677,6 +677,49 @@ Var attention_qkv(const Var& qkv_in, int64_t n_head, float scale_, AttentionProb
   return make_output(out, n);
 }
 
+Var masked_attention_qkv(const Var& qkv_in, const Tensor& key_mask, int64_t n_head, float scale_, float p,
+                         uint64_t seed, uint64_t offset) {
+  ScopedOp site_op("masked_attention_qkv");  // names what this op allocates (tensor/alloc_site.h)
+  ProfileScope prof(WorkKind::attention);
+  Var qkv = qkv_in;
+  autocast(OpKind::masked_attention_qkv, {&qkv});
+  const Tensor x = checked_qkv("masked_attention_qkv", qkv, n_head);
+  const int64_t B = x.size(0), T = x.size(1), C = x.size(2) / 3, H = n_head, D = C / H;
+  const Tensor mask = key_mask.contiguous();
+  Tensor out = Tensor::empty({B, T, C}, x.dtype(), MemCategory::activations);
+  const bool in_place = masked_attention_fused_applies(heads_view(x, 0, H));
+  std::vector<Tensor> heads;  // q, k, v (B*H, T, D) where the fused kernel does not apply
+  if (in_place) {
+    Tensor y = out.reshape({B, T, H, D}).transpose(1, 2);  // (B, H, T, D) view of the rows
+    masked_attention_fused_forward(heads_view(x, 0, H), heads_view(x, 1, H), heads_view(x, 2, H), mask,
+                                   scale_, p, seed, offset, y);
+  } else {
+    for (int i = 0; i < 3; ++i)
+      heads.push_back(Tensor::empty({B * H, T, D}, x.dtype(), MemCategory::activations));
+    heads_copy(x, heads, H, true);
+    Tensor y = Tensor::empty({B * H, T, D}, x.dtype(), MemCategory::workspace);
+    masked_attention_forward(heads[0], heads[1], heads[2], mask, scale_, p, seed, offset, y);
+    heads_copy(out, {y}, H, false);
+  }
+  prof.moves(mixtrain::detail::bytes_of({&x, &mask, &out}) + mixtrain::detail::bytes_of(heads));
+  std::shared_ptr<Node> n;
+  if (needs_grad({&qkv})) {
+    n = make_node(OpKind::masked_attention_qkv, {&qkv});
+    if (in_place)
+      n->saved = {x};
+    else
+      n->saved = std::move(heads);
+    n->b0 = in_place;
+    n->ids = mask;
+    n->f = scale_;
+    n->i0 = static_cast<int64_t>(seed);
+    n->i1 = static_cast<int64_t>(offset);
+    n->i2 = std::bit_cast<uint32_t>(p);
+    n->shape = Shape{H};  // the head count
+  }
+  return make_output(out, n);
+}
+
 Var checkpoint(const std::function<Var(const Var&)>& fn, const Var& x) {
   ScopedOp site_op("checkpoint");  // names what this op allocates (tensor/alloc_site.h)
   require(x, "checkpoint", "x");

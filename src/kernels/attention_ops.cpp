@@ -281,25 +281,36 @@ void check_masked_attention(const Tensor& q, const Tensor& k, const Tensor& v, c
   if (!(p >= 0.f && p < 1.f))
     throw ArgumentError("masked_attention: dropout p must be in [0, 1), got " + std::to_string(p));
 }
-// The fused op's operands: masked_attention's, bf16 or f32, D a multiple of 32 up to 256, every
-// operand contiguous (the key mask too).
-void check_masked_fused(const char* op, const Tensor& q, const Tensor& k, const Tensor& v,
-                        const Tensor& key_mask, float p) {
-  check_masked_attention(q, k, v, key_mask, p);
-  if ((q.dtype() != DType::bf16 && q.dtype() != DType::f32) || q.size(2) % 32 != 0 || q.size(2) > 256 ||
-      !key_mask.is_contiguous())
-    throw ShapeError(std::string(op) + ": q " + q.to_string() +
-                     " must be bf16 or f32 with D a multiple of 32 " +
-                     "up to 256, and the key mask contiguous");
-}
-void check_masked_grads(const Tensor& q, const Tensor& g, const Tensor& dq, const Tensor& dk,
-                        const Tensor& dv) {
-  for (const Tensor* t : {&g, &dq, &dk, &dv})
-    if (!t->defined() || !(t->shape() == q.shape()) || t->dtype() != q.dtype() || !t->is_contiguous() ||
-        !(t->device() == q.device()))
-      throw ShapeError("masked_attention_fused: y (dy, dq, dk, dv) must be contiguous of q's shape " +
-                       q.to_string() + " and dtype, got " +
-                       (t->defined() ? t->to_string() : std::string("undefined")));
+// The fused op's operands: q bf16 or f32, (n, T, D) or (B, H, T, D) with unit stride in D, D a
+// multiple of 32 up to 256; k and v of q's shape, dtype and strides; the key mask i32 (B, T)
+// contiguous with B dividing the heads; the outputs (y, or dq, dk, dv with one another's strides)
+// and dy of q's shape and dtype with unit stride in D.
+void check_masked_fused(const char* op, const Tensor& q, const std::vector<const Tensor*>& alike,
+                        const std::vector<const Tensor*>& outs, const Tensor& key_mask, float p) {
+  const bool rank = q.dim() == 3 || q.dim() == 4;
+  const int64_t T = rank ? q.size(-2) : 0, D = rank ? q.size(-1) : 0;
+  const int64_t heads = q.dim() == 4 ? q.size(0) * q.size(1) : rank ? q.size(0) : 0;
+  bool ok = rank && (q.dtype() == DType::bf16 || q.dtype() == DType::f32) && q.stride(-1) == 1 && T > 0 &&
+            D % 32 == 0 && D > 0 && D <= 256;
+  const auto like = [&](const Tensor& t) {
+    return t.defined() && t.shape() == q.shape() && t.dtype() == q.dtype() && t.stride(-1) == 1 &&
+           t.device() == q.device();
+  };
+  for (const std::vector<const Tensor*>* group : {&alike, &outs})
+    for (const Tensor* t : *group) ok = ok && like(*t) && t->strides() == group->front()->strides();
+  if (!ok)
+    throw ShapeError(
+        std::string(op) + ": q " + q.to_string() +
+        " must be bf16 or f32 (n, T, D) or (B, H, T, D) with unit stride in D, D a multiple of 32 "
+        "up to 256; k and v of q's shape and strides, every output (and dy) of q's shape and dtype "
+        "with unit stride in D");
+  if (key_mask.dim() != 2 || key_mask.dtype() != DType::i32 || !key_mask.is_contiguous() ||
+      key_mask.size(1) != T || key_mask.size(0) < 1 || heads % key_mask.size(0) != 0)
+    throw ShapeError(std::string(op) + ": key_mask " + key_mask.to_string() +
+                     " must be contiguous i32 (B, T) with B dividing " + std::to_string(heads) +
+                     " heads and T = " + std::to_string(T));
+  if (!(p >= 0.f && p < 1.f))
+    throw ArgumentError(std::string(op) + ": dropout p must be in [0, 1), got " + std::to_string(p));
 }
 }  // namespace
 
@@ -311,22 +322,21 @@ bool masked_attention_fused_applies(const Tensor& q) {
     return !(v && std::string(v) == "0") && cpu::tiles::amx_usable();
   }();
   const bool f32_medium = q.dtype() == DType::f32 && matmul_precision_uses_bf16(float32_matmul_precision());
-  return enabled && (q.dtype() == DType::bf16 || f32_medium) && q.dim() == 3 && q.size(1) > 0 &&
-         q.size(2) % 32 == 0 && q.size(2) <= 256 && q.is_contiguous();
+  return enabled && (q.dtype() == DType::bf16 || f32_medium) && (q.dim() == 3 || q.dim() == 4) &&
+         q.size(-2) > 0 && q.size(-1) % 32 == 0 && q.size(-1) <= 256 && q.stride(-1) == 1;
 }
 
 void masked_attention_fused_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
                                     float scale, float p, uint64_t seed, uint64_t offset, Tensor& y) {
-  check_masked_fused("masked_attention_fused_forward", q, k, v, key_mask, p);
-  check_masked_grads(q, y, y, y, y);
+  check_masked_fused("masked_attention_fused_forward", q, {&q, &k, &v}, {&y}, key_mask, p);
   ops::masked_attention_fused_forward(q.device(), q, k, v, key_mask, scale, p, seed, offset, y);
 }
 
 void masked_attention_fused_backward(const Tensor& q, const Tensor& k, const Tensor& v,
                                      const Tensor& key_mask, const Tensor& g, float scale, float p,
                                      uint64_t seed, uint64_t offset, Tensor& dq, Tensor& dk, Tensor& dv) {
-  check_masked_fused("masked_attention_fused_backward", q, k, v, key_mask, p);
-  check_masked_grads(q, g, dq, dk, dv);
+  check_masked_fused("masked_attention_fused_backward", q, {&q, &k, &v}, {&g}, key_mask, p);
+  check_masked_fused("masked_attention_fused_backward", q, {&q}, {&dq, &dk, &dv}, key_mask, p);
   ops::masked_attention_fused_backward(q.device(), q, k, v, key_mask, g, scale, p, seed, offset, dq, dk, dv);
 }
 
@@ -334,7 +344,7 @@ void masked_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
                               float scale, float p, uint64_t seed, uint64_t offset, Tensor& y) {
   check_masked_attention(q, k, v, key_mask, p);
   if (masked_attention_fused_applies(q) && key_mask.is_contiguous() && y.is_contiguous())
-    return ops::masked_attention_fused_forward(q.device(), q, k, v, key_mask, scale, p, seed, offset, y);
+    return masked_attention_fused_forward(q, k, v, key_mask, scale, p, seed, offset, y);
   const int64_t B = key_mask.size(0), H = q.size(0) / B, T = q.size(1);
   const int64_t rows = masked_attention_rows_per_chunk(H, T);
   for (int64_t b0 = 0; b0 < chunked_end(q, B, rows); b0 += rows) {
@@ -353,9 +363,7 @@ void masked_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v
   check_masked_attention(q, k, v, key_mask, p);
   if (masked_attention_fused_applies(q) && key_mask.is_contiguous() && g.is_contiguous() &&
       dq.is_contiguous() && dk.is_contiguous() && dv.is_contiguous()) {
-    check_masked_grads(q, g, dq, dk, dv);
-    return ops::masked_attention_fused_backward(q.device(), q, k, v, key_mask, g, scale, p, seed, offset, dq,
-                                                dk, dv);
+    return masked_attention_fused_backward(q, k, v, key_mask, g, scale, p, seed, offset, dq, dk, dv);
   }
   const int64_t B = key_mask.size(0), H = q.size(0) / B, T = q.size(1);
   const int64_t rows = masked_attention_rows_per_chunk(H, T);

@@ -174,18 +174,16 @@ Var EncoderClassifier::layer_forward(const EncoderLayer& l, const Var& x, const 
   Var ctx;
   {
     const ScopedModule attn_site(l.attn_prefix);
-    Var qkv = l.qkv(x);                    // (B, T, 3C)
-    Var q = split_heads(qkv, 0, l.heads);  // (B*H, T, D)
-    Var k = split_heads(qkv, 1, l.heads);  // (B*H, T, D)
-    Var v = split_heads(qkv, 2, l.heads);  // (B*H, T, D)
-    // dropout(masked_softmax(q k^T / sqrt(D))) v in one op that keeps nothing (B*H, T, T) for
-    // backward; the dropout on the probabilities (Hugging Face's attention dropout) draws the
-    // stream positions a separate dropout op would.
-    const nn::DropoutState::Draw d =
-        drop.take(q.size(0) * q.size(1) * q.size(1));  // (B*H, T, T) probabilities
-    Var att = masked_attention(q, k, v, key_mask, 1.0f / std::sqrt(static_cast<float>(D)), d.p, drop.seed,
-                               d.offset);  // (B*H, T, D)
-    ctx = merge_heads(att, B);             // (B*H, T, D) -> (B, T, C)
+    Var qkv = l.qkv(x);  // (B, T, 3C)
+    // dropout(masked_softmax(q k^T / sqrt(D))) v of every head of qkv in one op that keeps nothing
+    // (B*H, T, T) for backward (and, where the fused kernel runs, reads the heads in place); the
+    // dropout on the probabilities (Hugging Face's attention dropout) draws the stream positions a
+    // separate dropout op would.
+    const int64_t T = x.size(1);
+    const nn::DropoutState::Draw d = drop.take(B * l.heads * T * T);  // (B*H, T, T) probabilities
+    ctx =
+        masked_attention_qkv(qkv, key_mask, l.heads, 1.0f / std::sqrt(static_cast<float>(D)), d.p, drop.seed,
+                             d.offset);  // (B, T, C)
   }
   Var a = l.attn_out(ctx);  // (B, T, C)
   if (l.drop_attn_out) a = drop(a);

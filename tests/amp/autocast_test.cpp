@@ -95,6 +95,12 @@ std::vector<OpCase> op_cases() {
          return masked_attention(v[0], v[1], v[2], Tensor::from_ints({1, 1, 0, 1, 0, 0}, {2, 3}), 0.5f, 0.25f,
                                  7, 0);
        }},
+      {OpKind::masked_attention_qkv,
+       {{2, 3, 6}},
+       [](const std::vector<Var>& v) {
+         return masked_attention_qkv(v[0], Tensor::from_ints({1, 1, 0, 1, 0, 0}, {2, 3}), 1, 0.5f, 0.25f, 7,
+                                     0);
+       }},
       {OpKind::fp8_linear,
        {{2, 3, 4}, {5, 4}, {5}},
        [](const std::vector<Var>& v) { return fp8_linear(v[0], v[1], v[2], std::make_shared<Fp8Site>()); }},
@@ -168,6 +174,7 @@ TEST(Autocast, PolicyTableCoversEveryOpAndFollowsTorchLists) {
   EXPECT_EQ(autocast_policy(OpKind::causal_softmax), CastPolicy::fp32);
   EXPECT_EQ(autocast_policy(OpKind::masked_softmax), CastPolicy::lower_precision);
   EXPECT_EQ(autocast_policy(OpKind::masked_attention), CastPolicy::lower_precision);
+  EXPECT_EQ(autocast_policy(OpKind::masked_attention_qkv), CastPolicy::lower_precision);
   EXPECT_EQ(autocast_policy(OpKind::cross_entropy), CastPolicy::fp32);
   EXPECT_EQ(autocast_policy(OpKind::lm_head_loss),
             CastPolicy::lower_precision);  // as matmul + the loss in fp32

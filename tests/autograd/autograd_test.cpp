@@ -9,6 +9,7 @@
 
 #include "autograd/internal.h"
 #include "kernels/attention_ops.h"
+#include "kernels/cpu/amx_tiles.h"
 #include "mixtrain/amp/autocast.h"
 #include "mixtrain/autograd/functions.h"
 #include "mixtrain/autograd/node.h"
@@ -236,6 +237,44 @@ TEST(Autograd, AttentionQkvEqualsSplitAttendMerge) {
         ASSERT_NEAR(fused[t][i], composed[t][i], tol) << dtype_name(dt) << (t ? " dqkv[" : " y[") << i << "]";
     }
   }
+}
+
+// masked_attention_qkv against split_heads, masked_attention, merge_heads: the same kernel on the
+// same heads either way (at head size 8 the composed one, at 32 in bf16 on a CPU with AMX the fused
+// one, there reading the heads in place out of qkv), so the same bits. Dropout on, a padded batch
+// row and a fully padded one.
+TEST(Autograd, MaskedAttentionQkvEqualsSplitAttendMerge) {
+  const int64_t B = 3, T = 45, H = 2;
+  std::vector<int32_t> m(static_cast<size_t>(B * T), 1);
+  for (int64_t t = 30; t < T; ++t) m[static_cast<size_t>(T + t)] = 0;
+  for (int64_t t = 0; t < T; ++t) m[static_cast<size_t>(2 * T + t)] = 0;
+  const Tensor mask = Tensor::from_ints(m, {B, T});
+  for (int64_t D : {8, 32})
+    for (DType dt : {DType::f32, DType::bf16}) {
+      const int64_t C = H * D;
+      Var qkv(Tensor::randn({B, T, 3 * C}, dt, 5), true);
+      const Tensor dy = Tensor::randn({B, T, C}, dt, 6);
+      auto run = [&](bool one_op) {
+        qkv.impl()->grad = Tensor();
+        Var y = one_op ? masked_attention_qkv(qkv, mask, H, 0.3f, 0.1f, 11, 500)
+                       : merge_heads(masked_attention(split_heads(qkv, 0, H), split_heads(qkv, 1, H),
+                                                      split_heads(qkv, 2, H), mask, 0.3f, 0.1f, 11, 500),
+                                     B);
+        Var loss = cross_entropy(reshape(mul(y, Var(dy)), {B * T, C}),
+                                 Tensor::from_ints(std::vector<int32_t>(B * T, 2), {B * T}));
+        loss.backward();
+        return std::vector<std::vector<double>>{y.value().to_doubles(), qkv.grad().to_doubles()};
+      };
+      const auto one = run(true), composed = run(false);
+      EXPECT_EQ(masked_attention_fused_applies(Tensor::zeros({B * H, T, D}, dt)),
+                D == 32 && dt == DType::bf16 && cpu::tiles::amx_usable());
+      for (size_t t = 0; t < one.size(); ++t) {
+        ASSERT_EQ(one[t].size(), composed[t].size());
+        for (size_t i = 0; i < one[t].size(); ++i)
+          ASSERT_EQ(one[t][i], composed[t][i])
+              << dtype_name(dt) << " D " << D << (t ? " dqkv[" : " y[") << i << "]";
+      }
+    }
 }
 
 // AttentionProbs::recompute keeps no probability blocks: backward makes them again from q and k

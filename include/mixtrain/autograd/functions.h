@@ -70,6 +70,14 @@ Var merge_heads(const Var& y, int64_t batch);
 // the 16-bit compute dtype, as masked_softmax and the matmuls do.
 Var masked_attention(const Var& q, const Var& k, const Var& v, const Tensor& key_mask, float scale, float p,
                      uint64_t seed, uint64_t offset);
+// The same with q, k, v read from qkv (B, T, 3C) (q, k, v side by side, head h at columns
+// [h*D, (h+1)*D) of each) and the output (B, T, C) with the heads side by side: the values of
+// merge_heads(masked_attention(split_heads(qkv, 0..2), ...)). Where the fused kernel applies
+// (kernels/attention_ops.h masked_attention_fused_applies) it reads and writes in place (no head
+// copies either way, backward writes qkv's gradient directly) and keeps qkv itself for backward;
+// elsewhere it copies the heads out and keeps them, as that composition does.
+Var masked_attention_qkv(const Var& qkv, const Tensor& key_mask, int64_t n_head, float scale, float p,
+                         uint64_t seed, uint64_t offset);
 // Inverted dropout with a counter-based mask: element i is kept iff rng(seed, offset + i) >= p.
 // p == 0 (or gradients disabled and `training` false) returns x itself.
 Var dropout(const Var& x, float p, uint64_t seed, uint64_t offset, bool training = true);

@@ -37,8 +37,9 @@ enum class OpKind : uint8_t {
   relu,              // max(x, 0)
   masked_softmax,    // softmax(scale * x) over the last dim with a key padding mask (bidirectional)
   masked_attention,  // dropout(masked_softmax(scale * q k^T)) v, nothing T x T kept (recomputed in backward)
-  fp8_linear,        // out = x @ w^T (+ b), the GEMMs on fp8-quantized operands (autograd/fp8_linear.h)
-  lm_head_loss,      // mean cross-entropy of x @ w^T, a chunk of rows at a time: the logits never whole
+  masked_attention_qkv,  // the same read from qkv (B, T, 3C), written as (B, T, C): in place where fused
+  fp8_linear,            // out = x @ w^T (+ b), the GEMMs on fp8-quantized operands (autograd/fp8_linear.h)
+  lm_head_loss,          // mean cross-entropy of x @ w^T, a chunk of rows at a time: the logits never whole
   backward_hook,  // out = x; backward calls a function first, then passes the gradient on (ZeRO-3's gathers)
   count_,
 };

@@ -26,6 +26,8 @@ namespace mixtrain {
 namespace {
 using cpu::attn::as_bf16;
 using cpu::attn::for_each_head;
+using cpu::attn::heads_of;
+using Heads = cpu::attn::HeadLayout;
 using cpu::attn::fused_threads;
 using cpu::attn::io_dtype;
 using cpu::attn::kernels_here;
@@ -166,22 +168,6 @@ void head_backward(const cpu::tiles::Kernels& tk, const IO* q_in, const IO* k_in
   if (need_qk) store_transposed(dkt, T, T, D, dk, ldd, tmp);
   if (need_v) store_transposed(dvt, T, T, D, dv, ldd, tmp);
 }
-
-// The heads of a (n, T, D) contiguous tensor or a (B, H, T, D) view with unit stride in D (q, k
-// or v read in place out of c_attn's (B, T, 3C) output; y, dq, dk, dv written in place into rows):
-// head i starts at (i / H) * sb + (i % H) * sh, its rows ld apart.
-struct Heads {
-  int64_t H, sb, sh, ld;
-  explicit Heads(const Tensor& t) {
-    const bool four = t.dim() == 4;
-    H = four ? t.size(1) : 1;
-    sb = t.stride(0);
-    sh = four ? t.stride(1) : 0;
-    ld = t.stride(four ? 2 : 1);
-  }
-  int64_t at(int64_t i) const { return (i / H) * sb + (i % H) * sh; }
-};
-int64_t heads_of(const Tensor& t) { return t.dim() == 4 ? t.size(0) * t.size(1) : t.size(0); }
 
 template <class IO>
 void fused_forward(const cpu::tiles::Kernels& tk, const Tensor& q, const Tensor& k, const Tensor& v,

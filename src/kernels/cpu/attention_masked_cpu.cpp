@@ -129,17 +129,18 @@ const float* factors(const Head& hd, const Dropout& dr, int64_t i, float* f) {
   return f;
 }
 
+// q, k, v rows ld apart; y rows ldy apart.
 template <class IO>
 void head_forward(const cpu::tiles::Kernels& tk, const Head& hd, const Dropout& dr, const IO* q, const IO* k,
-                  const IO* v, IO* y, float* w) {
+                  const IO* v, int64_t ld, IO* y, int64_t ldy, float* w) {
   const int64_t T = hd.T, Tp = hd.Tp, Tk = hd.Tk, D = hd.D;
   const MaskedScratch L(Tp, D, false);
   bf16 *qs = as_bf16(w, L.qs), *ks = as_bf16(w, L.ks), *vs = as_bf16(w, L.vs), *kp = as_bf16(w, L.kp),
        *vp = as_bf16(w, L.vp), *pd = as_bf16(w, L.pd);
   float *s = w + L.s, *e = w + L.e, *f = w + L.f, *yb = w + L.blk;
-  cpu::attn::stage_padded(q, D, T, Tp, D, qs);
-  cpu::attn::stage_padded(k, D, T, Tp, D, ks);
-  cpu::attn::stage_padded(v, D, T, Tp, D, vs);
+  cpu::attn::stage_padded(q, ld, T, Tp, D, qs);
+  cpu::attn::stage_padded(k, ld, T, Tp, D, ks);
+  cpu::attn::stage_padded(v, ld, T, Tp, D, vs);
   cpu::tiles::pack_pairs_cols(ks, D, Tk, D, kp, 2 * Tk);  // B(d, j) = k[j][d]
   cpu::tiles::pack_pairs_rows(vs, D, Tk, D, vp, 2 * D);   // B(j, d) = v[j][d]
   for (int64_t r0 = 0; r0 < Tp; r0 += kRows) {
@@ -153,13 +154,15 @@ void head_forward(const cpu::tiles::Kernels& tk, const Head& hd, const Dropout& 
     std::memset(static_cast<void*>(pd + rows * Tk), 0,
                 static_cast<size_t>((kRows - rows) * Tk) * sizeof(bf16));
     tk.gemm(kRows, D, Tk, pd, Tk, vp, 2 * D, yb, D, false);
-    cpu::attn::store_rows(yb, rows, D, y + r0 * D, D);
+    cpu::attn::store_rows(yb, rows, D, y + r0 * ldy, ldy);
   }
 }
 
+// q, k, v rows ld apart; dy's ldg; dq, dk, dv's ldd.
 template <class IO>
 void head_backward(const cpu::tiles::Kernels& tk, const Head& hd, const Dropout& dr, const IO* q, const IO* k,
-                   const IO* v, const IO* g, IO* dq, IO* dk, IO* dv, float* w) {
+                   const IO* v, int64_t ld, const IO* g, int64_t ldg, IO* dq, IO* dk, IO* dv, int64_t ldd,
+                   float* w) {
   const int64_t T = hd.T, Tp = hd.Tp, Tk = hd.Tk, D = hd.D;
   const MaskedScratch L(Tp, D, true);
   bf16 *qs = as_bf16(w, L.qs), *ks = as_bf16(w, L.ks), *vs = as_bf16(w, L.vs), *gs = as_bf16(w, L.gs),
@@ -168,10 +171,10 @@ void head_backward(const cpu::tiles::Kernels& tk, const Head& hd, const Dropout&
        *pdp = as_bf16(w, L.pdp), *dsp = as_bf16(w, L.dsp);
   float *s = w + L.s, *dpb = w + L.dp, *e = w + L.e, *f = w + L.f, *pr = w + L.pr, *o = w + L.o,
         *dqb = w + L.blk, *dkt = w + L.dkt, *dvt = w + L.dvt, *tmp = w + L.tmp;
-  cpu::attn::stage_padded(q, D, T, Tp, D, qs);
-  cpu::attn::stage_padded(k, D, T, Tp, D, ks);
-  cpu::attn::stage_padded(v, D, T, Tp, D, vs);
-  cpu::attn::stage_padded(g, D, T, Tp, D, gs);
+  cpu::attn::stage_padded(q, ld, T, Tp, D, qs);
+  cpu::attn::stage_padded(k, ld, T, Tp, D, ks);
+  cpu::attn::stage_padded(v, ld, T, Tp, D, vs);
+  cpu::attn::stage_padded(g, ldg, T, Tp, D, gs);
   cpu::tiles::pack_pairs_cols(ks, D, Tk, D, kp, 2 * Tk);   // B(d, j) = k[j][d]
   cpu::tiles::pack_pairs_cols(vs, D, Tk, D, vtp, 2 * Tk);  // B(d, j) = v[j][d]
   cpu::tiles::pack_pairs_rows(ks, D, Tk, D, krp, 2 * D);   // B(j, d) = k[j][d]
@@ -202,7 +205,7 @@ void head_backward(const cpu::tiles::Kernels& tk, const Head& hd, const Dropout&
     std::memset(static_cast<void*>(pd + rows * Tk), 0, pad);
     std::memset(static_cast<void*>(ds + rows * Tk), 0, pad);
     tk.gemm(kRows, D, Tk, ds, Tk, krp, 2 * D, dqb, D, false);  // dq = dS k
-    cpu::attn::store_rows(dqb, rows, D, dq + r0 * D, D);
+    cpu::attn::store_rows(dqb, rows, D, dq + r0 * ldd, ldd);
     cpu::tiles::pack_pairs_rows(ds, Tk, kRows, Tk, dsp, 2 * Tk);
     cpu::tiles::pack_pairs_rows(pd, Tk, kRows, Tk, pdp, 2 * Tk);
     tk.gemm(D, Tk, kRows, qt + r0, Tp, dsp, 2 * Tk, dkt, Tk, r0 > 0);  // dk^T += q^T dS
@@ -210,23 +213,23 @@ void head_backward(const cpu::tiles::Kernels& tk, const Head& hd, const Dropout&
   }
   // Keys [Tk, T) are padding no query sees: their gradients are zero.
   const int64_t kept = std::min(Tk, T);
-  cpu::attn::store_transposed(dkt, Tk, kept, D, dk, D, tmp);
-  cpu::attn::store_transposed(dvt, Tk, kept, D, dv, D, tmp);
-  if (kept < T) {
-    std::fill(dk + kept * D, dk + T * D, IO{});
-    std::fill(dv + kept * D, dv + T * D, IO{});
+  cpu::attn::store_transposed(dkt, Tk, kept, D, dk, ldd, tmp);
+  cpu::attn::store_transposed(dvt, Tk, kept, D, dv, ldd, tmp);
+  for (int64_t t = kept; t < T; ++t) {
+    std::fill(dk + t * ldd, dk + t * ldd + D, IO{});
+    std::fill(dv + t * ldd, dv + t * ldd + D, IO{});
   }
 }
 
-// The heads' constants: batch row b = h / H.
-struct Heads {
-  int64_t H, T, Tp, D;
+// The heads' constants: head h belongs to batch row h / Hb (Hb = heads per batch row).
+struct MaskedHeads {
+  int64_t Hb, T, Tp, D;
   std::vector<int64_t> ends;
-  const Tensor& mask;
+  const int32_t* mask;
   float scale;
   uint64_t offset;
   Head at(int64_t h) const {
-    const int64_t b = h / H, last = ends[static_cast<size_t>(b)];
+    const int64_t b = h / Hb, last = ends[static_cast<size_t>(b)];
     Head hd;
     hd.T = T;
     hd.Tp = Tp;
@@ -234,29 +237,35 @@ struct Heads {
     hd.none_real = last == 0;
     hd.n = hd.none_real ? T : last;
     hd.Tk = hd.none_real ? Tp : whole_blocks(last);
-    hd.mask = mask.data<int32_t>() + b * T;
+    hd.mask = mask + b * T;
     hd.scale = scale;
     hd.first = offset + static_cast<uint64_t>(h * T * T);
     return hd;
   }
 };
-Heads heads_of(const Tensor& q, const Tensor& key_mask, float scale, uint64_t offset) {
-  const int64_t T = q.size(1);
-  return Heads{q.size(0) / key_mask.size(0), T,        whole_blocks(T), q.size(2),
-               real_key_ends(key_mask),      key_mask, scale,           offset};
+MaskedHeads masked_heads(const Tensor& q, const Tensor& key_mask, float scale, uint64_t offset) {
+  const int64_t T = q.size(-2);
+  return MaskedHeads{cpu::attn::heads_of(q) / key_mask.size(0),
+                     T,
+                     whole_blocks(T),
+                     q.size(-1),
+                     real_key_ends(key_mask),
+                     key_mask.data<int32_t>(),
+                     scale,
+                     offset};
 }
 
 template <class IO>
 void masked_forward(const cpu::tiles::Kernels& tk, const Tensor& q, const Tensor& k, const Tensor& v,
                     const Tensor& key_mask, float scale, float p, uint64_t seed, uint64_t offset, Tensor& y) {
-  const Heads hs = heads_of(q, key_mask, scale, offset);
+  const MaskedHeads hs = masked_heads(q, key_mask, scale, offset);
   const Dropout dr(p, seed);
   Tensor ws = cpu::masked_attention_fused_workspace(q, false);
-  const int64_t TD = hs.T * hs.D;
+  const cpu::attn::HeadLayout lq(q), lk(k), lv(v), ly(y);
   const IO *Q = q.data<IO>(), *K = k.data<IO>(), *V = v.data<IO>();
   IO* Y = y.data<IO>();
-  cpu::attn::for_each_head(tk, ws, q.size(0), [&](int64_t h, float* w) {
-    head_forward(tk, hs.at(h), dr, Q + h * TD, K + h * TD, V + h * TD, Y + h * TD, w);
+  cpu::attn::for_each_head(tk, ws, cpu::attn::heads_of(q), [&](int64_t h, float* w) {
+    head_forward(tk, hs.at(h), dr, Q + lq.at(h), K + lk.at(h), V + lv.at(h), lq.ld, Y + ly.at(h), ly.ld, w);
   });
 }
 
@@ -264,22 +273,22 @@ template <class IO>
 void masked_backward(const cpu::tiles::Kernels& tk, const Tensor& q, const Tensor& k, const Tensor& v,
                      const Tensor& key_mask, const Tensor& g, float scale, float p, uint64_t seed,
                      uint64_t offset, Tensor& dq, Tensor& dk, Tensor& dv) {
-  const Heads hs = heads_of(q, key_mask, scale, offset);
+  const MaskedHeads hs = masked_heads(q, key_mask, scale, offset);
   const Dropout dr(p, seed);
   Tensor ws = cpu::masked_attention_fused_workspace(q, true);
-  const int64_t TD = hs.T * hs.D;
+  const cpu::attn::HeadLayout lq(q), lk(k), lv(v), lg(g), ld(dq), lk2(dk), lv2(dv);
   const IO *Q = q.data<IO>(), *K = k.data<IO>(), *V = v.data<IO>(), *G = g.data<IO>();
   IO *DQ = dq.data<IO>(), *DK = dk.data<IO>(), *DV = dv.data<IO>();
-  cpu::attn::for_each_head(tk, ws, q.size(0), [&](int64_t h, float* w) {
-    const int64_t o = h * TD;
-    head_backward(tk, hs.at(h), dr, Q + o, K + o, V + o, G + o, DQ + o, DK + o, DV + o, w);
+  cpu::attn::for_each_head(tk, ws, cpu::attn::heads_of(q), [&](int64_t h, float* w) {
+    head_backward(tk, hs.at(h), dr, Q + lq.at(h), K + lk.at(h), V + lv.at(h), lq.ld, G + lg.at(h), lg.ld,
+                  DQ + ld.at(h), DK + lk2.at(h), DV + lv2.at(h), ld.ld, w);
   });
 }
 }  // namespace
 
 Tensor cpu::masked_attention_fused_workspace(const Tensor& q, bool backward) {
-  const int64_t per = MaskedScratch(whole_blocks(q.size(1)), q.size(2), backward).total;
-  return Tensor::empty({attn::fused_threads(q.size(0)), per}, DType::f32, MemCategory::workspace);
+  const int64_t per = MaskedScratch(whole_blocks(q.size(-2)), q.size(-1), backward).total;
+  return Tensor::empty({attn::fused_threads(attn::heads_of(q)), per}, DType::f32, MemCategory::workspace);
 }
 
 void cpu::masked_attention_fused_forward_with(const tiles::Kernels& tk, const Tensor& q, const Tensor& k,

@@ -73,6 +73,22 @@ inline void load_row(const float* src, float* dst, int64_t n) {
   std::memcpy(dst, src, static_cast<size_t>(n) * 4);
 }
 
+// The heads of a (n, T, D) contiguous tensor or a (B, H, T, D) view with unit stride in D (q, k
+// or v read in place out of a (B, T, 3C) projection; y, dq, dk, dv written in place into rows):
+// head i starts at (i / H) * sb + (i % H) * sh, its rows ld apart.
+struct HeadLayout {
+  int64_t H, sb, sh, ld;
+  explicit HeadLayout(const Tensor& t) {
+    const bool four = t.dim() == 4;
+    H = four ? t.size(1) : 1;
+    sb = t.stride(0);
+    sh = four ? t.stride(1) : 0;
+    ld = t.stride(four ? 2 : 1);
+  }
+  int64_t at(int64_t i) const { return (i / H) * sb + (i % H) * sh; }
+};
+inline int64_t heads_of(const Tensor& t) { return t.dim() == 4 ? t.size(0) * t.size(1) : t.size(0); }
+
 inline const tiles::Kernels& kernels_here() {
   return tiles::amx_usable() ? tiles::amx_kernels() : tiles::reference_kernels();
 }

@@ -222,7 +222,8 @@ MaskedHead masked_probabilities(const Mat& Q, const Mat& K, const Tensor& key_ma
 //   S = q k^T (f32);  P = masked_softmax(scale S) (f32);  Pd = bf16(P f);  y = Pd v
 void masked_attention_fused_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
                                     float scale, float p, uint64_t seed, uint64_t offset, Tensor& y) {
-  const int64_t n = q.size(0), T = q.size(1), D = q.size(2), H = n / key_mask.size(0);
+  const int64_t n = q.dim() == 4 ? q.size(0) * q.size(1) : q.size(0), T = q.size(-2), D = q.size(-1),
+                H = n / key_mask.size(0);
   for (int64_t h = 0; h < n; ++h) {
     const Mat Q = load_head(q, h, true), K = load_head(k, h, true), V = load_head(v, h, true);
     const MaskedHead m = masked_probabilities(Q, K, key_mask, h, H, T, D, scale, p, seed, offset);
@@ -241,7 +242,8 @@ void masked_attention_fused_forward(const Tensor& q, const Tensor& k, const Tens
 void masked_attention_fused_backward(const Tensor& q, const Tensor& k, const Tensor& v,
                                      const Tensor& key_mask, const Tensor& g, float scale, float p,
                                      uint64_t seed, uint64_t offset, Tensor& dq, Tensor& dk, Tensor& dv) {
-  const int64_t n = q.size(0), T = q.size(1), D = q.size(2), H = n / key_mask.size(0);
+  const int64_t n = q.dim() == 4 ? q.size(0) * q.size(1) : q.size(0), T = q.size(-2), D = q.size(-1),
+                H = n / key_mask.size(0);
   for (int64_t h = 0; h < n; ++h) {
     const Mat Q = load_head(q, h, true), K = load_head(k, h, true), V = load_head(v, h, true),
               G = load_head(g, h, true);

@@ -20,7 +20,9 @@
 namespace mixtrain::test {
 namespace {
 
-// sizes = {B, H, T, D}; flags: 1 = dropout p = 0.1 (else none), 2 = a negative scale.
+// sizes = {B, H, T, D}; flags: 1 = dropout p = 0.1 (else none), 2 = a negative scale, 3 = dropout
+// with q, k, v read in place out of one (B, T, 3C) tensor and the results written in place into
+// rows (as masked_attention_qkv passes them).
 std::vector<OpConfig> masked_configs() {
   std::vector<OpConfig> c;
   const std::vector<std::vector<int64_t>> sizes{
@@ -39,14 +41,29 @@ std::vector<OpConfig> masked_configs() {
                   " T=" + std::to_string(sz[2]) + " D=" + std::to_string(sz[3]) + what;
         c.push_back(g);
       }
+  for (DType t : {DType::bf16, DType::f32}) {
+    OpConfig g;
+    g.sizes = {3, 2, 40, 32};
+    g.in = g.out = t;
+    g.flags = 3;
+    g.seed = 71;
+    g.label = std::string(dtype_name(t)) + " B=3 H=2 T=40 D=32 dropout in place";
+    c.push_back(g);
+  }
   return c;
+}
+
+// (B, H, T, D) view of the which-th block of C columns of rows (B, T, W).
+Tensor heads_of_rows(const Tensor& rows, int which, int64_t H, int64_t D) {
+  const int64_t B = rows.size(0), T = rows.size(1), W = rows.size(2);
+  return rows.as_strided({B, H, T, D}, {T * W, D, W, 1}, which * H * D);
 }
 
 float scale_of(const OpConfig& cfg) {
   const float s = 1.f / std::sqrt(static_cast<float>(cfg.sizes[3]));
   return cfg.flags == 2 ? -s : s;
 }
-float p_of(const OpConfig& cfg) { return cfg.flags == 1 ? 0.1f : 0.f; }
+float p_of(const OpConfig& cfg) { return cfg.flags == 1 || cfg.flags == 3 ? 0.1f : 0.f; }
 
 // Batch row 0 all real; row 1 right-padded after T/3 keys plus a padded key inside; row 2 all
 // padding (uniform probabilities).
@@ -78,6 +95,26 @@ constexpr uint64_t kSeed = 7, kOffset = 1000;
 // about 2 (dropout scales P by 1/0.9), where Pd or dS may sit one bf16 ulp apart.
 Tolerance masked_tolerance(const OpConfig& cfg) { return default_tolerance(DType::bf16, cfg.sizes[2], 2.5); }
 
+// flags 3: the operands as views of (B, T, 3C) and (B, T, C) rows; returns the rows written.
+std::vector<Tensor> in_place(const OpConfig& cfg, bool backward, bool reference) {
+  const int64_t B = cfg.sizes[0], H = cfg.sizes[1], T = cfg.sizes[2], D = cfg.sizes[3];
+  const Tensor x = Tensor::rand_uniform({B, T, 3 * H * D}, cfg.in, cfg.seed, -2.f, 2.f);
+  const Tensor q = heads_of_rows(x, 0, H, D), k = heads_of_rows(x, 1, H, D), v = heads_of_rows(x, 2, H, D);
+  const Tensor mask = key_mask_of(cfg);
+  if (!backward) {
+    Tensor rows = Tensor::zeros({B, T, H * D}, cfg.in), y = heads_of_rows(rows, 0, H, D);
+    (reference ? ref::masked_attention_fused_forward : mixtrain::masked_attention_fused_forward)(
+        q, k, v, mask, scale_of(cfg), p_of(cfg), kSeed, kOffset, y);
+    return {rows};
+  }
+  const Tensor gr = Tensor::rand_uniform({B, T, H * D}, cfg.in, cfg.seed + 1, -1.f, 1.f);
+  Tensor dx = Tensor::zeros({B, T, 3 * H * D}, cfg.in);
+  Tensor dq = heads_of_rows(dx, 0, H, D), dk = heads_of_rows(dx, 1, H, D), dv = heads_of_rows(dx, 2, H, D);
+  (reference ? ref::masked_attention_fused_backward : mixtrain::masked_attention_fused_backward)(
+      q, k, v, mask, heads_of_rows(gr, 0, H, D), scale_of(cfg), p_of(cfg), kSeed, kOffset, dq, dk, dv);
+  return {dx};
+}
+
 std::vector<Tensor> forward(const OpConfig& cfg, const Inputs& in, bool reference) {
   Tensor y = Tensor::empty(in.q.shape(), cfg.in);
   (reference ? ref::masked_attention_fused_forward : mixtrain::masked_attention_fused_forward)(
@@ -96,6 +133,7 @@ struct MaskedAttentionFusedForwardTest : OpTest {
   std::string name() const override { return "masked_attention_fused_forward"; }
   std::vector<OpConfig> configs() const override { return masked_configs(); }
   std::vector<Tensor> run(const OpConfig& cfg, bool reference) const override {
+    if (cfg.flags == 3) return in_place(cfg, false, reference);
     return forward(cfg, inputs(cfg), reference);
   }
   Tolerance tolerance(const OpConfig& cfg, size_t) const override { return masked_tolerance(cfg); }
@@ -105,6 +143,7 @@ struct MaskedAttentionFusedBackwardTest : OpTest {
   std::string name() const override { return "masked_attention_fused_backward"; }
   std::vector<OpConfig> configs() const override { return masked_configs(); }
   std::vector<Tensor> run(const OpConfig& cfg, bool reference) const override {
+    if (cfg.flags == 3) return in_place(cfg, true, reference);
     return backward(cfg, inputs(cfg), reference);
   }
   Tolerance tolerance(const OpConfig& cfg, size_t) const override { return masked_tolerance(cfg); }
@@ -152,7 +191,8 @@ TEST(MaskedAttentionFused, SameWithEitherTiles) {
   if (!cpu::tiles::amx_usable())
     GTEST_SKIP() << "no AMX-BF16 on this CPU (the op harness runs the scalar tiles)";
   for (const OpConfig& cfg : masked_configs()) {
-    if (cfg.sizes[2] != 77 || cfg.flags != 1) continue;  // T = 77 with dropout, bf16 and f32
+    if (cfg.sizes[2] != 77 || cfg.flags != 1)
+      continue;  // (in place: the op harness, as the causal op's)  // T = 77 with dropout, bf16 and f32
     SCOPED_TRACE(cfg.label);
     const Inputs in = inputs(cfg);
     std::vector<Tensor> out[2];
@@ -176,7 +216,7 @@ TEST(MaskedAttentionFused, SameWithEitherTiles) {
 // they agree to a few bf16 ulps of the output.
 TEST(MaskedAttentionFused, AgreesWithTheComposedOps) {
   for (const OpConfig& cfg : masked_configs()) {
-    if (cfg.in != DType::bf16 || cfg.sizes[2] != 40) continue;
+    if (cfg.in != DType::bf16 || cfg.sizes[2] != 40 || cfg.flags == 3) continue;
     SCOPED_TRACE(cfg.label);
     const Inputs in = inputs(cfg);
     const float scale = scale_of(cfg), p = p_of(cfg);
