@@ -51,8 +51,8 @@ struct MaskedScratch {
     vs = ks + op;
     gs = vs + op;
     kp = gs + nb * op;         // k^T in pairs (D/2 x 2 Tk)
-    vp = kp + op;              // v in pairs (Tk/2 x 2D), forward
-    vtp = vp + op;             // v^T in pairs (D/2 x 2 Tk), backward
+    vp = kp + op;              // v in pairs (Tk/2 x 2D), forward only
+    vtp = vp + (1 - nb) * op;  // v^T in pairs (D/2 x 2 Tk), backward
     krp = vtp + nb * op;       // k in pairs (Tk/2 x 2D), backward
     qt = krp + nb * op;        // q^T (D x Tp)
     gt = qt + nb * op;         // dy^T (D x Tp)
