@@ -167,12 +167,13 @@ TEST(MaskedAttentionFused, PaddedKeysGetNoGradientAndNoRealKeyIsUniform) {
   const std::vector<Tensor> g = backward(cfg, in, false);
   const int64_t H = cfg.sizes[1], T = cfg.sizes[2], D = cfg.sizes[3];
   const auto mask = in.mask.to_doubles();
+  const std::vector<double> dk = g[1].to_doubles(), dv = g[2].to_doubles();
   for (int64_t h = H; h < 2 * H; ++h)  // batch row 1
     for (int64_t t = 0; t < T; ++t) {
       if (mask[size_t(T + t)] != 0) continue;
-      for (size_t o : {size_t(1), size_t(2)})  // dk, dv
+      for (const std::vector<double>* o : {&dk, &dv})
         for (int64_t d = 0; d < D; ++d)
-          ASSERT_EQ(g[o].to_doubles()[size_t((h * T + t) * D + d)], 0.0) << "head " << h << " key " << t;
+          ASSERT_EQ((*o)[size_t((h * T + t) * D + d)], 0.0) << "head " << h << " key " << t;
     }
   const Tensor y = forward(cfg, in, false)[0];
   const auto yv = y.to_doubles(), vv = in.v.to_doubles();
