@@ -47,12 +47,16 @@ MIXTRAIN_SIMD_CLONES void dropout_f32(const float* x, float* o, int64_t n, uint6
 
 }  // namespace
 
-MIXTRAIN_SIMD_CLONES void cpu::dropout_factors(float* f, int64_t n, uint64_t key, uint64_t first,
-                                               uint64_t threshold, float scale) {
+// Defined inside namespace cpu, not as cpu::dropout_factors: clang (the fuzz build) emits no
+// callable symbol for a target_clones definition named by a qualified name.
+namespace cpu {
+MIXTRAIN_SIMD_CLONES void dropout_factors(float* f, int64_t n, uint64_t key, uint64_t first,
+                                          uint64_t threshold, float scale) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i)
     f[i] = detail::counter_rng_keyed(key, first + static_cast<uint64_t>(i)) >= threshold ? scale : 0.f;
 }
+}  // namespace cpu
 
 // Scales kept elements by 1/(1-p), zeroes the others; the mask is recomputed from (seed, offset)
 // in backward instead of being stored. Rows staged to fp32 a chunk at a time; element (r, c) of the
