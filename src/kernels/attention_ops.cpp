@@ -185,21 +185,24 @@ namespace {
 int64_t chunked_end(const Tensor& q, int64_t n, int64_t chunk) {
   return q.is_meta() ? std::min(n, chunk) : n;
 }
+
+// What both fused attentions (causal and masked) need: AMX usable, MIXTRAIN_ATTENTION_FUSED not 0,
+// and q bf16, or f32 where its products are bf16 anyway (matmul precision medium on the matrix unit).
+bool fused_attention_takes(DType t) {
+  static const bool enabled = [] {
+    const char* v = std::getenv("MIXTRAIN_ATTENTION_FUSED");
+    return !(v && std::string(v) == "0") && cpu::tiles::amx_usable();
+  }();
+  return enabled &&
+         (t == DType::bf16 || (t == DType::f32 && matmul_precision_uses_bf16(float32_matmul_precision())));
+}
 }  // namespace
 
 // The fused op where it applies (attention_ops.h). On AMX it replaces oneDNN calls per chunk of
 // heads (their f32 scores through memory, a parallel region per softmax) with one pass per head
 // in L2: gpt-mini bf16-mixed on a Xeon with AMX, bench/RESULTS.md has the measurement.
 bool attention_fused_applies(const Tensor& q, const std::vector<Tensor>& probs) {
-  static const bool enabled = [] {
-    const char* v = std::getenv("MIXTRAIN_ATTENTION_FUSED");
-    return !(v && std::string(v) == "0") && cpu::tiles::amx_usable();
-  }();
-  // f32 where its products are bf16 anyway (matmul precision medium on the matrix unit).
-  const bool f32_medium = q.dtype() == DType::f32 && matmul_precision_uses_bf16(float32_matmul_precision());
-  if (!enabled || (q.dtype() != DType::bf16 && !f32_medium) || (q.dim() != 3 && q.dim() != 4) ||
-      probs.size() != 1)
-    return false;
+  if (!fused_attention_takes(q.dtype()) || (q.dim() != 3 && q.dim() != 4) || probs.size() != 1) return false;
   const int64_t T = q.size(-2), D = q.size(-1);
   return T % 32 == 0 && D % 32 == 0 && D <= 256 && probs[0].size(2) == T && q.stride(-1) == 1 &&
          probs[0].is_contiguous();
@@ -317,13 +320,8 @@ void check_masked_fused(const char* op, const Tensor& q, const std::vector<const
 // The fused op where it applies (attention_ops.h): on AMX it replaces the composed op's oneDNN
 // calls per chunk, its S, P, Pd and dP tensors through memory and its three dropout passes.
 bool masked_attention_fused_applies(const Tensor& q) {
-  static const bool enabled = [] {
-    const char* v = std::getenv("MIXTRAIN_ATTENTION_FUSED");
-    return !(v && std::string(v) == "0") && cpu::tiles::amx_usable();
-  }();
-  const bool f32_medium = q.dtype() == DType::f32 && matmul_precision_uses_bf16(float32_matmul_precision());
-  return enabled && (q.dtype() == DType::bf16 || f32_medium) && (q.dim() == 3 || q.dim() == 4) &&
-         q.size(-2) > 0 && q.size(-1) % 32 == 0 && q.size(-1) <= 256 && q.stride(-1) == 1;
+  return fused_attention_takes(q.dtype()) && (q.dim() == 3 || q.dim() == 4) && q.size(-2) > 0 &&
+         q.size(-1) % 32 == 0 && q.size(-1) <= 256 && q.stride(-1) == 1;
 }
 
 void masked_attention_fused_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,

@@ -89,8 +89,14 @@ void masked_attention_fused_backward(const Tensor& q, const Tensor& k, const Ten
 // for n = 3, one tensor for n = 1), copied in the direction to_heads says.
 void heads_copy(const Tensor& rows, const std::vector<Tensor>& heads, int64_t H, bool to_heads);
 // out = x * mask / (1 - p) (fp32 math; double for f64), mask[i] = counter_rng(seed, offset + i)
-// >= p * 2^32 over x's elements in row-major order; out has x's shape (any float dtype).
+// >= p * 2^32 (dropout_threshold) over x's elements in row-major order; out has x's shape (any
+// float dtype).
 void dropout_mask(const Tensor& x, float p, uint64_t seed, uint64_t offset, Tensor& out);
+// The keep test's bound: element i is kept iff its 32 random bits are >= p * 2^32 (every dropout
+// of the project: dropout_mask, the fused encoder attention, their references).
+inline uint64_t dropout_threshold(float p) {
+  return static_cast<uint64_t>(static_cast<double>(p) * 4294967296.0);
+}
 
 namespace ref {
 // The scalar references of heads_copy and dropout_mask (same contracts).

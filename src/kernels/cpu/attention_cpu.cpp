@@ -68,7 +68,7 @@ void cpu::dropout_mask(const Tensor& x, float p, uint64_t seed, uint64_t offset,
   Tensor o = cpu::rows_for_output(out, ov);
   const int64_t R = xv.rows, C = xv.cols, chunks = (C + cpu::kChunk - 1) / cpu::kChunk;
   const uint64_t key = detail::counter_rng_key(seed);
-  const auto threshold = static_cast<uint64_t>(static_cast<double>(p) * 4294967296.0);
+  const uint64_t threshold = dropout_threshold(p);
   const float scale = 1.0f / (1.0f - p);
   const int nt = cpu::threads_for(R * C);
 #pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)

@@ -80,11 +80,7 @@ std::vector<int64_t> real_key_ends(const Tensor& key_mask) {
   const int64_t B = key_mask.size(0), T = key_mask.size(1);
   const int32_t* m = key_mask.data<int32_t>();
   std::vector<int64_t> last(static_cast<size_t>(B));
-  for (int64_t b = 0; b < B; ++b) {
-    int64_t l = T;
-    while (l > 0 && m[b * T + l - 1] == 0) --l;
-    last[static_cast<size_t>(b)] = l;
-  }
+  for (int64_t b = 0; b < B; ++b) last[static_cast<size_t>(b)] = cpu::real_key_end(m + b * T, T);
   return last;
 }
 
@@ -95,7 +91,7 @@ struct Dropout {
   Dropout(float p, uint64_t seed)
       : on(p != 0.f),
         key(detail::counter_rng_key(seed)),
-        threshold(static_cast<uint64_t>(static_cast<double>(p) * 4294967296.0)),
+        threshold(dropout_threshold(p)),
         scale(1.0f / (1.0f - p)) {}
 };
 

@@ -24,6 +24,7 @@ inline int fused_threads(int64_t heads) {
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(num_threads(), heads)));
 }
 
+// The operand types: bf16 as it is, f32 through bf16 (medium's products: each input rounded once).
 template <class IO>
 constexpr DType io_dtype() {
   return std::is_same_v<IO, bf16> ? DType::bf16 : DType::f32;

@@ -287,6 +287,11 @@ void mul_rows(const float* a, const float* b, float* o, int64_t n);  // o = a b
 void softmax_bwd_row(const float* y, const float* dy, float dot, float scale, float* o, int64_t n);
 
 // ---- the masked softmax's and the dropout's row loops (encoder_cpu.cpp, attention_cpu.cpp) -------
+// The end of a key mask row's real keys: keys [0, end) hold every real (non-zero) one of m[0, T).
+inline int64_t real_key_end(const int32_t* m, int64_t T) {
+  while (T > 0 && m[T - 1] == 0) --T;
+  return T;
+}
 // s[j] = scale * p[j] where key mask m[j] != 0, else -inf; returns the largest s (NaN when one is
 // NaN). The portable form; softmax_avx512.h has the AVX-512 one (the same values).
 float masked_scale_max(const float* p, const int32_t* m, float scale, float* s, int64_t n);

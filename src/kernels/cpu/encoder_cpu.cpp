@@ -154,9 +154,7 @@ void cpu::masked_softmax(const Tensor& x, const Tensor& key_mask, float scale, T
   const int64_t Bm = key_mask.size(0), full16 = Tk <= cpu::kSumBlock ? Tk - Tk % 16 : 0;
   std::vector<int64_t> n_eff(static_cast<size_t>(Bm));
   for (int64_t b = 0; b < Bm; ++b) {
-    const int32_t* m = mask + b * Tk;
-    int64_t last = Tk;
-    while (last > 0 && m[last - 1] == 0) --last;
+    const int64_t last = cpu::real_key_end(mask + b * Tk, Tk);
     const int64_t up = (last + 15) / 16 * 16;
     n_eff[static_cast<size_t>(b)] = last == 0 ? 0 : (up <= full16 ? up : Tk);
   }

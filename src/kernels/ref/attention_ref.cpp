@@ -34,7 +34,7 @@ void heads_copy(const Tensor& rows, const std::vector<Tensor>& heads, int64_t H,
 // i in row-major order. The scale 1/(1-p) is formed in fp32 and the product in double, rounded
 // once to out's dtype (f64: all in double).
 void dropout_mask(const Tensor& x, float p, uint64_t seed, uint64_t offset, Tensor& out) {
-  const auto threshold = static_cast<uint64_t>(static_cast<double>(p) * 4294967296.0);
+  const uint64_t threshold = dropout_threshold(p);
   const bool f64 = x.dtype() == DType::f64;
   const double keep_scale = f64 ? 1.0 / (1.0 - p) : static_cast<double>(1.0f / (1.0f - p));
   for (int64_t i = 0; i < x.numel(); ++i) {
@@ -187,7 +187,7 @@ MaskedHead masked_probabilities(const Mat& Q, const Mat& K, const Tensor& key_ma
   };
   bool any = false;
   for (int64_t j = 0; j < T; ++j) any = any || real(j);
-  const auto threshold = static_cast<uint64_t>(static_cast<double>(p) * 4294967296.0);
+  const uint64_t threshold = dropout_threshold(p);
   const double keep_scale = static_cast<double>(1.0f / (1.0f - p));
   std::vector<double> srow(static_cast<size_t>(T));
   for (int64_t i = 0; i < T; ++i) {
